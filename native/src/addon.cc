@@ -1,0 +1,209 @@
+// Node-API surface of the native addon. Every argument is type-checked here; the
+// operating-system work lives in system.cc.
+#include <napi.h>
+
+#include <cstring>
+#include <string>
+
+#include "system.h"
+
+namespace {
+
+using voxslab::CpuFeatures;
+
+[[noreturn]] void ThrowType(const Napi::Env& env, const std::string& message) {
+  throw Napi::TypeError::New(env, message);
+}
+
+[[noreturn]] void ThrowRange(const Napi::Env& env, const std::string& message) {
+  throw Napi::RangeError::New(env, message);
+}
+
+void ExpectArgs(const Napi::CallbackInfo& info, size_t n, const char* fn) {
+  if (info.Length() != n) {
+    ThrowType(info.Env(), std::string(fn) + " expects " + std::to_string(n) + " argument(s), got " +
+                              std::to_string(info.Length()));
+  }
+}
+
+// Bytes of a TypedArray, including one whose buffer is a SharedArrayBuffer.
+struct Bytes {
+  uint8_t* data;
+  size_t length;
+};
+
+Bytes TypedArrayBytes(const Napi::CallbackInfo& info, size_t index, const char* fn) {
+  napi_env env = info.Env();
+  napi_value value = info[index];
+  bool is_typed = false;
+  if (napi_is_typedarray(env, value, &is_typed) != napi_ok || !is_typed) {
+    ThrowType(info.Env(), std::string(fn) + ": argument " + std::to_string(index + 1) +
+                              " must be a TypedArray (a view of a SharedArrayBuffer or ArrayBuffer)");
+  }
+  napi_typedarray_type type;
+  size_t length = 0;
+  void* data = nullptr;
+  napi_value buffer;
+  size_t offset = 0;
+  if (napi_get_typedarray_info(env, value, &type, &length, &data, &buffer, &offset) != napi_ok) {
+    ThrowType(info.Env(), std::string(fn) + ": could not read the TypedArray's storage");
+  }
+  size_t element = 1;
+  switch (type) {
+    case napi_int8_array:
+    case napi_uint8_array:
+    case napi_uint8_clamped_array:
+      element = 1;
+      break;
+    case napi_int16_array:
+    case napi_uint16_array:
+      element = 2;
+      break;
+    case napi_int32_array:
+    case napi_uint32_array:
+    case napi_float32_array:
+      element = 4;
+      break;
+    default:
+      element = 8;
+      break;
+  }
+  if (length != 0 && data == nullptr) {
+    ThrowType(info.Env(), std::string(fn) + ": the TypedArray has no storage (detached buffer?)");
+  }
+  return Bytes{static_cast<uint8_t*>(data), length * element};
+}
+
+std::string ErrnoText(int err) {
+  char buf[256];
+  buf[0] = 0;
+#if defined(__GLIBC__) && defined(_GNU_SOURCE)
+  return std::string(strerror_r(err, buf, sizeof(buf)));
+#else
+  strerror_r(err, buf, sizeof(buf));
+  return std::string(buf);
+#endif
+}
+
+Napi::Object Result(const Napi::Env& env, int err) {
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("ok", Napi::Boolean::New(env, err == 0));
+  out.Set("errno", Napi::Number::New(env, err));
+  out.Set("message", Napi::String::New(env, err == 0 ? "" : ErrnoText(err)));
+  return out;
+}
+
+Napi::Value PinThread(const Napi::CallbackInfo& info) {
+  Napi::Env env = info.Env();
+  ExpectArgs(info, 1, "pinThread");
+  if (!info[0].IsArray()) ThrowType(env, "pinThread: cpus must be an array of CPU indices");
+  Napi::Array list = info[0].As<Napi::Array>();
+  const uint32_t n = list.Length();
+  if (n == 0) ThrowRange(env, "pinThread: cpus must name at least one CPU");
+  const int configured = voxslab::ConfiguredCpus();
+  std::vector<int> cpus;
+  cpus.reserve(n);
+  for (uint32_t i = 0; i < n; ++i) {
+    Napi::Value v = list.Get(i);
+    if (!v.IsNumber()) ThrowType(env, "pinThread: cpus[" + std::to_string(i) + "] must be a number");
+    const double d = v.As<Napi::Number>().DoubleValue();
+    if (!(d >= 0) || d != static_cast<double>(static_cast<int64_t>(d))) {
+      ThrowRange(env, "pinThread: cpus[" + std::to_string(i) + "] must be a non-negative integer");
+    }
+    if (d >= configured) {
+      ThrowRange(env, "pinThread: cpus[" + std::to_string(i) + "] = " + std::to_string(static_cast<int64_t>(d)) +
+                          " but this machine has CPUs 0.." + std::to_string(configured - 1));
+    }
+    cpus.push_back(static_cast<int>(d));
+  }
+  Napi::Object out = Result(env, voxslab::AffinitySupported() ? voxslab::PinCallingThread(cpus) : ENOSYS);
+  out.Set("supported", Napi::Boolean::New(env, voxslab::AffinitySupported()));
+  out.Set("cpu", Napi::Number::New(env, voxslab::CurrentCpu()));
+  return out;
+}
+
+Napi::Value AllowedCpus(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 0, "allowedCpus");
+  std::vector<int> cpus = voxslab::AllowedCpus();
+  Napi::Array out = Napi::Array::New(info.Env(), cpus.size());
+  for (size_t i = 0; i < cpus.size(); ++i) out.Set(static_cast<uint32_t>(i), Napi::Number::New(info.Env(), cpus[i]));
+  return out;
+}
+
+Napi::Value CurrentCpu(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 0, "currentCpu");
+  return Napi::Number::New(info.Env(), voxslab::CurrentCpu());
+}
+
+Napi::Value AffinitySupported(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 0, "affinitySupported");
+  return Napi::Boolean::New(info.Env(), voxslab::AffinitySupported());
+}
+
+Napi::Value ConfiguredCpus(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 0, "configuredCpus");
+  return Napi::Number::New(info.Env(), voxslab::ConfiguredCpus());
+}
+
+Napi::Value PageSize(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 0, "pageSize");
+  return Napi::Number::New(info.Env(), static_cast<double>(voxslab::PageSize()));
+}
+
+Napi::Value ResidentBytes(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 1, "residentBytes");
+  Bytes b = TypedArrayBytes(info, 0, "residentBytes");
+  const int64_t r = voxslab::ResidentBytes(b.data, b.length);
+  if (r < 0) {
+    throw Napi::Error::New(info.Env(), "residentBytes: mincore failed: " + ErrnoText(static_cast<int>(-r)));
+  }
+  return Napi::Number::New(info.Env(), static_cast<double>(r));
+}
+
+Napi::Value LockRange(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 1, "lockRange");
+  Bytes b = TypedArrayBytes(info, 0, "lockRange");
+  return Result(info.Env(), voxslab::LockRange(b.data, b.length));
+}
+
+Napi::Value UnlockRange(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 1, "unlockRange");
+  Bytes b = TypedArrayBytes(info, 0, "unlockRange");
+  return Result(info.Env(), voxslab::UnlockRange(b.data, b.length));
+}
+
+Napi::Value CpuFeaturesValue(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 0, "cpuFeatures");
+  Napi::Env env = info.Env();
+  CpuFeatures f = voxslab::DetectCpuFeatures();
+  Napi::Object out = Napi::Object::New(env);
+  out.Set("arch", Napi::String::New(env, f.arch));
+  out.Set("sse42", Napi::Boolean::New(env, f.sse42));
+  out.Set("avx", Napi::Boolean::New(env, f.avx));
+  out.Set("avx2", Napi::Boolean::New(env, f.avx2));
+  out.Set("fma", Napi::Boolean::New(env, f.fma));
+  out.Set("f16c", Napi::Boolean::New(env, f.f16c));
+  out.Set("avx512f", Napi::Boolean::New(env, f.avx512f));
+  out.Set("avx512bw", Napi::Boolean::New(env, f.avx512bw));
+  out.Set("avx512vl", Napi::Boolean::New(env, f.avx512vl));
+  out.Set("neon", Napi::Boolean::New(env, f.neon));
+  return out;
+}
+
+Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("pinThread", Napi::Function::New(env, PinThread, "pinThread"));
+  exports.Set("allowedCpus", Napi::Function::New(env, AllowedCpus, "allowedCpus"));
+  exports.Set("currentCpu", Napi::Function::New(env, CurrentCpu, "currentCpu"));
+  exports.Set("affinitySupported", Napi::Function::New(env, AffinitySupported, "affinitySupported"));
+  exports.Set("configuredCpus", Napi::Function::New(env, ConfiguredCpus, "configuredCpus"));
+  exports.Set("pageSize", Napi::Function::New(env, PageSize, "pageSize"));
+  exports.Set("residentBytes", Napi::Function::New(env, ResidentBytes, "residentBytes"));
+  exports.Set("lockRange", Napi::Function::New(env, LockRange, "lockRange"));
+  exports.Set("unlockRange", Napi::Function::New(env, UnlockRange, "unlockRange"));
+  exports.Set("cpuFeatures", Napi::Function::New(env, CpuFeaturesValue, "cpuFeatures"));
+  return exports;
+}
+
+}  // namespace
+
+NODE_API_MODULE(voxslab_native, Init)

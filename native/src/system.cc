@@ -1,0 +1,178 @@
+#include "system.h"
+
+#include <cerrno>
+
+#if defined(__linux__)
+#include <pthread.h>
+#include <sched.h>
+#endif
+#if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
+#include <cpuid.h>
+#endif
+#if defined(__unix__) || defined(__APPLE__)
+#include <sys/mman.h>
+#include <unistd.h>
+#endif
+
+namespace voxslab {
+
+namespace {
+
+uintptr_t PageFloor(uintptr_t p, size_t page) { return p - (p % page); }
+
+}  // namespace
+
+bool AffinitySupported() {
+#if defined(__linux__)
+  return true;
+#else
+  return false;
+#endif
+}
+
+int PinCallingThread(const std::vector<int>& cpus) {
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (int cpu : cpus) {
+    if (cpu < 0 || cpu >= CPU_SETSIZE) return EINVAL;
+    CPU_SET(cpu, &set);
+  }
+  int rc = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+  if (rc != 0) return rc;
+  // Let the scheduler move us now, so CurrentCpu() reflects the new mask.
+  sched_yield();
+  return 0;
+#else
+  (void)cpus;
+  return ENOSYS;
+#endif
+}
+
+std::vector<int> AllowedCpus() {
+  std::vector<int> out;
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (pthread_getaffinity_np(pthread_self(), sizeof(set), &set) != 0) return out;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (CPU_ISSET(cpu, &set)) out.push_back(cpu);
+  }
+#endif
+  return out;
+}
+
+int CurrentCpu() {
+#if defined(__linux__)
+  return sched_getcpu();
+#else
+  return -1;
+#endif
+}
+
+int ConfiguredCpus() {
+#if defined(_SC_NPROCESSORS_CONF)
+  long n = sysconf(_SC_NPROCESSORS_CONF);
+  return n > 0 ? static_cast<int>(n) : 1;
+#else
+  return 1;
+#endif
+}
+
+size_t PageSize() {
+#if defined(__unix__) || defined(__APPLE__)
+  long p = sysconf(_SC_PAGESIZE);
+  return p > 0 ? static_cast<size_t>(p) : 4096;
+#else
+  return 4096;
+#endif
+}
+
+int64_t ResidentBytes(const uint8_t* data, size_t length) {
+  if (length == 0) return 0;
+#if defined(__linux__) || defined(__APPLE__)
+  const size_t page = PageSize();
+  const uintptr_t begin = reinterpret_cast<uintptr_t>(data);
+  const uintptr_t end = begin + length;
+  const uintptr_t first = PageFloor(begin, page);
+  const size_t pages = (end - first + page - 1) / page;
+  // mincore writes one byte per page; query in fixed batches so no heap is needed.
+  constexpr size_t kBatch = 4096;
+#if defined(__APPLE__)
+  char vec[kBatch];
+#else
+  unsigned char vec[kBatch];
+#endif
+  int64_t resident = 0;
+  for (size_t done = 0; done < pages; done += kBatch) {
+    const size_t n = pages - done < kBatch ? pages - done : kBatch;
+    const uintptr_t at = first + done * page;
+    if (mincore(reinterpret_cast<void*>(at), n * page, vec) != 0) return -errno;
+    for (size_t i = 0; i < n; ++i) {
+      if ((vec[i] & 1) == 0) continue;
+      const uintptr_t lo = at + i * page;
+      const uintptr_t hi = lo + page;
+      const uintptr_t a = lo < begin ? begin : lo;
+      const uintptr_t b = hi > end ? end : hi;
+      resident += static_cast<int64_t>(b - a);
+    }
+  }
+  return resident;
+#else
+  (void)data;
+  return -ENOSYS;
+#endif
+}
+
+int LockRange(const uint8_t* data, size_t length) {
+  if (length == 0) return 0;
+#if defined(__unix__) || defined(__APPLE__)
+  const size_t page = PageSize();
+  const uintptr_t first = PageFloor(reinterpret_cast<uintptr_t>(data), page);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(data) + length;
+  return mlock(reinterpret_cast<void*>(first), end - first) == 0 ? 0 : errno;
+#else
+  (void)data;
+  return ENOSYS;
+#endif
+}
+
+int UnlockRange(const uint8_t* data, size_t length) {
+  if (length == 0) return 0;
+#if defined(__unix__) || defined(__APPLE__)
+  const size_t page = PageSize();
+  const uintptr_t first = PageFloor(reinterpret_cast<uintptr_t>(data), page);
+  const uintptr_t end = reinterpret_cast<uintptr_t>(data) + length;
+  return munlock(reinterpret_cast<void*>(first), end - first) == 0 ? 0 : errno;
+#else
+  (void)data;
+  return ENOSYS;
+#endif
+}
+
+CpuFeatures DetectCpuFeatures() {
+  CpuFeatures f{};
+#if defined(__x86_64__) || defined(_M_X64)
+  f.arch = "x64";
+#if defined(__GNUC__)
+  __builtin_cpu_init();
+  f.sse42 = __builtin_cpu_supports("sse4.2");
+  f.avx = __builtin_cpu_supports("avx");
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.fma = __builtin_cpu_supports("fma");
+  f.avx512f = __builtin_cpu_supports("avx512f");
+  f.avx512bw = __builtin_cpu_supports("avx512bw");
+  f.avx512vl = __builtin_cpu_supports("avx512vl");
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) f.f16c = (ecx & (1u << 29)) != 0;
+#endif
+#elif defined(__aarch64__) || defined(_M_ARM64)
+  f.arch = "arm64";
+  f.neon = true;  // Advanced SIMD is mandatory on AArch64.
+#else
+  f.arch = "other";
+#endif
+  return f;
+}
+
+}  // namespace voxslab

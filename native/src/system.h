@@ -1,0 +1,44 @@
+// Operating-system services: thread pinning, page residency, page locking, CPU features.
+// Plain C++ with no Node-API types so it can be unit-built and sanitized on its own.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace voxslab {
+
+struct CpuFeatures {
+  const char* arch;
+  bool sse42;
+  bool avx;
+  bool avx2;
+  bool fma;
+  bool f16c;
+  bool avx512f;
+  bool avx512bw;
+  bool avx512vl;
+  bool neon;
+};
+
+// True where pinning and CPU queries are implemented (Linux).
+bool AffinitySupported();
+// Pins the calling thread to the given CPUs; returns 0 or an errno value.
+int PinCallingThread(const std::vector<int>& cpus);
+// CPUs the calling thread may run on; empty when unsupported.
+std::vector<int> AllowedCpus();
+// CPU the calling thread is running on now, or -1 when unknown.
+int CurrentCpu();
+// Number of CPUs the system has configured.
+int ConfiguredCpus();
+
+size_t PageSize();
+// Bytes of [data, data + length) whose pages are resident; -errno on failure.
+int64_t ResidentBytes(const uint8_t* data, size_t length);
+// mlock/munlock every page that overlaps [data, data + length); 0 or errno.
+int LockRange(const uint8_t* data, size_t length);
+int UnlockRange(const uint8_t* data, size_t length);
+
+CpuFeatures DetectCpuFeatures();
+
+}  // namespace voxslab

@@ -1,0 +1,4 @@
+/** voxslab public library API. */
+export * from './memory/index.js';
+export { native } from './native.js';
+export type { CpuFeatures, NativeResult, PinResult } from './native.js';

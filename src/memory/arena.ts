@@ -1,0 +1,198 @@
+import { AllocationError, ArgumentError, CorruptionError, ReadinessError } from './errors.js';
+import { alignUp, checkSize, type FootprintPolicy } from './footprint.js';
+import { CATEGORIES, type Category } from './layout.js';
+import type { Ledger } from './ledger.js';
+import type { Slab } from './slab.js';
+
+export type TypedArray =
+  | Int8Array
+  | Uint8Array
+  | Int16Array
+  | Uint16Array
+  | Int32Array
+  | Uint32Array
+  | Float32Array
+  | Float64Array
+  | BigInt64Array
+  | BigUint64Array;
+
+export interface TypedArrayConstructor<T extends TypedArray> {
+  new (buffer: SharedArrayBuffer, byteOffset: number, length: number): T;
+  readonly BYTES_PER_ELEMENT: number;
+  readonly name: string;
+}
+
+/** Where a carved region lies in its arena's slab. */
+export interface Region {
+  readonly name: string;
+  readonly category: Category;
+  readonly offset: number;
+  /** Payload bytes asked for. */
+  readonly bytes: number;
+  /** Bytes the carve advanced the arena by (alignment and trailing red zone included). */
+  readonly footprint: number;
+}
+
+/** The first damaged guard band: the regions on either side of it and the byte that changed. */
+export interface RedZoneFault {
+  before: string;
+  after: string;
+  offset: number;
+  expected: number;
+  found: number;
+}
+
+const ARENA_START = '(arena start)';
+const ARENA_END = '(end of carved space)';
+
+/** Canary byte for absolute slab offset `i`: position-dependent so a repeated byte is caught. */
+export function canaryByte(i: number): number {
+  return (0xa5 ^ Math.imul(i, 0x9e) ^ (i >>> 8)) & 0xff;
+}
+
+/**
+ * Regions carved in order from one slab, each exposed as a typed view made once at carve time.
+ * With a red zone in the policy, a guard band filled with a canary pattern sits at the arena
+ * start and after every region; `checkRedZones()` names the first damaged boundary.
+ *
+ * `seal()` is readiness: any later carve is refused with ReadinessError and counted as a
+ * post-readiness attempt in the ledger.
+ *
+ * Thread contract: carve/seal from the creating thread during setup (they allocate the view
+ * objects). The views may be used from any thread holding the slab's buffer.
+ */
+export class Arena {
+  readonly name: string;
+  readonly slab: Slab;
+  readonly policy: FootprintPolicy;
+  readonly #ledger: Ledger;
+  readonly #regions: Region[] = [];
+  readonly #names = new Set<string>();
+  readonly #bytes: Uint8Array;
+  #cursor: number;
+  #sealed = false;
+
+  /** @internal */
+  constructor(name: string, slab: Slab, policy: FootprintPolicy, ledger: Ledger) {
+    this.name = name;
+    this.slab = slab;
+    this.policy = policy;
+    this.#ledger = ledger;
+    this.#bytes = new Uint8Array(slab.buffer, 0, slab.bytes);
+    this.#cursor = 0;
+    const guard = policy.guardBytes;
+    if (guard > 0) {
+      if (guard > slab.bytes) throw new ArgumentError(`arena '${name}': slab too small for its leading red zone`);
+      this.#fillGuard(0, guard);
+      this.#cursor = guard;
+    }
+  }
+
+  get sealed(): boolean {
+    return this.#sealed;
+  }
+
+  /** Bytes carved so far, guards included. */
+  get used(): number {
+    return this.#cursor;
+  }
+
+  get capacity(): number {
+    return this.slab.bytes;
+  }
+
+  get regions(): readonly Region[] {
+    return this.#regions;
+  }
+
+  /**
+   * Carves `length` elements of `type` for `category` and returns the view. The view starts at
+   * a policy-aligned offset; the arena advances by at most `policy.regionFootprint(bytes)`.
+   */
+  carve<T extends TypedArray>(name: string, category: Category, type: TypedArrayConstructor<T>, length: number): T {
+    if (typeof name !== 'string' || name.length === 0) throw new ArgumentError(`arena '${this.name}': region name must be a non-empty string`);
+    if (typeof type !== 'function' || !Number.isInteger(type.BYTES_PER_ELEMENT)) {
+      throw new ArgumentError(`arena '${this.name}': region '${name}' needs a TypedArray constructor`);
+    }
+    checkSize(length, `arena '${this.name}' region '${name}' length`);
+    const bytes = length * type.BYTES_PER_ELEMENT;
+    const footprint = this.policy.regionFootprint(bytes, `arena '${this.name}' region '${name}'`);
+    if (this.#sealed) {
+      this.#ledger.countAfterReadiness(footprint);
+      throw new ReadinessError(
+        `arena '${this.name}' is sealed (ready); carving region '${name}' (${bytes} bytes) after readiness is refused`,
+      );
+    }
+    if (!CATEGORIES.includes(category) || category === 'slack') {
+      throw new ArgumentError(`arena '${this.name}' region '${name}': '${String(category)}' is not a region category`);
+    }
+    if (this.#names.has(name)) throw new ArgumentError(`arena '${this.name}': region '${name}' is carved already`);
+    const start = this.#cursor;
+    const alignedEnd = start + alignUp(bytes, this.policy.alignment);
+    const next = alignedEnd + this.policy.guardBytes;
+    if (next > this.slab.bytes) {
+      throw new AllocationError(
+        `arena '${this.name}': region '${name}' needs ${next - start} bytes but ${this.slab.bytes - start} are left`,
+      );
+    }
+    const view = new type(this.slab.buffer, start, length);
+    if (this.policy.guardBytes > 0) {
+      // Alignment padding belongs to the guard band so an overrun into it is caught too.
+      this.#fillGuard(start + bytes, next);
+    }
+    this.slab.charge(category, bytes, next - start);
+    this.#cursor = next;
+    this.#names.add(name);
+    this.#regions.push(Object.freeze({ name, category, offset: start, bytes, footprint: next - start }));
+    return view;
+  }
+
+  /** Readiness: later carves are refused and counted. */
+  seal(): void {
+    this.#sealed = true;
+  }
+
+  /** The first damaged guard band, or null when every canary is intact. */
+  checkRedZones(): RedZoneFault | null {
+    if (this.policy.guardBytes === 0) return null;
+    let from = 0;
+    let before = ARENA_START;
+    for (let r = 0; r <= this.#regions.length; r++) {
+      const region = this.#regions[r];
+      const to = region === undefined ? this.#cursor : region.offset;
+      for (let i = from; i < to; i++) {
+        const expected = canaryByte(i);
+        const found = this.#bytes[i] as number;
+        if (found !== expected) {
+          return { before, after: region === undefined ? ARENA_END : region.name, offset: i, expected, found };
+        }
+      }
+      if (region !== undefined) {
+        from = region.offset + region.bytes;
+        before = region.name;
+      }
+    }
+    return null;
+  }
+
+  /** Throws CorruptionError naming the boundary when a red zone was overwritten. */
+  assertRedZones(): void {
+    const f = this.checkRedZones();
+    if (f !== null) {
+      throw new CorruptionError(
+        `arena '${this.name}': red zone between '${f.before}' and '${f.after}' overwritten at offset ${f.offset} ` +
+          `(expected 0x${f.expected.toString(16)}, found 0x${f.found.toString(16)})`,
+      );
+    }
+  }
+
+  /** Releases the arena's slab (all its regions' charges). The views must not be used after. */
+  release(): void {
+    this.#sealed = true;
+    this.slab.release();
+  }
+
+  #fillGuard(from: number, to: number): void {
+    for (let i = from; i < to; i++) this.#bytes[i] = canaryByte(i);
+  }
+}

@@ -1,0 +1,223 @@
+import { totalmem } from 'node:os';
+import { Arena } from './arena.js';
+import { AllocationError, ArgumentError, ReadinessError } from './errors.js';
+import { FootprintPolicy, type FootprintOptions, type FootprintSettings } from './footprint.js';
+import { SharedCounters } from './counters.js';
+import { kLimit, type OwnerKind } from './layout.js';
+import { Ledger, type Owner } from './ledger.js';
+import { AllocationLimit, limitFromEnvironment } from './limit.js';
+import { toManifest, type MemoryManifest, type PlanSummary } from './manifest.js';
+import { type Allocator, type PageLocker, Slab, sharedArrayBufferAllocator } from './slab.js';
+import type { MemorySnapshot } from './snapshot.js';
+import { parseByteSize } from './sizes.js';
+import { native } from '../native.js';
+
+export interface MemoryDomainOptions {
+  /** The cap: bytes or a size string. Default: VOXSLAB_MEMORY_LIMIT, else the machine's RAM. */
+  limit?: number | string;
+  /** Sizing policy (captured once). */
+  policy?: FootprintPolicy | FootprintOptions;
+  /** Slab source; tests inject a CountingAllocator. */
+  allocator?: Allocator;
+  /** Page locking for pinned slabs; default the native addon's mlock. */
+  pageLocker?: PageLocker;
+  /** Most owners (1..64). Default 64. */
+  ownerCapacity?: number;
+}
+
+/** What a worker needs to join a domain; structured-cloneable (postMessage / workerData). */
+export interface SharedMemoryDomain {
+  readonly counters: SharedArrayBuffer;
+  readonly policy: FootprintSettings;
+}
+
+export interface SlabOptions {
+  /** Lock the slab's pages in RAM; its bytes count as pinned rather than slab bytes. */
+  pinned?: boolean;
+  label?: string;
+}
+
+export interface ArenaOptions extends SlabOptions {
+  /** Payload capacity; rounded up to whole pages for the slab. */
+  bytes: number;
+}
+
+const nativeLocker: PageLocker = Object.freeze({
+  lock: (view: Uint8Array) => native.lockRange(view),
+  unlock: (view: Uint8Array) => native.unlockRange(view),
+});
+
+const OPTION_KEYS = new Set(['limit', 'policy', 'allocator', 'pageLocker', 'ownerCapacity']);
+
+function checkOptionKeys(options: object, allowed: Set<string>, what: string): void {
+  for (const k of Object.keys(options)) {
+    if (!allowed.has(k)) throw new ArgumentError(`${what}: unknown option '${k}' (known: ${[...allowed].join(', ')})`);
+  }
+}
+
+function checkAllocator(a: unknown): Allocator {
+  if (a === null || typeof a !== 'object' || typeof (a as Allocator).allocate !== 'function') {
+    throw new ArgumentError("memory option 'allocator' must be an object with an allocate(bytes) method");
+  }
+  return a as Allocator;
+}
+
+function checkLocker(l: unknown): PageLocker {
+  if (l === null || typeof l !== 'object' || typeof (l as PageLocker).lock !== 'function' || typeof (l as PageLocker).unlock !== 'function') {
+    throw new ArgumentError("memory option 'pageLocker' must be an object with lock(view) and unlock(view) methods");
+  }
+  return l as PageLocker;
+}
+
+/**
+ * The process-wide memory facade: one cap, one ledger, one sizing policy, shared by every
+ * thread. The main thread creates it; workers `attach` to `share()`'s result and then reserve
+ * against the same counters.
+ *
+ * Every slab goes reserve → allocate → commit (or refund): a refused reservation never reaches
+ * the allocator, and a failed allocation returns exactly what it reserved.
+ *
+ * Thread contract: one MemoryDomain object per thread; setup-time methods may allocate.
+ */
+export class MemoryDomain {
+  readonly policy: FootprintPolicy;
+  readonly ledger: Ledger;
+  readonly limit: AllocationLimit;
+  readonly #allocator: Allocator;
+  readonly #locker: PageLocker;
+  readonly #slabs = new Set<Slab>();
+
+  private constructor(ledger: Ledger, policy: FootprintPolicy, allocator: Allocator, locker: PageLocker) {
+    this.ledger = ledger;
+    this.limit = new AllocationLimit(ledger);
+    this.policy = policy;
+    this.#allocator = allocator;
+    this.#locker = locker;
+  }
+
+  static create(options: MemoryDomainOptions = {}): MemoryDomain {
+    if (options === null || typeof options !== 'object') throw new ArgumentError('memory options must be an object');
+    checkOptionKeys(options, OPTION_KEYS, 'memory options');
+    const policy = options.policy instanceof FootprintPolicy ? options.policy : new FootprintPolicy(options.policy ?? {});
+    const allocator = checkAllocator(options.allocator ?? sharedArrayBufferAllocator);
+    const locker = checkLocker(options.pageLocker ?? nativeLocker);
+    let limit: number;
+    if (options.limit === undefined) limit = limitFromEnvironment(totalmem());
+    else if (typeof options.limit === 'string') limit = parseByteSize(options.limit, "memory option 'limit'");
+    else limit = options.limit;
+    const ledger = Ledger.create(options.ownerCapacity ?? 64);
+    const domain = new MemoryDomain(ledger, policy, allocator, locker);
+    domain.limit.setLimit(limit);
+    return domain;
+  }
+
+  /** Joins a domain created in another thread. */
+  static attach(shared: SharedMemoryDomain, options: { allocator?: Allocator; pageLocker?: PageLocker } = {}): MemoryDomain {
+    if (shared === null || typeof shared !== 'object' || !(shared.counters instanceof SharedArrayBuffer)) {
+      throw new ArgumentError('attach expects the object returned by MemoryDomain.share()');
+    }
+    checkOptionKeys(options, new Set(['allocator', 'pageLocker']), 'attach options');
+    const ledger = new Ledger(new SharedCounters(shared.counters));
+    if (ledger.counters.get(kLimit) === 0) throw new ArgumentError('attach: the shared block has no limit set');
+    return new MemoryDomain(
+      ledger,
+      new FootprintPolicy(shared.policy),
+      checkAllocator(options.allocator ?? sharedArrayBufferAllocator),
+      checkLocker(options.pageLocker ?? nativeLocker),
+    );
+  }
+
+  share(): SharedMemoryDomain {
+    return Object.freeze({ counters: this.ledger.counters.buffer, policy: this.policy.settings() });
+  }
+
+  owner(kind: OwnerKind, index = 0): Owner {
+    return this.ledger.owner(kind, index);
+  }
+
+  /**
+   * A slab of at least `bytes` (rounded up to whole pages) charged to `owner`.
+   * Throws MemoryLimitError (allocator not called), AllocationError (reservation refunded),
+   * or ReadinessError when the owner is sealed (counted as a post-readiness attempt).
+   */
+  createSlab(owner: Owner, bytes: number, options: SlabOptions = {}): Slab {
+    const label = options.label ?? `${owner?.name ?? '?'} slab`;
+    const footprint = this.policy.slabFootprint(bytes, `slab '${label}'`);
+    if (this.ledger.isSealed(owner)) {
+      this.ledger.countAfterReadiness(footprint);
+      throw new ReadinessError(`owner '${owner.name}' is ready (sealed); allocating slab '${label}' is refused`);
+    }
+    const pinned = options.pinned === true;
+    this.limit.reserve(owner, footprint);
+    let buffer: SharedArrayBuffer;
+    try {
+      buffer = this.#allocator.allocate(footprint);
+      if (!(buffer instanceof SharedArrayBuffer) || buffer.byteLength < footprint) {
+        throw new TypeError(`allocator returned ${buffer instanceof SharedArrayBuffer ? `${buffer.byteLength} bytes` : 'no SharedArrayBuffer'}`);
+      }
+    } catch (cause) {
+      this.limit.refund(footprint);
+      throw new AllocationError(`allocating slab '${label}' (${footprint} bytes) for '${owner.name}' failed`, { cause });
+    }
+    if (pinned) {
+      const r = this.#locker.lock(new Uint8Array(buffer, 0, footprint));
+      if (!r.ok) {
+        this.limit.refund(footprint);
+        throw new AllocationError(`locking slab '${label}' (${footprint} bytes) in RAM failed: ${r.message} (errno ${r.errno})`);
+      }
+    }
+    this.limit.commit(owner, pinned ? 'pinned' : 'slab', footprint);
+    const slab = new Slab({
+      buffer,
+      bytes: footprint,
+      owner,
+      kind: pinned ? 'pinned' : 'slab',
+      label,
+      ledger: this.ledger,
+      limit: this.limit,
+      locker: pinned ? this.#locker : undefined,
+    });
+    this.#slabs.add(slab);
+    return slab;
+  }
+
+  /** An arena over a new slab with room for `bytes` of carved regions (guards included). */
+  createArena(owner: Owner, name: string, options: ArenaOptions): Arena {
+    if (typeof name !== 'string' || name.length === 0) throw new ArgumentError('arena name must be a non-empty string');
+    if (options === null || typeof options !== 'object') throw new ArgumentError(`arena '${name}': options must be an object`);
+    const slabOptions: SlabOptions = { label: options.label ?? name };
+    if (options.pinned !== undefined) slabOptions.pinned = options.pinned;
+    const slab = this.createSlab(owner, Math.max(options.bytes, 1), slabOptions);
+    return new Arena(name, slab, this.policy, this.ledger);
+  }
+
+  /** Releases a slab this thread created. */
+  releaseSlab(slab: Slab): void {
+    slab.release();
+    this.#slabs.delete(slab);
+  }
+
+  /** Resident bytes (mincore) of the live slabs this thread created. */
+  residentBytes(): number {
+    let total = 0;
+    for (const s of this.#slabs) {
+      if (s.released) {
+        this.#slabs.delete(s);
+        continue;
+      }
+      total += native.residentBytes(new Uint8Array(s.buffer, 0, s.bytes));
+    }
+    return total;
+  }
+
+  snapshot(): MemorySnapshot {
+    return this.ledger.snapshot();
+  }
+
+  manifest(options: { plans?: Record<string, PlanSummary>; measureResident?: boolean } = {}): MemoryManifest {
+    const extra: Parameters<typeof toManifest>[1] = { footprint: this.policy.settings() };
+    if (options.plans !== undefined) extra.plans = options.plans;
+    if (options.measureResident !== false) extra.resident = this.residentBytes();
+    return toManifest(this.snapshot(), extra);
+  }
+}

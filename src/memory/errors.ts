@@ -1,0 +1,108 @@
+/**
+ * The one catalogue of voxslab error classes. Each has a stable `code`; the CLI maps
+ * `exitCode` to its process exit status (0 ok, 1 internal, 2 usage, 3 memory limit, 4 bad input).
+ */
+
+export interface ErrorOptions {
+  cause?: unknown;
+}
+
+export class VoxslabError extends Error {
+  readonly code: string = 'ERR_VOXSLAB';
+  readonly exitCode: number = 1;
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/** A caller passed a value of the wrong type or out of range. Exit code 2. */
+export class ArgumentError extends TypeError {
+  readonly code = 'ERR_VOXSLAB_ARGUMENT';
+  readonly exitCode = 2;
+  constructor(message: string, options?: ErrorOptions) {
+    super(message, options);
+    this.name = 'ArgumentError';
+  }
+}
+
+/** The command line was used wrongly. Exit code 2. */
+export class UsageError extends VoxslabError {
+  override readonly code = 'ERR_VOXSLAB_USAGE';
+  override readonly exitCode = 2;
+}
+
+/** A reservation would take the process past its memory cap. Exit code 3. */
+export class MemoryLimitError extends VoxslabError {
+  override readonly code = 'ERR_VOXSLAB_MEMORY_LIMIT';
+  override readonly exitCode = 3;
+  readonly requested: number;
+  readonly inUse: number;
+  readonly limit: number;
+  readonly owner: string;
+  constructor(requested: number, inUse: number, limit: number, owner: string) {
+    super(
+      `memory limit refused ${requested} bytes for owner '${owner}': ${inUse} bytes in use ` +
+        `(held + reserved) of a ${limit}-byte limit`,
+    );
+    this.requested = requested;
+    this.inUse = inUse;
+    this.limit = limit;
+    this.owner = owner;
+  }
+}
+
+/** The allocator (or page locking) failed after a reservation; the reservation was refunded. */
+export class AllocationError extends VoxslabError {
+  override readonly code = 'ERR_VOXSLAB_ALLOCATION';
+  override readonly exitCode = 3;
+}
+
+/** An allocation or carve was attempted after readiness (seal). It was refused and counted. */
+export class ReadinessError extends VoxslabError {
+  override readonly code = 'ERR_VOXSLAB_AFTER_READINESS';
+}
+
+/** A red zone or canary was overwritten. */
+export class CorruptionError extends VoxslabError {
+  override readonly code = 'ERR_VOXSLAB_CORRUPTION';
+}
+
+/** Shared accounting could not be read or written (e.g. a lock held by a dead thread). */
+export class SharedStateError extends VoxslabError {
+  override readonly code = 'ERR_VOXSLAB_SHARED_STATE';
+}
+
+/** Input data (a file, a field, an environment variable) is malformed. Exit code 4. */
+export class BadInputError extends VoxslabError {
+  override readonly code = 'ERR_VOXSLAB_BAD_INPUT';
+  override readonly exitCode = 4;
+  readonly file: string | undefined;
+  readonly field: string | undefined;
+  readonly offset: number | undefined;
+  readonly reason: string;
+  constructor(
+    where: { file?: string; field?: string; offset?: number },
+    reason: string,
+    options?: ErrorOptions,
+  ) {
+    const parts: string[] = [];
+    if (where.file !== undefined) parts.push(where.file);
+    if (where.field !== undefined) parts.push(`field ${where.field}`);
+    if (where.offset !== undefined) parts.push(`offset ${where.offset}`);
+    super(parts.length > 0 ? `${parts.join(', ')}: ${reason}` : reason, options);
+    this.file = where.file;
+    this.field = where.field;
+    this.offset = where.offset;
+    this.reason = reason;
+  }
+}
+
+/** The exit code a CLI should use for an error thrown by voxslab. */
+export function exitCodeOf(error: unknown): number {
+  if (error !== null && typeof error === 'object' && 'exitCode' in error) {
+    const code = (error as { exitCode: unknown }).exitCode;
+    if (typeof code === 'number') return code;
+  }
+  return 1;
+}

@@ -1,0 +1,154 @@
+import { ArgumentError, BadInputError, MemoryLimitError, VoxslabError } from './errors.js';
+import { checkSize } from './footprint.js';
+import {
+  categorySlot,
+  kAllocationsBeforeReadiness,
+  kAllocatorFailures,
+  kFootprint,
+  kLimit,
+  kLiveSlabs,
+  kOwnerHeld,
+  kOwnerPeak,
+  kPeak,
+  kPinnedHeld,
+  kRefusals,
+  kReserved,
+  kSlabHeld,
+  ownerBase,
+} from './layout.js';
+import type { Ledger, Owner } from './ledger.js';
+import { parseByteSize } from './sizes.js';
+
+/** Where held bytes live: a SharedArrayBuffer slab, or the same locked in RAM (pinned). */
+export type HoldKind = 'slab' | 'pinned';
+
+export const MEMORY_LIMIT_ENV = 'VOXSLAB_MEMORY_LIMIT';
+
+/**
+ * Reads the cap from `VOXSLAB_MEMORY_LIMIT` (`512MiB`, `2GiB`, plain bytes), or returns
+ * `fallback` when the variable is unset or empty. A malformed value is a BadInputError.
+ */
+export function limitFromEnvironment(fallback: number, env: NodeJS.ProcessEnv = process.env): number {
+  const text = env[MEMORY_LIMIT_ENV];
+  if (text === undefined || text.trim() === '') return fallback;
+  const bytes = parseByteSize(text, MEMORY_LIMIT_ENV);
+  if (bytes <= 0) throw new BadInputError({ field: MEMORY_LIMIT_ENV }, 'the memory limit must be positive');
+  return bytes;
+}
+
+/**
+ * The process-wide cap on bytes held: slab bytes plus pinned bytes, kept as separate counters
+ * whose sum (plus outstanding reservations) never exceeds the limit. The counters live in the
+ * ledger's shared block, so every thread reserves against the same numbers and a snapshot sees
+ * the limit and the owners in one consistent state.
+ *
+ * Protocol: `reserve` before calling the allocator (a refusal throws MemoryLimitError and the
+ * allocator is never reached) → `commit` on success, or `refund` on failure, which returns
+ * exactly the reserved bytes; `release` when the storage is given up. A refusal or a refund
+ * leaves held bytes and the peak unchanged.
+ *
+ * Thread contract: any thread; each call is one atomic write section. Setup-time only.
+ */
+export class AllocationLimit {
+  readonly #ledger: Ledger;
+
+  constructor(ledger: Ledger) {
+    this.#ledger = ledger;
+  }
+
+  get limit(): number {
+    return this.#ledger.counters.get(kLimit);
+  }
+
+  /** Sets the cap. Lowering it below what is held refuses new reservations; nothing is freed. */
+  setLimit(bytes: number): void {
+    checkSize(bytes, 'memory limit');
+    if (bytes === 0) throw new ArgumentError('memory limit must be positive');
+    const c = this.#ledger.counters;
+    c.beginWrite();
+    try {
+      c.set(kLimit, bytes);
+    } finally {
+      c.endWrite();
+    }
+  }
+
+  /** Reserves `bytes` for `owner`, or throws MemoryLimitError without changing anything held. */
+  reserve(owner: Owner, bytes: number): void {
+    checkSize(bytes, `reservation for '${owner.name}'`);
+    const c = this.#ledger.counters;
+    let refused: MemoryLimitError | undefined;
+    c.beginWrite();
+    try {
+      const limit = c.get(kLimit);
+      const inUse = c.get(kSlabHeld) + c.get(kPinnedHeld) + c.get(kReserved);
+      if (inUse + bytes > limit) {
+        c.add(kRefusals, 1);
+        refused = new MemoryLimitError(bytes, inUse, limit, owner.name);
+      } else {
+        c.add(kReserved, bytes);
+      }
+    } finally {
+      c.endWrite();
+    }
+    if (refused !== undefined) throw refused;
+  }
+
+  /** Turns a reservation into held bytes charged to `owner` (all as its slack). */
+  commit(owner: Owner, kind: HoldKind, bytes: number): void {
+    const c = this.#ledger.counters;
+    c.beginWrite();
+    try {
+      this.#takeReservation(bytes);
+      const held = c.add(kind === 'pinned' ? kPinnedHeld : kSlabHeld, bytes);
+      const total = kind === 'pinned' ? held + c.get(kSlabHeld) : held + c.get(kPinnedHeld);
+      if (total > c.get(kPeak)) c.set(kPeak, total);
+      const b = ownerBase(owner.slot);
+      const ownerHeld = c.add(b + kOwnerHeld, bytes);
+      if (ownerHeld > c.get(b + kOwnerPeak)) c.set(b + kOwnerPeak, ownerHeld);
+      c.add(categorySlot(owner.slot, 0, kFootprint), bytes);
+      c.add(kLiveSlabs, 1);
+      c.add(kAllocationsBeforeReadiness, 1);
+    } finally {
+      c.endWrite();
+    }
+  }
+
+  /** Returns a reservation whose allocation failed. Held bytes and the peak do not change. */
+  refund(bytes: number): void {
+    const c = this.#ledger.counters;
+    c.beginWrite();
+    try {
+      this.#takeReservation(bytes);
+      c.add(kAllocatorFailures, 1);
+    } finally {
+      c.endWrite();
+    }
+  }
+
+  /** Gives up held bytes; they must be back in the owner's slack (regions uncharged). */
+  release(owner: Owner, kind: HoldKind, bytes: number): void {
+    const c = this.#ledger.counters;
+    c.beginWrite();
+    try {
+      const slot = kind === 'pinned' ? kPinnedHeld : kSlabHeld;
+      const slack = categorySlot(owner.slot, 0, kFootprint);
+      if (c.get(slot) < bytes || c.get(slack) < bytes) {
+        throw new VoxslabError(`release of ${bytes} ${kind} bytes by '${owner.name}' exceeds what it holds`);
+      }
+      c.add(slot, -bytes);
+      c.add(slack, -bytes);
+      c.add(ownerBase(owner.slot) + kOwnerHeld, -bytes);
+      c.add(kLiveSlabs, -1);
+    } finally {
+      c.endWrite();
+    }
+  }
+
+  #takeReservation(bytes: number): void {
+    const c = this.#ledger.counters;
+    const reserved = c.get(kReserved);
+    if (reserved < bytes) throw new VoxslabError(`no reservation of ${bytes} bytes outstanding (${reserved} reserved)`);
+    c.set(kReserved, reserved - bytes);
+  }
+}

@@ -1,0 +1,78 @@
+/**
+ * Typed facade over the compiled native addon (native/). Every function may be called from
+ * any thread, main or worker; pinning and CPU queries act on the calling thread.
+ */
+import { createRequire } from 'node:module';
+import { fileURLToPath } from 'node:url';
+
+export interface NativeResult {
+  ok: boolean;
+  /** 0 on success, else the operating system's errno. */
+  errno: number;
+  message: string;
+}
+
+export interface PinResult extends NativeResult {
+  /** False where thread affinity is not implemented (not Linux). */
+  supported: boolean;
+  /** The CPU the thread runs on after pinning, or -1 when unknown. */
+  cpu: number;
+}
+
+export interface CpuFeatures {
+  arch: 'x64' | 'arm64' | 'other';
+  sse42: boolean;
+  avx: boolean;
+  avx2: boolean;
+  fma: boolean;
+  f16c: boolean;
+  avx512f: boolean;
+  avx512bw: boolean;
+  avx512vl: boolean;
+  neon: boolean;
+}
+
+export type ByteView =
+  | Uint8Array
+  | Int8Array
+  | Uint8ClampedArray
+  | Uint16Array
+  | Int16Array
+  | Uint32Array
+  | Int32Array
+  | Float32Array
+  | Float64Array
+  | BigInt64Array
+  | BigUint64Array;
+
+export interface NativeAddon {
+  /** Pins the calling thread to `cpus`. Throws TypeError/RangeError on bad CPU lists. */
+  pinThread(cpus: number[]): PinResult;
+  allowedCpus(): number[];
+  currentCpu(): number;
+  affinitySupported(): boolean;
+  configuredCpus(): number;
+  pageSize(): number;
+  /** Resident bytes of the view's byte range (mincore). */
+  residentBytes(view: ByteView): number;
+  /** mlock every page overlapping the view. */
+  lockRange(view: ByteView): NativeResult;
+  unlockRange(view: ByteView): NativeResult;
+  cpuFeatures(): CpuFeatures;
+}
+
+const require = createRequire(import.meta.url);
+
+function load(): NativeAddon {
+  const path = fileURLToPath(new URL('../../native/build/Release/voxslab_native.node', import.meta.url));
+  try {
+    return require(path) as NativeAddon;
+  } catch (cause) {
+    throw new Error(
+      `voxslab: the native addon is not built (${path}); run 'npm install' or 'npm run build:native'`,
+      { cause },
+    );
+  }
+}
+
+export const native: NativeAddon = load();
