@@ -136,9 +136,10 @@ export class SharedCounters {
   }
 
   #copy(out: Float64Array, head: number, prefix?: (copied: Float64Array) => number): void {
-    for (let c = 0; c < head; c++) out[c] = this.get(c);
+    const w = this.#words;
+    for (let c = 0, i = 0; c < head; c++, i += 2) out[c] = Atomics.load(w, i) * TWO_32 + Atomics.load(w, i + 1);
     const n = prefix === undefined ? head : Math.min(prefix(out), this.count, out.length);
-    for (let c = head; c < n; c++) out[c] = this.get(c);
+    for (let c = head, i = head * 2; c < n; c++, i += 2) out[c] = Atomics.load(w, i) * TWO_32 + Atomics.load(w, i + 1);
   }
 
   #lock(): void {

@@ -1,0 +1,32 @@
+import { Worker } from 'node:worker_threads';
+
+/** Median of a list of numbers. */
+export function median(xs: number[]): number {
+  const s = [...xs].sort((a, b) => a - b);
+  const m = s.length >> 1;
+  return s.length % 2 === 1 ? (s[m] as number) : ((s[m - 1] as number) + (s[m] as number)) / 2;
+}
+
+/** Nanoseconds per iteration of `body`, the median of `repeats` timed batches of `n`. */
+export function nsPerOp(n: number, repeats: number, body: (n: number) => void): number {
+  body(Math.min(n, 1000)); // warm up the JIT
+  const samples: number[] = [];
+  for (let r = 0; r < repeats; r++) {
+    const t0 = process.hrtime.bigint();
+    body(n);
+    samples.push(Number(process.hrtime.bigint() - t0) / n);
+  }
+  return median(samples);
+}
+
+export function runWorker<T>(url: URL, workerData: unknown): { done: Promise<T>; worker: Worker } {
+  const worker = new Worker(url, { workerData });
+  const done = new Promise<T>((resolve, reject) => {
+    worker.once('message', resolve);
+    worker.once('error', reject);
+    worker.once('exit', (code) => reject(new Error(`bench worker exited with code ${code}`)));
+  });
+  return { done, worker };
+}
+
+export const round = (x: number, digits = 1): number => Number(x.toFixed(digits));

@@ -1,0 +1,77 @@
+#!/usr/bin/env node
+/** The `voxslab` command. Exit codes: 0 ok, 1 internal fault, 2 usage, 3 memory limit, 4 bad input. */
+import { parseArgs } from 'node:util';
+import { readFileSync } from 'node:fs';
+import { UsageError, exitCodeOf } from '../memory/errors.js';
+
+const HELP = `voxslab — full-duplex speech runtime with planned, capped and accounted memory
+
+usage:
+  voxslab bench memory [--json] [--quick]   cost of the shared memory accounting
+  voxslab version
+  voxslab help
+
+Memory sizes accept 512MiB, 2GiB or plain bytes; VOXSLAB_MEMORY_LIMIT sets the cap.
+Exit codes: 0 ok, 1 internal fault, 2 usage, 3 memory limit refused, 4 bad input.`;
+
+const BENCHES = ['memory'] as const;
+
+function version(): string {
+  const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
+  return pkg.version;
+}
+
+async function bench(args: string[]): Promise<void> {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: { json: { type: 'boolean', default: false }, quick: { type: 'boolean', default: false } },
+  });
+  const name = positionals[0];
+  if (name === undefined || positionals.length !== 1) {
+    throw new UsageError(`bench: name one benchmark (${BENCHES.join(', ')})`);
+  }
+  if (!(BENCHES as readonly string[]).includes(name)) {
+    throw new UsageError(`bench: unknown benchmark '${name}' (available: ${BENCHES.join(', ')})`);
+  }
+  const mod = (await import(`../../bench/${name}.js`)) as {
+    run: (o: { quick: boolean }) => Promise<unknown>;
+    format: (r: never) => string;
+  };
+  const result = await mod.run({ quick: values.quick === true });
+  process.stdout.write(values.json === true ? `${JSON.stringify(result, null, 2)}\n` : `${mod.format(result as never)}\n`);
+}
+
+async function main(argv: string[]): Promise<number> {
+  const [command, ...rest] = argv;
+  switch (command) {
+    case undefined:
+    case 'help':
+    case '--help':
+    case '-h':
+      process.stdout.write(`${HELP}\n`);
+      return command === undefined ? 2 : 0;
+    case 'version':
+    case '--version':
+      process.stdout.write(`${version()}\n`);
+      return 0;
+    case 'bench':
+      await bench(rest);
+      return 0;
+    default:
+      throw new UsageError(`unknown command '${command}'; run 'voxslab help'`);
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code;
+  },
+  (error: unknown) => {
+    const code = error instanceof TypeError && !('exitCode' in error) && (error as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? 2 : exitCodeOf(error);
+    const message = error instanceof Error ? error.message : String(error);
+    process.stderr.write(`voxslab: ${message}\n`);
+    if (code === 1 && error instanceof Error && error.stack !== undefined) process.stderr.write(`${error.stack}\n`);
+    process.exitCode = code;
+  },
+);
