@@ -23,7 +23,9 @@ t.test('pinning a worker thread moves it to that CPU', async (t) => {
 });
 
 t.test('residency of a SharedArrayBuffer grows when its pages are touched', async (t) => {
-  const bytes = 16 << 20;
+  // Above glibc's largest dynamic mmap threshold (32 MiB), so the buffer is a fresh mapping
+  // whose pages are not resident until touched.
+  const bytes = 64 << 20;
   const buffer = new SharedArrayBuffer(bytes);
   const r = await runWorker<{ residentBefore: number; residentAfter: number; typeError: string }>(probe, {
     cpu: native.allowedCpus()[0],
