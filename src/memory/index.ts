@@ -10,3 +10,4 @@ export * from './arena.js';
 export * from './snapshot.js';
 export * from './manifest.js';
 export * from './domain.js';
+export * from './planner.js';
