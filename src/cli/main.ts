@@ -3,18 +3,22 @@
 import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { UsageError, exitCodeOf } from '../memory/errors.js';
+import { planIntervals } from './plan.js';
 
 const HELP = `voxslab — full-duplex speech runtime with planned, capped and accounted memory
 
 usage:
-  voxslab bench memory [--json] [--quick]   cost of the shared memory accounting
+  voxslab plan --intervals FILE.csv [--align N] [--json]
+                                            plan a CSV of buffers (header id,lower,upper,size;
+                                            live from op lower up to, not including, upper)
+  voxslab bench <memory|planner> [--json] [--quick]
   voxslab version
   voxslab help
 
 Memory sizes accept 512MiB, 2GiB or plain bytes; VOXSLAB_MEMORY_LIMIT sets the cap.
 Exit codes: 0 ok, 1 internal fault, 2 usage, 3 memory limit refused, 4 bad input.`;
 
-const BENCHES = ['memory'] as const;
+const BENCHES = ['memory', 'planner'] as const;
 
 function version(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
@@ -42,6 +46,21 @@ async function bench(args: string[]): Promise<void> {
   process.stdout.write(values.json === true ? `${JSON.stringify(result, null, 2)}\n` : `${mod.format(result as never)}\n`);
 }
 
+function planCommand(args: string[]): void {
+  const { values, positionals } = parseArgs({
+    args,
+    allowPositionals: true,
+    options: {
+      intervals: { type: 'string' },
+      align: { type: 'string' },
+      json: { type: 'boolean', default: false },
+    },
+  });
+  if (positionals.length > 0) throw new UsageError(`plan: unexpected argument '${positionals[0]}'`);
+  if (values.intervals === undefined) throw new UsageError('plan: give --intervals FILE.csv');
+  process.stdout.write(`${planIntervals(values.intervals, values.align, values.json === true)}\n`);
+}
+
 async function main(argv: string[]): Promise<number> {
   const [command, ...rest] = argv;
   switch (command) {
@@ -57,6 +76,9 @@ async function main(argv: string[]): Promise<number> {
       return 0;
     case 'bench':
       await bench(rest);
+      return 0;
+    case 'plan':
+      planCommand(rest);
       return 0;
     default:
       throw new UsageError(`unknown command '${command}'; run 'voxslab help'`);

@@ -2,6 +2,7 @@ import { AllocationError, ArgumentError, CorruptionError, ReadinessError } from 
 import { alignUp, checkSize, type FootprintPolicy } from './footprint.js';
 import { CATEGORIES, type Category } from './layout.js';
 import type { Ledger } from './ledger.js';
+import type { Plan } from './planner.js';
 import type { Slab } from './slab.js';
 
 export type TypedArray =
@@ -31,6 +32,16 @@ export interface Region {
   readonly bytes: number;
   /** Bytes the carve advanced the arena by (alignment and trailing red zone included). */
   readonly footprint: number;
+}
+
+/** A plan carved into an arena: one region, one view per planned buffer. */
+export interface PlannedRegion {
+  readonly name: string;
+  readonly plan: Plan;
+  readonly region: Region;
+  readonly views: Readonly<Record<string, TypedArray>>;
+  /** For the manifest: carved always equals highWater. */
+  readonly summary: { readonly highWater: number; readonly lowerBound: number; readonly carved: number };
 }
 
 /** The first damaged guard band: the regions on either side of it and the byte that changed. */
@@ -145,6 +156,51 @@ export class Arena {
     this.#names.add(name);
     this.#regions.push(Object.freeze({ name, category, offset: start, bytes, footprint: next - start }));
     return view;
+  }
+
+  /**
+   * Carves one region of exactly `plan.highWater` bytes and exposes every planned buffer as a
+   * typed view at its planned offset inside it (`types` picks each view's element type,
+   * Float32Array by default). Buffers whose lifetimes do not overlap share bytes, as the plan
+   * proved safe. The carved bytes equal the plan's high-water; anything else is an error.
+   */
+  carvePlan(
+    name: string,
+    category: Category,
+    plan: Plan,
+    types: Readonly<Record<string, TypedArrayConstructor<TypedArray>>> = {},
+  ): PlannedRegion {
+    if (plan === null || typeof plan !== 'object' || !Array.isArray(plan.buffers)) {
+      throw new ArgumentError(`arena '${this.name}': carvePlan needs a plan from plan()`);
+    }
+    if (plan.alignment > this.policy.alignment) {
+      throw new ArgumentError(
+        `arena '${this.name}': plan '${name}' is aligned to ${plan.alignment} bytes, more than the arena's ${this.policy.alignment}`,
+      );
+    }
+    for (const key of Object.keys(types)) {
+      if (!plan.buffers.some((b) => b.name === key)) throw new ArgumentError(`arena '${this.name}': plan '${name}' has no buffer '${key}'`);
+    }
+    const bytes = this.carve(name, category, Uint8Array, plan.highWater);
+    const views: Record<string, TypedArray> = {};
+    for (const b of plan.buffers) {
+      const type = types[b.name] ?? Float32Array;
+      if (b.bytes % type.BYTES_PER_ELEMENT !== 0 || (bytes.byteOffset + b.offset) % type.BYTES_PER_ELEMENT !== 0) {
+        throw new ArgumentError(`arena '${this.name}': buffer '${b.name}' (${b.bytes} bytes at ${b.offset}) cannot be a ${type.name}`);
+      }
+      views[b.name] = new type(this.slab.buffer, bytes.byteOffset + b.offset, b.bytes / type.BYTES_PER_ELEMENT);
+    }
+    const region = this.#regions[this.#regions.length - 1] as Region;
+    if (region.bytes !== plan.highWater) {
+      throw new Error(`arena '${this.name}': carved ${region.bytes} bytes for plan '${name}', high-water ${plan.highWater}`);
+    }
+    return Object.freeze({
+      name,
+      plan,
+      region,
+      views: Object.freeze(views),
+      summary: Object.freeze({ highWater: plan.highWater, lowerBound: plan.lowerBound, carved: region.bytes }),
+    });
   }
 
   /** Readiness: later carves are refused and counted. */

@@ -11,3 +11,4 @@ export * from './snapshot.js';
 export * from './manifest.js';
 export * from './domain.js';
 export * from './planner.js';
+export * from './intervals.js';

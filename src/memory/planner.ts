@@ -121,10 +121,36 @@ interface Group {
   last: number;
 }
 
-function placeOrder(groups: Group[], order: number[], conflicts: number[][], alignment: number, offsets: Float64Array, from: number, scratch: number[]): number {
-  // Groups before `from` keep their offsets; placed[] marks what is placed so far.
-  const rank = new Int32Array(groups.length).fill(-1);
+/**
+ * Improvement budget: generous for the small passes stage plans are made of, shrinking with
+ * the square of the group count so large inputs stay fast. Fixed, so plans are deterministic.
+ */
+export function defaultIterations(groups: number): number {
+  if (groups <= 256) return 1500;
+  return Math.max(0, Math.floor(2e7 / (groups * groups)));
+}
+
+/** Rank of each group in `order` (its position), for placeOrder. */
+function rankOf(order: ArrayLike<number>, rank: Int32Array): Int32Array {
   for (let i = 0; i < order.length; i++) rank[order[i] as number] = i;
+  return rank;
+}
+
+/**
+ * Places groups in `order` from position `from` on (earlier ones keep their offsets), each at
+ * the best-fitting aligned gap among its already-placed time neighbours. Returns the aligned
+ * high-water. `rank[g]` must be g's position in `order`.
+ */
+function placeOrder(
+  groups: Group[],
+  order: ArrayLike<number>,
+  rank: Int32Array,
+  conflicts: number[][],
+  alignment: number,
+  offsets: Float64Array,
+  from: number,
+  scratch: number[],
+): number {
   let top = 0;
   for (let i = 0; i < from; i++) {
     const g = order[i] as number;
@@ -251,7 +277,7 @@ export function plan(specs: readonly BufferSpec[], options: PlanOptions = {}): P
     });
   const offsets = new Float64Array(groups.length);
   const scratch: number[] = [];
-  let high = placeOrder(groups, order, conflicts, alignment, offsets, 0, scratch);
+  let high = placeOrder(groups, order, rankOf(order, new Int32Array(groups.length)), conflicts, alignment, offsets, 0, scratch);
   const greedyHighWater = high;
 
   if (options.improve !== false && high > lowerBound) {
@@ -278,7 +304,7 @@ export function plan(specs: readonly BufferSpec[], options: PlanOptions = {}): P
       }
     }
     const alt = new Float64Array(groups.length);
-    const hb = placeOrder(groups, breadth, conflicts, alignment, alt, 0, scratch);
+    const hb = placeOrder(groups, breadth, rankOf(breadth, new Int32Array(groups.length)), conflicts, alignment, alt, 0, scratch);
     if (hb < high) {
       high = hb;
       offsets.set(alt);
@@ -323,7 +349,7 @@ export function plan(specs: readonly BufferSpec[], options: PlanOptions = {}): P
     // Hill climb (after TVM's allocator): move a group that sets the high-water earlier in
     // the order; keep the move when the high-water does not grow.
     const n = groups.length;
-    const iterations = options.iterations ?? Math.max(0, Math.min(2000, Math.floor(4e6 / (n * Math.max(8, n)))));
+    const iterations = options.iterations ?? defaultIterations(n);
     let seed = (options.seed ?? 0x5eed) >>> 0;
     const rand = (): number => {
       seed = (seed + 0x6d2b79f5) >>> 0;
@@ -333,7 +359,9 @@ export function plan(specs: readonly BufferSpec[], options: PlanOptions = {}): P
       return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
     };
     const bestOffsets = Float64Array.from(offsets);
-    const trial = order.slice();
+    const best = Int32Array.from(order);
+    const trial = Int32Array.from(order);
+    const rank = rankOf(trial, new Int32Array(n));
     const tops: number[] = [];
     for (let it = 0; it < iterations && high > lowerBound; it++) {
       tops.length = 0;
@@ -347,8 +375,8 @@ export function plan(specs: readonly BufferSpec[], options: PlanOptions = {}): P
         // A group at the high-water goes just ahead of its earliest-placed time neighbour,
         // so it picks its place before that neighbour does.
         moved = g;
-        to = trial.indexOf(g);
-        for (const h of c) to = Math.min(to, trial.indexOf(h));
+        to = rank[g] as number;
+        for (const h of c) to = Math.min(to, rank[h] as number);
       } else if (u < 0.7) {
         // One of its neighbours goes behind it.
         moved = c[Math.floor(rand() * c.length)] as number;
@@ -358,17 +386,22 @@ export function plan(specs: readonly BufferSpec[], options: PlanOptions = {}): P
         moved = Math.floor(rand() * n);
         to = Math.floor(rand() * n);
       }
-      const from = trial.indexOf(moved);
+      const from = rank[moved] as number;
       if (from === to) continue;
-      trial.splice(from, 1);
-      trial.splice(to, 0, moved);
-      const h2 = placeOrder(groups, trial, conflicts, alignment, offsets, Math.min(from, to), scratch);
+      if (from < to) trial.copyWithin(from, from + 1, to + 1);
+      else trial.copyWithin(to + 1, to, from);
+      trial[to] = moved;
+      const lo = Math.min(from, to);
+      const hi = Math.max(from, to);
+      for (let i = lo; i <= hi; i++) rank[trial[i] as number] = i;
+      const h2 = placeOrder(groups, trial, rank, conflicts, alignment, offsets, lo, scratch);
       if (h2 <= high) {
         high = h2;
         bestOffsets.set(offsets);
-        order.splice(0, order.length, ...trial);
+        best.set(trial.subarray(lo, hi + 1), lo);
       } else {
-        trial.splice(0, trial.length, ...order);
+        trial.set(best.subarray(lo, hi + 1), lo);
+        for (let i = lo; i <= hi; i++) rank[trial[i] as number] = i;
         offsets.set(bestOffsets);
       }
     }
