@@ -3,11 +3,14 @@
 import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { UsageError, exitCodeOf } from '../memory/errors.js';
-import { planIntervals } from './plan.js';
+import { planConfig, planIntervals } from './plan.js';
 
 const HELP = `voxslab — full-duplex speech runtime with planned, capped and accounted memory
 
 usage:
+  voxslab plan --config <tiny|small|lfm2-audio-1.5b|FILE|DIR> [--conversations N] [--context T]
+               [--segment SECONDS] [--kv f32|f16] [--slots N] [--json]
+                                            memory manifest of a configuration (nothing allocated)
   voxslab plan --intervals FILE.csv [--align N] [--json]
                                             plan a CSV of buffers (header id,lower,upper,size;
                                             live from op lower up to, not including, upper)
@@ -53,12 +56,30 @@ function planCommand(args: string[]): void {
     options: {
       intervals: { type: 'string' },
       align: { type: 'string' },
+      config: { type: 'string' },
+      conversations: { type: 'string' },
+      context: { type: 'string' },
+      segment: { type: 'string' },
+      kv: { type: 'string' },
+      slots: { type: 'string' },
       json: { type: 'boolean', default: false },
     },
   });
   if (positionals.length > 0) throw new UsageError(`plan: unexpected argument '${positionals[0]}'`);
-  if (values.intervals === undefined) throw new UsageError('plan: give --intervals FILE.csv');
-  process.stdout.write(`${planIntervals(values.intervals, values.align, values.json === true)}\n`);
+  const json = values.json === true;
+  if ((values.intervals === undefined) === (values.config === undefined)) {
+    throw new UsageError('plan: give either --config <name|file> or --intervals FILE.csv');
+  }
+  if (values.intervals !== undefined) {
+    process.stdout.write(`${planIntervals(values.intervals, values.align, json)}\n`);
+    return;
+  }
+  const request: Parameters<typeof planConfig>[0] = { config: values.config as string, json };
+  for (const k of ['conversations', 'context', 'segment', 'kv', 'slots'] as const) {
+    const v = values[k];
+    if (v !== undefined) request[k] = v;
+  }
+  process.stdout.write(`${planConfig(request)}\n`);
 }
 
 async function main(argv: string[]): Promise<number> {

@@ -1,5 +1,9 @@
 import { readFileSync } from 'node:fs';
-import { BadInputError, UsageError } from '../memory/errors.js';
+import { totalmem } from 'node:os';
+import { ArgumentError, BadInputError, UsageError } from '../memory/errors.js';
+import { limitFromEnvironment } from '../memory/limit.js';
+import { loadConfig } from '../model/config.js';
+import { type MemoryPlanOptions, planManifest, planMemory } from '../model/memory.js';
 import { parseIntervalsCsv } from '../memory/intervals.js';
 import { plan } from '../memory/planner.js';
 import { formatBytes } from '../memory/sizes.js';
@@ -50,4 +54,80 @@ export function planIntervals(file: string, align: string | undefined, json: boo
     `  ratio        ${p.ratio.toFixed(4)}   (greedy by size alone: ${(p.greedyHighWater / Math.max(1, p.lowerBound)).toFixed(4)})`,
     `  plan time    ${p.planMs.toFixed(2)} ms`,
   ].join('\n');
+}
+
+export interface PlanConfigArgs {
+  config: string;
+  conversations?: string;
+  context?: string;
+  segment?: string;
+  kv?: string;
+  slots?: string;
+  json: boolean;
+}
+
+function intArg(flag: string, text: string | undefined): number | undefined {
+  if (text === undefined) return undefined;
+  if (!/^\d+$/.test(text)) throw new UsageError(`${flag} must be a whole number, got '${text}'`);
+  return Number(text);
+}
+
+/** `voxslab plan --config <name|file> [--conversations N] [--context T] [--segment S] [--kv f32|f16] [--slots N] [--json]` */
+export function planConfig(a: PlanConfigArgs): string {
+  const config = loadConfig(a.config);
+  const options: MemoryPlanOptions = {};
+  const conversations = intArg('--conversations', a.conversations);
+  const context = intArg('--context', a.context);
+  const slots = intArg('--slots', a.slots);
+  if (conversations !== undefined) options.conversations = conversations;
+  if (context !== undefined) options.context = context;
+  if (slots !== undefined) options.slots = slots;
+  if (a.segment !== undefined) {
+    const s = Number(a.segment);
+    if (a.segment.trim() === '' || !Number.isFinite(s)) throw new UsageError(`--segment must be a number of seconds, got '${a.segment}'`);
+    options.segmentSeconds = s;
+  }
+  if (a.kv !== undefined) {
+    if (a.kv !== 'f32' && a.kv !== 'f16') throw new UsageError(`--kv must be f32 or f16, got '${a.kv}'`);
+    options.kv = a.kv;
+  }
+  let mp;
+  try {
+    mp = planMemory(config, options);
+  } catch (e) {
+    if (e instanceof ArgumentError) throw new UsageError(e.message, { cause: e });
+    throw e;
+  }
+  const limit = limitFromEnvironment(totalmem());
+  const manifest = planManifest(mp, limit);
+  if (a.json) return JSON.stringify(manifest, null, 2);
+
+  const o = mp.options;
+  const lines: string[] = [];
+  lines.push(
+    `${config.name}: ${o.conversations} conversation(s), context ${o.context}, segment ${o.segmentSeconds} s, KV ${o.kv}, ${o.slots} pass slot(s)`,
+    '',
+    `${'owner'.padEnd(16)}${'category'.padEnd(24)}${'requested'.padStart(14)}${'footprint'.padStart(14)}${'regions'.padStart(9)}`,
+  );
+  for (const [name, owner] of Object.entries(manifest.owners)) {
+    for (const [cat, u] of Object.entries(owner.categories)) {
+      lines.push(`${name.padEnd(16)}${cat.padEnd(24)}${formatBytes(u.requested).padStart(14)}${formatBytes(u.footprint).padStart(14)}${String(u.regions).padStart(9)}`);
+    }
+    const borrowed = owner.borrowers.length > 0 ? `  (shared with ${owner.borrowers.join(', ')}; charged once here)` : '';
+    lines.push(`${''.padEnd(16)}${'held'.padEnd(24)}${''.padStart(14)}${formatBytes(owner.held).padStart(14)}${borrowed}`);
+  }
+  lines.push('', `${'stage plan'.padEnd(30)}${'high-water'.padStart(14)}${'lower bound'.padStart(14)}${'ratio'.padStart(8)}${'carved'.padStart(14)}`);
+  for (const s of mp.stages) {
+    const p = s.plan;
+    lines.push(`${s.stage.padEnd(30)}${formatBytes(p.highWater).padStart(14)}${formatBytes(p.lowerBound).padStart(14)}${p.ratio.toFixed(3).padStart(8)}${formatBytes(p.highWater).padStart(14)}`);
+  }
+  const r = mp.reference.plan;
+  lines.push(`${'conformer, untiled reference'.padEnd(30)}${formatBytes(r.highWater).padStart(14)}${formatBytes(r.lowerBound).padStart(14)}${r.ratio.toFixed(3).padStart(8)}${'(not carved)'.padStart(14)}`);
+  const t = manifest.totals;
+  lines.push(
+    '',
+    `total ${formatBytes(t.current)} (${t.current} bytes) against a limit of ${formatBytes(limit)}${t.current > limit ? ' — EXCEEDS THE LIMIT' : ''}`,
+    `not yet planned: ${(manifest.pending ?? []).join('; ')}`,
+  );
+  return lines.join('\n');
 }

@@ -12,3 +12,5 @@ export * from './manifest.js';
 export * from './domain.js';
 export * from './planner.js';
 export * from './intervals.js';
+export * from './pass.js';
+export * from './blueprint.js';

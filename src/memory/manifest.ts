@@ -12,6 +12,10 @@ export interface PlanSummary {
 /** The versioned `voxslab.memory/v1` document. */
 export interface MemoryManifest {
   schema: typeof MEMORY_SCHEMA;
+  /** What the manifest was made for (a planned configuration), when not a live process. */
+  configuration?: Record<string, unknown>;
+  /** Parts of the runtime not yet covered by plans, so the totals are read for what they are. */
+  pending?: string[];
   policy: {
     /** Shared storage is charged once, to the owner that created it; borrowers are listed. */
     charging: 'once-to-creator';
