@@ -22,7 +22,7 @@ t.test('usage errors exit 2 with a message', async (t) => {
   }
   const ok = voxslab('help');
   t.equal(ok.status, 0);
-  t.match(ok.stdout, /bench memory/);
+  t.match(ok.stdout, /bench <memory\|planner>/);
   t.match(voxslab('version').stdout, /^\d+\.\d+\.\d+\n$/);
 });
 
@@ -35,4 +35,60 @@ t.test('a bad VOXSLAB_MEMORY_LIMIT is bad input (exit 4)', async (t) => {
   });
   t.equal(r.status, 4);
   t.match(r.stderr, /VOXSLAB_MEMORY_LIMIT.*'plenty' is not a size/);
+});
+
+t.test('plan --config prints a manifest; bad options and inputs exit 2 / 4', async (t) => {
+  const r = voxslab('plan', '--config', 'lfm2-audio-1.5b', '--json', '--conversations', '2', '--kv', 'f16');
+  t.equal(r.status, 0, r.stderr);
+  const m = JSON.parse(r.stdout) as { schema: string; configuration: { conversations: number; kv: string }; plans: Record<string, unknown>; owners: Record<string, unknown> };
+  t.equal(m.schema, 'voxslab.memory/v1');
+  t.match(m.configuration, { conversations: 2, kv: 'f16' });
+  t.ok('conformer' in m.plans && 'frontend' in m.plans);
+  t.ok('conversation/1' in m.owners);
+  const human = voxslab('plan', '--config', 'tiny');
+  t.equal(human.status, 0);
+  t.match(human.stdout, /conformer, untiled reference/);
+  t.match(human.stdout, /not yet planned:/);
+  t.equal(voxslab('plan', '--config', 'tiny', '--context', 'lots').status, 2);
+  t.equal(voxslab('plan', '--config', 'tiny', '--context', '99999').status, 2);
+  t.equal(voxslab('plan').status, 2);
+  t.equal(voxslab('plan', '--config', 'tiny', '--intervals', 'x.csv').status, 2);
+  const missing = voxslab('plan', '--config', '/nonexistent/config.json');
+  t.equal(missing.status, 4);
+  t.match(missing.stderr, /nonexistent\/config\.json: no such file/);
+});
+
+t.test('plan --intervals plans a CSV and refuses malformed rows with the line number', async (t) => {
+  const { mkdtempSync, writeFileSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const dir = mkdtempSync(join(tmpdir(), 'voxslab-csv-'));
+  const good = join(dir, 'good.csv');
+  const rows = [[0, 2, 32], [1, 5, 28], [2, 6, 36], [3, 6, 16], [4, 6, 8], [5, 8, 64], [6, 9, 10], [7, 9, 40]];
+  writeFileSync(good, `id,lower,upper,size\n${rows.map((r, i) => `t${i},${r.join(',')}`).join('\n')}\n`);
+  const r = voxslab('plan', '--intervals', good, '--json');
+  t.equal(r.status, 0, r.stderr);
+  const doc = JSON.parse(r.stdout) as { highWater: number; lowerBound: number; offsets: Record<string, number> };
+  t.equal(doc.highWater, 124);
+  t.equal(doc.lowerBound, 124);
+  t.same(Object.keys(doc.offsets).length, 8);
+  t.match(voxslab('plan', '--intervals', good).stdout, /high-water\s+124 bytes/);
+  t.equal(JSON.parse(voxslab('plan', '--intervals', good, '--align', '64', '--json').stdout).highWater % 64, 0);
+  const bad: [string, RegExp][] = [
+    ['id,lower,upper\na,0,1', /line 1: header must be 'id,lower,upper,size'/],
+    ['id,lower,upper,size\na,0,1,8\nb,0,x,8', /line 3 column upper: 'x' is not a non-negative integer/],
+    ['id,lower,upper,size\na,0,1,8\na,1,2,8', /line 3 column id: duplicate id 'a' \(first on line 2\)/],
+    ['id,lower,upper,size\na,3,3,8', /line 2 column upper: upper 3 must be greater than lower 3/],
+    ['id,lower,upper,size\na,0,1,-8', /line 2 column size/],
+    ['id,lower,upper,size\na,0,1', /line 2: expected 4 columns, got 3/],
+    ['id,lower,upper,size\n', /no buffers after the header/],
+  ];
+  for (const [i, [text, pattern]] of bad.entries()) {
+    const f = join(dir, `bad${i}.csv`);
+    writeFileSync(f, text);
+    const b = voxslab('plan', '--intervals', f);
+    t.equal(b.status, 4, `bad${i} exits 4`);
+    t.match(b.stderr, pattern);
+  }
+  t.equal(voxslab('plan', '--intervals', good, '--align', '3').status, 2);
 });

@@ -1,0 +1,65 @@
+import t from 'tap';
+import { mkdtempSync, mkdirSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { BUILTIN_CONFIGS, BUILTIN_NAMES, loadConfig, resolveConfig } from '../../src/model/config.js';
+
+const clone = <T>(x: T): T => JSON.parse(JSON.stringify(x)) as T;
+
+t.test('production configuration derives the documented dimensions', async (t) => {
+  const c = loadConfig('lfm2-audio-1.5b');
+  t.same(c.frontend, { sampleRate: 16000, nFft: 512, winLength: 400, hop: 160, nMels: 128 });
+  t.match(c.encoder, { layers: 17, d: 512, heads: 8, headDim: 64, ffn: 2048, convKernel: 9, channels: 256, factor: 8, stages: 3, featOut: 16 });
+  t.same(c.adapter, { in: 512, hidden: 2048, out: 2048 });
+  t.match(c.backbone, { hidden: 2048, heads: 32, kvHeads: 8, headDim: 64, ffn: 8192, convKernel: 3, vocab: 65536, maxContext: 128000 });
+  t.equal(c.backbone.layers.join(' '), 'conv conv attention conv conv attention conv conv attention conv attention conv attention conv attention conv');
+  t.match(c.depthformer, { layers: 6, dim: 1024, heads: 32, kvHeads: 8, headDim: 32, ffn: 2816 });
+  t.match(c.detokenizer, { hidden: 512, heads: 16, kvHeads: 8, headDim: 32, ffn: 2304, window: 30, outBins: 1282, nFft: 1280, hop: 320 });
+  t.same(c.interleave, { text: 6, audio: 12 });
+  for (const n of BUILTIN_NAMES) t.ok(Object.isFrozen(loadConfig(n)), `${n} is frozen`);
+});
+
+t.test('nonsense values are refused with the field path', async (t) => {
+  const [main, det] = BUILTIN_CONFIGS.tiny!;
+  const cases: [string, (m: Record<string, any>, d: Record<string, any>) => void, RegExp][] = [
+    ['zero heads', (m) => (m.encoder.n_heads = 0), /config\.json, field encoder\.n_heads: Too small/],
+    ['heads not dividing d', (m) => (m.encoder.n_heads = 3), /field encoder\.n_heads: must divide d_model 64/],
+    ['negative context', (m) => (m.lfm.max_position_embeddings = -1), /field lfm\.max_position_embeddings/],
+    ['missing encoder', (m) => delete m.encoder, /field encoder:/],
+    ['missing layer_types', (m) => delete m.lfm.layer_types, /field lfm\.layer_types/],
+    ['unknown layer type', (m) => (m.lfm.layer_types = ['conv', 'mamba']), /field lfm\.layer_types\.1/],
+    ['layer count mismatch', (m) => (m.lfm.num_hidden_layers = 9), /field lfm\.num_hidden_layers: is 9 but layer_types has 4/],
+    ['kv not dividing heads', (m) => (m.lfm.num_key_value_heads = 3), /field lfm\.num_key_value_heads: must divide/],
+    ['string where number', (m) => (m.encoder.d_model = '64'), /field encoder\.d_model/],
+    ['even conv kernel', (m) => (m.encoder.conv_kernel_size = 8), /field encoder\.conv_kernel_size: must be odd/],
+    ['bad subsampling factor', (m) => (m.encoder.subsampling_factor = 6), /field encoder\.subsampling_factor: must be a power of two/],
+    ['no ffn size', (m) => { delete m.lfm.block_ff_dim; delete m.lfm.intermediate_size; }, /field lfm\.intermediate_size: intermediate_size or block_ff_dim is required/],
+    ['detokenizer window', (_m, d) => (d.sliding_window = 0), /audio_detokenizer\/config\.json, field sliding_window/],
+    ['detokenizer output', (_m, d) => (d.output_size = 1000), /audio_detokenizer\/config\.json, field output_size/],
+  ];
+  for (const [what, mutate, pattern] of cases) {
+    const m = clone(main) as Record<string, any>;
+    const d = clone(det) as Record<string, any>;
+    mutate(m, d);
+    t.throws(() => resolveConfig('x', m, d), { name: 'BadInputError', message: pattern }, what);
+  }
+});
+
+t.test('configurations load from a checkpoint folder or a config file', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'voxslab-config-'));
+  const [main, det] = BUILTIN_CONFIGS.small!;
+  mkdirSync(join(dir, 'audio_detokenizer'));
+  writeFileSync(join(dir, 'config.json'), JSON.stringify(main));
+  writeFileSync(join(dir, 'audio_detokenizer', 'config.json'), JSON.stringify(det));
+  t.same({ ...loadConfig(dir), name: 'small' }, loadConfig('small'), 'folder');
+  t.same({ ...loadConfig(join(dir, 'config.json')), name: 'small' }, loadConfig('small'), 'config.json with the sibling folder');
+  const single = join(dir, 'single.json');
+  writeFileSync(single, JSON.stringify({ ...main, audio_detokenizer: det }));
+  t.same({ ...loadConfig(single), name: 'small' }, loadConfig('small'), 'embedded detokenizer config');
+  const lone = mkdtempSync(join(tmpdir(), 'voxslab-config-'));
+  writeFileSync(join(lone, 'config.json'), JSON.stringify(main));
+  t.throws(() => loadConfig(join(lone, 'config.json')), /audio_detokenizer\/config\.json: the detokenizer configuration is missing/);
+  writeFileSync(join(lone, 'broken.json'), '{"codebooks": 8,');
+  t.throws(() => loadConfig(join(lone, 'broken.json')), { name: 'BadInputError', message: /broken\.json: not valid JSON/ });
+  t.throws(() => loadConfig('no-such-config'), /not a built-in configuration \(tiny, small, lfm2-audio-1\.5b\)/);
+});
