@@ -4,6 +4,7 @@ import { ArgumentError, BadInputError, UsageError } from '../memory/errors.js';
 import { limitFromEnvironment } from '../memory/limit.js';
 import { loadConfig } from '../model/config.js';
 import { type MemoryPlanOptions, planManifest, planMemory } from '../model/memory.js';
+import { encoderTilingReport } from '../model/plans.js';
 import { parseIntervalsCsv } from '../memory/intervals.js';
 import { plan } from '../memory/planner.js';
 import { formatBytes } from '../memory/sizes.js';
@@ -121,8 +122,10 @@ export function planConfig(a: PlanConfigArgs): string {
     const p = s.plan;
     lines.push(`${s.stage.padEnd(30)}${formatBytes(p.highWater).padStart(14)}${formatBytes(p.lowerBound).padStart(14)}${p.ratio.toFixed(3).padStart(8)}${formatBytes(p.highWater).padStart(14)}`);
   }
-  const r = mp.reference.plan;
-  lines.push(`${'conformer, untiled reference'.padEnd(30)}${formatBytes(r.highWater).padStart(14)}${formatBytes(r.lowerBound).padStart(14)}${r.ratio.toFixed(3).padStart(8)}${'(not carved)'.padStart(14)}`);
+  lines.push('', `conformer high-water by tiling (${o.segmentSeconds} s segment; only the default is carved):`);
+  for (const v of encoderTilingReport(config, o.segmentSeconds)) {
+    lines.push(`  ${v.variant.padEnd(32)}${formatBytes(v.highWater).padStart(12)}`);
+  }
   const t = manifest.totals;
   lines.push(
     '',

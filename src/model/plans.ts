@@ -77,12 +77,13 @@ export function frontendDerived(config: ModelConfig): { name: string; bytes: num
   ];
 }
 
+/** Tile sizes; 0 leaves that part untiled (whole-sequence planes), for comparison. */
 export interface EncoderTiles {
   /** Encoder frames per subsampling tile. */
   subsampling: number;
   /** Rows per tile for row-wise blocks (LayerNorm, FFN, pointwise convs, adapter). */
   rows: number;
-  /** Query rows per attention tile. */
+  /** Query rows per attention tile (0 = H × T × T score planes). */
   queries: number;
   /** Key rows per attention tile. */
   keys: number;
@@ -111,10 +112,12 @@ export function encoderPass(config: ModelConfig, o: EncoderPlanOptions): PassBui
   const d = e.d;
   const D = config.adapter.out;
   const C = e.channels;
-  const t = o.tiles;
-  const tiled = t !== false;
-  const frames = tiled ? Math.min(t.subsampling, Tp) : Tp;
-  const R = tiled ? Math.min(t.rows, Tp) : Tp;
+  const t: EncoderTiles = o.tiles === false ? { subsampling: 0, rows: 0, queries: 0, keys: 0 } : o.tiles;
+  const subTiled = t.subsampling > 0;
+  const rowTiled = t.rows > 0;
+  const attTiled = t.queries > 0 && t.keys > 0;
+  const frames = subTiled ? Math.min(t.subsampling, Tp) : Tp;
+  const R = rowTiled ? Math.min(t.rows, Tp) : Tp;
   const p = new PassBuilder().external('mel_rows', 'pos_table');
   p.state('x', Tp * d * F32, `f32[${Tp}][${d}]`);
   // Per-feature normalisation of the completed segment, in place in the mel plane.
@@ -127,7 +130,7 @@ export function encoderPass(config: ModelConfig, o: EncoderPlanOptions): PassBui
   let freq = e.featIn;
   const freqs: number[] = [];
   for (let s = 0; s < e.stages; s++) freqs.push((freq = down(freq)));
-  if (tiled) {
+  if (subTiled) {
     for (let s = e.stages - 1; s >= 0; s--) {
       rows[s] = r;
       r = 2 * r + 1;
@@ -165,7 +168,7 @@ export function encoderPass(config: ModelConfig, o: EncoderPlanOptions): PassBui
   p.op('att.pos', ['pos_table'], [{ name: 'att.p', bytes: P * d * F32 }]);
   const H = e.heads;
   const hd = e.headDim;
-  if (tiled) {
+  if (attTiled) {
     // One op for the whole (head, query tile, key tile) loop: q, k, v, p and the context are
     // live across every iteration, so nothing the loop touches may share bytes.
     const tq = Math.min(t.queries, Tp);
@@ -191,7 +194,7 @@ export function encoderPass(config: ModelConfig, o: EncoderPlanOptions): PassBui
   p.op('att.residual', ['att.o', 'x']);
 
   // Convolution module: LN → pointwise (2d) → GLU → depthwise k (BN folded) + SiLU → pointwise.
-  if (tiled) {
+  if (rowTiled) {
     // Row-tile loop filling the whole GLU plane (the depthwise conv needs its neighbours),
     // then a row-tile loop from it back into x.
     p.op('conv.pre', ['x'], [
@@ -217,7 +220,7 @@ export function encoderPass(config: ModelConfig, o: EncoderPlanOptions): PassBui
 
   // Adapter: LN → Linear → GELU → Linear, rows written straight into the stage output (one
   // row-tile loop, so the output is live across it).
-  if (tiled) {
+  if (rowTiled) {
     p.op('adapter', ['x'], [
       { name: 'adapter.ln', bytes: R * d * F32 },
       { name: 'adapter.h', bytes: R * D * F32 },
@@ -251,4 +254,20 @@ export function planFrontend(config: ModelConfig): StagePlan {
 export function planEncoder(config: ModelConfig, o: EncoderPlanOptions): StagePlan {
   const p = encoderPass(config, o);
   return { stage: o.tiles === false ? 'conformer.untiled' : 'conformer', plan: plan(p.build()), ops: p.ops };
+}
+
+/** The Conformer's high-water with each kind of tiling on and off (for reports). */
+export function encoderTilingReport(config: ModelConfig, segmentSeconds: number): { variant: string; highWater: number; lowerBound: number }[] {
+  const d = DEFAULT_ENCODER_TILES;
+  const variants: [string, EncoderTiles | false][] = [
+    ['untiled', false],
+    ['attention tiled', { subsampling: 0, rows: 0, queries: d.queries, keys: d.keys }],
+    ['subsampling tiled', { subsampling: d.subsampling, rows: 0, queries: 0, keys: 0 }],
+    ['attention + subsampling tiled', { subsampling: d.subsampling, rows: 0, queries: d.queries, keys: d.keys }],
+    ['all tiled (default)', d],
+  ];
+  return variants.map(([variant, tiles]) => {
+    const p = planEncoder(config, { segmentSeconds, tiles }).plan;
+    return { variant, highWater: p.highWater, lowerBound: p.lowerBound };
+  });
 }

@@ -47,7 +47,7 @@ t.test('plan --config prints a manifest; bad options and inputs exit 2 / 4', asy
   t.ok('conversation/1' in m.owners);
   const human = voxslab('plan', '--config', 'tiny');
   t.equal(human.status, 0);
-  t.match(human.stdout, /conformer, untiled reference/);
+  t.match(human.stdout, /conformer high-water by tiling[\s\S]*untiled[\s\S]*attention \+ subsampling tiled[\s\S]*all tiled \(default\)/);
   t.match(human.stdout, /not yet planned:/);
   t.equal(voxslab('plan', '--config', 'tiny', '--context', 'lots').status, 2);
   t.equal(voxslab('plan', '--config', 'tiny', '--context', '99999').status, 2);
