@@ -4,6 +4,7 @@ import { parseArgs } from 'node:util';
 import { readFileSync } from 'node:fs';
 import { UsageError, exitCodeOf } from '../memory/errors.js';
 import { planConfig, planIntervals } from './plan.js';
+import { melFile, resampleFile } from './audio.js';
 
 const HELP = `voxslab — full-duplex speech runtime with planned, capped and accounted memory
 
@@ -14,6 +15,10 @@ usage:
   voxslab plan --intervals FILE.csv [--align N] [--json]
                                             plan a CSV of buffers (header id,lower,upper,size;
                                             live from op lower up to, not including, upper)
+  voxslab resample --in A.wav --rate HZ --out B.wav
+                                            band-limited resampling, every channel kept
+  voxslab mel --in A.wav --out M.npy [--raw]
+                                            log-mel features of 16 kHz audio, float32 [frames, 128]
   voxslab bench <memory|planner> [--json] [--quick]
   voxslab version
   voxslab help
@@ -101,6 +106,28 @@ async function main(argv: string[]): Promise<number> {
     case 'plan':
       planCommand(rest);
       return 0;
+    case 'resample': {
+      const { values, positionals } = parseArgs({
+        args: rest,
+        allowPositionals: true,
+        options: { in: { type: 'string' }, rate: { type: 'string' }, out: { type: 'string' } },
+      });
+      if (positionals.length > 0) throw new UsageError(`resample: unexpected argument '${positionals[0]}'`);
+      if (values.in === undefined || values.rate === undefined || values.out === undefined) throw new UsageError('resample: give --in A.wav --rate HZ --out B.wav');
+      process.stderr.write(`${resampleFile(values.in, values.rate, values.out)}\n`);
+      return 0;
+    }
+    case 'mel': {
+      const { values, positionals } = parseArgs({
+        args: rest,
+        allowPositionals: true,
+        options: { in: { type: 'string' }, out: { type: 'string' }, raw: { type: 'boolean', default: false } },
+      });
+      if (positionals.length > 0) throw new UsageError(`mel: unexpected argument '${positionals[0]}'`);
+      if (values.in === undefined || values.out === undefined) throw new UsageError('mel: give --in A.wav --out M.npy');
+      process.stderr.write(`${melFile(values.in, values.out, values.raw === true)}\n`);
+      return 0;
+    }
     default:
       throw new UsageError(`unknown command '${command}'; run 'voxslab help'`);
   }

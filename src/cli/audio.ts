@@ -1,0 +1,89 @@
+/** `voxslab resample` and `voxslab mel`. */
+import { writeFileSync } from 'node:fs';
+import { BadInputError, UsageError } from '../memory/errors.js';
+import { openFileSource, WavFileWriter } from '../io/files.js';
+import { MelFrontend, normaliseRows } from '../dsp/mel.js';
+import { encodeNpyFloat32 } from '../dsp/npy.js';
+import { Resampler } from '../dsp/resample.js';
+import { MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, WavReader } from '../dsp/wav.js';
+
+const CHUNK = 8192;
+
+/** Resamples every channel of a WAV file to `rate`; the output keeps the input's sample format. */
+export function resampleFile(input: string, rateText: string, output: string): string {
+  if (!/^\d+$/.test(rateText)) throw new UsageError(`--rate must be a whole number of Hz, got '${rateText}'`);
+  const rate = Number(rateText);
+  if (rate < MIN_SAMPLE_RATE || rate > MAX_SAMPLE_RATE) throw new UsageError(`--rate must be from ${MIN_SAMPLE_RATE} to ${MAX_SAMPLE_RATE} Hz, got ${rate}`);
+  const src = openFileSource(input);
+  try {
+    const reader = new WavReader(src, CHUNK);
+    const { channels, sampleRate, format, extensible } = reader.info;
+    const resamplers = Array.from({ length: channels }, () => new Resampler(sampleRate, rate));
+    const frames = new Float32Array(CHUNK * channels);
+    const lane = new Float32Array(CHUNK);
+    const maxOut = (resamplers[0] as Resampler).maxOutput(CHUNK) + (resamplers[0] as Resampler).taps;
+    const outLanes = resamplers.map(() => new Float32Array(maxOut));
+    const interleaved = new Float32Array(maxOut * channels);
+    const writer = new WavFileWriter(output, { sampleRate: rate, channels, format, extensible });
+    const emit = (counts: number[]): void => {
+      const n = counts[0] as number;
+      for (let c = 0; c < channels; c++) {
+        const l = outLanes[c] as Float32Array;
+        for (let i = 0; i < n; i++) interleaved[i * channels + c] = l[i] as number;
+      }
+      writer.write(interleaved.subarray(0, n * channels));
+    };
+    let inFrames = 0;
+    let outFrames = 0;
+    for (;;) {
+      const n = reader.read(frames, CHUNK);
+      if (n === 0) break;
+      inFrames += n;
+      const counts = resamplers.map((r, c) => {
+        for (let i = 0; i < n; i++) lane[i] = frames[i * channels + c] as number;
+        return r.push(lane.subarray(0, n), outLanes[c] as Float32Array, 0);
+      });
+      emit(counts);
+      outFrames += counts[0] as number;
+    }
+    const tail = resamplers.map((r, c) => r.finish(outLanes[c] as Float32Array, 0));
+    emit(tail);
+    outFrames += tail[0] as number;
+    writer.close();
+    return `${input}: ${inFrames} frames at ${sampleRate} Hz → ${output}: ${outFrames} frames at ${rate} Hz (${channels} channel(s), ${format})`;
+  } finally {
+    src.close();
+  }
+}
+
+/**
+ * Log-mel features of a 16 kHz WAV file (downmixed to mono) as .npy float32 [frames, 128]:
+ * normalised per feature as the encoder receives them, or raw log-mel with `raw`.
+ */
+export function melFile(input: string, output: string, raw: boolean): string {
+  const src = openFileSource(input);
+  try {
+    const reader = new WavReader(src, CHUNK);
+    const mel = new MelFrontend();
+    if (reader.info.sampleRate !== mel.sampleRate) {
+      throw new BadInputError(
+        { file: input, field: 'fmt.sampleRate' },
+        `the frontend needs ${mel.sampleRate} Hz audio, this file is ${reader.info.sampleRate} Hz (convert it with 'voxslab resample --rate ${mel.sampleRate}')`,
+      );
+    }
+    const rows = mel.rowsFor(reader.info.frames);
+    const out = new Float32Array(rows * mel.nMels);
+    const chunk = new Float32Array(CHUNK);
+    for (;;) {
+      const n = reader.readMono(chunk);
+      if (n === 0) break;
+      mel.push(chunk.subarray(0, n), out);
+    }
+    mel.finish(out);
+    if (!raw) normaliseRows(out, rows, mel.nMels, Math.floor(reader.info.frames / mel.hop), new Float64Array(2 * mel.nMels));
+    writeFileSync(output, encodeNpyFloat32(out, [rows, mel.nMels]));
+    return `${input}: ${reader.info.frames} samples → ${output}: [${rows}, ${mel.nMels}] float32 (${raw ? 'raw log-mel' : 'normalised'})`;
+  } finally {
+    src.close();
+  }
+}
