@@ -99,6 +99,27 @@ export class Resampler {
     this.#ring = ws('resample.history', Float64Array, 2 * this.taps);
   }
 
+  /**
+   * Gain of the implemented filter at `hz` (1 in the passband), computed from the phase table
+   * itself, so reports measure the coefficients in use rather than the design targets.
+   */
+  gainAt(hz: number): number {
+    const L = this.up;
+    const T = this.taps;
+    const w = (2 * Math.PI * hz) / (this.inRate * L);
+    let re = 0;
+    let im = 0;
+    for (let p = 0; p < L; p++) {
+      for (let k = 0; k < T; k++) {
+        const j = p + k * L;
+        const c = this.#h[p * T + k] as number;
+        re += c * Math.cos(w * j);
+        im -= c * Math.sin(w * j);
+      }
+    }
+    return Math.hypot(re, im) / L;
+  }
+
   /** Outputs a whole input of `n` samples yields. */
   outputLength(n: number): number {
     return Math.ceil((n * this.up) / this.down);
