@@ -2,12 +2,12 @@
   "targets": [
     {
       "target_name": "voxslab_native",
-      "sources": ["src/addon.cc", "src/system.cc"],
+      "sources": ["src/addon.cc", "src/system.cc", "src/dsp.cc"],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions"],
-      "cflags_cc": ["-std=c++17", "-O2", "-Wall", "-Wextra"],
+      "cflags_cc": ["-std=c++17", "-O3", "-Wall", "-Wextra"],
       "xcode_settings": {
         "GCC_ENABLE_CPP_EXCEPTIONS": "YES",
         "CLANG_CXX_LANGUAGE_STANDARD": "c++17"

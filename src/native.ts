@@ -59,6 +59,25 @@ export interface NativeAddon {
   lockRange(view: ByteView): NativeResult;
   unlockRange(view: ByteView): NativeResult;
   cpuFeatures(): CpuFeatures;
+  /**
+   * Streaming polyphase resampling over caller-owned buffers (see dsp/resample.ts for the
+   * layouts). `input` null flushes with zeros until `limit` outputs exist. Returns outputs
+   * written to out[outAt…]; throws RangeError if `out` lacks room for them.
+   */
+  resampleRun(
+    phases: Float64Array,
+    ring: Float64Array,
+    state: Float64Array,
+    input: Float32Array | null,
+    count: number,
+    out: Float32Array,
+    outAt: number,
+    limit: number,
+  ): number;
+  /** Mixed-radix complex FFT with the caller's plan, twiddles and scratch (dsp/fft.ts). */
+  fft(factors: Int32Array, twiddles: Float64Array, scratch: Float64Array, input: Float64Array, output: Float64Array, n: number, inverse: boolean): void;
+  /** The dot-product path chosen at load: 'avx2+fma' or 'scalar'. */
+  kernelPath(): string;
 }
 
 const require = createRequire(import.meta.url);

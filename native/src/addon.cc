@@ -2,9 +2,11 @@
 // operating-system work lives in system.cc.
 #include <napi.h>
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
+#include "dsp.h"
 #include "system.h"
 
 namespace {
@@ -83,6 +85,52 @@ std::string ErrnoText(int err) {
   strerror_r(err, buf, sizeof(buf));
   return std::string(buf);
 #endif
+}
+
+// A TypedArray argument of one element type, with its element count.
+template <typename T>
+struct View {
+  T* data;
+  size_t length;
+};
+
+template <typename T>
+View<T> TypedArg(const Napi::CallbackInfo& info, size_t index, napi_typedarray_type want, const char* fn, const char* what) {
+  napi_env env = info.Env();
+  napi_value value = info[index];
+  bool is_typed = false;
+  napi_typedarray_type type;
+  size_t length = 0;
+  void* data = nullptr;
+  napi_value buffer;
+  size_t offset = 0;
+  if (napi_is_typedarray(env, value, &is_typed) != napi_ok || !is_typed ||
+      napi_get_typedarray_info(env, value, &type, &length, &data, &buffer, &offset) != napi_ok || type != want) {
+    const char* name = want == napi_float64_array ? "Float64Array" : want == napi_float32_array ? "Float32Array" : "Int32Array";
+    ThrowType(info.Env(), std::string(fn) + ": " + what + " must be a " + name);
+  }
+  if (length != 0 && data == nullptr) ThrowType(info.Env(), std::string(fn) + ": " + what + " has no storage");
+  return View<T>{static_cast<T*>(data), length};
+}
+
+double NumberArg(const Napi::CallbackInfo& info, size_t index, const char* fn, const char* what) {
+  if (!info[index].IsNumber()) ThrowType(info.Env(), std::string(fn) + ": " + what + " must be a number");
+  return info[index].As<Napi::Number>().DoubleValue();
+}
+
+int64_t CountArg(const Napi::CallbackInfo& info, size_t index, const char* fn, const char* what) {
+  const double d = NumberArg(info, index, fn, what);
+  if (!(d >= 0) || d > 9007199254740991.0 || d != static_cast<double>(static_cast<int64_t>(d))) {
+    ThrowRange(info.Env(), std::string(fn) + ": " + what + " must be a non-negative integer");
+  }
+  return static_cast<int64_t>(d);
+}
+
+template <typename A, typename B>
+bool Overlap(const View<A>& a, const View<B>& b) {
+  const auto* a0 = reinterpret_cast<const uint8_t*>(a.data);
+  const auto* b0 = reinterpret_cast<const uint8_t*>(b.data);
+  return a0 < b0 + b.length * sizeof(B) && b0 < a0 + a.length * sizeof(A);
 }
 
 Napi::Object Result(const Napi::Env& env, int err) {
@@ -190,7 +238,85 @@ Napi::Value CpuFeaturesValue(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// resampleRun(phases, ring, state, input | null, count, out, outAt, limit) → outputs written
+Napi::Value ResampleRunValue(const Napi::CallbackInfo& info) {
+  const char* fn = "resampleRun";
+  ExpectArgs(info, 8, fn);
+  auto phases = TypedArg<double>(info, 0, napi_float64_array, fn, "phases");
+  auto ring = TypedArg<double>(info, 1, napi_float64_array, fn, "ring");
+  auto state = TypedArg<double>(info, 2, napi_float64_array, fn, "state");
+  if (state.length < voxslab::kRsSlots) ThrowRange(info.Env(), "resampleRun: state needs 8 slots");
+  const double L = state.data[voxslab::kRsUp], M = state.data[voxslab::kRsDown], T = state.data[voxslab::kRsTaps];
+  if (!(L >= 1 && M >= 1 && T >= 1) || L * T > static_cast<double>(phases.length) || 2 * T > static_cast<double>(ring.length) ||
+      !(state.data[voxslab::kRsPos] >= 0 && state.data[voxslab::kRsPos] < T)) {
+    ThrowRange(info.Env(), "resampleRun: state does not match the phase table and ring");
+  }
+  const bool finishing = info[3].IsNull();
+  View<float> input{nullptr, 0};
+  if (!finishing) input = TypedArg<float>(info, 3, napi_float32_array, fn, "input");
+  const int64_t count = CountArg(info, 4, fn, "count");
+  auto out = TypedArg<float>(info, 5, napi_float32_array, fn, "out");
+  const int64_t at = CountArg(info, 6, fn, "outAt");
+  const int64_t limit = finishing ? CountArg(info, 7, fn, "limit") : 0;
+  if (!finishing && static_cast<size_t>(count) > input.length) ThrowRange(info.Env(), "resampleRun: count exceeds the input");
+  const int64_t outputs = static_cast<int64_t>(state.data[voxslab::kRsOutputs]);
+  const int64_t need = finishing ? (limit > outputs ? limit - outputs : 0) : voxslab::ResampleReady(state.data, count);
+  if (static_cast<size_t>(at) > out.length || static_cast<size_t>(need) > out.length - static_cast<size_t>(at)) {
+    ThrowRange(info.Env(), "resampleRun: out has room for " + std::to_string(out.length - std::min(out.length, static_cast<size_t>(at))) +
+                               " samples after outAt, the call completes " + std::to_string(need));
+  }
+  if (Overlap(out, phases) || Overlap(out, ring) || Overlap(out, state) || Overlap(ring, phases) || Overlap(ring, state)) {
+    ThrowRange(info.Env(), "resampleRun: buffers must not overlap");
+  }
+  const int64_t n = voxslab::ResampleRun(phases.data, ring.data, state.data, finishing ? nullptr : input.data, count,
+                                          out.data + at, limit);
+  return Napi::Number::New(info.Env(), static_cast<double>(n));
+}
+
+// fft(factors, twiddles, scratch, input, output, n, inverse)
+Napi::Value FftValue(const Napi::CallbackInfo& info) {
+  const char* fn = "fft";
+  ExpectArgs(info, 7, fn);
+  auto factors = TypedArg<int32_t>(info, 0, napi_int32_array, fn, "factors");
+  auto tw = TypedArg<double>(info, 1, napi_float64_array, fn, "twiddles");
+  auto scratch = TypedArg<double>(info, 2, napi_float64_array, fn, "scratch");
+  auto in = TypedArg<double>(info, 3, napi_float64_array, fn, "input");
+  auto out = TypedArg<double>(info, 4, napi_float64_array, fn, "output");
+  const int64_t n = CountArg(info, 5, fn, "n");
+  if (!info[6].IsBoolean()) ThrowType(info.Env(), "fft: inverse must be a boolean");
+  const bool inverse = info[6].As<Napi::Boolean>().Value();
+  if (n < 1 || n > (1 << 24)) ThrowRange(info.Env(), "fft: n must be from 1 to 2^24");
+  const size_t len = static_cast<size_t>(2 * n);
+  if (tw.length < len || in.length < len || out.length < len) ThrowRange(info.Env(), "fft: twiddles, input and output need 2·n values");
+  // The factor plan must multiply out to n and fit the scratch.
+  int64_t rest = n;
+  size_t i = 0;
+  int32_t maxP = 2;
+  while (rest > 1) {
+    if (i + 1 >= factors.length) ThrowRange(info.Env(), "fft: factor plan is incomplete");
+    const int32_t p = factors.data[i];
+    const int32_t m = factors.data[i + 1];
+    if (p < 2 || rest % p != 0 || rest / p != m) ThrowRange(info.Env(), "fft: factor plan does not match n");
+    maxP = std::max(maxP, p);
+    rest = m;
+    i += 2;
+  }
+  if (n == 1 && (factors.length < 2 || factors.data[0] != 1 || factors.data[1] != 1)) ThrowRange(info.Env(), "fft: factor plan does not match n");
+  if (scratch.length < static_cast<size_t>(2 * maxP)) ThrowRange(info.Env(), "fft: scratch is too small for the largest radix");
+  if (Overlap(in, out) || Overlap(scratch, out) || Overlap(scratch, in)) ThrowRange(info.Env(), "fft: input, output and scratch must not overlap");
+  voxslab::FftRun(factors.data, tw.data, scratch.data, in.data, out.data, static_cast<int>(n), inverse);
+  return info.Env().Undefined();
+}
+
+Napi::Value DotPathValue(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 0, "kernelPath");
+  return Napi::String::New(info.Env(), voxslab::DotPath());
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  exports.Set("resampleRun", Napi::Function::New(env, ResampleRunValue, "resampleRun"));
+  exports.Set("fft", Napi::Function::New(env, FftValue, "fft"));
+  exports.Set("kernelPath", Napi::Function::New(env, DotPathValue, "kernelPath"));
   exports.Set("pinThread", Napi::Function::New(env, PinThread, "pinThread"));
   exports.Set("allowedCpus", Napi::Function::New(env, AllowedCpus, "allowedCpus"));
   exports.Set("currentCpu", Napi::Function::New(env, CurrentCpu, "currentCpu"));

@@ -1,13 +1,16 @@
 /**
- * Mixed-radix complex FFT (radices 4, 2, 3, 5 and a generic butterfly), decimation in time,
- * out of place, on interleaved (re, im) Float64Arrays. Any length factors; the runtime uses 512
- * (frontend) and 1280 = 2^8·5 (detokenizer ISTFT). Twiddles and the factor plan are made once;
- * transforms allocate nothing. f64 throughout so streamed and batch frames agree to the bit.
+ * Mixed-radix complex FFT (radix 4, radix 2 and a generic butterfly), decimation in time, out
+ * of place, on interleaved (re, im) Float64Arrays. Any length; the runtime uses 512 (frontend)
+ * and 1280 = 2^8·5 (detokenizer ISTFT). The plan and twiddles are made once, here; the
+ * transform runs in the native addon over those buffers (allocating nothing). `forwardTs` /
+ * `inverseTs` run the same algorithm in TypeScript: the reference the native kernel is tested
+ * against. f64 throughout so streamed and batch frames agree to the bit.
  *
  * Written here rather than taken from fft.js, which handles powers of two only.
  */
 import { ArgumentError } from '../memory/errors.js';
 import { heapWorkspace, type Workspace } from './workspace.js';
+import { native } from '../native.js';
 
 function factorize(n: number): number[] {
   const out: number[] = [];
@@ -57,13 +60,23 @@ export class ComplexFFT {
 
   /** X = Σ x[j]·e^{-2πijk/n}. `input` and `output` must not overlap. */
   forward(input: Float64Array, output: Float64Array): void {
+    native.fft(this.#factors, this.#twf, this.#scratch, input, output, this.n, false);
+  }
+
+  /** x = Σ X[k]·e^{+2πijk/n}, unscaled (divide by n for the inverse). */
+  inverse(input: Float64Array, output: Float64Array): void {
+    native.fft(this.#factors, this.#twi, this.#scratch, input, output, this.n, true);
+  }
+
+  /** TypeScript reference of `forward`. */
+  forwardTs(input: Float64Array, output: Float64Array): void {
     this.#tw = this.#twf;
     this.#inverse = false;
     this.#work(output, 0, input, 0, 1, 0);
   }
 
-  /** x = Σ X[k]·e^{+2πijk/n}, unscaled (divide by n for the inverse). */
-  inverse(input: Float64Array, output: Float64Array): void {
+  /** TypeScript reference of `inverse`. */
+  inverseTs(input: Float64Array, output: Float64Array): void {
     this.#tw = this.#twi;
     this.#inverse = true;
     this.#work(output, 0, input, 0, 1, 0);

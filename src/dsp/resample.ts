@@ -8,13 +8,26 @@
  * for the requested stopband attenuation (default 110 dB).
  *
  * Streaming equals batch bit for bit: every output is one dot product over the same taps and
- * the same history, whatever the chunking. Samples arrive one at a time into a double-written
- * history ring, so any window is contiguous. No allocation after construction.
+ * the same history, in the same order, whatever the chunking. Samples arrive one at a time
+ * into a double-written history ring, so any window is contiguous. The loop runs in the native
+ * addon over buffers made here (the phase table, the ring and a state block of named slots);
+ * nothing is allocated after construction.
  *
  * Thread contract: one instance per stream, one thread; push/finish never throw.
  */
 import { ArgumentError } from '../memory/errors.js';
 import { heapWorkspace, type Workspace } from './workspace.js';
+import { native } from '../native.js';
+
+/** Named slots of the state block shared with the native kernel (native/src/dsp.h). */
+const kPos = 0;
+const kInputs = 1;
+const kOutputs = 2;
+const kUp = 3;
+const kDown = 4;
+const kTaps = 5;
+const kCenter = 6;
+const kStateSlots = 8;
 
 export interface ResamplerOptions {
   /** Stopband attenuation in dB. Default 110. */
@@ -51,12 +64,9 @@ export class Resampler {
   readonly down: number;
   /** Taps per phase. */
   readonly taps: number;
-  readonly #h: Float64Array; // [L][taps]: phase p, tap k = prototype[p + k·L]
+  readonly #h: Float64Array; // [L][taps], each phase reversed: tap T−1−k = prototype[p + k·L]
   readonly #ring: Float64Array; // [2·taps] double-written history
-  readonly #center: number; // prototype centre at the common rate
-  #pos = 0; // ring write position
-  #inputs = 0; // samples pushed (absolute index of the next input)
-  #outputs = 0; // outputs emitted
+  readonly #state: Float64Array; // [kStateSlots] shared with the native kernel
   #flushed = false;
 
   constructor(inRate: number, outRate: number, o: ResamplerOptions = {}, ws: Workspace = heapWorkspace) {
@@ -83,20 +93,25 @@ export class Resampler {
     this.taps = Math.ceil(length / L);
     length = this.taps * L;
     if (length % 2 === 0) length -= 1;
-    this.#center = (length - 1) / 2;
+    const center = (length - 1) / 2;
     this.#h = ws('resample.phases', Float64Array, L * this.taps);
     const fc = cutoff / common;
     const i0b = besselI0(beta);
     for (let j = 0; j < length; j++) {
-      const t = j - this.#center;
+      const t = j - center;
       const sinc = t === 0 ? 2 * fc : Math.sin(2 * Math.PI * fc * t) / (Math.PI * t);
-      const r = t / this.#center;
+      const r = t / center;
       const w = besselI0(beta * Math.sqrt(Math.max(0, 1 - r * r))) / i0b;
       const p = j % L;
       const k = (j - p) / L;
-      this.#h[p * this.taps + k] = sinc * w * L; // × L restores the gain lost to zero-stuffing
+      this.#h[p * this.taps + (this.taps - 1 - k)] = sinc * w * L; // × L restores the gain lost to zero-stuffing
     }
     this.#ring = ws('resample.history', Float64Array, 2 * this.taps);
+    this.#state = ws('resample.state', Float64Array, kStateSlots);
+    this.#state[kUp] = L;
+    this.#state[kDown] = this.down;
+    this.#state[kTaps] = this.taps;
+    this.#state[kCenter] = center;
   }
 
   /**
@@ -112,7 +127,7 @@ export class Resampler {
     for (let p = 0; p < L; p++) {
       for (let k = 0; k < T; k++) {
         const j = p + k * L;
-        const c = this.#h[p * T + k] as number;
+        const c = this.#h[p * T + (T - 1 - k)] as number;
         re += c * Math.cos(w * j);
         im -= c * Math.sin(w * j);
       }
@@ -132,70 +147,22 @@ export class Resampler {
 
   reset(): void {
     this.#ring.fill(0);
-    this.#pos = 0;
-    this.#inputs = 0;
-    this.#outputs = 0;
+    this.#state[kPos] = 0;
+    this.#state[kInputs] = 0;
+    this.#state[kOutputs] = 0;
     this.#flushed = false;
   }
 
   /** Feeds `count` samples of `input`; writes the outputs they complete to `out[outAt…]`. Returns the count. */
-  push(input: ArrayLike<number>, out: Float32Array, outAt = 0, count = input.length): number {
+  push(input: Float32Array, out: Float32Array, outAt = 0, count = input.length): number {
     if (this.#flushed) return 0;
-    let n = 0;
-    const m = Math.min(count, input.length);
-    for (let i = 0; i < m; i++) {
-      this.#write(input[i] as number);
-      n += this.#drain(out, outAt + n, Number.POSITIVE_INFINITY);
-    }
-    return n;
+    return native.resampleRun(this.#h, this.#ring, this.#state, input, Math.min(count, input.length), out, outAt, 0);
   }
 
   /** Ends the stream: feeds zeros until every output of the input so far is written. */
   finish(out: Float32Array, outAt = 0): number {
     if (this.#flushed) return 0;
     this.#flushed = true;
-    const total = this.outputLength(this.#inputs);
-    let n = this.#drain(out, outAt, total);
-    while (this.#outputs < total) {
-      this.#write(0);
-      n += this.#drain(out, outAt + n, total);
-    }
-    return n;
-  }
-
-  #write(x: number): void {
-    const T = this.taps;
-    this.#pos = this.#pos + 1 === T ? 0 : this.#pos + 1;
-    this.#ring[this.#pos] = x;
-    this.#ring[this.#pos + T] = x;
-    this.#inputs += 1;
-  }
-
-  /** Emits every output whose newest input has arrived (and, when flushing, below `limit`). */
-  #drain(out: Float32Array, at: number, limit: number): number {
-    const L = this.up;
-    const M = this.down;
-    const T = this.taps;
-    const h = this.#h;
-    const ring = this.#ring;
-    let n = 0;
-    for (;;) {
-      if (this.#outputs >= limit) break;
-      const t = this.#outputs * M + this.#center; // common-rate time of the prototype's tap 0
-      const newest = Math.floor(t / L); // input index aligned with tap phase p
-      if (newest > this.#inputs - 1) break;
-      const p = t - newest * L;
-      // Outputs are drained after every input, so each is emitted exactly when its newest
-      // input arrives: that input is the latest, and the ring holds the T before it,
-      // newest-first from ring[pos + T] down.
-      const base = p * T;
-      const r = this.#pos + T;
-      let acc = 0;
-      for (let k = 0; k < T; k++) acc += (h[base + k] as number) * (ring[r - k] as number);
-      out[at + n] = acc;
-      n++;
-      this.#outputs += 1;
-    }
-    return n;
+    return native.resampleRun(this.#h, this.#ring, this.#state, null, 0, out, outAt, this.outputLength(this.#state[kInputs] as number));
   }
 }

@@ -1,0 +1,245 @@
+#include "dsp.h"
+
+#include <cmath>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define VOXSLAB_X86 1
+#endif
+
+namespace voxslab {
+
+namespace {
+
+// Four accumulators in a fixed order, so every call rounds the same way.
+double DotScalar(const double* a, const double* b, int64_t n) {
+  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t k = 0;
+  for (; k + 4 <= n; k += 4) {
+    s0 += a[k] * b[k];
+    s1 += a[k + 1] * b[k + 1];
+    s2 += a[k + 2] * b[k + 2];
+    s3 += a[k + 3] * b[k + 3];
+  }
+  for (; k < n; ++k) s0 += a[k] * b[k];
+  return (s0 + s1) + (s2 + s3);
+}
+
+#ifdef VOXSLAB_X86
+__attribute__((target("avx2,fma"))) double DotAvx2(const double* a, const double* b, int64_t n) {
+  __m256d s0 = _mm256_setzero_pd();
+  __m256d s1 = _mm256_setzero_pd();
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    s0 = _mm256_fmadd_pd(_mm256_loadu_pd(a + k), _mm256_loadu_pd(b + k), s0);
+    s1 = _mm256_fmadd_pd(_mm256_loadu_pd(a + k + 4), _mm256_loadu_pd(b + k + 4), s1);
+  }
+  if (k + 4 <= n) {
+    s0 = _mm256_fmadd_pd(_mm256_loadu_pd(a + k), _mm256_loadu_pd(b + k), s0);
+    k += 4;
+  }
+  __m256d s = _mm256_add_pd(s0, s1);
+  alignas(32) double lanes[4];
+  _mm256_store_pd(lanes, s);
+  double tail = 0;
+  for (; k < n; ++k) tail = std::fma(a[k], b[k], tail);
+  return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + tail;
+}
+#endif
+
+using DotFn = double (*)(const double*, const double*, int64_t);
+
+DotFn ChooseDot() {
+#ifdef VOXSLAB_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DotAvx2;
+#endif
+  return DotScalar;
+}
+
+const DotFn kDot = ChooseDot();
+
+}  // namespace
+
+const char* DotPath() { return kDot == DotScalar ? "scalar" : "avx2+fma"; }
+
+int64_t ResampleReady(const double* state, int64_t count) {
+  const int64_t L = static_cast<int64_t>(state[kRsUp]);
+  const int64_t M = static_cast<int64_t>(state[kRsDown]);
+  const int64_t c = static_cast<int64_t>(state[kRsCenter]);
+  const int64_t inputs = static_cast<int64_t>(state[kRsInputs]) + count;
+  const int64_t outputs = static_cast<int64_t>(state[kRsOutputs]);
+  // Output n is complete once floor((n·M + c) / L) < inputs, i.e. n·M + c < inputs·L.
+  const int64_t num = inputs * L - c;
+  const int64_t ready = num <= 0 ? 0 : (num + M - 1) / M;
+  return ready > outputs ? ready - outputs : 0;
+}
+
+int64_t ResampleRun(const double* phases, double* ring, double* state, const float* input, int64_t count, float* out,
+                    int64_t limit) {
+  const int64_t L = static_cast<int64_t>(state[kRsUp]);
+  const int64_t M = static_cast<int64_t>(state[kRsDown]);
+  const int64_t T = static_cast<int64_t>(state[kRsTaps]);
+  const int64_t c = static_cast<int64_t>(state[kRsCenter]);
+  int64_t pos = static_cast<int64_t>(state[kRsPos]);
+  int64_t inputs = static_cast<int64_t>(state[kRsInputs]);
+  int64_t outputs = static_cast<int64_t>(state[kRsOutputs]);
+  int64_t written = 0;
+  auto drain = [&](int64_t cap) {
+    for (;;) {
+      if (outputs >= cap) return;
+      const int64_t t = outputs * M + c;
+      const int64_t newest = t / L;
+      if (newest > inputs - 1) return;
+      const int64_t p = t - newest * L;
+      // ring[pos+1 .. pos+T] holds the last T inputs, oldest first.
+      out[written++] = static_cast<float>(kDot(phases + p * T, ring + pos + 1, T));
+      ++outputs;
+    }
+  };
+  auto write = [&](double x) {
+    pos = pos + 1 == T ? 0 : pos + 1;
+    ring[pos] = x;
+    ring[pos + T] = x;
+    ++inputs;
+  };
+  if (input != nullptr) {
+    const int64_t unlimited = INT64_MAX;
+    for (int64_t i = 0; i < count; ++i) {
+      write(static_cast<double>(input[i]));
+      drain(unlimited);
+    }
+  } else {
+    drain(limit);
+    while (outputs < limit) {
+      write(0.0);
+      drain(limit);
+    }
+  }
+  state[kRsPos] = static_cast<double>(pos);
+  state[kRsInputs] = static_cast<double>(inputs);
+  state[kRsOutputs] = static_cast<double>(outputs);
+  return written;
+}
+
+namespace {
+
+struct Fft {
+  const int32_t* factors;
+  const double* tw;
+  double* scratch;
+  int n;
+  bool inverse;
+
+  void Work(double* out, int o, const double* in, int i, int fstride, int fi) const {
+    const int p = factors[fi];
+    const int m = factors[fi + 1];
+    if (m == 1) {
+      for (int q = 0; q < p; ++q) {
+        out[2 * (o + q)] = in[2 * i];
+        out[2 * (o + q) + 1] = in[2 * i + 1];
+        i += fstride;
+      }
+    } else {
+      for (int q = 0; q < p; ++q) {
+        Work(out, o + q * m, in, i, fstride * p, fi + 2);
+        i += fstride;
+      }
+    }
+    if (p == 2) Bfly2(out, o, fstride, m);
+    else if (p == 4) Bfly4(out, o, fstride, m);
+    else BflyGeneric(out, o, fstride, m, p);
+  }
+
+  void Bfly2(double* f, int o, int fstride, int m) const {
+    for (int k = 0; k < m; ++k) {
+      double* a = f + 2 * (o + k);
+      double* b = f + 2 * (o + k + m);
+      const double wr = tw[2 * k * fstride];
+      const double wi = tw[2 * k * fstride + 1];
+      const double tr = b[0] * wr - b[1] * wi;
+      const double ti = b[0] * wi + b[1] * wr;
+      b[0] = a[0] - tr;
+      b[1] = a[1] - ti;
+      a[0] += tr;
+      a[1] += ti;
+    }
+  }
+
+  void Bfly4(double* f, int o, int fstride, int m) const {
+    for (int k = 0; k < m; ++k) {
+      double* x0 = f + 2 * (o + k);
+      double* x1 = f + 2 * (o + k + m);
+      double* x2 = f + 2 * (o + k + 2 * m);
+      double* x3 = f + 2 * (o + k + 3 * m);
+      const double* w1 = tw + 2 * k * fstride;
+      const double* w2 = tw + 4 * k * fstride;
+      const double* w3 = tw + 6 * k * fstride;
+      const double s0r = x1[0] * w1[0] - x1[1] * w1[1];
+      const double s0i = x1[0] * w1[1] + x1[1] * w1[0];
+      const double s1r = x2[0] * w2[0] - x2[1] * w2[1];
+      const double s1i = x2[0] * w2[1] + x2[1] * w2[0];
+      const double s2r = x3[0] * w3[0] - x3[1] * w3[1];
+      const double s2i = x3[0] * w3[1] + x3[1] * w3[0];
+      const double s5r = x0[0] - s1r;
+      const double s5i = x0[1] - s1i;
+      const double pr = x0[0] + s1r;
+      const double pi = x0[1] + s1i;
+      const double s3r = s0r + s2r;
+      const double s3i = s0i + s2i;
+      const double s4r = s0r - s2r;
+      const double s4i = s0i - s2i;
+      x2[0] = pr - s3r;
+      x2[1] = pi - s3i;
+      x0[0] = pr + s3r;
+      x0[1] = pi + s3i;
+      if (inverse) {
+        x1[0] = s5r - s4i;
+        x1[1] = s5i + s4r;
+        x3[0] = s5r + s4i;
+        x3[1] = s5i - s4r;
+      } else {
+        x1[0] = s5r + s4i;
+        x1[1] = s5i - s4r;
+        x3[0] = s5r - s4i;
+        x3[1] = s5i + s4r;
+      }
+    }
+  }
+
+  void BflyGeneric(double* f, int o, int fstride, int m, int p) const {
+    for (int u = 0; u < m; ++u) {
+      for (int q = 0, k = u; q < p; ++q, k += m) {
+        scratch[2 * q] = f[2 * (o + k)];
+        scratch[2 * q + 1] = f[2 * (o + k) + 1];
+      }
+      for (int q1 = 0, k = u; q1 < p; ++q1, k += m) {
+        int twidx = 0;
+        double re = scratch[0];
+        double im = scratch[1];
+        for (int q = 1; q < p; ++q) {
+          twidx += fstride * k;
+          if (twidx >= n) twidx -= n;
+          const double wr = tw[2 * twidx];
+          const double wi = tw[2 * twidx + 1];
+          const double xr = scratch[2 * q];
+          const double xi = scratch[2 * q + 1];
+          re += xr * wr - xi * wi;
+          im += xr * wi + xi * wr;
+        }
+        f[2 * (o + k)] = re;
+        f[2 * (o + k) + 1] = im;
+      }
+    }
+  }
+};
+
+}  // namespace
+
+void FftRun(const int32_t* factors, const double* twiddles, double* scratch, const double* in, double* out, int n,
+            bool inverse) {
+  Fft f{factors, twiddles, scratch, n, inverse};
+  f.Work(out, 0, in, 0, 1, 0);
+}
+
+}  // namespace voxslab
