@@ -76,6 +76,18 @@ export interface NativeAddon {
   ): number;
   /** Mixed-radix complex FFT with the caller's plan, twiddles and scratch (dsp/fft.ts). */
   fft(factors: Int32Array, twiddles: Float64Array, scratch: Float64Array, input: Float64Array, output: Float64Array, n: number, inverse: boolean): void;
+  /** Real-input FFT of even n via an n/2-point complex plan (dsp/fft.ts RealFFT). */
+  rfft(
+    factors: Int32Array,
+    twiddles: Float64Array,
+    scratch: Float64Array,
+    split: Float64Array,
+    work: Float64Array,
+    input: Float64Array,
+    output: Float64Array,
+    n: number,
+    inverse: boolean,
+  ): void;
   /** The dot-product path chosen at load: 'avx2+fma' or 'scalar'. */
   kernelPath(): string;
 }

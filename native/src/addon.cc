@@ -308,6 +308,53 @@ Napi::Value FftValue(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// rfft(factors, twiddles, scratch, split, work, input, output, n, inverse): plan, twiddles and
+// scratch are for the n/2-point complex FFT.
+Napi::Value RfftValue(const Napi::CallbackInfo& info) {
+  const char* fn = "rfft";
+  ExpectArgs(info, 9, fn);
+  auto factors = TypedArg<int32_t>(info, 0, napi_int32_array, fn, "factors");
+  auto tw = TypedArg<double>(info, 1, napi_float64_array, fn, "twiddles");
+  auto scratch = TypedArg<double>(info, 2, napi_float64_array, fn, "scratch");
+  auto split = TypedArg<double>(info, 3, napi_float64_array, fn, "split");
+  auto work = TypedArg<double>(info, 4, napi_float64_array, fn, "work");
+  auto in = TypedArg<double>(info, 5, napi_float64_array, fn, "input");
+  auto out = TypedArg<double>(info, 6, napi_float64_array, fn, "output");
+  const int64_t n = CountArg(info, 7, fn, "n");
+  if (!info[8].IsBoolean()) ThrowType(info.Env(), "rfft: inverse must be a boolean");
+  const bool inverse = info[8].As<Napi::Boolean>().Value();
+  if (n < 2 || n % 2 != 0 || n > (1 << 24)) ThrowRange(info.Env(), "rfft: n must be even, from 2 to 2^24");
+  const int64_t h = n / 2;
+  const size_t bins2 = static_cast<size_t>(2 * (h + 1));
+  if (tw.length < static_cast<size_t>(2 * h) || split.length < bins2 || work.length < static_cast<size_t>(2 * n)) {
+    ThrowRange(info.Env(), "rfft: twiddles need n values, split n + 2, work 2·n");
+  }
+  const size_t inNeed = inverse ? bins2 : static_cast<size_t>(n);
+  const size_t outNeed = inverse ? static_cast<size_t>(n) : bins2;
+  if (in.length < inNeed || out.length < outNeed) ThrowRange(info.Env(), "rfft: input or output is too short");
+  int64_t rest = h;
+  size_t i = 0;
+  int32_t maxP = 2;
+  while (rest > 1) {
+    if (i + 1 >= factors.length) ThrowRange(info.Env(), "rfft: factor plan is incomplete");
+    const int32_t p = factors.data[i];
+    const int32_t m = factors.data[i + 1];
+    if (p < 2 || rest % p != 0 || rest / p != m) ThrowRange(info.Env(), "rfft: factor plan does not match n/2");
+    maxP = std::max(maxP, p);
+    rest = m;
+    i += 2;
+  }
+  if (h == 1 && (factors.length < 2 || factors.data[0] != 1 || factors.data[1] != 1)) ThrowRange(info.Env(), "rfft: factor plan does not match n/2");
+  if (scratch.length < static_cast<size_t>(2 * maxP)) ThrowRange(info.Env(), "rfft: scratch is too small for the largest radix");
+  if (Overlap(in, out) || Overlap(work, in) || Overlap(work, out) || Overlap(scratch, work)) ThrowRange(info.Env(), "rfft: buffers must not overlap");
+  if (inverse) {
+    voxslab::RfftInverse(factors.data, tw.data, scratch.data, split.data, work.data, in.data, out.data, static_cast<int>(n));
+  } else {
+    voxslab::RfftForward(factors.data, tw.data, scratch.data, split.data, work.data, in.data, out.data, static_cast<int>(n));
+  }
+  return info.Env().Undefined();
+}
+
 Napi::Value DotPathValue(const Napi::CallbackInfo& info) {
   ExpectArgs(info, 0, "kernelPath");
   return Napi::String::New(info.Env(), voxslab::DotPath());
@@ -316,6 +363,7 @@ Napi::Value DotPathValue(const Napi::CallbackInfo& info) {
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("resampleRun", Napi::Function::New(env, ResampleRunValue, "resampleRun"));
   exports.Set("fft", Napi::Function::New(env, FftValue, "fft"));
+  exports.Set("rfft", Napi::Function::New(env, RfftValue, "rfft"));
   exports.Set("kernelPath", Napi::Function::New(env, DotPathValue, "kernelPath"));
   exports.Set("pinThread", Napi::Function::New(env, PinThread, "pinThread"));
   exports.Set("allowedCpus", Napi::Function::New(env, AllowedCpus, "allowedCpus"));

@@ -242,4 +242,47 @@ void FftRun(const int32_t* factors, const double* twiddles, double* scratch, con
   f.Work(out, 0, in, 0, 1, 0);
 }
 
+void RfftForward(const int32_t* factors, const double* twiddles, double* scratch, const double* split, double* work,
+                 const double* x, double* spectrum, int n) {
+  const int h = n / 2;
+  double* z = work;          // packed input, h complex
+  double* zf = work + n;     // its transform, h complex
+  for (int k = 0; k < n; ++k) z[k] = x[k];  // z[k] = x[2k] + i·x[2k+1], already interleaved
+  FftRun(factors, twiddles, scratch, z, zf, h, false);
+  for (int k = 0; k <= h; ++k) {
+    const int a = k == h ? 0 : k;
+    const int b = k == 0 ? 0 : h - k;
+    const double zr = zf[2 * a], zi = zf[2 * a + 1];
+    const double cr = zf[2 * b], ci = -zf[2 * b + 1];  // conj(Z[h-k])
+    const double er = 0.5 * (zr + cr), ei = 0.5 * (zi + ci);  // even-sample spectrum
+    const double dr = zr - cr, di = zi - ci;
+    const double orr = 0.5 * di, oi = -0.5 * dr;  // odd-sample spectrum: (Z − conj) / 2i
+    const double wr = split[2 * k], wi = split[2 * k + 1];
+    spectrum[2 * k] = er + (wr * orr - wi * oi);
+    spectrum[2 * k + 1] = ei + (wr * oi + wi * orr);
+  }
+}
+
+void RfftInverse(const int32_t* factors, const double* twiddles_inverse, double* scratch, const double* split,
+                 double* work, const double* spectrum, double* x, int n) {
+  const int h = n / 2;
+  double* z = work;
+  double* zt = work + n;
+  for (int k = 0; k < h; ++k) {
+    const double xr = spectrum[2 * k], xi = k == 0 ? 0.0 : spectrum[2 * k + 1];
+    const int m = h - k;
+    const double yr = spectrum[2 * m], yi = m == h ? 0.0 : -spectrum[2 * m + 1];  // conj(X[h-k]), Nyquist imag ignored
+    const double er = 0.5 * (xr + yr), ei = 0.5 * (xi + yi);
+    const double dr = 0.5 * (xr - yr), di = 0.5 * (xi - yi);
+    // odd = d / W^k = d · conj(W^k)
+    const double wr = split[2 * k], wi = -split[2 * k + 1];
+    const double orr = dr * wr - di * wi, oi = dr * wi + di * wr;
+    z[2 * k] = er - oi;  // Z = even + i·odd
+    z[2 * k + 1] = ei + orr;
+  }
+  FftRun(factors, twiddles_inverse, scratch, z, zt, h, true);
+  const double scale = 1.0 / h;
+  for (int k = 0; k < n; ++k) x[k] = zt[k] * scale;
+}
+
 }  // namespace voxslab

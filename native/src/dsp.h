@@ -32,6 +32,15 @@ int64_t ResampleReady(const double* state, int64_t count);
 void FftRun(const int32_t* factors, const double* twiddles, double* scratch, const double* in, double* out, int n,
             bool inverse);
 
+// Real-input FFT of even length n through a complex FFT of n/2 (plan, twiddles and scratch
+// for n/2; `split` holds exp(-2πik/n), k = 0…n/2, interleaved; `work` 2 × n doubles).
+// Forward: x[n] → spectrum[(n/2+1) × (re, im)]. Inverse: spectrum (imaginary parts of DC and
+// Nyquist ignored) → x[n], scaled by 1/n.
+void RfftForward(const int32_t* factors, const double* twiddles, double* scratch, const double* split, double* work,
+                 const double* x, double* spectrum, int n);
+void RfftInverse(const int32_t* factors, const double* twiddles_inverse, double* scratch, const double* split,
+                 double* work, const double* spectrum, double* x, int n);
+
 // Name of the dot-product path chosen at load ("avx2+fma" or "scalar").
 const char* DotPath();
 

@@ -34,6 +34,11 @@ export class ComplexFFT {
   readonly #twf: Float64Array; // exp(-2πik/n), interleaved
   readonly #twi: Float64Array; // exp(+2πik/n)
   readonly #scratch: Float64Array; // generic butterfly, 2 × largest radix
+
+  /** @internal The plan buffers, for RealFFT's native call. */
+  get plan(): { factors: Int32Array; forward: Float64Array; inverse: Float64Array; scratch: Float64Array } {
+    return { factors: this.#factors, forward: this.#twf, inverse: this.#twi, scratch: this.#scratch };
+  }
   #tw: Float64Array;
   #inverse = false;
 
@@ -201,57 +206,42 @@ export class ComplexFFT {
 }
 
 /**
- * Real-input transform of even length n via a complex transform of length n: forward gives the
- * n/2 + 1 non-negative-frequency bins; inverse takes them (imaginary parts of DC and Nyquist
- * ignored, the rest mirrored as conjugates) and returns n real samples scaled by 1/n.
+ * Real-input transform of even length n through a complex transform of n/2 (even samples as
+ * real parts, odd as imaginary, then the standard split), in one native call each way:
+ * forward gives the n/2 + 1 non-negative-frequency bins; inverse takes them (imaginary parts of
+ * DC and Nyquist ignored, the rest taken as Hermitian) and returns n real samples scaled by 1/n.
  */
 export class RealFFT {
   readonly n: number;
   readonly bins: number;
-  readonly #fft: ComplexFFT;
-  readonly #a: Float64Array;
-  readonly #b: Float64Array;
+  readonly #half: ComplexFFT;
+  readonly #plan: { factors: Int32Array; forward: Float64Array; inverse: Float64Array; scratch: Float64Array };
+  readonly #split: Float64Array; // exp(-2πik/n), k = 0…n/2
+  readonly #work: Float64Array;
 
   constructor(n: number, ws: Workspace = heapWorkspace) {
     if (!Number.isSafeInteger(n) || n < 2 || n % 2 !== 0) throw new ArgumentError(`real FFT size must be an even integer ≥ 2, got ${n}`);
     this.n = n;
     this.bins = n / 2 + 1;
-    this.#fft = new ComplexFFT(n, ws);
-    this.#a = ws('rfft.in', Float64Array, 2 * n);
-    this.#b = ws('rfft.out', Float64Array, 2 * n);
+    this.#half = new ComplexFFT(n / 2, ws);
+    this.#plan = this.#half.plan;
+    this.#split = ws('rfft.split', Float64Array, 2 * this.bins);
+    for (let k = 0; k < this.bins; k++) {
+      this.#split[2 * k] = Math.cos((-2 * Math.PI * k) / n);
+      this.#split[2 * k + 1] = Math.sin((-2 * Math.PI * k) / n);
+    }
+    this.#work = ws('rfft.work', Float64Array, 2 * n);
   }
 
-  /** `spectrum` receives bins × (re, im). */
-  forward(x: ArrayLike<number>, spectrum: Float64Array): void {
-    const a = this.#a;
-    for (let j = 0; j < this.n; j++) {
-      a[2 * j] = x[j] as number;
-      a[2 * j + 1] = 0;
-    }
-    this.#fft.forward(a, this.#b);
-    const b = this.#b;
-    for (let i = 0; i < 2 * this.bins; i++) spectrum[i] = b[i] as number;
+  /** `x` holds n samples; `spectrum` receives bins × (re, im). */
+  forward(x: Float64Array, spectrum: Float64Array): void {
+    const p = this.#plan;
+    native.rfft(p.factors, p.forward, p.scratch, this.#split, this.#work, x, spectrum, this.n, false);
   }
 
   /** `spectrum` holds bins × (re, im); `x` receives n samples. */
-  inverse(spectrum: ArrayLike<number>, x: Float64Array): void {
-    const a = this.#a;
-    const n = this.n;
-    const half = n / 2;
-    a[0] = spectrum[0] as number;
-    a[1] = 0;
-    for (let k = 1; k < half; k++) {
-      const re = spectrum[2 * k] as number;
-      const im = spectrum[2 * k + 1] as number;
-      a[2 * k] = re;
-      a[2 * k + 1] = im;
-      a[2 * (n - k)] = re;
-      a[2 * (n - k) + 1] = -im;
-    }
-    a[2 * half] = spectrum[2 * half] as number;
-    a[2 * half + 1] = 0;
-    this.#fft.inverse(a, this.#b);
-    const scale = 1 / n;
-    for (let j = 0; j < n; j++) x[j] = (this.#b[2 * j] as number) * scale;
+  inverse(spectrum: Float64Array, x: Float64Array): void {
+    const p = this.#plan;
+    native.rfft(p.factors, p.inverse, p.scratch, this.#split, this.#work, spectrum, x, this.n, true);
   }
 }
