@@ -5,6 +5,7 @@ import { readFileSync } from 'node:fs';
 import { UsageError, exitCodeOf } from '../memory/errors.js';
 import { planConfig, planIntervals } from './plan.js';
 import { melFile, resampleFile } from './audio.js';
+import { makeCheckpoint, type FloatDtype } from '../io/checkpoint.js';
 
 const HELP = `voxslab — full-duplex speech runtime with planned, capped and accounted memory
 
@@ -15,6 +16,8 @@ usage:
   voxslab plan --intervals FILE.csv [--align N] [--json]
                                             plan a CSV of buffers (header id,lower,upper,size;
                                             live from op lower up to, not including, upper)
+  voxslab make-checkpoint --config <tiny|small|lfm2-audio-1.5b> --seed N --out DIR [--dtype f32|f16|bf16]
+                                            deterministic synthetic checkpoint in the public layout
   voxslab resample --in A.wav --rate HZ --out B.wav
                                             band-limited resampling, every channel kept
   voxslab mel --in A.wav --out M.npy [--raw]
@@ -106,6 +109,24 @@ async function main(argv: string[]): Promise<number> {
     case 'plan':
       planCommand(rest);
       return 0;
+    case 'make-checkpoint': {
+      const { values, positionals } = parseArgs({
+        args: rest,
+        allowPositionals: true,
+        options: { config: { type: 'string' }, seed: { type: 'string' }, out: { type: 'string' }, dtype: { type: 'string', default: 'f32' } },
+      });
+      if (positionals.length > 0) throw new UsageError(`make-checkpoint: unexpected argument '${positionals[0]}'`);
+      if (values.config === undefined || values.seed === undefined || values.out === undefined) {
+        throw new UsageError('make-checkpoint: give --config <name> --seed N --out DIR');
+      }
+      if (!/^\d+$/.test(values.seed) || Number(values.seed) > 0xffffffff) throw new UsageError(`--seed must be an integer from 0 to 4294967295, got '${values.seed}'`);
+      const dtype = values.dtype as string;
+      if (dtype === 'q8' || dtype === 'q4') throw new UsageError(`--dtype ${dtype}: quantized checkpoints are not available in this build (f32, f16, bf16)`);
+      if (dtype !== 'f32' && dtype !== 'f16' && dtype !== 'bf16') throw new UsageError(`--dtype must be f32, f16 or bf16, got '${dtype}'`);
+      const r = makeCheckpoint({ config: values.config, seed: Number(values.seed), out: values.out, dtype: dtype as FloatDtype });
+      process.stderr.write(`wrote ${r.files.length} files, ${r.bytes} bytes, to ${values.out}\n`);
+      return 0;
+    }
     case 'resample': {
       const { values, positionals } = parseArgs({
         args: rest,

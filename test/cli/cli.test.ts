@@ -92,3 +92,21 @@ t.test('plan --intervals plans a CSV and refuses malformed rows with the line nu
   }
   t.equal(voxslab('plan', '--intervals', good, '--align', '3').status, 2);
 });
+
+t.test('make-checkpoint writes the layout; bad options exit 2', async (t) => {
+  const { mkdtempSync, existsSync } = await import('node:fs');
+  const { tmpdir } = await import('node:os');
+  const { join } = await import('node:path');
+  const out = join(mkdtempSync(join(tmpdir(), 'voxslab-mk-')), 'tiny');
+  const r = voxslab('make-checkpoint', '--config', 'tiny', '--seed', '1', '--out', out);
+  t.equal(r.status, 0, r.stderr);
+  for (const f of ['config.json', 'model.safetensors', 'audio_detokenizer/config.json', 'audio_detokenizer/model.safetensors']) t.ok(existsSync(join(out, f)), f);
+  const plan = voxslab('plan', '--config', out, '--json');
+  t.equal(plan.status, 0, 'the written folder is a valid configuration for plan');
+  t.equal(voxslab('make-checkpoint', '--config', 'huge', '--seed', '1', '--out', out).status, 2);
+  t.equal(voxslab('make-checkpoint', '--config', 'tiny', '--seed', 'x', '--out', out).status, 2);
+  t.equal(voxslab('make-checkpoint', '--config', 'tiny', '--seed', '1', '--out', out, '--dtype', 'f64').status, 2);
+  const q = voxslab('make-checkpoint', '--config', 'tiny', '--seed', '1', '--out', out, '--dtype', 'q4');
+  t.equal(q.status, 2);
+  t.match(q.stderr, /quantized checkpoints are not available in this build/);
+});

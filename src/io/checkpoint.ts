@@ -1,0 +1,96 @@
+/** Writing synthetic checkpoints to disk in the public layout. */
+import { closeSync, mkdirSync, openSync, writeFileSync, writeSync } from 'node:fs';
+import { join } from 'node:path';
+import { BUILTIN_CONFIGS, loadConfig, type ModelConfig, resolveConfig } from '../model/config.js';
+import { buildWeightsImage, type LoadReport, type WeightsImage } from '../model/image.js';
+import type { MemoryDomain } from '../memory/domain.js';
+import { openFileSource } from './files.js';
+import { checkpointLayout, DTYPE_BYTES, type Dtype, type TensorSpec } from '../model/layout.js';
+import { encodeSafetensorsHeader } from '../model/safetensors.js';
+import { encodeValues, TensorStream } from '../model/synth.js';
+import { UsageError } from '../memory/errors.js';
+import { Progress } from './progress.js';
+
+export type FloatDtype = 'f32' | 'f16' | 'bf16';
+const STORED: Record<FloatDtype, Dtype> = { f32: 'F32', f16: 'F16', bf16: 'BF16' };
+const CHUNK = 1 << 20;
+
+export interface MakeCheckpointOptions {
+  config: string;
+  seed: number;
+  out: string;
+  dtype: FloatDtype;
+  /** Leave out tied tensors (to_logits), as a writer that stores them once would. */
+  omitTied?: boolean;
+  /** Show progress (default: for checkpoints over 64 MiB). */
+  progress?: boolean;
+}
+
+function writeFile(path: string, specs: readonly TensorSpec[], seed: number, dtype: Dtype, label: string, progress: boolean | undefined): number {
+  const stored = specs.map((s) => ({ name: s.name, shape: s.shape, dtype: s.kind === 'int' ? ('I64' as const) : dtype, spec: s }));
+  const { header } = encodeSafetensorsHeader(stored, { format: 'pt', generator: 'voxslab make-checkpoint' });
+  const total = stored.reduce((a, t) => a + t.shape.reduce((x, y) => x * y, 1) * DTYPE_BYTES[t.dtype], 0);
+  const bar = (progress ?? total > 64 * 1024 * 1024) ? new Progress(label, total) : undefined;
+  const fd = openSync(path, 'w');
+  try {
+    writeSync(fd, header);
+    const values = new Float64Array(CHUNK);
+    const bytes = new Uint8Array(CHUNK * 8);
+    let done = 0;
+    for (const t of stored) {
+      const count = t.shape.reduce((x, y) => x * y, 1);
+      const stream = new TensorStream(t.spec, seed);
+      for (let i = 0; i < count; i += CHUNK) {
+        const n = Math.min(CHUNK, count - i);
+        stream.next(values, n);
+        const b = encodeValues(values, n, t.dtype, bytes);
+        writeSync(fd, bytes, 0, b);
+        done += b;
+        bar?.update(done);
+      }
+    }
+    bar?.update(total);
+    return header.length + total;
+  } finally {
+    closeSync(fd);
+  }
+}
+
+/**
+ * Writes `config.json`, `model.safetensors` and `audio_detokenizer/` for a built-in
+ * configuration. The same seed gives the same bytes.
+ */
+export function makeCheckpoint(o: MakeCheckpointOptions): { files: string[]; bytes: number } {
+  const pair = BUILTIN_CONFIGS[o.config];
+  if (pair === undefined) throw new UsageError(`make-checkpoint: unknown configuration '${o.config}' (${Object.keys(BUILTIN_CONFIGS).join(', ')})`);
+  const config = resolveConfig(o.config, pair[0], pair[1]);
+  const layout = checkpointLayout(config);
+  const dtype = STORED[o.dtype];
+  mkdirSync(join(o.out, 'audio_detokenizer'), { recursive: true });
+  writeFileSync(join(o.out, 'config.json'), `${JSON.stringify(pair[0], null, 2)}\n`);
+  writeFileSync(join(o.out, 'audio_detokenizer', 'config.json'), `${JSON.stringify(pair[1], null, 2)}\n`);
+  const main = o.omitTied === true ? layout.main.filter((s) => s.tiedTo === undefined) : layout.main;
+  let bytes = writeFile(join(o.out, 'model.safetensors'), main, o.seed, dtype, 'model.safetensors', o.progress);
+  bytes += writeFile(join(o.out, 'audio_detokenizer', 'model.safetensors'), layout.detokenizer, o.seed ^ 0x5eed, dtype, 'audio_detokenizer/model.safetensors', o.progress);
+  return {
+    files: ['config.json', 'model.safetensors', 'audio_detokenizer/config.json', 'audio_detokenizer/model.safetensors'].map((f) => join(o.out, f)),
+    bytes,
+  };
+}
+
+/** Loads a checkpoint folder into a weights image in `domain` (see model/image.ts). */
+export function loadCheckpoint(dir: string, domain: MemoryDomain): { config: ModelConfig; image: WeightsImage; report: LoadReport } {
+  const config = loadConfig(dir);
+  const main = openFileSource(join(dir, 'model.safetensors'));
+  try {
+    const det = openFileSource(join(dir, 'audio_detokenizer', 'model.safetensors'));
+    try {
+      const { image, report } = buildWeightsImage(domain, config, { main, detokenizer: det });
+      return { config, image, report };
+    } finally {
+      det.close();
+    }
+  } finally {
+    main.close();
+  }
+}
