@@ -2,7 +2,7 @@
   "targets": [
     {
       "target_name": "voxslab_native",
-      "sources": ["src/addon.cc", "src/system.cc", "src/dsp.cc"],
+      "sources": ["src/addon.cc", "src/system.cc", "src/dsp.cc", "src/kernels.cc"],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
       "cflags!": ["-fno-exceptions"],

@@ -88,6 +88,26 @@ export interface NativeAddon {
     n: number,
     inverse: boolean,
   ): void;
+  gemv(
+    type: number,
+    w: Float32Array | Uint16Array | Uint8Array,
+    scales: Float32Array | null,
+    biases: Float32Array | null,
+    group: number,
+    x: Float32Array,
+    y: Float32Array,
+    M: number,
+    K: number,
+    xsum: Float32Array | null,
+  ): void;
+  gemm(A: Float32Array, W: Float32Array, bias: Float32Array | null, C: Float32Array, T: number, N: number, K: number, pack: Float32Array): void;
+  norm(kind: number, x: Float32Array, w: Float32Array, b: Float32Array | null, y: Float32Array, rows: number, dim: number, eps: number): void;
+  activation(kind: number, x: Float32Array, y: Float32Array, n: number, other: Float32Array | number | null): void;
+  rope(x: Float32Array, cos: Float32Array, sin: Float32Array, rows: number, heads: number, hd: number, pos0: number, adjacent: boolean): void;
+  fmaProbe(iterations: number): number;
+  readProbe(x: Float32Array): number;
+  /** Instruction set of the compute kernels chosen at load: 'avx2+fma' or 'scalar'. */
+  kernelIsa(): string;
   /** The dot-product path chosen at load: 'avx2+fma' or 'scalar'. */
   kernelPath(): string;
 }

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "dsp.h"
+#include "kernels.h"
 #include "system.h"
 
 namespace {
@@ -106,7 +107,11 @@ View<T> TypedArg(const Napi::CallbackInfo& info, size_t index, napi_typedarray_t
   size_t offset = 0;
   if (napi_is_typedarray(env, value, &is_typed) != napi_ok || !is_typed ||
       napi_get_typedarray_info(env, value, &type, &length, &data, &buffer, &offset) != napi_ok || type != want) {
-    const char* name = want == napi_float64_array ? "Float64Array" : want == napi_float32_array ? "Float32Array" : "Int32Array";
+    const char* name = want == napi_float64_array   ? "Float64Array"
+                       : want == napi_float32_array ? "Float32Array"
+                       : want == napi_uint16_array  ? "Uint16Array"
+                       : want == napi_uint8_array   ? "Uint8Array"
+                                                    : "Int32Array";
     ThrowType(info.Env(), std::string(fn) + ": " + what + " must be a " + name);
   }
   if (length != 0 && data == nullptr) ThrowType(info.Env(), std::string(fn) + ": " + what + " has no storage");
@@ -355,6 +360,154 @@ Napi::Value RfftValue(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// ---- compute kernels ---------------------------------------------------------------------
+
+View<float> F32Arg(const Napi::CallbackInfo& info, size_t i, const char* fn, const char* what, size_t need) {
+  auto v = TypedArg<float>(info, i, napi_float32_array, fn, what);
+  if (v.length < need) ThrowRange(info.Env(), std::string(fn) + ": " + what + " has " + std::to_string(v.length) + " values, needs " + std::to_string(need));
+  return v;
+}
+
+// gemv(type, w, scales | null, biases | null, group, x, y, M, K, xsum | null)
+Napi::Value GemvValue(const Napi::CallbackInfo& info) {
+  const char* fn = "gemv";
+  ExpectArgs(info, 10, fn);
+  const int64_t type = CountArg(info, 0, fn, "type");
+  if (type > 4) ThrowRange(info.Env(), "gemv: type must be 0 (f32), 1 (f16), 2 (bf16), 3 (q8) or 4 (q4)");
+  const int64_t M = CountArg(info, 7, fn, "M");
+  const int64_t K = CountArg(info, 8, fn, "K");
+  const auto wt = static_cast<voxslab::WeightType>(type);
+  const bool quant = wt == voxslab::WeightType::kQ8 || wt == voxslab::WeightType::kQ4;
+  const void* w = nullptr;
+  size_t wlen = 0, wneed = static_cast<size_t>(M * K);
+  if (wt == voxslab::WeightType::kF32) {
+    auto v = TypedArg<float>(info, 1, napi_float32_array, fn, "w");
+    w = v.data;
+    wlen = v.length;
+  } else if (!quant) {
+    auto v = TypedArg<uint16_t>(info, 1, napi_uint16_array, fn, "w");
+    w = v.data;
+    wlen = v.length;
+  } else {
+    auto v = TypedArg<uint8_t>(info, 1, napi_uint8_array, fn, "w");
+    w = v.data;
+    wlen = v.length;
+    if (wt == voxslab::WeightType::kQ4) wneed = static_cast<size_t>(M * K / 2);
+  }
+  if (wlen < wneed) ThrowRange(info.Env(), "gemv: w has " + std::to_string(wlen) + " elements, needs " + std::to_string(wneed));
+  int64_t group = 0;
+  const float* scales = nullptr;
+  const float* biases = nullptr;
+  float* xsum = nullptr;
+  if (quant) {
+    group = CountArg(info, 4, fn, "group");
+    if (group < 8 || group % 8 != 0 || K % group != 0) ThrowRange(info.Env(), "gemv: group must be a multiple of 8 that divides K");
+    const size_t g = static_cast<size_t>(M * (K / group));
+    scales = F32Arg(info, 2, fn, "scales", g).data;
+    biases = F32Arg(info, 3, fn, "biases", g).data;
+    xsum = F32Arg(info, 9, fn, "xsum", static_cast<size_t>(K / group)).data;
+  }
+  auto x = F32Arg(info, 5, fn, "x", static_cast<size_t>(K));
+  auto y = F32Arg(info, 6, fn, "y", static_cast<size_t>(M));
+  if (Overlap(x, y)) ThrowRange(info.Env(), "gemv: x and y must not overlap");
+  voxslab::Gemv(wt, w, scales, biases, static_cast<int>(group), x.data, y.data, M, K, xsum);
+  return info.Env().Undefined();
+}
+
+// gemm(A, W, bias | null, C, T, N, K, pack)
+Napi::Value GemmValue(const Napi::CallbackInfo& info) {
+  const char* fn = "gemm";
+  ExpectArgs(info, 8, fn);
+  const int64_t T = CountArg(info, 4, fn, "T");
+  const int64_t N = CountArg(info, 5, fn, "N");
+  const int64_t K = CountArg(info, 6, fn, "K");
+  auto A = F32Arg(info, 0, fn, "A", static_cast<size_t>(T * K));
+  auto W = F32Arg(info, 1, fn, "W", static_cast<size_t>(N * K));
+  const float* bias = info[2].IsNull() ? nullptr : F32Arg(info, 2, fn, "bias", static_cast<size_t>(N)).data;
+  auto C = F32Arg(info, 3, fn, "C", static_cast<size_t>(T * N));
+  auto pack = F32Arg(info, 7, fn, "pack", static_cast<size_t>(voxslab::kGemmPackFloats));
+  if (Overlap(C, A) || Overlap(C, W) || Overlap(pack, C) || Overlap(pack, A) || Overlap(pack, W)) ThrowRange(info.Env(), "gemm: C and pack must not overlap the inputs");
+  voxslab::GemmF32(A.data, W.data, bias, C.data, T, N, K, pack.data);
+  return info.Env().Undefined();
+}
+
+// norm(kind, x, w, b | null, y, rows, dim, eps): kind 0 = RMSNorm, 1 = LayerNorm
+Napi::Value NormValue(const Napi::CallbackInfo& info) {
+  const char* fn = "norm";
+  ExpectArgs(info, 8, fn);
+  const int64_t kind = CountArg(info, 0, fn, "kind");
+  const int64_t rows = CountArg(info, 5, fn, "rows");
+  const int64_t dim = CountArg(info, 6, fn, "dim");
+  const double eps = NumberArg(info, 7, fn, "eps");
+  if (kind > 1 || dim == 0 || !(eps >= 0)) ThrowRange(info.Env(), "norm: kind must be 0 or 1, dim positive, eps non-negative");
+  auto x = F32Arg(info, 1, fn, "x", static_cast<size_t>(rows * dim));
+  auto w = F32Arg(info, 2, fn, "w", static_cast<size_t>(dim));
+  auto y = F32Arg(info, 4, fn, "y", static_cast<size_t>(rows * dim));
+  if (kind == 0) {
+    voxslab::RmsNorm(x.data, w.data, y.data, rows, dim, static_cast<float>(eps));
+  } else {
+    auto b = F32Arg(info, 3, fn, "b", static_cast<size_t>(dim));
+    voxslab::LayerNorm(x.data, w.data, b.data, y.data, rows, dim, static_cast<float>(eps));
+  }
+  return info.Env().Undefined();
+}
+
+// activation(kind, x, y, n, other | null): 0 GELU, 1 SiLU, 2 SwiGLU (x = gate, other = up), 3 GLU (n = rows, dim via other length)
+Napi::Value ActivationValue(const Napi::CallbackInfo& info) {
+  const char* fn = "activation";
+  ExpectArgs(info, 5, fn);
+  const int64_t kind = CountArg(info, 0, fn, "kind");
+  const int64_t n = CountArg(info, 3, fn, "n");
+  if (kind > 3) ThrowRange(info.Env(), "activation: kind must be 0 (GELU), 1 (SiLU), 2 (SwiGLU) or 3 (GLU)");
+  if (kind == 3) {
+    const int64_t dim = CountArg(info, 4, fn, "dim");
+    auto x = F32Arg(info, 1, fn, "x", static_cast<size_t>(n * 2 * dim));
+    auto y = F32Arg(info, 2, fn, "y", static_cast<size_t>(n * dim));
+    voxslab::Glu(x.data, y.data, n, dim);
+    return info.Env().Undefined();
+  }
+  auto x = F32Arg(info, 1, fn, "x", static_cast<size_t>(n));
+  auto y = F32Arg(info, 2, fn, "y", static_cast<size_t>(n));
+  if (kind == 0) voxslab::GeluExact(x.data, y.data, n);
+  else if (kind == 1) voxslab::Silu(x.data, y.data, n);
+  else voxslab::SwiGlu(x.data, F32Arg(info, 4, fn, "up", static_cast<size_t>(n)).data, y.data, n);
+  return info.Env().Undefined();
+}
+
+// rope(x, cos, sin, rows, heads, hd, pos0, adjacent)
+Napi::Value RopeValue(const Napi::CallbackInfo& info) {
+  const char* fn = "rope";
+  ExpectArgs(info, 8, fn);
+  const int64_t rows = CountArg(info, 3, fn, "rows");
+  const int64_t heads = CountArg(info, 4, fn, "heads");
+  const int64_t hd = CountArg(info, 5, fn, "hd");
+  const int64_t pos0 = CountArg(info, 6, fn, "pos0");
+  if (hd % 2 != 0) ThrowRange(info.Env(), "rope: hd must be even");
+  if (!info[7].IsBoolean()) ThrowType(info.Env(), "rope: adjacent must be a boolean");
+  auto x = F32Arg(info, 0, fn, "x", static_cast<size_t>(rows * heads * hd));
+  const size_t table = static_cast<size_t>((pos0 + rows) * (hd / 2));
+  auto c = F32Arg(info, 1, fn, "cos", table);
+  auto s = F32Arg(info, 2, fn, "sin", table);
+  voxslab::Rope(x.data, c.data, s.data, rows, heads, hd, pos0, info[7].As<Napi::Boolean>().Value());
+  return info.Env().Undefined();
+}
+
+Napi::Value FmaProbeValue(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 1, "fmaProbe");
+  return Napi::Number::New(info.Env(), voxslab::FmaProbe(CountArg(info, 0, "fmaProbe", "iterations")));
+}
+
+Napi::Value ReadProbeValue(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 1, "readProbe");
+  auto x = TypedArg<float>(info, 0, napi_float32_array, "readProbe", "x");
+  return Napi::Number::New(info.Env(), voxslab::ReadProbe(x.data, static_cast<int64_t>(x.length)));
+}
+
+Napi::Value KernelIsaValue(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 0, "kernelIsa");
+  return Napi::String::New(info.Env(), voxslab::KernelIsa());
+}
+
 Napi::Value DotPathValue(const Napi::CallbackInfo& info) {
   ExpectArgs(info, 0, "kernelPath");
   return Napi::String::New(info.Env(), voxslab::DotPath());
@@ -364,6 +517,14 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("resampleRun", Napi::Function::New(env, ResampleRunValue, "resampleRun"));
   exports.Set("fft", Napi::Function::New(env, FftValue, "fft"));
   exports.Set("rfft", Napi::Function::New(env, RfftValue, "rfft"));
+  exports.Set("gemv", Napi::Function::New(env, GemvValue, "gemv"));
+  exports.Set("gemm", Napi::Function::New(env, GemmValue, "gemm"));
+  exports.Set("norm", Napi::Function::New(env, NormValue, "norm"));
+  exports.Set("activation", Napi::Function::New(env, ActivationValue, "activation"));
+  exports.Set("rope", Napi::Function::New(env, RopeValue, "rope"));
+  exports.Set("fmaProbe", Napi::Function::New(env, FmaProbeValue, "fmaProbe"));
+  exports.Set("readProbe", Napi::Function::New(env, ReadProbeValue, "readProbe"));
+  exports.Set("kernelIsa", Napi::Function::New(env, KernelIsaValue, "kernelIsa"));
   exports.Set("kernelPath", Napi::Function::New(env, DotPathValue, "kernelPath"));
   exports.Set("pinThread", Napi::Function::New(env, PinThread, "pinThread"));
   exports.Set("allowedCpus", Napi::Function::New(env, AllowedCpus, "allowedCpus"));

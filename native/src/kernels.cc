@@ -1,0 +1,407 @@
+#include "kernels.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define VOXSLAB_X86 1
+#endif
+
+namespace voxslab {
+
+namespace {
+
+inline float Bf16(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline float F16(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t u;
+  if (exp == 0) {
+    if (mant == 0) {
+      u = sign;
+    } else {  // subnormal: normalise
+      exp = 1;
+      while ((mant & 0x400) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ff;
+      u = sign | ((exp + 112) << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else {
+    u = sign | ((exp + 112) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// ---- scalar paths (fixed order: 8 partial sums, combined pairwise) -------------------------
+
+template <typename Load>
+float DotScalar(Load load, const float* x, int64_t K) {
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8)
+    for (int l = 0; l < 8; ++l) s[l] += load(k + l) * x[k + l];
+  float tail = 0;
+  for (; k < K; ++k) tail += load(k) * x[k];
+  return (((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) + tail;
+}
+
+void GroupSums(const float* x, int64_t K, int group, float* xsum) {
+  for (int64_t g = 0; g < K / group; ++g) {
+    float s = 0;
+    for (int i = 0; i < group; ++i) s += x[g * group + i];
+    xsum[g] = s;
+  }
+}
+
+void GemvScalar(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* x, float* y,
+                int64_t M, int64_t K, float* xsum) {
+  if (type == WeightType::kQ8 || type == WeightType::kQ4) GroupSums(x, K, group, xsum);
+  for (int64_t m = 0; m < M; ++m) {
+    switch (type) {
+      case WeightType::kF32: {
+        const float* r = static_cast<const float*>(w) + m * K;
+        y[m] = DotScalar([r](int64_t k) { return r[k]; }, x, K);
+        break;
+      }
+      case WeightType::kF16: {
+        const uint16_t* r = static_cast<const uint16_t*>(w) + m * K;
+        y[m] = DotScalar([r](int64_t k) { return F16(r[k]); }, x, K);
+        break;
+      }
+      case WeightType::kBF16: {
+        const uint16_t* r = static_cast<const uint16_t*>(w) + m * K;
+        y[m] = DotScalar([r](int64_t k) { return Bf16(r[k]); }, x, K);
+        break;
+      }
+      case WeightType::kQ8:
+      case WeightType::kQ4: {
+        const int64_t groups = K / group;
+        float acc = 0;
+        for (int64_t g = 0; g < groups; ++g) {
+          float q = 0;
+          for (int i = 0; i < group; ++i) {
+            const int64_t k = g * group + i;
+            float v;
+            if (type == WeightType::kQ8) {
+              v = static_cast<const uint8_t*>(w)[m * K + k];
+            } else {
+              const uint8_t b = static_cast<const uint8_t*>(w)[(m * K + k) >> 1];
+              v = (k & 1) ? (b >> 4) : (b & 15);
+            }
+            q += v * x[k];
+          }
+          acc += scales[m * groups + g] * q + biases[m * groups + g] * xsum[g];
+        }
+        y[m] = acc;
+        break;
+      }
+    }
+  }
+}
+
+#ifdef VOXSLAB_X86
+__attribute__((target("avx2,fma"))) inline float Hsum(__m256 v) {
+  alignas(32) float l[8];
+  _mm256_store_ps(l, v);
+  return (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])));
+}
+
+__attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const void* w, const float* scales,
+                                                        const float* biases, int group, const float* x, float* y,
+                                                        int64_t M, int64_t K, float* xsum) {
+  if (type == WeightType::kQ8 || type == WeightType::kQ4) {
+    // Per-group input sums in f32 (8 lanes, then the lanes in a fixed order).
+    for (int64_t g = 0; g < K / group; ++g) {
+      __m256 s = _mm256_setzero_ps();
+      int i = 0;
+      for (; i + 8 <= group; i += 8) s = _mm256_add_ps(s, _mm256_loadu_ps(x + g * group + i));
+      float t = Hsum(s);
+      for (; i < group; ++i) t += x[g * group + i];
+      xsum[g] = t;
+    }
+  }
+  const int64_t K8 = K & ~int64_t{7};
+  for (int64_t m = 0; m < M; ++m) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    float tail = 0;
+    switch (type) {
+      case WeightType::kF32: {
+        const float* r = static_cast<const float*>(w) + m * K;
+        int64_t k = 0;
+        for (; k + 16 <= K; k += 16) {
+          a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r + k), _mm256_loadu_ps(x + k), a0);
+          a1 = _mm256_fmadd_ps(_mm256_loadu_ps(r + k + 8), _mm256_loadu_ps(x + k + 8), a1);
+        }
+        for (; k < K8; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r + k), _mm256_loadu_ps(x + k), a0);
+        for (; k < K; ++k) tail += r[k] * x[k];
+        y[m] = Hsum(_mm256_add_ps(a0, a1)) + tail;
+        break;
+      }
+      case WeightType::kF16:
+      case WeightType::kBF16: {
+        const uint16_t* r = static_cast<const uint16_t*>(w) + m * K;
+        int64_t k = 0;
+        for (; k < K8; k += 8) {
+          const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + k));
+          const __m256 v = type == WeightType::kF16
+                               ? _mm256_cvtph_ps(h)
+                               : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+          a0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + k), a0);
+        }
+        for (; k < K; ++k) tail += (type == WeightType::kF16 ? F16(r[k]) : Bf16(r[k])) * x[k];
+        y[m] = Hsum(a0) + tail;
+        break;
+      }
+      case WeightType::kQ8:
+      case WeightType::kQ4: {
+        const int64_t groups = K / group;
+        float acc = 0;
+        for (int64_t g = 0; g < groups; ++g) {
+          __m256 q = _mm256_setzero_ps();
+          const int64_t base = m * K + g * group;
+          for (int i = 0; i < group; i += 8) {
+            __m256i iv;
+            if (type == WeightType::kQ8) {
+              iv = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(w) + base + i)));
+            } else {
+              // 4 bytes → 8 nibbles, low nibble first.
+              uint32_t packed;
+              std::memcpy(&packed, static_cast<const uint8_t*>(w) + ((base + i) >> 1), 4);
+              const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+              iv = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(packed)), shifts), _mm256_set1_epi32(15));
+            }
+            q = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iv), _mm256_loadu_ps(x + g * group + i), q);
+          }
+          acc += scales[m * groups + g] * Hsum(q) + biases[m * groups + g] * xsum[g];
+        }
+        y[m] = acc;
+        break;
+      }
+    }
+  }
+}
+
+// 6×16 micro-kernel: C[6][16] (+)= A rows (stride lda) × packed W panel [kc][16].
+template <int MR>
+__attribute__((target("avx2,fma"))) void Micro(const float* A, int64_t lda, const float* P, int64_t kc, float* C,
+                                               int64_t ldc, int64_t nr, bool first, const float* bias) {
+  __m256 c[MR][2];
+  for (int i = 0; i < MR; ++i) c[i][0] = c[i][1] = _mm256_setzero_ps();
+  for (int64_t k = 0; k < kc; ++k) {
+    const __m256 b0 = _mm256_loadu_ps(P + k * 16);
+    const __m256 b1 = _mm256_loadu_ps(P + k * 16 + 8);
+    for (int i = 0; i < MR; ++i) {
+      const __m256 a = _mm256_broadcast_ss(A + i * lda + k);
+      c[i][0] = _mm256_fmadd_ps(a, b0, c[i][0]);
+      c[i][1] = _mm256_fmadd_ps(a, b1, c[i][1]);
+    }
+  }
+  alignas(32) float tmp[16];
+  for (int i = 0; i < MR; ++i) {
+    _mm256_store_ps(tmp, c[i][0]);
+    _mm256_store_ps(tmp + 8, c[i][1]);
+    float* row = C + i * ldc;
+    for (int64_t j = 0; j < nr; ++j) row[j] = first ? tmp[j] + (bias != nullptr ? bias[j] : 0.0f) : row[j] + tmp[j];
+  }
+}
+
+__attribute__((target("avx2,fma"))) void GemmAvx2(const float* A, const float* W, const float* bias, float* C, int64_t T,
+                                                  int64_t N, int64_t K, float* pack) {
+  for (int64_t n0 = 0; n0 < N; n0 += kGemmNc) {
+    const int64_t nc = std::min(kGemmNc, N - n0);
+    for (int64_t k0 = 0; k0 < K; k0 += kGemmKc) {
+      const int64_t kc = std::min(kGemmKc, K - k0);
+      // Pack W[n0:n0+nc][k0:k0+kc] into panels of 16 outputs: pack[panel][k][16], zero-padded.
+      for (int64_t p = 0; p < nc; p += 16) {
+        float* dst = pack + p * kc;
+        for (int64_t k = 0; k < kc; ++k)
+          for (int64_t j = 0; j < 16; ++j) dst[k * 16 + j] = p + j < nc ? W[(n0 + p + j) * K + k0 + k] : 0.0f;
+      }
+      const bool first = k0 == 0;
+      for (int64_t t = 0; t < T; t += 6) {
+        const int64_t mr = std::min<int64_t>(6, T - t);
+        for (int64_t p = 0; p < nc; p += 16) {
+          const int64_t nr = std::min<int64_t>(16, nc - p);
+          const float* a = A + t * K + k0;
+          const float* panel = pack + p * kc;
+          float* c = C + t * N + n0 + p;
+          const float* bb = bias != nullptr ? bias + n0 + p : nullptr;
+          switch (mr) {
+            case 6: Micro<6>(a, K, panel, kc, c, N, nr, first, bb); break;
+            case 5: Micro<5>(a, K, panel, kc, c, N, nr, first, bb); break;
+            case 4: Micro<4>(a, K, panel, kc, c, N, nr, first, bb); break;
+            case 3: Micro<3>(a, K, panel, kc, c, N, nr, first, bb); break;
+            case 2: Micro<2>(a, K, panel, kc, c, N, nr, first, bb); break;
+            default: Micro<1>(a, K, panel, kc, c, N, nr, first, bb); break;
+          }
+        }
+      }
+    }
+  }
+}
+
+__attribute__((target("avx2,fma"))) float FmaProbeAvx2(int64_t iterations) {
+  __m256 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_ps(0.001f * static_cast<float>(i));
+  const __m256 m = _mm256_set1_ps(0.999999f);
+  const __m256 c = _mm256_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iterations; ++it)
+    for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], m, c);
+  __m256 s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_add_ps(s, a[i]);
+  return Hsum(s);
+}
+
+__attribute__((target("avx2"))) float ReadProbeAvx2(const float* x, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps(), s2 = _mm256_setzero_ps(), s3 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    s0 = _mm256_add_ps(s0, _mm256_loadu_ps(x + i));
+    s1 = _mm256_add_ps(s1, _mm256_loadu_ps(x + i + 8));
+    s2 = _mm256_add_ps(s2, _mm256_loadu_ps(x + i + 16));
+    s3 = _mm256_add_ps(s3, _mm256_loadu_ps(x + i + 24));
+  }
+  float t = 0;
+  for (; i < n; ++i) t += x[i];
+  return Hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3))) + t;
+}
+#endif
+
+void GemmScalar(const float* A, const float* W, const float* bias, float* C, int64_t T, int64_t N, int64_t K, float*) {
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t n = 0; n < N; ++n) {
+      float s = bias != nullptr ? bias[n] : 0.0f;
+      for (int64_t k = 0; k < K; ++k) s += A[t * K + k] * W[n * K + k];
+      C[t * N + n] = s;
+    }
+}
+
+float FmaProbeScalar(int64_t iterations) {
+  float a[12];
+  for (int i = 0; i < 12; ++i) a[i] = 0.001f * static_cast<float>(i);
+  for (int64_t it = 0; it < iterations; ++it)
+    for (int i = 0; i < 12; ++i) a[i] = std::fma(a[i], 0.999999f, 1e-7f);
+  float s = 0;
+  for (float v : a) s += v;
+  return s;
+}
+
+float ReadProbeScalar(const float* x, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return s;
+}
+
+struct Dispatch {
+  const char* isa;
+  decltype(&GemvScalar) gemv;
+  decltype(&GemmScalar) gemm;
+  decltype(&FmaProbeScalar) fma;
+  decltype(&ReadProbeScalar) read;
+};
+
+Dispatch Choose() {
+#ifdef VOXSLAB_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    return {"avx2+fma", GemvAvx2, GemmAvx2, FmaProbeAvx2, ReadProbeAvx2};
+  }
+#endif
+  return {"scalar", GemvScalar, GemmScalar, FmaProbeScalar, ReadProbeScalar};
+}
+
+const Dispatch kDispatch = Choose();
+
+}  // namespace
+
+const char* KernelIsa() { return kDispatch.isa; }
+
+void Gemv(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* x, float* y,
+          int64_t M, int64_t K, float* xsum) {
+  kDispatch.gemv(type, w, scales, biases, group, x, y, M, K, xsum);
+}
+
+void GemmF32(const float* A, const float* W, const float* bias, float* C, int64_t T, int64_t N, int64_t K, float* pack) {
+  kDispatch.gemm(A, W, bias, C, T, N, K, pack);
+}
+
+float FmaProbe(int64_t iterations) { return kDispatch.fma(iterations); }
+float ReadProbe(const float* x, int64_t n) { return kDispatch.read(x, n); }
+
+void RmsNorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    double ss = 0;
+    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
+    for (int64_t i = 0; i < dim; ++i) y[r * dim + i] = xr[i] * inv * w[i];
+  }
+}
+
+void LayerNorm(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t dim, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    double s = 0;
+    for (int64_t i = 0; i < dim; ++i) s += xr[i];
+    const double mean = s / static_cast<double>(dim);
+    double v = 0;
+    for (int64_t i = 0; i < dim; ++i) v += (xr[i] - mean) * (xr[i] - mean);
+    const double inv = 1.0 / std::sqrt(v / static_cast<double>(dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) y[r * dim + i] = static_cast<float>((xr[i] - mean) * inv) * w[i] + b[i];
+  }
+}
+
+void GeluExact(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(0.5 * x[i] * (1.0 + std::erf(x[i] / std::sqrt(2.0))));
+}
+
+void Silu(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i] / (1.0 + std::exp(-static_cast<double>(x[i]))));
+}
+
+void SwiGlu(const float* gate, const float* up, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(gate[i] / (1.0 + std::exp(-static_cast<double>(gate[i])))) * up[i];
+}
+
+void Glu(const float* x, float* y, int64_t rows, int64_t dim) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < dim; ++i) {
+      const double g = x[r * 2 * dim + dim + i];
+      y[r * dim + i] = static_cast<float>(x[r * 2 * dim + i] / (1.0 + std::exp(-g)));
+    }
+}
+
+void Rope(float* x, const float* cs, const float* sn, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, bool adjacent) {
+  const int64_t half = hd / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* c = cs + (pos0 + r) * half;
+    const float* s = sn + (pos0 + r) * half;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + (r * heads + h) * hd;
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t a = adjacent ? 2 * i : i;
+        const int64_t b = adjacent ? 2 * i + 1 : i + half;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c[i] - x1 * s[i];
+        v[b] = x1 * c[i] + x0 * s[i];
+      }
+    }
+  }
+}
+
+}  // namespace voxslab

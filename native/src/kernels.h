@@ -1,0 +1,46 @@
+// Compute kernels over caller-owned buffers: no allocation, deterministic (a fixed reduction
+// order per output, whatever the thread). Runtime dispatch picks AVX2+FMA where the CPU has
+// it, else portable scalar code. Plain C++, no Node-API types.
+#pragma once
+
+#include <cstdint>
+
+namespace voxslab {
+
+enum class WeightType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kQ8 = 3, kQ4 = 4 };
+
+// y[m] = Σ_k W[m][k]·x[k] for m < M, W row-major [M][K] of `type`. Quantized weights are
+// affine per group of `group` inputs: w = scale·q + bias, scales/biases f32 [M][K/group],
+// q4 two per byte (low nibble first). `xsum` (K/group floats) receives the per-group sums of
+// x, accumulated in f32 from f32 operands, which the bias term uses.
+void Gemv(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* x, float* y,
+          int64_t M, int64_t K, float* xsum);
+
+// C[t][n] = Σ_k A[t][k]·W[n][k] (+ bias[n] when non-null): A [T][K] activations, W [N][K]
+// f32 weights (a linear layer). `pack` holds kGemmPackFloats floats.
+constexpr int64_t kGemmKc = 256;
+constexpr int64_t kGemmNc = 256;
+constexpr int64_t kGemmPackFloats = kGemmKc * kGemmNc;
+void GemmF32(const float* A, const float* W, const float* bias, float* C, int64_t T, int64_t N, int64_t K, float* pack);
+
+void RmsNorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps);
+void LayerNorm(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t dim, float eps);
+void GeluExact(const float* x, float* y, int64_t n);
+void Silu(const float* x, float* y, int64_t n);
+// y = silu(gate)·up
+void SwiGlu(const float* gate, const float* up, float* y, int64_t n);
+// GLU over channels: x [rows][2·dim] → y [rows][dim] = x[:, :dim]·sigmoid(x[:, dim:])
+void Glu(const float* x, float* y, int64_t rows, int64_t dim);
+// RoPE in place on x [rows][heads][hd] at positions pos0 + row, with cos/sin tables
+// [positions][hd/2]; `adjacent` rotates pairs (2i, 2i+1), otherwise (i, i + hd/2).
+void Rope(float* x, const float* cos, const float* sin, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, bool adjacent);
+
+// Peak single-core f32 FMA throughput probe: `iterations` × 12 independent FMA chains of
+// 8 lanes; returns a value derived from the registers so the work cannot be elided.
+float FmaProbe(int64_t iterations);
+// Streaming read probe: sums n floats with wide loads.
+float ReadProbe(const float* x, int64_t n);
+
+const char* KernelIsa();
+
+}  // namespace voxslab

@@ -1,0 +1,78 @@
+/**
+ * The compute kernels, as a typed facade over the native addon. Every kernel reads and writes
+ * caller-owned typed arrays (SharedArrayBuffer views with offsets included), allocates nothing
+ * and gives the same bits for the same inputs on any thread. Misuse throws TypeError or
+ * RangeError at the call; set buffers up once, before readiness.
+ */
+import { native } from '../native.js';
+
+export type WeightKind = 'f32' | 'f16' | 'bf16' | 'q8' | 'q4';
+const TYPE: Record<WeightKind, number> = { f32: 0, f16: 1, bf16: 2, q8: 3, q4: 4 };
+
+/** A weight matrix [rows][cols] (out × in) in one of the supported encodings. */
+export type Weights =
+  | { kind: 'f32'; data: Float32Array; rows: number; cols: number }
+  | { kind: 'f16' | 'bf16'; data: Uint16Array; rows: number; cols: number }
+  | { kind: 'q8' | 'q4'; data: Uint8Array; scales: Float32Array; biases: Float32Array; group: number; rows: number; cols: number };
+
+/** Floats of GEMM packing scratch a caller provides. */
+export const GEMM_PACK_FLOATS = 256 * 256;
+
+/** y = W·x. For quantized weights `xsum` receives the per-group input sums (cols / group floats). */
+export function gemv(w: Weights, x: Float32Array, y: Float32Array, xsum: Float32Array | null = null): void {
+  if (w.kind === 'q8' || w.kind === 'q4') native.gemv(TYPE[w.kind], w.data, w.scales, w.biases, w.group, x, y, w.rows, w.cols, xsum);
+  else native.gemv(TYPE[w.kind], w.data, null, null, 0, x, y, w.rows, w.cols, null);
+}
+
+/** C[T][N] = A[T][K] · W[N][K]ᵀ (+ bias). `pack` holds GEMM_PACK_FLOATS floats. */
+export function gemm(A: Float32Array, W: Float32Array, bias: Float32Array | null, C: Float32Array, T: number, N: number, K: number, pack: Float32Array): void {
+  native.gemm(A, W, bias, C, T, N, K, pack);
+}
+
+export function rmsNorm(x: Float32Array, w: Float32Array, y: Float32Array, rows: number, dim: number, eps = 1e-5): void {
+  native.norm(0, x, w, null, y, rows, dim, eps);
+}
+
+export function layerNorm(x: Float32Array, w: Float32Array, b: Float32Array, y: Float32Array, rows: number, dim: number, eps = 1e-5): void {
+  native.norm(1, x, w, b, y, rows, dim, eps);
+}
+
+export function gelu(x: Float32Array, y: Float32Array, n = x.length): void {
+  native.activation(0, x, y, n, null);
+}
+
+export function silu(x: Float32Array, y: Float32Array, n = x.length): void {
+  native.activation(1, x, y, n, null);
+}
+
+/** y = silu(gate) · up */
+export function swiglu(gate: Float32Array, up: Float32Array, y: Float32Array, n = gate.length): void {
+  native.activation(2, gate, y, n, up);
+}
+
+/** GLU over channels: x [rows][2·dim] → y [rows][dim]. */
+export function glu(x: Float32Array, y: Float32Array, rows: number, dim: number): void {
+  native.activation(3, x, y, rows, dim);
+}
+
+/**
+ * RoPE in place on x [rows][heads][hd] at positions pos0…; cos/sin tables [positions][hd/2].
+ * `adjacent`: pairs (2i, 2i+1) (Depthformer); otherwise rotate-half pairs (i, i + hd/2).
+ */
+export function rope(x: Float32Array, cos: Float32Array, sin: Float32Array, rows: number, heads: number, hd: number, pos0: number, adjacent: boolean): void {
+  native.rope(x, cos, sin, rows, heads, hd, pos0, adjacent);
+}
+
+/** cos/sin tables for `positions` × hd/2 frequencies θ^(−2i/hd). */
+export function ropeTables(positions: number, hd: number, theta: number, cos: Float32Array, sin: Float32Array): void {
+  const half = hd / 2;
+  for (let p = 0; p < positions; p++) {
+    for (let i = 0; i < half; i++) {
+      const a = p * theta ** ((-2 * i) / hd);
+      cos[p * half + i] = Math.cos(a);
+      sin[p * half + i] = Math.sin(a);
+    }
+  }
+}
+
+export const kernelIsa = (): string => native.kernelIsa();

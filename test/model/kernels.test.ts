@@ -1,0 +1,235 @@
+import t from 'tap';
+import { GEMM_PACK_FLOATS, gelu, gemm, gemv, glu, kernelIsa, layerNorm, rmsNorm, rope, ropeTables, silu, swiglu, type Weights } from '../../src/model/kernels.js';
+import { dequantizedAt, quantize } from '../../src/model/quant.js';
+import { f32ToBf16, f32ToF16, bf16ToF32, f16ToF32 } from '../../src/model/dtype.js';
+import { native } from '../../src/native.js';
+import { prng, randInt, runWorker } from '../helpers.js';
+
+const nmse = (y: ArrayLike<number>, ref: ArrayLike<number>) => {
+  let e = 0;
+  let s = 0;
+  for (let i = 0; i < ref.length; i++) {
+    e += ((y[i] as number) - (ref[i] as number)) ** 2;
+    s += (ref[i] as number) ** 2;
+  }
+  return s === 0 ? e : e / s;
+};
+
+/** float64 reference: y = W·x with W given elementwise. */
+function gemvRef(at: (r: number, k: number) => number, x: Float32Array, rows: number, cols: number): Float64Array {
+  const y = new Float64Array(rows);
+  for (let r = 0; r < rows; r++) {
+    let s = 0;
+    for (let k = 0; k < cols; k++) s += at(r, k) * (x[k] as number);
+    y[r] = s;
+  }
+  return y;
+}
+
+t.test(`GEMV for every weight encoding matches a float64 reference (${kernelIsa()})`, async (t) => {
+  const r = prng(1);
+  for (let trial = 0; trial < 40; trial++) {
+    const rows = randInt(r, 1, 70);
+    const cols = randInt(r, 1, 300);
+    const w = Float32Array.from({ length: rows * cols }, () => r() - 0.5);
+    const x = Float32Array.from({ length: cols }, () => r() * 2 - 1);
+    const y = new Float32Array(rows);
+    gemv({ kind: 'f32', data: w, rows, cols }, x, y);
+    t.ok(nmse(y, gemvRef((i, k) => w[i * cols + k]!, x, rows, cols)) <= 1e-10, `f32 ${rows}×${cols}`, { diagnostic: false });
+    const h = Uint16Array.from(w, (v) => f32ToF16(v));
+    gemv({ kind: 'f16', data: h, rows, cols }, x, y);
+    t.ok(nmse(y, gemvRef((i, k) => f16ToF32(h[i * cols + k]!), x, rows, cols)) <= 1e-10, `f16 ${rows}×${cols}`, { diagnostic: false });
+    const b = Uint16Array.from(w, (v) => f32ToBf16(v));
+    gemv({ kind: 'bf16', data: b, rows, cols }, x, y);
+    t.ok(nmse(y, gemvRef((i, k) => bf16ToF32(b[i * cols + k]!), x, rows, cols)) <= 1e-10, `bf16 ${rows}×${cols}`, { diagnostic: false });
+  }
+  for (let trial = 0; trial < 30; trial++) {
+    const group = trial % 2 === 0 ? 32 : 64;
+    const bits = trial % 3 === 0 ? 4 : 8;
+    const rows = randInt(r, 1, 50);
+    const cols = group * randInt(r, 1, 8);
+    const w = Float32Array.from({ length: rows * cols }, () => r() - 0.5);
+    const x = Float32Array.from({ length: cols }, () => r() * 2 - 1);
+    const q = quantize(w, rows, cols, bits, group);
+    const y = new Float32Array(rows);
+    gemv({ kind: bits === 8 ? 'q8' : 'q4', data: q.data, scales: q.scales, biases: q.biases, group, rows, cols }, x, y, new Float32Array(cols / group));
+    t.ok(nmse(y, gemvRef((i, k) => dequantizedAt(q, i, k), x, rows, cols)) <= 1e-10, `q${bits} g${group} ${rows}×${cols} equals the dequantized product`, { diagnostic: false });
+    // Against the original weights, within the rounding bound: |Δw| ≤ s/2 per weight.
+    const exact = gemvRef((i, k) => w[i * cols + k]!, x, rows, cols);
+    let ok = true;
+    for (let i = 0; i < rows; i++) {
+      let bound = 0;
+      for (let k = 0; k < cols; k++) bound += (q.scales[i * (cols / group) + Math.floor(k / group)]! / 2) * Math.abs(x[k]!);
+      if (Math.abs(y[i]! - exact[i]!) > bound * 1.001 + 1e-6) ok = false;
+    }
+    t.ok(ok, `q${bits} g${group}: error within Σ (s/2)·|x|`, { diagnostic: false });
+  }
+});
+
+t.test('bias sum in f32 vs narrow operands (negative control)', async (t) => {
+  const r = prng(5);
+  const rows = 256;
+  const cols = 2048;
+  const group = 64;
+  // Activations with a large common offset, as after a residual stream: Σx per group is big.
+  const x = Float32Array.from({ length: cols }, () => 12 + (r() - 0.5));
+  const w = Float32Array.from({ length: rows * cols }, () => (r() - 0.5) * 0.05);
+  const q = quantize(w, rows, cols, 8, group);
+  const ref = gemvRef((i, k) => dequantizedAt(q, i, k), x, rows, cols);
+  const y = new Float32Array(rows);
+  gemv({ kind: 'q8', data: q.data, scales: q.scales, biases: q.biases, group, rows, cols }, x, y, new Float32Array(cols / group));
+  // The same product with the bias term's Σx summed in f16 (each partial sum rounded to half).
+  const half = (v: number) => f16ToF32(f32ToF16(v));
+  const narrow = new Float64Array(rows);
+  for (let i = 0; i < rows; i++) {
+    let acc = 0;
+    for (let g = 0; g < cols / group; g++) {
+      let qx = 0;
+      let xs = 0;
+      for (let k = g * group; k < (g + 1) * group; k++) {
+        const v = q.data[i * cols + k]!;
+        qx += v * x[k]!;
+        xs = half(xs + half(x[k]!));
+      }
+      acc += q.scales[i * (cols / group) + g]! * qx + q.biases[i * (cols / group) + g]! * xs;
+    }
+    narrow[i] = acc;
+  }
+  const good = nmse(y, ref);
+  const bad = nmse(narrow, ref);
+  t.ok(good <= 1e-10, `f32 bias sum: NMSE ${good.toExponential(2)}`);
+  t.ok(bad > 100 * good, `f16 bias sum is measurably worse: NMSE ${bad.toExponential(2)} (${(bad / good).toExponential(1)}×)`);
+});
+
+function gemmRef(A: Float32Array, W: Float32Array, bias: Float32Array | null, T: number, N: number, K: number): Float64Array {
+  const C = new Float64Array(T * N);
+  for (let i = 0; i < T; i++)
+    for (let n = 0; n < N; n++) {
+      let s = bias ? bias[n]! : 0;
+      for (let k = 0; k < K; k++) s += A[i * K + k]! * W[n * K + k]!;
+      C[i * N + n] = s;
+    }
+  return C;
+}
+
+t.test('GEMM matches a float64 reference, odd sizes included', async (t) => {
+  const r = prng(2);
+  const pack = new Float32Array(GEMM_PACK_FLOATS);
+  const shapes: [number, number, number][] = [[1, 1, 1], [6, 16, 256], [7, 17, 257], [13, 37, 300], [64, 40, 512], [5, 300, 600]];
+  for (let i = 0; i < 20; i++) shapes.push([randInt(r, 1, 20), randInt(r, 1, 60), randInt(r, 1, 700)]);
+  for (const [T, N, K] of shapes) {
+    const A = Float32Array.from({ length: T * K }, () => r() - 0.5);
+    const W = Float32Array.from({ length: N * K }, () => r() - 0.5);
+    const bias = Float32Array.from({ length: N }, () => r());
+    const C = new Float32Array(T * N).fill(Number.NaN);
+    gemm(A, W, bias, C, T, N, K, pack);
+    t.ok(nmse(C, gemmRef(A, W, bias, T, N, K)) <= 1e-10, `${T}×${K} · (${N}×${K})ᵀ + bias`, { diagnostic: false });
+    gemm(A, W, null, C, T, N, K, pack);
+    t.ok(nmse(C, gemmRef(A, W, null, T, N, K)) <= 1e-10, `${T}×${K} · (${N}×${K})ᵀ`, { diagnostic: false });
+  }
+});
+
+t.test('kernels give the same bits on another thread', async (t) => {
+  const T = 9;
+  const N = 70;
+  const K = 333;
+  const A = new Float32Array(new SharedArrayBuffer(T * K * 4));
+  const W = new Float32Array(new SharedArrayBuffer(N * K * 4));
+  const r = prng(3);
+  A.forEach((_, i) => (A[i] = r() - 0.5));
+  W.forEach((_, i) => (W[i] = r() - 0.5));
+  const C = new Float32Array(T * N);
+  gemm(A, W, null, C, T, N, K, new Float32Array(GEMM_PACK_FLOATS));
+  const y = new Float32Array(N);
+  gemv({ kind: 'f32', data: W, rows: N, cols: K }, A.subarray(0, K), y);
+  const other = await runWorker<{ C: Float32Array; y: Float32Array }>(new URL('./workers/kernel.js', import.meta.url), { A: A.buffer, W: W.buffer, T, N, K });
+  t.ok(other.C.every((v, i) => Object.is(v, C[i])), 'GEMM bits equal');
+  t.ok(other.y.every((v, i) => Object.is(v, y[i])), 'GEMV bits equal');
+});
+
+t.test('norms, activations and RoPE match references', async (t) => {
+  const r = prng(4);
+  const rows = 5;
+  const dim = 37;
+  const x = Float32Array.from({ length: rows * dim }, () => (r() - 0.5) * 4);
+  const w = Float32Array.from({ length: dim }, () => r() + 0.5);
+  const b = Float32Array.from({ length: dim }, () => r() - 0.5);
+  const y = new Float32Array(rows * dim);
+  const close = (got: Float32Array, want: number[], what: string) => t.ok(nmse(got, want) <= 1e-12, what);
+  rmsNorm(x, w, y, rows, dim, 1e-5);
+  close(y, Array.from(x, (v, i) => {
+    const row = Math.floor(i / dim);
+    let ss = 0;
+    for (let k = 0; k < dim; k++) ss += x[row * dim + k]! ** 2;
+    return v / Math.sqrt(ss / dim + 1e-5) * w[i % dim]!;
+  }), 'RMSNorm: x · rsqrt(mean(x²) + ε) · w');
+  layerNorm(x, w, b, y, rows, dim, 1e-5);
+  close(y, Array.from(x, (v, i) => {
+    const row = Math.floor(i / dim);
+    let m = 0;
+    for (let k = 0; k < dim; k++) m += x[row * dim + k]!;
+    m /= dim;
+    let vv = 0;
+    for (let k = 0; k < dim; k++) vv += (x[row * dim + k]! - m) ** 2;
+    return ((v - m) / Math.sqrt(vv / dim + 1e-5)) * w[i % dim]! + b[i % dim]!;
+  }), 'LayerNorm');
+  // erf by its series, independent of the native libm.
+  const erf = (z: number) => {
+    let s = 0;
+    let term = z;
+    for (let n = 0; n < 80; n++) {
+      s += term / (2 * n + 1);
+      term *= (-z * z) / (n + 1);
+    }
+    return (2 / Math.sqrt(Math.PI)) * s;
+  };
+  gelu(x, y);
+  close(y, Array.from(x, (v) => 0.5 * v * (1 + erf(v / Math.SQRT2))), 'exact (erf) GELU');
+  silu(x, y);
+  close(y, Array.from(x, (v) => v / (1 + Math.exp(-v))), 'SiLU');
+  swiglu(x, b.length === dim ? Float32Array.from(x, (v) => v * 0.5) : x, y);
+  close(y, Array.from(x, (v) => (v / (1 + Math.exp(-v))) * v * 0.5), 'SwiGLU');
+  const y2 = new Float32Array(rows * 18);
+  glu(x.subarray(0, rows * 36), y2, rows, 18);
+  close(y2, Array.from({ length: rows * 18 }, (_, i) => {
+    const row = Math.floor(i / 18);
+    const c = i % 18;
+    return x[row * 36 + c]! / (1 + Math.exp(-x[row * 36 + 18 + c]!));
+  }), 'GLU: first half · sigmoid(second half)');
+  const hd = 8;
+  const heads = 2;
+  const cos = new Float32Array(10 * (hd / 2));
+  const sin = new Float32Array(10 * (hd / 2));
+  ropeTables(10, hd, 1e6, cos, sin);
+  for (const adjacent of [false, true]) {
+    const v = Float32Array.from({ length: 3 * heads * hd }, () => r() - 0.5);
+    const orig = Float32Array.from(v);
+    rope(v, cos, sin, 3, heads, hd, 4, adjacent);
+    const want = Array.from(orig);
+    for (let row = 0; row < 3; row++)
+      for (let h = 0; h < heads; h++)
+        for (let i = 0; i < hd / 2; i++) {
+          const a = (row * heads + h) * hd + (adjacent ? 2 * i : i);
+          const bb = (row * heads + h) * hd + (adjacent ? 2 * i + 1 : i + hd / 2);
+          const ang = (4 + row) * 1e6 ** ((-2 * i) / hd);
+          want[a] = orig[a]! * Math.cos(ang) - orig[bb]! * Math.sin(ang);
+          want[bb] = orig[bb]! * Math.cos(ang) + orig[a]! * Math.sin(ang);
+        }
+    close(v, want, `RoPE ${adjacent ? 'adjacent pairs' : 'rotate-half'}`);
+  }
+});
+
+t.test('kernels check their arguments', async (t) => {
+  const f = (n: number) => new Float32Array(n);
+  t.throws(() => native.gemv(9, f(4), null, null, 0, f(2), f(2), 2, 2, null), { name: 'RangeError', message: /type must be/ });
+  t.throws(() => native.gemv(0, f(3), null, null, 0, f(2), f(2), 2, 2, null), { name: 'RangeError', message: /w has 3 elements, needs 4/ });
+  t.throws(() => native.gemv(1, f(4), null, null, 0, f(2), f(2), 2, 2, null), { name: 'TypeError', message: /w must be a Uint16Array/ });
+  t.throws(() => native.gemv(3, new Uint8Array(64), f(2), f(2), 12, f(32), f(2), 2, 32, f(4)), { name: 'RangeError', message: /group must be a multiple of 8/ });
+  t.throws(() => native.gemv(3, new Uint8Array(64), f(1), f(2), 32, f(32), f(2), 2, 32, f(1)), { name: 'RangeError', message: /scales has 1 values, needs 2/ });
+  const shared = f(8);
+  t.throws(() => native.gemv(0, f(4), null, null, 0, shared.subarray(0, 2), shared.subarray(1, 3), 2, 2, null), { name: 'RangeError', message: /must not overlap/ });
+  t.throws(() => native.gemm(f(4), f(4), null, f(4), 2, 2, 2, f(10)), { name: 'RangeError', message: /pack has 10 values/ });
+  t.throws(() => native.rope(f(16), f(8), f(8), 1, 2, 7, 0, true), { name: 'RangeError', message: /hd must be even/ });
+  t.throws(() => native.norm(0, f(4), f(2), null, f(4), 2, 2, -1), { name: 'RangeError', message: /eps non-negative/ });
+  t.throws(() => native.activation(2, f(4), f(4), 4, null), { name: 'TypeError', message: /up must be a Float32Array/ });
+});
