@@ -121,6 +121,20 @@ __attribute__((target("avx2,fma"))) inline float Hsum(__m256 v) {
   return (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])));
 }
 
+// 8 quantized weights starting at element `at` (q8 bytes, or q4 nibbles low first) times x.
+__attribute__((target("avx2,fma"))) inline __m256 QuantChunk(bool q8, const uint8_t* w, int64_t at, const float* x) {
+  __m256i iv;
+  if (q8) {
+    iv = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + at)));
+  } else {
+    uint32_t packed;
+    std::memcpy(&packed, w + (at >> 1), 4);
+    iv = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(packed)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                          _mm256_set1_epi32(15));
+  }
+  return _mm256_mul_ps(_mm256_cvtepi32_ps(iv), _mm256_loadu_ps(x));
+}
+
 __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const void* w, const float* scales,
                                                         const float* biases, int group, const float* x, float* y,
                                                         int64_t M, int64_t K, float* xsum) {
@@ -169,54 +183,101 @@ __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const vo
       }
       case WeightType::kQ8:
       case WeightType::kQ4: {
+        // Σ_g s_g·(Σ q·x) kept in 8 lanes across groups; the bias term Σ_g b_g·Σx_g as one
+        // dot product with the f32 group sums.
         const int64_t groups = K / group;
-        float acc = 0;
+        const float* sc = scales + m * groups;
+        const float* bi = biases + m * groups;
+        __m256 acc = _mm256_setzero_ps();
         for (int64_t g = 0; g < groups; ++g) {
-          __m256 q = _mm256_setzero_ps();
+          // Two independent chains (even and odd chunks of 8), so FMA latency is hidden.
+          __m256 q0 = _mm256_setzero_ps(), q1 = _mm256_setzero_ps();
           const int64_t base = m * K + g * group;
-          for (int i = 0; i < group; i += 8) {
-            __m256i iv;
-            if (type == WeightType::kQ8) {
-              iv = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(static_cast<const uint8_t*>(w) + base + i)));
-            } else {
-              // 4 bytes → 8 nibbles, low nibble first.
-              uint32_t packed;
-              std::memcpy(&packed, static_cast<const uint8_t*>(w) + ((base + i) >> 1), 4);
-              const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
-              iv = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(packed)), shifts), _mm256_set1_epi32(15));
-            }
-            q = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iv), _mm256_loadu_ps(x + g * group + i), q);
+          const uint8_t* wb = static_cast<const uint8_t*>(w);
+          const bool q8 = type == WeightType::kQ8;
+          const float* xg = x + g * group;
+          int i = 0;
+          for (; i + 16 <= group; i += 16) {
+            q0 = _mm256_add_ps(q0, QuantChunk(q8, wb, base + i, xg + i));
+            q1 = _mm256_add_ps(q1, QuantChunk(q8, wb, base + i + 8, xg + i + 8));
           }
-          acc += scales[m * groups + g] * Hsum(q) + biases[m * groups + g] * xsum[g];
+          if (i < group) q0 = _mm256_add_ps(q0, QuantChunk(q8, wb, base + i, xg + i));
+          acc = _mm256_fmadd_ps(_mm256_set1_ps(sc[g]), _mm256_add_ps(q0, q1), acc);
         }
-        y[m] = acc;
+        __m256 bacc = _mm256_setzero_ps();
+        int64_t g = 0;
+        for (; g + 8 <= groups; g += 8) bacc = _mm256_fmadd_ps(_mm256_loadu_ps(bi + g), _mm256_loadu_ps(xsum + g), bacc);
+        float btail = 0;
+        for (; g < groups; ++g) btail += bi[g] * xsum[g];
+        const float acc_sum = Hsum(acc) + (Hsum(bacc) + btail);
+        y[m] = acc_sum;
         break;
       }
     }
   }
 }
 
-// 6×16 micro-kernel: C[6][16] (+)= A rows (stride lda) × packed W panel [kc][16].
+// 6×16 micro-kernel: C[MR][16] (+)= A rows (stride lda) × packed W panel [kc][16]. The 12
+// accumulators are named variables so they stay in registers for the whole k loop.
 template <int MR>
 __attribute__((target("avx2,fma"))) void Micro(const float* A, int64_t lda, const float* P, int64_t kc, float* C,
                                                int64_t ldc, int64_t nr, bool first, const float* bias) {
-  __m256 c[MR][2];
-  for (int i = 0; i < MR; ++i) c[i][0] = c[i][1] = _mm256_setzero_ps();
+  __m256 c00 = _mm256_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+  __m256 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+  const float* a0 = A;
+  const float* a1 = A + lda;
+  const float* a2 = A + 2 * lda;
+  const float* a3 = A + 3 * lda;
+  const float* a4 = A + 4 * lda;
+  const float* a5 = A + 5 * lda;
   for (int64_t k = 0; k < kc; ++k) {
     const __m256 b0 = _mm256_loadu_ps(P + k * 16);
     const __m256 b1 = _mm256_loadu_ps(P + k * 16 + 8);
-    for (int i = 0; i < MR; ++i) {
-      const __m256 a = _mm256_broadcast_ss(A + i * lda + k);
-      c[i][0] = _mm256_fmadd_ps(a, b0, c[i][0]);
-      c[i][1] = _mm256_fmadd_ps(a, b1, c[i][1]);
+    __m256 a = _mm256_broadcast_ss(a0 + k);
+    c00 = _mm256_fmadd_ps(a, b0, c00);
+    c01 = _mm256_fmadd_ps(a, b1, c01);
+    if constexpr (MR > 1) {
+      a = _mm256_broadcast_ss(a1 + k);
+      c10 = _mm256_fmadd_ps(a, b0, c10);
+      c11 = _mm256_fmadd_ps(a, b1, c11);
+    }
+    if constexpr (MR > 2) {
+      a = _mm256_broadcast_ss(a2 + k);
+      c20 = _mm256_fmadd_ps(a, b0, c20);
+      c21 = _mm256_fmadd_ps(a, b1, c21);
+    }
+    if constexpr (MR > 3) {
+      a = _mm256_broadcast_ss(a3 + k);
+      c30 = _mm256_fmadd_ps(a, b0, c30);
+      c31 = _mm256_fmadd_ps(a, b1, c31);
+    }
+    if constexpr (MR > 4) {
+      a = _mm256_broadcast_ss(a4 + k);
+      c40 = _mm256_fmadd_ps(a, b0, c40);
+      c41 = _mm256_fmadd_ps(a, b1, c41);
+    }
+    if constexpr (MR > 5) {
+      a = _mm256_broadcast_ss(a5 + k);
+      c50 = _mm256_fmadd_ps(a, b0, c50);
+      c51 = _mm256_fmadd_ps(a, b1, c51);
     }
   }
-  alignas(32) float tmp[16];
+  alignas(32) float tmp[6][16];
+  _mm256_store_ps(tmp[0], c00);
+  _mm256_store_ps(tmp[0] + 8, c01);
+  _mm256_store_ps(tmp[1], c10);
+  _mm256_store_ps(tmp[1] + 8, c11);
+  _mm256_store_ps(tmp[2], c20);
+  _mm256_store_ps(tmp[2] + 8, c21);
+  _mm256_store_ps(tmp[3], c30);
+  _mm256_store_ps(tmp[3] + 8, c31);
+  _mm256_store_ps(tmp[4], c40);
+  _mm256_store_ps(tmp[4] + 8, c41);
+  _mm256_store_ps(tmp[5], c50);
+  _mm256_store_ps(tmp[5] + 8, c51);
   for (int i = 0; i < MR; ++i) {
-    _mm256_store_ps(tmp, c[i][0]);
-    _mm256_store_ps(tmp + 8, c[i][1]);
     float* row = C + i * ldc;
-    for (int64_t j = 0; j < nr; ++j) row[j] = first ? tmp[j] + (bias != nullptr ? bias[j] : 0.0f) : row[j] + tmp[j];
+    for (int64_t j = 0; j < nr; ++j) row[j] = first ? tmp[i][j] + (bias != nullptr ? bias[j] : 0.0f) : row[j] + tmp[i][j];
   }
 }
 

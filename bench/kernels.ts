@@ -1,0 +1,122 @@
+/**
+ * `voxslab bench kernels`: the machine's own limits, measured in the same run — peak
+ * single-core f32 FMA throughput (a register-only native loop) and streaming read bandwidth —
+ * and every kernel as a ratio to them: GEMM on the Conformer's shapes against peak FLOP/s,
+ * GEMV on the backbone's shape (f32 / q8 / q4) against read bandwidth. numpy's GEMM on the
+ * same shapes is reported beside it when python3 with numpy is available.
+ */
+import { spawnSync } from 'node:child_process';
+import { GEMM_PACK_FLOATS, gemm, gemv, kernelIsa } from '../src/model/kernels.js';
+import { quantize } from '../src/model/quant.js';
+import { native } from '../src/native.js';
+import { round } from './util.js';
+
+/** Fastest wall time of `repeats` runs of `body`, seconds. */
+function best(repeats: number, body: () => void): number {
+  let t = Number.POSITIVE_INFINITY;
+  for (let i = 0; i < repeats; i++) {
+    const t0 = process.hrtime.bigint();
+    body();
+    t = Math.min(t, Number(process.hrtime.bigint() - t0) / 1e9);
+  }
+  return t;
+}
+
+export interface KernelsBenchResult {
+  bench: 'kernels';
+  isa: string;
+  peakGflops: number;
+  readGBps: number;
+  gemm: { T: number; K: number; N: number; gflops: number; ofPeak: number; numpyGflops: number | null }[];
+  gemv: { kind: string; rows: number; cols: number; bytes: number; GBps: number; ofBandwidth: number }[];
+  attention: string;
+  targets: { gemmOfPeak: number; gemvOfBandwidth: number };
+}
+
+function numpyGemm(shapes: [number, number, number][]): (number | null)[] {
+  const script = `
+import json, sys, time
+import numpy as np
+out = []
+for T, K, N in json.loads(sys.argv[1]):
+    a = np.random.rand(T, K).astype(np.float32); w = np.random.rand(N, K).astype(np.float32)
+    a @ w.T
+    best = 1e9
+    for _ in range(7):
+        t0 = time.perf_counter(); a @ w.T; best = min(best, time.perf_counter() - t0)
+    out.append(2 * T * K * N / best / 1e9)
+print(json.dumps(out))`;
+  const r = spawnSync('python3', ['-c', script, JSON.stringify(shapes)], { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '1', OPENBLAS_NUM_THREADS: '1' } });
+  if (r.status !== 0) return shapes.map(() => null);
+  try {
+    return JSON.parse(r.stdout.trim()) as number[];
+  } catch {
+    return shapes.map(() => null);
+  }
+}
+
+export async function run(options: { quick?: boolean } = {}): Promise<KernelsBenchResult> {
+  const repeats = options.quick === true ? 3 : 7;
+  const iterations = 20_000_000;
+  native.fmaProbe(1_000_000);
+  const peak = (iterations * 12 * 8 * 2) / best(repeats, () => native.fmaProbe(iterations)) / 1e9;
+
+  const big = new Float32Array(64 * 1024 * 1024); // 256 MiB, well past the caches
+  big.fill(1);
+  native.readProbe(big);
+  const read = big.byteLength / best(repeats, () => native.readProbe(big)) / 1e9;
+
+  const pack = new Float32Array(GEMM_PACK_FLOATS);
+  const shapes: [number, number, number][] = (options.quick === true ? [64, 256] : [64, 128, 256, 512, 1024]).map((T) => [T, 512, 2048]);
+  const peers = numpyGemm(shapes);
+  const gemmRows = shapes.map(([T, K, N], i) => {
+    const A = Float32Array.from({ length: T * K }, (_, j) => ((j * 7) % 13) / 13 - 0.5);
+    const W = Float32Array.from({ length: N * K }, (_, j) => ((j * 5) % 11) / 11 - 0.5);
+    const C = new Float32Array(T * N);
+    const s = best(repeats, () => gemm(A, W, null, C, T, N, K, pack));
+    const gflops = (2 * T * K * N) / s / 1e9;
+    return { T, K, N, gflops: round(gflops, 1), ofPeak: round(gflops / peak, 3), numpyGflops: peers[i] === null || peers[i] === undefined ? null : round(peers[i] as number, 1) };
+  });
+
+  const rows = 2048;
+  const cols = 8192;
+  const w = Float32Array.from({ length: rows * cols }, (_, j) => ((j * 7) % 17) / 17 - 0.5);
+  const x = Float32Array.from({ length: cols }, (_, j) => ((j * 3) % 7) / 7);
+  const y = new Float32Array(rows);
+  const gemvRows: KernelsBenchResult['gemv'] = [];
+  const q8 = quantize(w, rows, cols, 8, 64);
+  const q4 = quantize(w, rows, cols, 4, 64);
+  const xsum = new Float32Array(cols / 64);
+  for (const [kind, weights, bytes] of [
+    ['f32', { kind: 'f32' as const, data: w, rows, cols }, w.byteLength],
+    ['q8 (group 64)', { kind: 'q8' as const, data: q8.data, scales: q8.scales, biases: q8.biases, group: 64, rows, cols }, q8.data.byteLength + 8 * q8.scales.length],
+    ['q4 (group 64)', { kind: 'q4' as const, data: q4.data, scales: q4.scales, biases: q4.biases, group: 64, rows, cols }, q4.data.byteLength + 8 * q4.scales.length],
+  ] as const) {
+    gemv(weights, x, y, xsum);
+    const s = best(repeats * 3, () => gemv(weights, x, y, xsum));
+    const GBps = bytes / s / 1e9;
+    gemvRows.push({ kind, rows, cols, bytes, GBps: round(GBps, 2), ofBandwidth: round(GBps / read, 3) });
+  }
+  return {
+    bench: 'kernels',
+    isa: kernelIsa(),
+    peakGflops: round(peak, 1),
+    readGBps: round(read, 2),
+    gemm: gemmRows,
+    gemv: gemvRows,
+    attention: 'tiled attention is not in this build',
+    targets: { gemmOfPeak: 0.6, gemvOfBandwidth: 0.7 },
+  };
+}
+
+export function format(r: KernelsBenchResult): string {
+  const lines = [
+    `kernels (${r.isa}); this machine, measured now: peak f32 FMA ${r.peakGflops} GFLOP/s on one core, streaming read ${r.readGBps} GB/s`,
+    `GEMM [T×512]·[512×2048] (target ≥ ${r.targets.gemmOfPeak * 100}% of peak):`,
+  ];
+  for (const g of r.gemm) lines.push(`  T=${String(g.T).padStart(5)}  ${String(g.gflops).padStart(7)} GFLOP/s  ${(g.ofPeak * 100).toFixed(1).padStart(5)}% of peak   numpy (1 thread) ${g.numpyGflops ?? '-'}`);
+  lines.push(`GEMV 2048×8192 (target ≥ ${r.targets.gemvOfBandwidth * 100}% of read bandwidth):`);
+  for (const g of r.gemv) lines.push(`  ${g.kind.padEnd(14)} ${String(g.GBps).padStart(7)} GB/s  ${(g.ofBandwidth * 100).toFixed(1).padStart(5)}% of bandwidth`);
+  lines.push(r.attention);
+  return lines.join('\n');
+}
