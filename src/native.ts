@@ -104,6 +104,12 @@ export interface NativeAddon {
   norm(kind: number, x: Float32Array, w: Float32Array, b: Float32Array | null, y: Float32Array, rows: number, dim: number, eps: number): void;
   activation(kind: number, x: Float32Array, y: Float32Array, n: number, other: Float32Array | number | null): void;
   rope(x: Float32Array, cos: Float32Array, sin: Float32Array, rows: number, heads: number, hd: number, pos0: number, adjacent: boolean): void;
+  attention(
+    q: Float32Array, k: Float32Array, v: Float32Array, out: Float32Array,
+    p: Float32Array | null, u: Float32Array | null, vb: Float32Array | null, scratch: Float32Array,
+    Tq: number, Tk: number, Hq: number, Hkv: number, hd: number, qpos0: number, kpos0: number,
+    window: number, mode: number, scale: number, tq: number, tk: number,
+  ): void;
   fmaProbe(iterations: number): number;
   readProbe(x: Float32Array): number;
   /** Instruction set of the compute kernels chosen at load: 'avx2+fma' or 'scalar'. */

@@ -492,6 +492,49 @@ Napi::Value RopeValue(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// attention(q, k, v, out, p | null, u | null, vb | null, scratch, Tq, Tk, Hq, Hkv, hd, qpos0, kpos0, window, mode, scale, tq, tk)
+Napi::Value AttentionValue(const Napi::CallbackInfo& info) {
+  const char* fn = "attention";
+  ExpectArgs(info, 20, fn);
+  voxslab::AttentionParams a{};
+  a.Tq = CountArg(info, 8, fn, "Tq");
+  a.Tk = CountArg(info, 9, fn, "Tk");
+  a.Hq = CountArg(info, 10, fn, "Hq");
+  a.Hkv = CountArg(info, 11, fn, "Hkv");
+  a.hd = CountArg(info, 12, fn, "hd");
+  a.qpos0 = CountArg(info, 13, fn, "qpos0");
+  a.kpos0 = CountArg(info, 14, fn, "kpos0");
+  a.window = CountArg(info, 15, fn, "window");
+  const int64_t mode = CountArg(info, 16, fn, "mode");
+  a.scale = static_cast<float>(NumberArg(info, 17, fn, "scale"));
+  a.tq = CountArg(info, 18, fn, "tq");
+  a.tk = CountArg(info, 19, fn, "tk");
+  a.mode = static_cast<int>(mode);
+  if (mode > 2) ThrowRange(info.Env(), "attention: mode must be 0 (full), 1 (causal) or 2 (sliding)");
+  if (a.Hq == 0 || a.Hkv == 0 || a.Hq % a.Hkv != 0) ThrowRange(info.Env(), "attention: Hkv must divide Hq");
+  if (a.hd == 0 || a.tq == 0 || a.tk == 0) ThrowRange(info.Env(), "attention: hd and tile sizes must be positive");
+  if (mode == 2 && a.window == 0) ThrowRange(info.Env(), "attention: a sliding window must be positive");
+  auto q = F32Arg(info, 0, fn, "q", static_cast<size_t>(a.Tq * a.Hq * a.hd));
+  auto k = F32Arg(info, 1, fn, "k", static_cast<size_t>(a.Tk * a.Hkv * a.hd));
+  auto v = F32Arg(info, 2, fn, "v", static_cast<size_t>(a.Tk * a.Hkv * a.hd));
+  auto out = F32Arg(info, 3, fn, "out", static_cast<size_t>(a.Tq * a.Hq * a.hd));
+  const float* p = nullptr;
+  const float* u = nullptr;
+  const float* vb = nullptr;
+  if (!info[4].IsNull()) {
+    if (mode != 0 || a.Tq != a.Tk || a.qpos0 != a.kpos0) ThrowRange(info.Env(), "attention: relative positions need full context and Tq = Tk at the same positions");
+    p = F32Arg(info, 4, fn, "p", static_cast<size_t>((2 * a.Tk - 1) * a.Hq * a.hd)).data;
+    u = F32Arg(info, 5, fn, "u", static_cast<size_t>(a.Hq * a.hd)).data;
+    vb = F32Arg(info, 6, fn, "vb", static_cast<size_t>(a.Hq * a.hd)).data;
+  }
+  auto scratch = F32Arg(info, 7, fn, "scratch", static_cast<size_t>(voxslab::AttentionScratchFloats(a.tq, a.tk, a.hd)));
+  if (Overlap(out, q) || Overlap(out, k) || Overlap(out, v) || Overlap(scratch, out) || Overlap(scratch, q) || Overlap(scratch, k) || Overlap(scratch, v)) {
+    ThrowRange(info.Env(), "attention: out and scratch must not overlap the inputs");
+  }
+  voxslab::Attention(a, q.data, k.data, v.data, out.data, p, u, vb, scratch.data);
+  return info.Env().Undefined();
+}
+
 Napi::Value FmaProbeValue(const Napi::CallbackInfo& info) {
   ExpectArgs(info, 1, "fmaProbe");
   return Napi::Number::New(info.Env(), voxslab::FmaProbe(CountArg(info, 0, "fmaProbe", "iterations")));
@@ -522,6 +565,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("norm", Napi::Function::New(env, NormValue, "norm"));
   exports.Set("activation", Napi::Function::New(env, ActivationValue, "activation"));
   exports.Set("rope", Napi::Function::New(env, RopeValue, "rope"));
+  exports.Set("attention", Napi::Function::New(env, AttentionValue, "attention"));
   exports.Set("fmaProbe", Napi::Function::New(env, FmaProbeValue, "fmaProbe"));
   exports.Set("readProbe", Napi::Function::New(env, ReadProbeValue, "readProbe"));
   exports.Set("kernelIsa", Napi::Function::New(env, KernelIsaValue, "kernelIsa"));

@@ -465,4 +465,126 @@ void Rope(float* x, const float* cs, const float* sn, int64_t rows, int64_t head
   }
 }
 
+namespace {
+
+float DotF(const float* a, const float* b, int64_t n) {
+  float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+  }
+  for (; i < n; ++i) s0 += a[i] * b[i];
+  return (s0 + s1) + (s2 + s3);
+}
+
+#ifdef VOXSLAB_X86
+__attribute__((target("avx2,fma"))) float DotAvx(const float* a, const float* b, int64_t n) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
+  }
+  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
+  float t = 0;
+  for (; i < n; ++i) t += a[i] * b[i];
+  return Hsum(_mm256_add_ps(s0, s1)) + t;
+}
+#endif
+
+using DotFn = float (*)(const float*, const float*, int64_t);
+DotFn ChooseDotF() {
+#ifdef VOXSLAB_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DotAvx;
+#endif
+  return DotF;
+}
+const DotFn kDotF = ChooseDotF();
+
+}  // namespace
+
+int64_t AttentionScratchFloats(int64_t tq, int64_t tk, int64_t hd) {
+  // scores [tq][tk], max [tq], sum [tq], acc [tq][hd], q+u and q+v [tq][hd] each.
+  return tq * tk + 2 * tq + 3 * tq * hd;
+}
+
+void Attention(const AttentionParams& a, const float* q, const float* k, const float* v, float* out, const float* p,
+               const float* u, const float* vb, float* scratch) {
+  const int64_t hd = a.hd;
+  const int64_t group = a.Hq / a.Hkv;
+  float* sc = scratch;
+  float* mx = sc + a.tq * a.tk;
+  float* sm = mx + a.tq;
+  float* acc = sm + a.tq;
+  float* qu = acc + a.tq * hd;
+  float* qv = qu + a.tq * hd;
+  const bool rel = p != nullptr;
+  for (int64_t h = 0; h < a.Hq; ++h) {
+    const int64_t kh = h / group;
+    for (int64_t i0 = 0; i0 < a.Tq; i0 += a.tq) {
+      const int64_t nq = std::min(a.tq, a.Tq - i0);
+      for (int64_t i = 0; i < nq; ++i) {
+        mx[i] = -INFINITY;
+        sm[i] = 0.0f;
+        for (int64_t d = 0; d < hd; ++d) acc[i * hd + d] = 0.0f;
+        const float* qi = q + ((i0 + i) * a.Hq + h) * hd;
+        for (int64_t d = 0; d < hd; ++d) {
+          qu[i * hd + d] = rel ? qi[d] + u[h * hd + d] : qi[d];
+          qv[i * hd + d] = rel ? qi[d] + vb[h * hd + d] : 0.0f;
+        }
+      }
+      // Key range any query of the tile can see.
+      const int64_t qlo = a.qpos0 + i0, qhi = a.qpos0 + i0 + nq - 1;
+      int64_t jlo = 0, jhi = a.Tk - 1;
+      if (a.mode >= 1) jhi = std::min(jhi, qhi - a.kpos0);
+      if (a.mode == 2) jlo = std::max<int64_t>(0, qlo - a.window + 1 - a.kpos0);
+      for (int64_t j0 = jlo; j0 <= jhi; j0 += a.tk) {
+        const int64_t nk = std::min(a.tk, jhi - j0 + 1);
+        for (int64_t i = 0; i < nq; ++i) {
+          const int64_t qp = a.qpos0 + i0 + i;
+          float tileMax = -INFINITY;
+          for (int64_t jj = 0; jj < nk; ++jj) {
+            const int64_t j = j0 + jj;
+            const int64_t kp = a.kpos0 + j;
+            const bool visible = a.mode == 0 || (kp <= qp && (a.mode == 1 || kp > qp - a.window));
+            float s = -INFINITY;
+            if (visible) {
+              s = kDotF(qu + i * hd, k + (j * a.Hkv + kh) * hd, hd);
+              if (rel) s += kDotF(qv + i * hd, p + ((a.Tk - 1 - ((i0 + i) - j)) * a.Hq + h) * hd, hd);
+              s *= a.scale;
+            }
+            sc[i * a.tk + jj] = s;
+            tileMax = std::max(tileMax, s);
+          }
+          if (tileMax == -INFINITY) continue;
+          const float m = std::max(mx[i], tileMax);
+          const float alpha = mx[i] == -INFINITY ? 0.0f : std::exp(mx[i] - m);
+          float* ai = acc + i * hd;
+          for (int64_t d = 0; d < hd; ++d) ai[d] *= alpha;
+          float l = sm[i] * alpha;
+          for (int64_t jj = 0; jj < nk; ++jj) {
+            const float s = sc[i * a.tk + jj];
+            if (s == -INFINITY) continue;
+            const float w = std::exp(s - m);
+            l += w;
+            const float* vj = v + ((j0 + jj) * a.Hkv + kh) * hd;
+            for (int64_t d = 0; d < hd; ++d) ai[d] += w * vj[d];
+          }
+          mx[i] = m;
+          sm[i] = l;
+        }
+      }
+      for (int64_t i = 0; i < nq; ++i) {
+        float* o = out + ((i0 + i) * a.Hq + h) * hd;
+        const float inv = sm[i] > 0 ? 1.0f / sm[i] : 0.0f;
+        for (int64_t d = 0; d < hd; ++d) o[d] = acc[i * hd + d] * inv;
+      }
+    }
+  }
+}
+
 }  // namespace voxslab

@@ -35,6 +35,25 @@ void Glu(const float* x, float* y, int64_t rows, int64_t dim);
 // [positions][hd/2]; `adjacent` rotates pairs (2i, 2i+1), otherwise (i, i + hd/2).
 void Rope(float* x, const float* cos, const float* sin, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, bool adjacent);
 
+// Tiled attention with an online softmax; never a plane of heads × queries × keys.
+// q [Tq][Hq][hd], k and v [Tk][Hkv][hd], out [Tq][Hq][hd]; query head h reads KV head
+// h / (Hq / Hkv). Query i sits at position qpos0 + i, key j at kpos0 + j. mode: 0 full
+// (bidirectional), 1 causal (key pos ≤ query pos), 2 sliding (query pos − window < key pos ≤
+// query pos). With `p` non-null (relative position, full context, Tq = Tk = T): p [2T−1][Hq][hd]
+// holds linear_pos of relative positions T−1 … −(T−1), u and v [Hq][hd] the pos biases, and
+// score(i, j) = ((q_i + u)·k_j + (q_i + v)·p_{T−1−(i−j)})·scale.
+// scratch: AttentionScratchFloats(tq, tk, hd) floats.
+struct AttentionParams {
+  int64_t Tq, Tk, Hq, Hkv, hd;
+  int64_t qpos0, kpos0, window;
+  int mode;
+  float scale;
+  int64_t tq, tk;
+};
+int64_t AttentionScratchFloats(int64_t tq, int64_t tk, int64_t hd);
+void Attention(const AttentionParams& a, const float* q, const float* k, const float* v, float* out, const float* p,
+               const float* u, const float* vb, float* scratch);
+
 // Peak single-core f32 FMA throughput probe: `iterations` × 12 independent FMA chains of
 // 8 lanes; returns a value derived from the registers so the work cannot be elided.
 float FmaProbe(int64_t iterations);

@@ -76,3 +76,54 @@ export function ropeTables(positions: number, hd: number, theta: number, cos: Fl
 }
 
 export const kernelIsa = (): string => native.kernelIsa();
+
+export type AttentionMode = 'full' | 'causal' | 'sliding';
+
+export interface AttentionShape {
+  /** Queries and keys. */
+  Tq: number;
+  Tk: number;
+  /** Query heads and KV heads (GQA: Hkv divides Hq). */
+  Hq: number;
+  Hkv: number;
+  hd: number;
+  mode: AttentionMode;
+  /** Absolute positions of query 0 and key 0 (for causal and sliding masks). Default 0. */
+  qpos0?: number;
+  kpos0?: number;
+  /** Sliding window including the current position (mode 'sliding'). */
+  window?: number;
+  /** Default 1/√hd. */
+  scale?: number;
+  /** Tile sizes. Default 64 × 64. */
+  tq?: number;
+  tk?: number;
+}
+
+const MODES: Record<AttentionMode, number> = { full: 0, causal: 1, sliding: 2 };
+
+/** Scratch floats the tiled attention needs: a function of the tiles only, never of T. */
+export function attentionScratchFloats(tq = 64, tk = 64, hd: number): number {
+  return tq * tk + 2 * tq + 3 * tq * hd;
+}
+
+/**
+ * Tiled attention with an online softmax (see native/src/kernels.h): q [Tq][Hq][hd],
+ * k, v [Tk][Hkv][hd] → out [Tq][Hq][hd]. `rel` gives the Conformer's relative-position terms:
+ * p [2T−1][Hq][hd] (linear_pos of positions T−1 … −(T−1)), u and v [Hq][hd].
+ */
+export function attention(
+  s: AttentionShape,
+  q: Float32Array,
+  k: Float32Array,
+  v: Float32Array,
+  out: Float32Array,
+  scratch: Float32Array,
+  rel: { p: Float32Array; u: Float32Array; v: Float32Array } | null = null,
+): void {
+  native.attention(
+    q, k, v, out, rel?.p ?? null, rel?.u ?? null, rel?.v ?? null, scratch,
+    s.Tq, s.Tk, s.Hq, s.Hkv, s.hd, s.qpos0 ?? 0, s.kpos0 ?? 0, s.window ?? 0, MODES[s.mode],
+    s.scale ?? 1 / Math.sqrt(s.hd), s.tq ?? 64, s.tk ?? 64,
+  );
+}

@@ -1,0 +1,126 @@
+import t from 'tap';
+import { attention, attentionScratchFloats, type AttentionMode } from '../../src/model/kernels.js';
+import { native } from '../../src/native.js';
+import { prng } from '../helpers.js';
+
+interface Case {
+  T: number;
+  Tq?: number;
+  Hq: number;
+  Hkv: number;
+  hd: number;
+  mode: AttentionMode;
+  window?: number;
+  qpos0?: number;
+  rel?: boolean;
+}
+
+/** Naive float64 reference: the whole score row, softmax, weighted values. */
+function reference(c: Case, q: Float32Array, k: Float32Array, v: Float32Array, rel: { p: Float32Array; u: Float32Array; v: Float32Array } | null): Float64Array {
+  const Tq = c.Tq ?? c.T;
+  const Tk = c.T;
+  const out = new Float64Array(Tq * c.Hq * c.hd);
+  const g = c.Hq / c.Hkv;
+  const scale = 1 / Math.sqrt(c.hd);
+  const qpos0 = c.qpos0 ?? 0;
+  for (let h = 0; h < c.Hq; h++) {
+    const kh = Math.floor(h / g);
+    for (let i = 0; i < Tq; i++) {
+      const qp = qpos0 + i;
+      const scores = new Float64Array(Tk).fill(Number.NEGATIVE_INFINITY);
+      for (let j = 0; j < Tk; j++) {
+        if (c.mode !== 'full' && j > qp) continue;
+        if (c.mode === 'sliding' && j <= qp - c.window!) continue;
+        let s = 0;
+        for (let d = 0; d < c.hd; d++) {
+          const qd = q[(i * c.Hq + h) * c.hd + d]!;
+          s += (qd + (rel ? rel.u[h * c.hd + d]! : 0)) * k[(j * c.Hkv + kh) * c.hd + d]!;
+          if (rel) s += (qd + rel.v[h * c.hd + d]!) * rel.p[((Tk - 1 - (i - j)) * c.Hq + h) * c.hd + d]!;
+        }
+        scores[j] = s * scale;
+      }
+      const m = Math.max(...scores);
+      let sum = 0;
+      for (let j = 0; j < Tk; j++) sum += scores[j] === Number.NEGATIVE_INFINITY ? 0 : Math.exp(scores[j]! - m);
+      for (let j = 0; j < Tk; j++) {
+        if (scores[j] === Number.NEGATIVE_INFINITY) continue;
+        const w = Math.exp(scores[j]! - m) / sum;
+        for (let d = 0; d < c.hd; d++) {
+          const o = (i * c.Hq + h) * c.hd + d;
+          out[o] = out[o]! + w * v[(j * c.Hkv + kh) * c.hd + d]!;
+        }
+      }
+    }
+  }
+  return out;
+}
+
+function run(c: Case, seed: number, tq = 64, tk = 64): { got: Float32Array; want: Float64Array } {
+  const r = prng(seed);
+  const Tq = c.Tq ?? c.T;
+  const rand = (n: number) => Float32Array.from({ length: n }, () => r() * 2 - 1);
+  const q = rand(Tq * c.Hq * c.hd);
+  const k = rand(c.T * c.Hkv * c.hd);
+  const v = rand(c.T * c.Hkv * c.hd);
+  const rel = c.rel === true ? { p: rand((2 * c.T - 1) * c.Hq * c.hd), u: rand(c.Hq * c.hd), v: rand(c.Hq * c.hd) } : null;
+  const out = new Float32Array(Tq * c.Hq * c.hd);
+  const scratch = new Float32Array(attentionScratchFloats(tq, tk, c.hd));
+  const shape = { Tq, Tk: c.T, Hq: c.Hq, Hkv: c.Hkv, hd: c.hd, mode: c.mode, tq, tk, qpos0: c.qpos0 ?? 0 } as const;
+  attention(c.window === undefined ? shape : { ...shape, window: c.window }, q, k, v, out, scratch, rel);
+  return { got: out, want: reference(c, q, k, v, rel) };
+}
+
+const maxRel = (got: Float32Array, want: Float64Array) => {
+  let e = 0;
+  let s = 0;
+  for (let i = 0; i < want.length; i++) {
+    e = Math.max(e, Math.abs(got[i]! - want[i]!));
+    s = Math.max(s, Math.abs(want[i]!));
+  }
+  return e / Math.max(s, 1e-30);
+};
+
+t.test('tiled attention equals the naive full-score reference', async (t) => {
+  const cases: Case[] = [];
+  for (const T of [1, 2, 7, 63, 64, 65, 200, 1000]) {
+    cases.push({ T, Hq: 4, Hkv: 2, hd: 16, mode: 'full' });
+    cases.push({ T, Hq: 4, Hkv: 1, hd: 8, mode: 'causal' });
+    cases.push({ T, Hq: 2, Hkv: 2, hd: 8, mode: 'sliding', window: 30 });
+    if (T <= 200) cases.push({ T, Hq: 2, Hkv: 2, hd: 8, mode: 'full', rel: true });
+  }
+  cases.push({ T: 4096, Hq: 2, Hkv: 1, hd: 8, mode: 'causal' });
+  cases.push({ T: 4096, Hq: 1, Hkv: 1, hd: 8, mode: 'full' });
+  // Decode: one query at the end of a long cache; and a chunk of queries at an offset.
+  cases.push({ T: 3000, Tq: 1, qpos0: 2999, Hq: 8, Hkv: 2, hd: 16, mode: 'causal' });
+  cases.push({ T: 500, Tq: 37, qpos0: 463, Hq: 4, Hkv: 2, hd: 16, mode: 'sliding', window: 30 });
+  for (const [n, c] of cases.entries()) {
+    const { got, want } = run(c, n, 64, 48);
+    const e = maxRel(got, want);
+    t.ok(e < 1e-5, `${c.mode}${c.rel ? ' rel-pos' : ''} T=${c.T}${c.Tq ? ` Tq=${c.Tq}` : ''} H=${c.Hq}/${c.Hkv}: max error ${e.toExponential(2)}`);
+  }
+});
+
+t.test('tile sizes do not change the result beyond rounding', async (t) => {
+  const c: Case = { T: 300, Hq: 4, Hkv: 2, hd: 16, mode: 'full', rel: true };
+  const a = run(c, 9, 64, 64).got;
+  for (const [tq, tk] of [[1, 1], [7, 300], [300, 13], [32, 128]] as const) {
+    const b = run(c, 9, tq, tk).got;
+    let e = 0;
+    for (let i = 0; i < a.length; i++) e = Math.max(e, Math.abs(a[i]! - b[i]!));
+    t.ok(e < 1e-5, `tiles ${tq}×${tk}: ${e.toExponential(2)}`);
+  }
+});
+
+t.test('scratch depends on the tiles only, never on the sequence length', async (t) => {
+  const floats = attentionScratchFloats(64, 64, 64);
+  t.equal(floats, 64 * 64 + 2 * 64 + 3 * 64 * 64);
+  // The same scratch serves T = 128 and T = 4096.
+  for (const T of [128, 4096]) {
+    const q = new Float32Array(T * 64);
+    const out = new Float32Array(T * 64);
+    t.doesNotThrow(() => attention({ Tq: T, Tk: T, Hq: 1, Hkv: 1, hd: 64, mode: 'causal' }, q, q.slice(), q.slice(), out, new Float32Array(floats)), `T=${T} with ${floats} scratch floats`);
+  }
+  t.throws(() => native.attention(new Float32Array(8), new Float32Array(8), new Float32Array(8), new Float32Array(8), null, null, null, new Float32Array(10), 1, 1, 1, 1, 8, 0, 0, 0, 0, 1, 64, 64), { name: 'RangeError', message: /scratch has 10 values/ });
+  t.throws(() => native.attention(new Float32Array(8), new Float32Array(8), new Float32Array(8), new Float32Array(8), null, null, null, new Float32Array(9000), 1, 1, 3, 2, 8, 0, 0, 0, 0, 1, 64, 64), { name: 'RangeError', message: /Hkv must divide Hq/ });
+  t.throws(() => native.attention(new Float32Array(8), new Float32Array(8), new Float32Array(8), new Float32Array(8), null, null, null, new Float32Array(9000), 1, 1, 1, 1, 8, 0, 0, 0, 2, 1, 64, 64), { name: 'RangeError', message: /sliding window must be positive/ });
+});
