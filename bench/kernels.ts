@@ -6,7 +6,7 @@
  * same shapes is reported beside it when python3 with numpy is available.
  */
 import { spawnSync } from 'node:child_process';
-import { GEMM_PACK_FLOATS, gemm, gemv, kernelIsa } from '../src/model/kernels.js';
+import { attention, attentionScratchFloats, GEMM_PACK_FLOATS, gemm, gemv, kernelIsa } from '../src/model/kernels.js';
 import { quantize } from '../src/model/quant.js';
 import { native } from '../src/native.js';
 import { round } from './util.js';
@@ -29,7 +29,7 @@ export interface KernelsBenchResult {
   readGBps: number;
   gemm: { T: number; K: number; N: number; gflops: number; ofPeak: number; numpyGflops: number | null }[];
   gemv: { kind: string; rows: number; cols: number; bytes: number; GBps: number; ofBandwidth: number }[];
-  attention: string;
+  attention: { context: number; tokensPerSecond: number; gflops: number }[];
   targets: { gemmOfPeak: number; gemvOfBandwidth: number };
 }
 
@@ -97,6 +97,18 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
     const GBps = bytes / s / 1e9;
     gemvRows.push({ kind, rows, cols, bytes, GBps: round(GBps, 2), ofBandwidth: round(GBps / read, 3) });
   }
+  // Attention decode at the backbone's shape: one query (32 heads) over a cache of 8 KV heads × 64.
+  const attentionRows: KernelsBenchResult['attention'] = [];
+  const scratch = new Float32Array(attentionScratchFloats(1, 256, 64));
+  for (const ctx of options.quick === true ? [1024, 8192] : [1024, 8192, 32768]) {
+    const q = Float32Array.from({ length: 32 * 64 }, (_, j) => ((j * 7) % 13) / 13 - 0.5);
+    const kv = Float32Array.from({ length: ctx * 8 * 64 }, (_, j) => ((j * 5) % 11) / 11 - 0.5);
+    const out = new Float32Array(32 * 64);
+    const shape = { Tq: 1, Tk: ctx, Hq: 32, Hkv: 8, hd: 64, mode: 'causal' as const, qpos0: ctx - 1, tq: 1, tk: 256 };
+    attention(shape, q, kv, kv, out, scratch);
+    const s = best(repeats, () => attention(shape, q, kv, kv, out, scratch));
+    attentionRows.push({ context: ctx, tokensPerSecond: round(1 / s, 1), gflops: round((4 * 32 * 64 * ctx) / s / 1e9, 2) });
+  }
   return {
     bench: 'kernels',
     isa: kernelIsa(),
@@ -104,7 +116,7 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
     readGBps: round(read, 2),
     gemm: gemmRows,
     gemv: gemvRows,
-    attention: 'tiled attention is not in this build',
+    attention: attentionRows,
     targets: { gemmOfPeak: 0.6, gemvOfBandwidth: 0.7 },
   };
 }
@@ -117,6 +129,7 @@ export function format(r: KernelsBenchResult): string {
   for (const g of r.gemm) lines.push(`  T=${String(g.T).padStart(5)}  ${String(g.gflops).padStart(7)} GFLOP/s  ${(g.ofPeak * 100).toFixed(1).padStart(5)}% of peak   numpy (1 thread) ${g.numpyGflops ?? '-'}`);
   lines.push(`GEMV 2048×8192 (target ≥ ${r.targets.gemvOfBandwidth * 100}% of read bandwidth):`);
   for (const g of r.gemv) lines.push(`  ${g.kind.padEnd(14)} ${String(g.GBps).padStart(7)} GB/s  ${(g.ofBandwidth * 100).toFixed(1).padStart(5)}% of bandwidth`);
-  lines.push(r.attention);
+  lines.push('tiled attention, one decode step (32 query heads, 8 KV heads × 64):');
+  for (const a of r.attention) lines.push(`  context ${String(a.context).padStart(6)}  ${String(a.tokensPerSecond).padStart(9)} tokens/s  ${a.gflops} GFLOP/s`);
   return lines.join('\n');
 }
