@@ -110,6 +110,13 @@ export interface NativeAddon {
     Tq: number, Tk: number, Hq: number, Hkv: number, hd: number, qpos0: number, kpos0: number,
     window: number, mode: number, scale: number, tq: number, tk: number,
   ): void;
+  conv1d(mode: number, x: Float32Array, w: Float32Array, third: Float32Array | null, y: Float32Array, T: number, C: number, k: number, t0: number, t1: number): void;
+  conv2dS2(
+    input: Float32Array, Cin: number, inRow0: number, inRows: number, inTotal: number, inCols: number,
+    w: Float32Array, bias: Float32Array | null, depthwise: boolean,
+    out: Float32Array, Cout: number, outRow0: number, outRows: number, outCols: number, relu: boolean,
+  ): void;
+  pointwise(input: Float32Array, w: Float32Array, bias: Float32Array | null, out: Float32Array, Cin: number, Cout: number, P: number, relu: boolean): void;
   fmaProbe(iterations: number): number;
   readProbe(x: Float32Array): number;
   /** Instruction set of the compute kernels chosen at load: 'avx2+fma' or 'scalar'. */

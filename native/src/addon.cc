@@ -535,6 +535,89 @@ Napi::Value AttentionValue(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// conv1d(mode, x, w, bias | state | null, y, T, C, k, t0, t1): mode 0 causal (third array is
+// the state [k−1][C]), mode 1 'same' (third array is the bias or null; rows [t0, t1)).
+Napi::Value Conv1dValue(const Napi::CallbackInfo& info) {
+  const char* fn = "conv1d";
+  ExpectArgs(info, 10, fn);
+  const int64_t mode = CountArg(info, 0, fn, "mode");
+  const int64_t T = CountArg(info, 5, fn, "T");
+  const int64_t C = CountArg(info, 6, fn, "C");
+  const int64_t k = CountArg(info, 7, fn, "k");
+  if (mode > 1 || k == 0 || C == 0) ThrowRange(info.Env(), "conv1d: mode must be 0 (causal) or 1 (same), k and C positive");
+  auto x = F32Arg(info, 1, fn, "x", static_cast<size_t>(T * C));
+  auto w = F32Arg(info, 2, fn, "w", static_cast<size_t>(C * k));
+  if (mode == 0) {
+    auto state = F32Arg(info, 3, fn, "state", static_cast<size_t>((k - 1) * C));
+    auto y = F32Arg(info, 4, fn, "y", static_cast<size_t>(T * C));
+    if (Overlap(y, x) || Overlap(y, state)) ThrowRange(info.Env(), "conv1d: y must not overlap x or the state");
+    voxslab::Conv1dCausal(x.data, w.data, state.data, y.data, T, C, k);
+  } else {
+    if (k % 2 == 0) ThrowRange(info.Env(), "conv1d: 'same' needs an odd kernel");
+    const int64_t t0 = CountArg(info, 8, fn, "t0");
+    const int64_t t1 = CountArg(info, 9, fn, "t1");
+    if (t0 > t1 || t1 > T) ThrowRange(info.Env(), "conv1d: rows [t0, t1) must lie in [0, T]");
+    const float* bias = info[3].IsNull() ? nullptr : F32Arg(info, 3, fn, "bias", static_cast<size_t>(C)).data;
+    auto y = F32Arg(info, 4, fn, "y", static_cast<size_t>((t1 - t0) * C));
+    if (Overlap(y, x)) ThrowRange(info.Env(), "conv1d: y must not overlap x");
+    voxslab::Conv1dSame(x.data, w.data, bias, y.data, T, C, k, t0, t1);
+  }
+  return info.Env().Undefined();
+}
+
+// conv2dS2(in, Cin, inRow0, inRows, inTotal, inCols, w, bias | null, depthwise, out, Cout, outRow0, outRows, outCols, relu)
+Napi::Value Conv2dValue(const Napi::CallbackInfo& info) {
+  const char* fn = "conv2dS2";
+  ExpectArgs(info, 15, fn);
+  const int64_t Cin = CountArg(info, 1, fn, "Cin");
+  const int64_t inRow0 = CountArg(info, 2, fn, "inRow0");
+  const int64_t inRows = CountArg(info, 3, fn, "inRows");
+  const int64_t inTotal = CountArg(info, 4, fn, "inTotal");
+  const int64_t inCols = CountArg(info, 5, fn, "inCols");
+  if (!info[8].IsBoolean() || !info[14].IsBoolean()) ThrowType(info.Env(), "conv2dS2: depthwise and relu must be booleans");
+  const bool dw = info[8].As<Napi::Boolean>().Value();
+  const int64_t Cout = CountArg(info, 10, fn, "Cout");
+  const int64_t outRow0 = CountArg(info, 11, fn, "outRow0");
+  const int64_t outRows = CountArg(info, 12, fn, "outRows");
+  const int64_t outCols = CountArg(info, 13, fn, "outCols");
+  if (dw && Cin != Cout) ThrowRange(info.Env(), "conv2dS2: depthwise needs Cin = Cout");
+  if (outCols > (inCols + 1) / 2) ThrowRange(info.Env(), "conv2dS2: outCols exceeds what a stride-2 convolution of inCols gives");
+  // Every input row the output rows read must be in the buffer (or be padding).
+  if (outRows > 0) {
+    const int64_t lo = std::max<int64_t>(0, 2 * outRow0 - 1);
+    const int64_t hi = std::min<int64_t>(inTotal - 1, 2 * (outRow0 + outRows - 1) + 1);
+    if (lo <= hi && (lo < inRow0 || hi >= inRow0 + inRows)) {
+      ThrowRange(info.Env(), "conv2dS2: output rows need input rows " + std::to_string(lo) + "…" + std::to_string(hi) + " but the buffer holds " +
+                                 std::to_string(inRow0) + "…" + std::to_string(inRow0 + inRows - 1));
+    }
+  }
+  auto in = F32Arg(info, 0, fn, "in", static_cast<size_t>(Cin * inRows * inCols));
+  auto w = F32Arg(info, 6, fn, "w", static_cast<size_t>(dw ? Cout * 9 : Cout * Cin * 9));
+  const float* bias = info[7].IsNull() ? nullptr : F32Arg(info, 7, fn, "bias", static_cast<size_t>(Cout)).data;
+  auto out = F32Arg(info, 9, fn, "out", static_cast<size_t>(Cout * outRows * outCols));
+  if (Overlap(out, in)) ThrowRange(info.Env(), "conv2dS2: out must not overlap in");
+  voxslab::Conv2dS2(in.data, Cin, inRow0, inRows, inTotal, inCols, w.data, bias, dw, out.data, Cout, outRow0, outRows, outCols,
+                    info[14].As<Napi::Boolean>().Value());
+  return info.Env().Undefined();
+}
+
+// pointwise(in, w, bias | null, out, Cin, Cout, P, relu)
+Napi::Value PointwiseValue(const Napi::CallbackInfo& info) {
+  const char* fn = "pointwise";
+  ExpectArgs(info, 8, fn);
+  const int64_t Cin = CountArg(info, 4, fn, "Cin");
+  const int64_t Cout = CountArg(info, 5, fn, "Cout");
+  const int64_t P = CountArg(info, 6, fn, "P");
+  if (!info[7].IsBoolean()) ThrowType(info.Env(), "pointwise: relu must be a boolean");
+  auto in = F32Arg(info, 0, fn, "in", static_cast<size_t>(Cin * P));
+  auto w = F32Arg(info, 1, fn, "w", static_cast<size_t>(Cout * Cin));
+  const float* bias = info[2].IsNull() ? nullptr : F32Arg(info, 2, fn, "bias", static_cast<size_t>(Cout)).data;
+  auto out = F32Arg(info, 3, fn, "out", static_cast<size_t>(Cout * P));
+  if (Overlap(out, in)) ThrowRange(info.Env(), "pointwise: out must not overlap in");
+  voxslab::Pointwise(in.data, w.data, bias, out.data, Cin, Cout, P, info[7].As<Napi::Boolean>().Value());
+  return info.Env().Undefined();
+}
+
 Napi::Value FmaProbeValue(const Napi::CallbackInfo& info) {
   ExpectArgs(info, 1, "fmaProbe");
   return Napi::Number::New(info.Env(), voxslab::FmaProbe(CountArg(info, 0, "fmaProbe", "iterations")));
@@ -566,6 +649,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("activation", Napi::Function::New(env, ActivationValue, "activation"));
   exports.Set("rope", Napi::Function::New(env, RopeValue, "rope"));
   exports.Set("attention", Napi::Function::New(env, AttentionValue, "attention"));
+  exports.Set("conv1d", Napi::Function::New(env, Conv1dValue, "conv1d"));
+  exports.Set("conv2dS2", Napi::Function::New(env, Conv2dValue, "conv2dS2"));
+  exports.Set("pointwise", Napi::Function::New(env, PointwiseValue, "pointwise"));
   exports.Set("fmaProbe", Napi::Function::New(env, FmaProbeValue, "fmaProbe"));
   exports.Set("readProbe", Napi::Function::New(env, ReadProbeValue, "readProbe"));
   exports.Set("kernelIsa", Napi::Function::New(env, KernelIsaValue, "kernelIsa"));

@@ -54,6 +54,24 @@ int64_t AttentionScratchFloats(int64_t tq, int64_t tk, int64_t hd);
 void Attention(const AttentionParams& a, const float* q, const float* k, const float* v, float* out, const float* p,
                const float* u, const float* vb, float* scratch);
 
+// Depthwise causal conv1d with a carried state (LFM2 short conv): x, y [T][C], w [C][k],
+// state [k−1][C] holds the previous k−1 input rows (oldest first) and is updated.
+// y[t][c] = Σ_j w[c][j]·x[t − (k−1) + j][c].
+void Conv1dCausal(const float* x, const float* w, float* state, float* y, int64_t T, int64_t C, int64_t k);
+// Depthwise symmetric ('same', zero padding (k−1)/2) conv1d on rows [t0, t1) of x [T][C];
+// y holds rows t0… ([t1 − t0][C]); bias [C] or null.
+void Conv1dSame(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t C, int64_t k, int64_t t0,
+                int64_t t1);
+// conv2d, kernel 3, stride 2, padding 1, on planes [channels][rows][cols]. The input buffer
+// holds absolute rows [inRow0, inRow0 + inRows) of a plane of inTotal rows (rows outside
+// are zero padding); the output buffer receives absolute rows [outRow0, outRow0 + outRows).
+// Full: weight [Cout][Cin][3][3]; depthwise (Cin = Cout): weight [C][1][3][3].
+void Conv2dS2(const float* in, int64_t Cin, int64_t inRow0, int64_t inRows, int64_t inTotal, int64_t inCols, const float* w,
+              const float* bias, bool depthwise, float* out, int64_t Cout, int64_t outRow0, int64_t outRows, int64_t outCols,
+              bool relu);
+// Pointwise 1×1 over positions: out[c][p] = bias[c] + Σ_ci w[c][ci]·in[ci][p], optional ReLU.
+void Pointwise(const float* in, const float* w, const float* bias, float* out, int64_t Cin, int64_t Cout, int64_t P, bool relu);
+
 // Peak single-core f32 FMA throughput probe: `iterations` × 12 independent FMA chains of
 // 8 lanes; returns a value derived from the registers so the work cannot be elided.
 float FmaProbe(int64_t iterations);

@@ -127,3 +127,16 @@ export function attention(
     s.scale ?? 1 / Math.sqrt(s.hd), s.tq ?? 64, s.tk ?? 64,
   );
 }
+
+/**
+ * Depthwise causal conv1d with a carried state (LFM2 short conv): x, y [T][C], w [C][k],
+ * state [k−1][C] (previous input rows, oldest first), updated in place.
+ */
+export function conv1dCausal(x: Float32Array, w: Float32Array, state: Float32Array, y: Float32Array, T: number, C: number, k: number): void {
+  native.conv1d(0, x, w, state, y, T, C, k, 0, 0);
+}
+
+/** Depthwise 'same' conv1d (odd k, zero padding) on rows [t0, t1) of x [T][C] into y [t1 − t0][C]. */
+export function conv1dSame(x: Float32Array, w: Float32Array, bias: Float32Array | null, y: Float32Array, T: number, C: number, k: number, t0 = 0, t1 = T): void {
+  native.conv1d(1, x, w, bias, y, T, C, k, t0, t1);
+}
