@@ -6,6 +6,10 @@ import { UsageError, exitCodeOf } from '../memory/errors.js';
 import { planConfig, planIntervals } from './plan.js';
 import { melFile, resampleFile } from './audio.js';
 import { makeCheckpoint, type FloatDtype } from '../io/checkpoint.js';
+import { quantizeCheckpoint } from '../io/quantize.js';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 const HELP = `voxslab — full-duplex speech runtime with planned, capped and accounted memory
 
@@ -16,8 +20,10 @@ usage:
   voxslab plan --intervals FILE.csv [--align N] [--json]
                                             plan a CSV of buffers (header id,lower,upper,size;
                                             live from op lower up to, not including, upper)
-  voxslab make-checkpoint --config <tiny|small|lfm2-audio-1.5b> --seed N --out DIR [--dtype f32|f16|bf16]
+  voxslab make-checkpoint --config <tiny|small|lfm2-audio-1.5b> --seed N --out DIR [--dtype f32|f16|bf16|q8|q4]
                                             deterministic synthetic checkpoint in the public layout
+  voxslab quantize --in DIR --out DIR --bits 4|8 [--group 32|64]
+                                            affine group quantization of a checkpoint (all cores)
   voxslab resample --in A.wav --rate HZ --out B.wav
                                             band-limited resampling, every channel kept
   voxslab mel --in A.wav --out M.npy [--raw]
@@ -121,10 +127,35 @@ async function main(argv: string[]): Promise<number> {
       }
       if (!/^\d+$/.test(values.seed) || Number(values.seed) > 0xffffffff) throw new UsageError(`--seed must be an integer from 0 to 4294967295, got '${values.seed}'`);
       const dtype = values.dtype as string;
-      if (dtype === 'q8' || dtype === 'q4') throw new UsageError(`--dtype ${dtype}: quantized checkpoints are not available in this build (f32, f16, bf16)`);
-      if (dtype !== 'f32' && dtype !== 'f16' && dtype !== 'bf16') throw new UsageError(`--dtype must be f32, f16 or bf16, got '${dtype}'`);
+      if (!['f32', 'f16', 'bf16', 'q8', 'q4'].includes(dtype)) throw new UsageError(`--dtype must be f32, f16, bf16, q8 or q4, got '${dtype}'`);
+      if (dtype === 'q8' || dtype === 'q4') {
+        // Generate in f32, then quantize with the same tool users run on real checkpoints.
+        const tmp = mkdtempSync(join(tmpdir(), 'voxslab-make-'));
+        try {
+          makeCheckpoint({ config: values.config, seed: Number(values.seed), out: tmp, dtype: 'f32' });
+          const r = await quantizeCheckpoint({ input: tmp, output: values.out, bits: dtype === 'q8' ? 8 : 4, group: 64 });
+          process.stderr.write(`wrote ${values.out}: ${r.quantized} tensors quantized to ${dtype} (group 64), ${r.kept} kept\n`);
+        } finally {
+          rmSync(tmp, { recursive: true, force: true });
+        }
+        return 0;
+      }
       const r = makeCheckpoint({ config: values.config, seed: Number(values.seed), out: values.out, dtype: dtype as FloatDtype });
       process.stderr.write(`wrote ${r.files.length} files, ${r.bytes} bytes, to ${values.out}\n`);
+      return 0;
+    }
+    case 'quantize': {
+      const { values, positionals } = parseArgs({
+        args: rest,
+        allowPositionals: true,
+        options: { in: { type: 'string' }, out: { type: 'string' }, bits: { type: 'string' }, group: { type: 'string', default: '64' } },
+      });
+      if (positionals.length > 0) throw new UsageError(`quantize: unexpected argument '${positionals[0]}'`);
+      if (values.in === undefined || values.out === undefined || values.bits === undefined) throw new UsageError('quantize: give --in DIR --out DIR --bits 4|8');
+      if (values.bits !== '4' && values.bits !== '8') throw new UsageError(`--bits must be 4 or 8, got '${values.bits}'`);
+      if (values.group !== '32' && values.group !== '64') throw new UsageError(`--group must be 32 or 64, got '${values.group}'`);
+      const r = await quantizeCheckpoint({ input: values.in, output: values.out, bits: Number(values.bits) as 4 | 8, group: Number(values.group) });
+      process.stderr.write(`wrote ${values.out}: ${r.quantized} tensors quantized, ${r.kept} kept\n`);
       return 0;
     }
     case 'resample': {

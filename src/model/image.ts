@@ -18,15 +18,19 @@ import type { ModelConfig } from './config.js';
 import { bf16ToF32, f16ToF32 } from './dtype.js';
 import { checkpointLayout, DTYPE_BYTES, type Dtype, type TensorSpec } from './layout.js';
 import { readSafetensorsHeader, type TensorEntry } from './safetensors.js';
+import type { Weights } from './kernels.js';
 
 /** Where a tensor lives in the image. */
 export interface ImageTensor {
   readonly name: string;
   readonly dtype: Dtype;
+  /** The logical shape (for a quantized tensor, the float matrix it stands for). */
   readonly shape: readonly number[];
   readonly slab: number;
   readonly offset: number;
   readonly bytes: number;
+  /** Affine group quantization: the payload is U8, with `${name}.scales` and `${name}.biases`. */
+  readonly quant?: { readonly bits: 4 | 8; readonly group: number };
 }
 
 /** What a worker needs to use the image (structured-cloneable). */
@@ -85,16 +89,53 @@ export class WeightsImage {
     return t;
   }
 
+  /** A 2-D weight matrix as the kernels take it (views into the shared image). */
+  weights(name: string): Weights {
+    const t = this.get(name);
+    if (t.shape.length !== 2) throw new BadInputError({ field: `tensor '${name}'` }, `is not a matrix (shape [${t.shape.join(', ')}])`);
+    const [rows, cols] = t.shape as [number, number];
+    const b = this.bytes(name);
+    if (t.quant !== undefined) {
+      const sb = this.bytes(`${name}.scales`);
+      const bb = this.bytes(`${name}.biases`);
+      return {
+        kind: t.quant.bits === 8 ? 'q8' : 'q4',
+        data: b,
+        scales: new Float32Array(sb.buffer, sb.byteOffset, sb.byteLength / 4),
+        biases: new Float32Array(bb.buffer, bb.byteOffset, bb.byteLength / 4),
+        group: t.quant.group,
+        rows,
+        cols,
+      };
+    }
+    if (t.dtype === 'F32') return { kind: 'f32', data: new Float32Array(b.buffer, b.byteOffset, b.byteLength / 4), rows, cols };
+    if (t.dtype === 'F16' || t.dtype === 'BF16') return { kind: t.dtype === 'F16' ? 'f16' : 'bf16', data: new Uint16Array(b.buffer, b.byteOffset, b.byteLength / 2), rows, cols };
+    throw new BadInputError({ field: `tensor '${name}'` }, `dtype ${t.dtype} is not a weight encoding`);
+  }
+
   /** The stored bytes of a tensor (a view into the shared image). */
   bytes(name: string): Uint8Array {
     this.get(name);
     return this.#views.get(name) as Uint8Array;
   }
 
-  /** Converts a float tensor to f32 into `out` (length = element count). */
+  /** Converts a float tensor to f32 into `out` (length = element count; quantized ones dequantized). */
   toF32(name: string, out: Float32Array): Float32Array {
     const t = this.get(name);
     const b = this.bytes(name);
+    if (t.quant !== undefined) {
+      const w = this.weights(name);
+      if (w.kind !== 'q8' && w.kind !== 'q4') return out;
+      const groups = w.cols / w.group;
+      for (let r = 0; r < w.rows; r++)
+        for (let k = 0; k < w.cols; k++) {
+          const i = r * w.cols + k;
+          const q = w.kind === 'q8' ? (w.data[i] as number) : ((w.data[i >> 1] as number) >> (i & 1 ? 4 : 0)) & 15;
+          const g = r * groups + Math.floor(k / w.group);
+          out[i] = (w.scales[g] as number) * q + (w.biases[g] as number);
+        }
+      return out;
+    }
     const v = new DataView(b.buffer, b.byteOffset, b.byteLength);
     const n = b.byteLength / DTYPE_BYTES[t.dtype];
     for (let i = 0; i < n; i++) {
@@ -115,10 +156,17 @@ export interface LoadReport {
 
 const sameShape = (a: readonly number[], b: readonly number[]) => a.length === b.length && a.every((x, i) => x === b[i]);
 
-function check(entries: ReadonlyMap<string, TensorEntry>, specs: readonly TensorSpec[], file: string, config: string): { load: [TensorSpec, TensorEntry][]; alias: [string, string][]; unexpected: string[] } {
-  const load: [TensorSpec, TensorEntry][] = [];
+interface Accepted {
+  spec: TensorSpec;
+  entry: TensorEntry;
+  quant?: { bits: 4 | 8; group: number; scales: TensorEntry; biases: TensorEntry };
+}
+
+function check(entries: ReadonlyMap<string, TensorEntry>, specs: readonly TensorSpec[], file: string, config: string): { load: Accepted[]; alias: [string, string][]; unexpected: string[] } {
+  const load: Accepted[] = [];
   const alias: [string, string][] = [];
-  const known = new Set(specs.map((s) => s.name));
+  // A quantized matrix brings its scales and biases, ignored tensors included.
+  const known = new Set(specs.flatMap((s) => (s.kind === 'float' && s.shape.length === 2 ? [s.name, `${s.name}.scales`, `${s.name}.biases`] : [s.name])));
   for (const s of specs) {
     const e = entries.get(s.name);
     if (s.ignore === true) continue;
@@ -129,6 +177,26 @@ function check(entries: ReadonlyMap<string, TensorEntry>, specs: readonly Tensor
       }
       throw new BadInputError({ file, field: `tensor '${s.name}'` }, `missing (required by configuration '${config}')`);
     }
+    if (e.dtype === 'U8' && s.kind === 'float' && s.shape.length === 2) {
+      // Affine group-quantized: U8 payload plus F32 scales and biases [rows, cols / group].
+      const [rows, cols] = s.shape as [number, number];
+      const sc = entries.get(`${s.name}.scales`);
+      const bi = entries.get(`${s.name}.biases`);
+      const field = `tensor '${s.name}'`;
+      if (sc === undefined || bi === undefined) throw new BadInputError({ file, field }, 'is U8 (quantized) but its .scales or .biases tensor is missing');
+      const bits = e.shape[0] === rows && e.shape[1] === cols ? 8 : e.shape[0] === rows && (e.shape[1] as number) * 2 === cols ? 4 : 0;
+      if (bits === 0) throw new BadInputError({ file, field }, `quantized shape [${e.shape.join(', ')}] fits neither 8 nor 4 bits of [${rows}, ${cols}]`);
+      const groups = sc.shape[1] as number;
+      const group = cols / groups;
+      if (sc.shape.length !== 2 || sc.shape[0] !== rows || !Number.isInteger(group) || (group !== 32 && group !== 64)) {
+        throw new BadInputError({ file, field: `tensor '${s.name}.scales'` }, `shape [${sc.shape.join(', ')}] does not give groups of 32 or 64 over [${rows}, ${cols}]`);
+      }
+      for (const t of [sc, bi]) {
+        if (t.dtype !== 'F32' || !sameShape(t.shape, [rows, groups])) throw new BadInputError({ file, field: `tensor '${t.name}'` }, `must be F32 [${rows}, ${groups}]`);
+      }
+      load.push({ spec: s, entry: e, quant: { bits: bits as 4 | 8, group, scales: sc, biases: bi } });
+      continue;
+    }
     if (!sameShape(e.shape, s.shape)) {
       throw new BadInputError({ file, field: `tensor '${s.name}'` }, `shape [${e.shape.join(', ')}] but configuration '${config}' needs [${s.shape.join(', ')}]`);
     }
@@ -137,7 +205,7 @@ function check(entries: ReadonlyMap<string, TensorEntry>, specs: readonly Tensor
     if (s.kind === 'float' ? !floatOk : !intOk) {
       throw new BadInputError({ file, field: `tensor '${s.name}'` }, `dtype ${e.dtype} but a ${s.kind === 'float' ? 'float (F32, F16, BF16)' : 'integer (I64, I32)'} tensor is needed`);
     }
-    load.push([s, e]);
+    load.push({ spec: s, entry: e });
   }
   const unexpected = [...entries.keys()].filter((n) => !known.has(n));
   return { load, alias, unexpected };
@@ -161,10 +229,24 @@ export function buildWeightsImage(domain: MemoryDomain, config: ModelConfig, sou
     bytes: number;
     category: Category;
     from?: { src: ByteSource; entry: TensorEntry };
+    quant?: { bits: 4 | 8; group: number };
   }
   const items: Item[] = [];
-  for (const [s, e] of main.load) items.push({ name: s.name, dtype: e.dtype, shape: e.shape, bytes: e.end - e.begin, category: 'weights', from: { src: sources.main, entry: e } });
-  for (const [s, e] of det.load) items.push({ name: DETOKENIZER_PREFIX + s.name, dtype: e.dtype, shape: e.shape, bytes: e.end - e.begin, category: 'weights', from: { src: sources.detokenizer, entry: e } });
+  const add = (prefix: string, src: ByteSource, list: Accepted[]) => {
+    for (const a of list) {
+      const e = a.entry;
+      const item: Item = { name: prefix + a.spec.name, dtype: e.dtype, shape: a.spec.shape, bytes: e.end - e.begin, category: 'weights', from: { src, entry: e } };
+      if (a.quant !== undefined) {
+        item.quant = { bits: a.quant.bits, group: a.quant.group };
+        items.push(item);
+        for (const t of [a.quant.scales, a.quant.biases]) items.push({ name: prefix + t.name, dtype: t.dtype, shape: t.shape, bytes: t.end - t.begin, category: 'weights', from: { src, entry: t } });
+      } else {
+        items.push(item);
+      }
+    }
+  };
+  add('', sources.main, main.load);
+  add(DETOKENIZER_PREFIX, sources.detokenizer, det.load);
   const d = config.encoder.d;
   const k = config.encoder.convKernel;
   for (let n = 0; n < config.encoder.layers; n++) {
@@ -203,7 +285,8 @@ export function buildWeightsImage(domain: MemoryDomain, config: ModelConfig, sou
           const got = it.from.src.read(view, 0, it.bytes, it.from.entry.begin);
           if (got !== it.bytes) throw new BadInputError({ file: it.from.src.name, field: `tensor '${it.from.entry.name}'`, offset: it.from.entry.begin + got }, 'the file ended while the tensor was read');
         }
-        tensors.push(Object.freeze({ name: it.name, dtype: it.dtype, shape: it.shape, slab, offset: view.byteOffset, bytes: it.bytes }));
+        const entry: ImageTensor = { name: it.name, dtype: it.dtype, shape: it.shape, slab, offset: view.byteOffset, bytes: it.bytes };
+        tensors.push(Object.freeze(it.quant !== undefined ? { ...entry, quant: it.quant } : entry));
       }
     });
   } catch (e) {
@@ -213,6 +296,12 @@ export function buildWeightsImage(domain: MemoryDomain, config: ModelConfig, sou
   for (const [name, twin] of main.alias) {
     const t = tensors.find((x) => x.name === twin) as ImageTensor;
     tensors.push(Object.freeze({ ...t, name }));
+    if (t.quant !== undefined) {
+      for (const part of ['scales', 'biases']) {
+        const p = tensors.find((x) => x.name === `${twin}.${part}`) as ImageTensor;
+        tensors.push(Object.freeze({ ...p, name: `${name}.${part}` }));
+      }
+    }
   }
   const image = new WeightsImage({ slabs: arenas.map((a) => a.slab.buffer), tensors });
 

@@ -86,3 +86,11 @@ export function dequantizedAt(q: Quantized, r: number, k: number): number {
   const g = r * groups + Math.floor(k / q.group);
   return (q.scales[g] as number) * v + (q.biases[g] as number);
 }
+
+/** Float 2-D tensors whose inputs split into whole groups are quantized; the rest are kept. */
+export function isQuantizable(dtype: string, shape: readonly number[], group: number): boolean {
+  return (dtype === 'F32' || dtype === 'F16' || dtype === 'BF16') && shape.length === 2 && (shape[0] as number) >= 1 && (shape[1] as number) % group === 0;
+}
+
+/** safetensors metadata key carrying {"bits", "group"} of a quantized file. */
+export const QUANT_METADATA_KEY = 'voxslab.quantization';

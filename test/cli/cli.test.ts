@@ -106,7 +106,12 @@ t.test('make-checkpoint writes the layout; bad options exit 2', async (t) => {
   t.equal(voxslab('make-checkpoint', '--config', 'huge', '--seed', '1', '--out', out).status, 2);
   t.equal(voxslab('make-checkpoint', '--config', 'tiny', '--seed', 'x', '--out', out).status, 2);
   t.equal(voxslab('make-checkpoint', '--config', 'tiny', '--seed', '1', '--out', out, '--dtype', 'f64').status, 2);
-  const q = voxslab('make-checkpoint', '--config', 'tiny', '--seed', '1', '--out', out, '--dtype', 'q4');
-  t.equal(q.status, 2);
-  t.match(q.stderr, /quantized checkpoints are not available in this build/);
+  const q = voxslab('make-checkpoint', '--config', 'tiny', '--seed', '1', '--out', `${out}-q4`, '--dtype', 'q4');
+  t.equal(q.status, 0, q.stderr);
+  t.match(q.stderr, /tensors quantized to q4 \(group 64\)/);
+  const qq = voxslab('quantize', '--in', out, '--out', `${out}-q8`, '--bits', '8', '--group', '32');
+  t.equal(qq.status, 0, qq.stderr);
+  t.equal(voxslab('quantize', '--in', out, '--out', `${out}-x`, '--bits', '5').status, 2);
+  t.equal(voxslab('quantize', '--in', out, '--out', `${out}-x`, '--bits', '8', '--group', '48').status, 2);
+  t.equal(voxslab('quantize', '--in', `${out}-absent`, '--out', `${out}-x`, '--bits', '8').status, 4);
 });

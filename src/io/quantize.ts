@@ -1,0 +1,143 @@
+/**
+ * `voxslab quantize`: rewrites a checkpoint folder with affine group-quantized weights. Every
+ * float 2-D tensor whose inputs split into whole groups becomes three tensors — `name` (U8:
+ * [rows, cols] for 8 bits, [rows, cols / 2] for 4), `name.scales` and `name.biases` (F32,
+ * [rows, cols / group]) — and everything else is copied as it is. Tensors are quantized in
+ * parallel on a piscina pool and written in order; progress goes to stderr.
+ */
+import { closeSync, copyFileSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync } from 'node:fs';
+import { availableParallelism } from 'node:os';
+import { join } from 'node:path';
+import { Piscina } from 'piscina';
+import { BadInputError, UsageError } from '../memory/errors.js';
+import type { Dtype } from '../model/layout.js';
+import { type Bits, isQuantizable, QUANT_METADATA_KEY } from '../model/quant.js';
+import type { QuantResult, QuantTask } from '../model/quant-task.js';
+import { encodeSafetensorsHeader, readSafetensorsHeader, type TensorEntry } from '../model/safetensors.js';
+import { openFileSource } from './files.js';
+import { Progress } from './progress.js';
+
+interface OutTensor {
+  name: string;
+  dtype: Dtype;
+  shape: number[];
+}
+
+async function quantizeFile(pool: Piscina, input: string, output: string, bits: Bits, group: number, label: string): Promise<{ quantized: number; kept: number }> {
+  const src = openFileSource(input);
+  try {
+    const header = readSafetensorsHeader(src);
+    const entries = [...header.tensors.values()].sort((a, b) => a.begin - b.begin);
+    const out: OutTensor[] = [];
+    const plan: { entry: TensorEntry; quant: boolean }[] = [];
+    for (const e of entries) {
+      const quant = isQuantizable(e.dtype, e.shape, group);
+      plan.push({ entry: e, quant });
+      if (quant) {
+        const [rows, cols] = e.shape as [number, number];
+        out.push({ name: e.name, dtype: 'U8', shape: [rows, bits === 8 ? cols : cols / 2] });
+        out.push({ name: `${e.name}.scales`, dtype: 'F32', shape: [rows, cols / group] });
+        out.push({ name: `${e.name}.biases`, dtype: 'F32', shape: [rows, cols / group] });
+      } else {
+        out.push({ name: e.name, dtype: e.dtype, shape: [...e.shape] });
+      }
+    }
+    for (const o of out) {
+      if (o.name.endsWith('.scales') || o.name.endsWith('.biases')) {
+        if (out.filter((x) => x.name === o.name).length > 1) throw new BadInputError({ file: input, field: `tensor '${o.name}'` }, 'collides with a quantization tensor name');
+      }
+    }
+    const metadata = { ...header.metadata, [QUANT_METADATA_KEY]: JSON.stringify({ bits, group }) };
+    const { header: bytes } = encodeSafetensorsHeader(out, metadata);
+    const total = entries.reduce((a, e) => a + (e.end - e.begin), 0);
+    const bar = new Progress(label, total);
+    const fd = openSync(output, 'w');
+    let quantized = 0;
+    try {
+      writeSync(fd, bytes);
+      // Keep a bounded window of tasks in flight; write results in file order.
+      const window = Math.max(2, 2 * pool.options.maxThreads);
+      const pending: { p: Promise<QuantResult> | Uint8Array }[] = [];
+      let next = 0;
+      let done = 0;
+      const submit = () => {
+        const { entry, quant } = plan[next++] as { entry: TensorEntry; quant: boolean };
+        const raw = new Uint8Array(entry.end - entry.begin);
+        src.read(raw, 0, raw.length, entry.begin);
+        if (!quant) {
+          pending.push({ p: raw });
+          return;
+        }
+        const task: QuantTask = { bytes: raw, dtype: entry.dtype as QuantTask['dtype'], rows: entry.shape[0] as number, cols: entry.shape[1] as number, bits, group };
+        pending.push({ p: pool.run(task, { transferList: [raw.buffer] }) as Promise<QuantResult> });
+      };
+      while (next < plan.length && pending.length < window) submit();
+      for (let i = 0; i < plan.length; i++) {
+        const item = pending.shift() as { p: Promise<QuantResult> | Uint8Array };
+        if (next < plan.length) submit();
+        const got = item.p instanceof Uint8Array ? item.p : await item.p;
+        if (got instanceof Uint8Array) {
+          writeSync(fd, got);
+        } else {
+          writeSync(fd, got.data);
+          writeSync(fd, new Uint8Array(got.scales.buffer, got.scales.byteOffset, got.scales.byteLength));
+          writeSync(fd, new Uint8Array(got.biases.buffer, got.biases.byteOffset, got.biases.byteLength));
+          quantized++;
+        }
+        const e = (plan[i] as { entry: TensorEntry }).entry;
+        done += e.end - e.begin;
+        bar.update(done);
+      }
+      bar.update(total);
+    } finally {
+      closeSync(fd);
+    }
+    return { quantized, kept: entries.length - quantized };
+  } finally {
+    src.close();
+  }
+}
+
+export interface QuantizeOptions {
+  input: string;
+  output: string;
+  bits: Bits;
+  group: number;
+  threads?: number;
+}
+
+/** Quantizes a checkpoint folder into another. */
+export async function quantizeCheckpoint(o: QuantizeOptions): Promise<{ quantized: number; kept: number }> {
+  if (o.bits !== 4 && o.bits !== 8) throw new UsageError(`--bits must be 4 or 8, got ${String(o.bits)}`);
+  if (o.group !== 32 && o.group !== 64) throw new UsageError(`--group must be 32 or 64, got ${String(o.group)}`);
+  mkdirSync(join(o.output, 'audio_detokenizer'), { recursive: true });
+  const pool = new Piscina({
+    filename: new URL('../model/quant-task.js', import.meta.url).href,
+    maxThreads: o.threads ?? Math.max(1, availableParallelism()),
+    minThreads: 1,
+  });
+  try {
+    const a = await quantizeFile(pool, join(o.input, 'model.safetensors'), join(o.output, 'model.safetensors'), o.bits, o.group, 'model.safetensors');
+    const b = await quantizeFile(pool, join(o.input, 'audio_detokenizer', 'model.safetensors'), join(o.output, 'audio_detokenizer', 'model.safetensors'), o.bits, o.group, 'audio_detokenizer/model.safetensors');
+    for (const f of ['config.json', join('audio_detokenizer', 'config.json')]) {
+      let cfg: Record<string, unknown>;
+      try {
+        cfg = JSON.parse(readFileSync(join(o.input, f), 'utf8')) as Record<string, unknown>;
+      } catch (cause) {
+        throw new BadInputError({ file: join(o.input, f) }, 'cannot read the configuration', { cause });
+      }
+      writeFileSync(join(o.output, f), `${JSON.stringify({ ...cfg, quantization: { bits: o.bits, group_size: o.group } }, null, 2)}\n`);
+    }
+    for (const extra of ['tokenizer.json']) {
+      try {
+        copyFileSync(join(o.input, extra), join(o.output, extra));
+      } catch {
+        // optional file
+      }
+    }
+    return { quantized: a.quantized + b.quantized, kept: a.kept + b.kept };
+  } finally {
+    await pool.destroy();
+  }
+}
+
