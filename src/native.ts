@@ -100,7 +100,11 @@ export interface NativeAddon {
     K: number,
     xsum: Float32Array | null,
   ): void;
-  gemm(A: Float32Array, W: Float32Array, bias: Float32Array | null, C: Float32Array, T: number, N: number, K: number, pack: Float32Array): void;
+  gemm(
+    A: Float32Array, type: number, W: Float32Array | Uint16Array | Uint8Array,
+    scales: Float32Array | null, biases: Float32Array | null, group: number,
+    bias: Float32Array | null, C: Float32Array, T: number, N: number, K: number, pack: Float32Array,
+  ): void;
   norm(kind: number, x: Float32Array, w: Float32Array, b: Float32Array | null, y: Float32Array, rows: number, dim: number, eps: number): void;
   activation(kind: number, x: Float32Array, y: Float32Array, n: number, other: Float32Array | number | null): void;
   rope(x: Float32Array, cos: Float32Array, sin: Float32Array, rows: number, heads: number, hd: number, pos0: number, adjacent: boolean): void;

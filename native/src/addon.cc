@@ -414,20 +414,54 @@ Napi::Value GemvValue(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// gemm(A, W, bias | null, C, T, N, K, pack)
+// Reads a weight matrix argument [M][K] of `type` (with scales/biases for q8/q4).
+voxslab::WeightRef WeightArg(const Napi::CallbackInfo& info, const char* fn, int64_t type, size_t wi, size_t si, size_t bi,
+                             size_t gi, int64_t M, int64_t K) {
+  if (type > 4) ThrowRange(info.Env(), std::string(fn) + ": type must be 0 (f32), 1 (f16), 2 (bf16), 3 (q8) or 4 (q4)");
+  voxslab::WeightRef w{static_cast<voxslab::WeightType>(type), nullptr, nullptr, nullptr, 0};
+  const bool quant = type >= 3;
+  size_t wlen = 0, wneed = static_cast<size_t>(M * K);
+  if (type == 0) {
+    auto v = TypedArg<float>(info, wi, napi_float32_array, fn, "w");
+    w.data = v.data;
+    wlen = v.length;
+  } else if (!quant) {
+    auto v = TypedArg<uint16_t>(info, wi, napi_uint16_array, fn, "w");
+    w.data = v.data;
+    wlen = v.length;
+  } else {
+    auto v = TypedArg<uint8_t>(info, wi, napi_uint8_array, fn, "w");
+    w.data = v.data;
+    wlen = v.length;
+    if (type == 4) wneed = static_cast<size_t>(M * K / 2);
+  }
+  if (wlen < wneed) ThrowRange(info.Env(), std::string(fn) + ": w has " + std::to_string(wlen) + " elements, needs " + std::to_string(wneed));
+  if (quant) {
+    const int64_t group = CountArg(info, gi, fn, "group");
+    if (group < 8 || group % 8 != 0 || K % group != 0) ThrowRange(info.Env(), std::string(fn) + ": group must be a multiple of 8 that divides K");
+    const size_t g = static_cast<size_t>(M * (K / group));
+    w.scales = F32Arg(info, si, fn, "scales", g).data;
+    w.biases = F32Arg(info, bi, fn, "biases", g).data;
+    w.group = static_cast<int>(group);
+  }
+  return w;
+}
+
+// gemm(A, type, W, scales | null, biases | null, group, bias | null, C, T, N, K, pack)
 Napi::Value GemmValue(const Napi::CallbackInfo& info) {
   const char* fn = "gemm";
-  ExpectArgs(info, 8, fn);
-  const int64_t T = CountArg(info, 4, fn, "T");
-  const int64_t N = CountArg(info, 5, fn, "N");
-  const int64_t K = CountArg(info, 6, fn, "K");
+  ExpectArgs(info, 12, fn);
+  const int64_t T = CountArg(info, 8, fn, "T");
+  const int64_t N = CountArg(info, 9, fn, "N");
+  const int64_t K = CountArg(info, 10, fn, "K");
+  const int64_t type = CountArg(info, 1, fn, "type");
   auto A = F32Arg(info, 0, fn, "A", static_cast<size_t>(T * K));
-  auto W = F32Arg(info, 1, fn, "W", static_cast<size_t>(N * K));
-  const float* bias = info[2].IsNull() ? nullptr : F32Arg(info, 2, fn, "bias", static_cast<size_t>(N)).data;
-  auto C = F32Arg(info, 3, fn, "C", static_cast<size_t>(T * N));
-  auto pack = F32Arg(info, 7, fn, "pack", static_cast<size_t>(voxslab::kGemmPackFloats));
-  if (Overlap(C, A) || Overlap(C, W) || Overlap(pack, C) || Overlap(pack, A) || Overlap(pack, W)) ThrowRange(info.Env(), "gemm: C and pack must not overlap the inputs");
-  voxslab::GemmF32(A.data, W.data, bias, C.data, T, N, K, pack.data);
+  const voxslab::WeightRef W = WeightArg(info, fn, type, 2, 3, 4, 5, N, K);
+  const float* bias = info[6].IsNull() ? nullptr : F32Arg(info, 6, fn, "bias", static_cast<size_t>(N)).data;
+  auto C = F32Arg(info, 7, fn, "C", static_cast<size_t>(T * N));
+  auto pack = F32Arg(info, 11, fn, "pack", static_cast<size_t>(voxslab::kGemmPackFloats));
+  if (Overlap(C, A) || Overlap(pack, C) || Overlap(pack, A)) ThrowRange(info.Env(), "gemm: C and pack must not overlap the inputs");
+  voxslab::Gemm(A.data, W, bias, C.data, T, N, K, pack.data);
   return info.Env().Undefined();
 }
 

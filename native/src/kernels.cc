@@ -47,6 +47,22 @@ inline float F16(uint16_t h) {
   return f;
 }
 
+// Element (n, k) of a weight matrix [N][K] of any type, as f32.
+inline float WeightAt(const WeightRef& w, int64_t n, int64_t k, int64_t K) {
+  const int64_t i = n * K + k;
+  switch (w.type) {
+    case WeightType::kF32: return static_cast<const float*>(w.data)[i];
+    case WeightType::kF16: return F16(static_cast<const uint16_t*>(w.data)[i]);
+    case WeightType::kBF16: return Bf16(static_cast<const uint16_t*>(w.data)[i]);
+    default: {
+      const uint8_t* b = static_cast<const uint8_t*>(w.data);
+      const float q = w.type == WeightType::kQ8 ? b[i] : ((b[i >> 1] >> ((i & 1) * 4)) & 15);
+      const int64_t g = n * (K / w.group) + k / w.group;
+      return w.scales[g] * q + w.biases[g];
+    }
+  }
+}
+
 // ---- scalar paths (fixed order: 8 partial sums, combined pairwise) -------------------------
 
 template <typename Load>
@@ -281,17 +297,26 @@ __attribute__((target("avx2,fma"))) void Micro(const float* A, int64_t lda, cons
   }
 }
 
-__attribute__((target("avx2,fma"))) void GemmAvx2(const float* A, const float* W, const float* bias, float* C, int64_t T,
+__attribute__((target("avx2,fma"))) void GemmAvx2(const float* A, const WeightRef& W, const float* bias, float* C, int64_t T,
                                                   int64_t N, int64_t K, float* pack) {
   for (int64_t n0 = 0; n0 < N; n0 += kGemmNc) {
     const int64_t nc = std::min(kGemmNc, N - n0);
     for (int64_t k0 = 0; k0 < K; k0 += kGemmKc) {
       const int64_t kc = std::min(kGemmKc, K - k0);
-      // Pack W[n0:n0+nc][k0:k0+kc] into panels of 16 outputs: pack[panel][k][16], zero-padded.
+      // Pack W[n0:n0+nc][k0:k0+kc], decoded to f32, into panels of 16 outputs:
+      // pack[panel][k][16], zero-padded.
       for (int64_t p = 0; p < nc; p += 16) {
         float* dst = pack + p * kc;
-        for (int64_t k = 0; k < kc; ++k)
-          for (int64_t j = 0; j < 16; ++j) dst[k * 16 + j] = p + j < nc ? W[(n0 + p + j) * K + k0 + k] : 0.0f;
+        for (int64_t j = 0; j < 16; ++j) {
+          if (p + j >= nc) {
+            for (int64_t k = 0; k < kc; ++k) dst[k * 16 + j] = 0.0f;
+          } else if (W.type == WeightType::kF32) {
+            const float* row = static_cast<const float*>(W.data) + (n0 + p + j) * K + k0;
+            for (int64_t k = 0; k < kc; ++k) dst[k * 16 + j] = row[k];
+          } else {
+            for (int64_t k = 0; k < kc; ++k) dst[k * 16 + j] = WeightAt(W, n0 + p + j, k0 + k, K);
+          }
+        }
       }
       const bool first = k0 == 0;
       for (int64_t t = 0; t < T; t += 6) {
@@ -343,11 +368,11 @@ __attribute__((target("avx2"))) float ReadProbeAvx2(const float* x, int64_t n) {
 }
 #endif
 
-void GemmScalar(const float* A, const float* W, const float* bias, float* C, int64_t T, int64_t N, int64_t K, float*) {
+void GemmScalar(const float* A, const WeightRef& W, const float* bias, float* C, int64_t T, int64_t N, int64_t K, float*) {
   for (int64_t t = 0; t < T; ++t)
     for (int64_t n = 0; n < N; ++n) {
       float s = bias != nullptr ? bias[n] : 0.0f;
-      for (int64_t k = 0; k < K; ++k) s += A[t * K + k] * W[n * K + k];
+      for (int64_t k = 0; k < K; ++k) s += A[t * K + k] * WeightAt(W, n, k, K);
       C[t * N + n] = s;
     }
 }
@@ -397,7 +422,7 @@ void Gemv(WeightType type, const void* w, const float* scales, const float* bias
   kDispatch.gemv(type, w, scales, biases, group, x, y, M, K, xsum);
 }
 
-void GemmF32(const float* A, const float* W, const float* bias, float* C, int64_t T, int64_t N, int64_t K, float* pack) {
+void Gemm(const float* A, const WeightRef& W, const float* bias, float* C, int64_t T, int64_t N, int64_t K, float* pack) {
   kDispatch.gemm(A, W, bias, C, T, N, K, pack);
 }
 

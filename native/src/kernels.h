@@ -16,12 +16,20 @@ enum class WeightType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kQ8 = 3, kQ4 = 4 };
 void Gemv(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* x, float* y,
           int64_t M, int64_t K, float* xsum);
 
-// C[t][n] = Σ_k A[t][k]·W[n][k] (+ bias[n] when non-null): A [T][K] activations, W [N][K]
-// f32 weights (a linear layer). `pack` holds kGemmPackFloats floats.
+// C[t][n] = Σ_k A[t][k]·W[n][k] (+ bias[n] when non-null): A [T][K] f32 activations, W [N][K]
+// weights of `type` (a linear layer; quantized as in Gemv), decoded to f32 while packed.
+// `pack` holds kGemmPackFloats floats.
 constexpr int64_t kGemmKc = 256;
 constexpr int64_t kGemmNc = 256;
 constexpr int64_t kGemmPackFloats = kGemmKc * kGemmNc;
-void GemmF32(const float* A, const float* W, const float* bias, float* C, int64_t T, int64_t N, int64_t K, float* pack);
+struct WeightRef {
+  WeightType type;
+  const void* data;
+  const float* scales;
+  const float* biases;
+  int group;
+};
+void Gemm(const float* A, const WeightRef& W, const float* bias, float* C, int64_t T, int64_t N, int64_t K, float* pack);
 
 void RmsNorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps);
 void LayerNorm(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t dim, float eps);

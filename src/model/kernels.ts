@@ -24,9 +24,18 @@ export function gemv(w: Weights, x: Float32Array, y: Float32Array, xsum: Float32
   else native.gemv(TYPE[w.kind], w.data, null, null, 0, x, y, w.rows, w.cols, null);
 }
 
-/** C[T][N] = A[T][K] · W[N][K]ᵀ (+ bias). `pack` holds GEMM_PACK_FLOATS floats. */
-export function gemm(A: Float32Array, W: Float32Array, bias: Float32Array | null, C: Float32Array, T: number, N: number, K: number, pack: Float32Array): void {
-  native.gemm(A, W, bias, C, T, N, K, pack);
+/**
+ * C[T][N] = A[T][K] · W[N][K]ᵀ (+ bias). W is a plain f32 matrix or any `Weights` encoding
+ * (decoded to f32 as it is packed). `pack` holds GEMM_PACK_FLOATS floats.
+ */
+export function gemm(A: Float32Array, W: Float32Array | Weights, bias: Float32Array | null, C: Float32Array, T: number, N: number, K: number, pack: Float32Array): void {
+  if (W instanceof Float32Array) {
+    native.gemm(A, 0, W, null, null, 0, bias, C, T, N, K, pack);
+  } else if (W.kind === 'q8' || W.kind === 'q4') {
+    native.gemm(A, TYPE[W.kind], W.data, W.scales, W.biases, W.group, bias, C, T, N, K, pack);
+  } else {
+    native.gemm(A, TYPE[W.kind], W.data, null, null, 0, bias, C, T, N, K, pack);
+  }
 }
 
 export function rmsNorm(x: Float32Array, w: Float32Array, y: Float32Array, rows: number, dim: number, eps = 1e-5): void {

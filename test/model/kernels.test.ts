@@ -129,6 +129,37 @@ t.test('GEMM matches a float64 reference, odd sizes included', async (t) => {
   }
 });
 
+t.test('GEMM with f16, bf16, q8 and q4 weights matches the float64 product of the decoded weights', async (t) => {
+  const r = prng(6);
+  const pack = new Float32Array(GEMM_PACK_FLOATS);
+  for (const [T, N, K] of [[7, 17, 64], [13, 40, 320], [1, 5, 128], [20, 33, 256]] as const) {
+    const A = Float32Array.from({ length: T * K }, () => r() - 0.5);
+    const w = Float32Array.from({ length: N * K }, () => r() - 0.5);
+    const h = Uint16Array.from(w, (v) => f32ToF16(v));
+    const b = Uint16Array.from(w, (v) => f32ToBf16(v));
+    const q8 = quantize(w, N, K, 8, 32);
+    const q4 = quantize(w, N, K, 4, 64);
+    const encodings: [string, Weights, (n: number, k: number) => number][] = [
+      ['f16', { kind: 'f16', data: h, rows: N, cols: K }, (n, k) => f16ToF32(h[n * K + k]!)],
+      ['bf16', { kind: 'bf16', data: b, rows: N, cols: K }, (n, k) => bf16ToF32(b[n * K + k]!)],
+      ['q8', { kind: 'q8', data: q8.data, scales: q8.scales, biases: q8.biases, group: 32, rows: N, cols: K }, (n, k) => dequantizedAt(q8, n, k)],
+      ['q4', { kind: 'q4', data: q4.data, scales: q4.scales, biases: q4.biases, group: 64, rows: N, cols: K }, (n, k) => dequantizedAt(q4, n, k)],
+    ];
+    for (const [name, weights, at] of encodings) {
+      const C = new Float32Array(T * N);
+      gemm(A, weights, null, C, T, N, K, pack);
+      const ref = new Float64Array(T * N);
+      for (let i = 0; i < T; i++)
+        for (let n = 0; n < N; n++) {
+          let s = 0;
+          for (let k = 0; k < K; k++) s += A[i * K + k]! * at(n, k);
+          ref[i * N + n] = s;
+        }
+      t.ok(nmse(C, ref) <= 1e-10, `${name} ${T}×${K}·(${N}×${K})ᵀ`, { diagnostic: false });
+    }
+  }
+});
+
 t.test('kernels give the same bits on another thread', async (t) => {
   const T = 9;
   const N = 70;
@@ -228,7 +259,8 @@ t.test('kernels check their arguments', async (t) => {
   t.throws(() => native.gemv(3, new Uint8Array(64), f(1), f(2), 32, f(32), f(2), 2, 32, f(1)), { name: 'RangeError', message: /scales has 1 values, needs 2/ });
   const shared = f(8);
   t.throws(() => native.gemv(0, f(4), null, null, 0, shared.subarray(0, 2), shared.subarray(1, 3), 2, 2, null), { name: 'RangeError', message: /must not overlap/ });
-  t.throws(() => native.gemm(f(4), f(4), null, f(4), 2, 2, 2, f(10)), { name: 'RangeError', message: /pack has 10 values/ });
+  t.throws(() => native.gemm(f(4), 0, f(4), null, null, 0, null, f(4), 2, 2, 2, f(10)), { name: 'RangeError', message: /pack has 10 values/ });
+  t.throws(() => native.gemm(f(4), 2, f(4), null, null, 0, null, f(4), 2, 2, 2, f(GEMM_PACK_FLOATS)), { name: 'TypeError', message: /w must be a Uint16Array/ });
   t.throws(() => native.rope(f(16), f(8), f(8), 1, 2, 7, 0, true), { name: 'RangeError', message: /hd must be even/ });
   t.throws(() => native.norm(0, f(4), f(2), null, f(4), 2, 2, -1), { name: 'RangeError', message: /eps non-negative/ });
   t.throws(() => native.activation(2, f(4), f(4), 4, null), { name: 'TypeError', message: /up must be a Float32Array/ });
