@@ -59,7 +59,7 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
   const repeats = options.quick === true ? 3 : 7;
   const iterations = 20_000_000;
   native.fmaProbe(1_000_000);
-  const peak = (iterations * 12 * 8 * 2) / best(repeats, () => native.fmaProbe(iterations)) / 1e9;
+  const peak = (iterations * 12 * native.fmaLanes() * 2) / best(repeats, () => native.fmaProbe(iterations)) / 1e9;
 
   const big = new Float32Array(64 * 1024 * 1024); // 256 MiB, well past the caches
   big.fill(1);

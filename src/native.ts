@@ -122,8 +122,10 @@ export interface NativeAddon {
   ): void;
   pointwise(input: Float32Array, w: Float32Array, bias: Float32Array | null, out: Float32Array, Cin: number, Cout: number, P: number, relu: boolean): void;
   fmaProbe(iterations: number): number;
+  /** f32 lanes per FMA in the probe of the chosen path. */
+  fmaLanes(): number;
   readProbe(x: Float32Array): number;
-  /** Instruction set of the compute kernels chosen at load: 'avx2+fma' or 'scalar'. */
+  /** Instruction set of the compute kernels chosen at load: 'avx512f', 'avx2+fma' or 'scalar' (VOXSLAB_KERNELS may force a lower one). */
   kernelIsa(): string;
   /** The dot-product path chosen at load: 'avx2+fma' or 'scalar'. */
   kernelPath(): string;

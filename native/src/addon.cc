@@ -663,6 +663,11 @@ Napi::Value ReadProbeValue(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), voxslab::ReadProbe(x.data, static_cast<int64_t>(x.length)));
 }
 
+Napi::Value FmaLanesValue(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 0, "fmaLanes");
+  return Napi::Number::New(info.Env(), voxslab::FmaLanes());
+}
+
 Napi::Value KernelIsaValue(const Napi::CallbackInfo& info) {
   ExpectArgs(info, 0, "kernelIsa");
   return Napi::String::New(info.Env(), voxslab::KernelIsa());
@@ -688,6 +693,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("pointwise", Napi::Function::New(env, PointwiseValue, "pointwise"));
   exports.Set("fmaProbe", Napi::Function::New(env, FmaProbeValue, "fmaProbe"));
   exports.Set("readProbe", Napi::Function::New(env, ReadProbeValue, "readProbe"));
+  exports.Set("fmaLanes", Napi::Function::New(env, FmaLanesValue, "fmaLanes"));
   exports.Set("kernelIsa", Napi::Function::New(env, KernelIsaValue, "kernelIsa"));
   exports.Set("kernelPath", Napi::Function::New(env, DotPathValue, "kernelPath"));
   exports.Set("pinThread", Napi::Function::New(env, PinThread, "pinThread"));

@@ -1,6 +1,7 @@
 #include "dsp.h"
 
 #include <cmath>
+#include <cstdlib>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -50,6 +51,8 @@ __attribute__((target("avx2,fma"))) double DotAvx2(const double* a, const double
 using DotFn = double (*)(const double*, const double*, int64_t);
 
 DotFn ChooseDot() {
+  const char* want = std::getenv("VOXSLAB_KERNELS");
+  if (want != nullptr && want[0] == 's') return DotScalar;
 #ifdef VOXSLAB_X86
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DotAvx2;

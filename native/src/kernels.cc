@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 
 #if defined(__x86_64__) && defined(__GNUC__)
 #include <immintrin.h>
@@ -328,48 +330,200 @@ __attribute__((target("avx2,fma"))) void Micro(const float* A, int64_t lda, cons
   }
 }
 
-__attribute__((target("avx2,fma"))) void GemmAvx2(const float* A, const WeightRef& W, const float* bias, float* C, int64_t T,
-                                                  int64_t N, int64_t K, float* pack) {
+// Packs W[n0:n0+nc][k0:k0+kc], decoded to f32, into panels of NR outputs:
+// pack[panel][k][NR], zero-padded.
+template <int NR>
+void PackPanels(const WeightRef& W, int64_t n0, int64_t nc, int64_t k0, int64_t kc, int64_t K, float* pack) {
+  for (int64_t p = 0; p < nc; p += NR) {
+    float* dst = pack + p * kc;
+    for (int64_t j = 0; j < NR; ++j) {
+      if (p + j >= nc) {
+        for (int64_t k = 0; k < kc; ++k) dst[k * NR + j] = 0.0f;
+      } else if (W.type == WeightType::kF32) {
+        const float* row = static_cast<const float*>(W.data) + (n0 + p + j) * K + k0;
+        for (int64_t k = 0; k < kc; ++k) dst[k * NR + j] = row[k];
+      } else {
+        for (int64_t k = 0; k < kc; ++k) dst[k * NR + j] = WeightAt(W, n0 + p + j, k0 + k, K);
+      }
+    }
+  }
+}
+
+// Blocked GEMM driver over a micro-kernel family Micro<MR> of panel width NR (MR ≤ 6).
+template <int NR, template <int> class M>
+void GemmBlocked(const float* A, const WeightRef& W, const float* bias, float* C, int64_t T, int64_t N, int64_t K, float* pack) {
   for (int64_t n0 = 0; n0 < N; n0 += kGemmNc) {
     const int64_t nc = std::min(kGemmNc, N - n0);
     for (int64_t k0 = 0; k0 < K; k0 += kGemmKc) {
       const int64_t kc = std::min(kGemmKc, K - k0);
-      // Pack W[n0:n0+nc][k0:k0+kc], decoded to f32, into panels of 16 outputs:
-      // pack[panel][k][16], zero-padded.
-      for (int64_t p = 0; p < nc; p += 16) {
-        float* dst = pack + p * kc;
-        for (int64_t j = 0; j < 16; ++j) {
-          if (p + j >= nc) {
-            for (int64_t k = 0; k < kc; ++k) dst[k * 16 + j] = 0.0f;
-          } else if (W.type == WeightType::kF32) {
-            const float* row = static_cast<const float*>(W.data) + (n0 + p + j) * K + k0;
-            for (int64_t k = 0; k < kc; ++k) dst[k * 16 + j] = row[k];
-          } else {
-            for (int64_t k = 0; k < kc; ++k) dst[k * 16 + j] = WeightAt(W, n0 + p + j, k0 + k, K);
-          }
-        }
-      }
+      PackPanels<NR>(W, n0, nc, k0, kc, K, pack);
       const bool first = k0 == 0;
       for (int64_t t = 0; t < T; t += 6) {
         const int64_t mr = std::min<int64_t>(6, T - t);
-        for (int64_t p = 0; p < nc; p += 16) {
-          const int64_t nr = std::min<int64_t>(16, nc - p);
+        for (int64_t p = 0; p < nc; p += NR) {
+          const int64_t nr = std::min<int64_t>(NR, nc - p);
           const float* a = A + t * K + k0;
           const float* panel = pack + p * kc;
           float* c = C + t * N + n0 + p;
           const float* bb = bias != nullptr ? bias + n0 + p : nullptr;
           switch (mr) {
-            case 6: Micro<6>(a, K, panel, kc, c, N, nr, first, bb); break;
-            case 5: Micro<5>(a, K, panel, kc, c, N, nr, first, bb); break;
-            case 4: Micro<4>(a, K, panel, kc, c, N, nr, first, bb); break;
-            case 3: Micro<3>(a, K, panel, kc, c, N, nr, first, bb); break;
-            case 2: Micro<2>(a, K, panel, kc, c, N, nr, first, bb); break;
-            default: Micro<1>(a, K, panel, kc, c, N, nr, first, bb); break;
+            case 6: M<6>::Run(a, K, panel, kc, c, N, nr, first, bb); break;
+            case 5: M<5>::Run(a, K, panel, kc, c, N, nr, first, bb); break;
+            case 4: M<4>::Run(a, K, panel, kc, c, N, nr, first, bb); break;
+            case 3: M<3>::Run(a, K, panel, kc, c, N, nr, first, bb); break;
+            case 2: M<2>::Run(a, K, panel, kc, c, N, nr, first, bb); break;
+            default: M<1>::Run(a, K, panel, kc, c, N, nr, first, bb); break;
           }
         }
       }
     }
   }
+}
+
+template <int MR>
+struct MicroAvx2 {
+  static void Run(const float* A, int64_t lda, const float* P, int64_t kc, float* C, int64_t ldc, int64_t nr, bool first, const float* bias) {
+    Micro<MR>(A, lda, P, kc, C, ldc, nr, first, bias);
+  }
+};
+
+void GemmAvx2(const float* A, const WeightRef& W, const float* bias, float* C, int64_t T, int64_t N, int64_t K, float* pack) {
+  GemmBlocked<16, MicroAvx2>(A, W, bias, C, T, N, K, pack);
+}
+
+// AVX-512: 6×32 tiles, the same blocking with 16-lane registers.
+template <int MR>
+struct MicroAvx512 {
+  __attribute__((target("avx512f"))) static void Run(const float* A, int64_t lda, const float* P, int64_t kc, float* C,
+                                                      int64_t ldc, int64_t nr, bool first, const float* bias) {
+    __m512 c00 = _mm512_setzero_ps(), c01 = c00, c10 = c00, c11 = c00, c20 = c00, c21 = c00;
+    __m512 c30 = c00, c31 = c00, c40 = c00, c41 = c00, c50 = c00, c51 = c00;
+    for (int64_t k = 0; k < kc; ++k) {
+      const __m512 b0 = _mm512_loadu_ps(P + k * 32);
+      const __m512 b1 = _mm512_loadu_ps(P + k * 32 + 16);
+      __m512 a = _mm512_set1_ps(A[k]);
+      c00 = _mm512_fmadd_ps(a, b0, c00);
+      c01 = _mm512_fmadd_ps(a, b1, c01);
+      if constexpr (MR > 1) {
+        a = _mm512_set1_ps(A[lda + k]);
+        c10 = _mm512_fmadd_ps(a, b0, c10);
+        c11 = _mm512_fmadd_ps(a, b1, c11);
+      }
+      if constexpr (MR > 2) {
+        a = _mm512_set1_ps(A[2 * lda + k]);
+        c20 = _mm512_fmadd_ps(a, b0, c20);
+        c21 = _mm512_fmadd_ps(a, b1, c21);
+      }
+      if constexpr (MR > 3) {
+        a = _mm512_set1_ps(A[3 * lda + k]);
+        c30 = _mm512_fmadd_ps(a, b0, c30);
+        c31 = _mm512_fmadd_ps(a, b1, c31);
+      }
+      if constexpr (MR > 4) {
+        a = _mm512_set1_ps(A[4 * lda + k]);
+        c40 = _mm512_fmadd_ps(a, b0, c40);
+        c41 = _mm512_fmadd_ps(a, b1, c41);
+      }
+      if constexpr (MR > 5) {
+        a = _mm512_set1_ps(A[5 * lda + k]);
+        c50 = _mm512_fmadd_ps(a, b0, c50);
+        c51 = _mm512_fmadd_ps(a, b1, c51);
+      }
+    }
+    alignas(64) float tmp[6][32];
+    _mm512_store_ps(tmp[0], c00);
+    _mm512_store_ps(tmp[0] + 16, c01);
+    _mm512_store_ps(tmp[1], c10);
+    _mm512_store_ps(tmp[1] + 16, c11);
+    _mm512_store_ps(tmp[2], c20);
+    _mm512_store_ps(tmp[2] + 16, c21);
+    _mm512_store_ps(tmp[3], c30);
+    _mm512_store_ps(tmp[3] + 16, c31);
+    _mm512_store_ps(tmp[4], c40);
+    _mm512_store_ps(tmp[4] + 16, c41);
+    _mm512_store_ps(tmp[5], c50);
+    _mm512_store_ps(tmp[5] + 16, c51);
+    for (int i = 0; i < MR; ++i) {
+      float* row = C + i * ldc;
+      for (int64_t j = 0; j < nr; ++j) row[j] = first ? tmp[i][j] + (bias != nullptr ? bias[j] : 0.0f) : row[j] + tmp[i][j];
+    }
+  }
+};
+
+void GemmAvx512(const float* A, const WeightRef& W, const float* bias, float* C, int64_t T, int64_t N, int64_t K, float* pack) {
+  GemmBlocked<32, MicroAvx512>(A, W, bias, C, T, N, K, pack);
+}
+
+__attribute__((target("avx512f"))) float Hsum512(__m512 v) {
+  alignas(64) float l[16];
+  _mm512_store_ps(l, v);
+  float s[8];
+  for (int i = 0; i < 8; ++i) s[i] = l[i] + l[i + 8];
+  return (((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])));
+}
+
+// 16 float weights (f32, f16 or bf16) from element i, as f32.
+__attribute__((target("avx512f,avx2,f16c"))) inline __m512 Load16(WeightType type, const void* w, int64_t i) {
+  if (type == WeightType::kF32) return _mm512_loadu_ps(static_cast<const float*>(w) + i);
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i));
+  if (type == WeightType::kF16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+inline float FloatAt(WeightType type, const void* w, int64_t i) {
+  if (type == WeightType::kF32) return static_cast<const float*>(w)[i];
+  const uint16_t h = static_cast<const uint16_t*>(w)[i];
+  return type == WeightType::kF16 ? F16(h) : Bf16(h);
+}
+
+// AVX-512 GEMV for float weights (four rows per pass); quantized weights use the AVX2 path.
+__attribute__((target("avx512f,avx2,fma,f16c"))) void GemvAvx512(WeightType type, const void* w, const float* scales,
+                                                                  const float* biases, int group, const float* x, float* y,
+                                                                  int64_t M, int64_t K, float* xsum) {
+  if (type == WeightType::kQ8 || type == WeightType::kQ4) {
+    GemvAvx2(type, w, scales, biases, group, x, y, M, K, xsum);
+    return;
+  }
+  const int64_t K16 = K & ~int64_t{15};
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t k = 0;
+    for (; k < K16; k += 16) {
+      const __m512 xv = _mm512_loadu_ps(x + k);
+      a0 = _mm512_fmadd_ps(Load16(type, w, m * K + k), xv, a0);
+      a1 = _mm512_fmadd_ps(Load16(type, w, (m + 1) * K + k), xv, a1);
+      a2 = _mm512_fmadd_ps(Load16(type, w, (m + 2) * K + k), xv, a2);
+      a3 = _mm512_fmadd_ps(Load16(type, w, (m + 3) * K + k), xv, a3);
+    }
+    float t[4] = {0, 0, 0, 0};
+    for (; k < K; ++k)
+      for (int r = 0; r < 4; ++r) t[r] += FloatAt(type, w, (m + r) * K + k) * x[k];
+    y[m] = Hsum512(a0) + t[0];
+    y[m + 1] = Hsum512(a1) + t[1];
+    y[m + 2] = Hsum512(a2) + t[2];
+    y[m + 3] = Hsum512(a3) + t[3];
+  }
+  for (; m < M; ++m) {
+    __m512 a = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k < K16; k += 16) a = _mm512_fmadd_ps(Load16(type, w, m * K + k), _mm512_loadu_ps(x + k), a);
+    float t = 0;
+    for (; k < K; ++k) t += FloatAt(type, w, m * K + k) * x[k];
+    y[m] = Hsum512(a) + t;
+  }
+}
+
+__attribute__((target("avx512f"))) float FmaProbeAvx512(int64_t iterations) {
+  __m512 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(0.001f * static_cast<float>(i));
+  const __m512 m = _mm512_set1_ps(0.999999f);
+  const __m512 c = _mm512_set1_ps(1e-7f);
+  for (int64_t it = 0; it < iterations; ++it)
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_fmadd_ps(a[i], m, c);
+  __m512 s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_add_ps(s, a[i]);
+  return Hsum512(s);
 }
 
 __attribute__((target("avx2,fma"))) float FmaProbeAvx2(int64_t iterations) {
@@ -436,16 +590,22 @@ struct Dispatch {
   decltype(&GemmScalar) gemm;
   decltype(&FmaProbeScalar) fma;
   decltype(&ReadProbeScalar) read;
+  int fmaLanes;  // f32 lanes per FMA in the peak probe
 };
 
+// The best path the CPU supports, or the one VOXSLAB_KERNELS names (scalar, avx2, avx512)
+// when the CPU supports it: tests use it to check every path on one machine.
 Dispatch Choose() {
+  const char* want = std::getenv("VOXSLAB_KERNELS");
+  const std::string w = want != nullptr ? want : "";
 #ifdef VOXSLAB_X86
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    return {"avx2+fma", GemvAvx2, GemmAvx2, FmaProbeAvx2, ReadProbeAvx2};
-  }
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
+  if (w != "scalar" && w != "avx2" && avx512) return {"avx512f", GemvAvx512, GemmAvx512, FmaProbeAvx512, ReadProbeAvx2, 16};
+  if (w != "scalar" && avx2) return {"avx2+fma", GemvAvx2, GemmAvx2, FmaProbeAvx2, ReadProbeAvx2, 8};
 #endif
-  return {"scalar", GemvScalar, GemmScalar, FmaProbeScalar, ReadProbeScalar};
+  return {"scalar", GemvScalar, GemmScalar, FmaProbeScalar, ReadProbeScalar, 1};
 }
 
 const Dispatch kDispatch = Choose();
@@ -464,6 +624,7 @@ void Gemm(const float* A, const WeightRef& W, const float* bias, float* C, int64
 }
 
 float FmaProbe(int64_t iterations) { return kDispatch.fma(iterations); }
+int FmaLanes() { return kDispatch.fmaLanes; }
 float ReadProbe(const float* x, int64_t n) { return kDispatch.read(x, n); }
 
 void RmsNorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps) {
@@ -559,6 +720,8 @@ __attribute__((target("avx2,fma"))) float DotAvx(const float* a, const float* b,
 
 using DotFn = float (*)(const float*, const float*, int64_t);
 DotFn ChooseDotF() {
+  const char* want = std::getenv("VOXSLAB_KERNELS");
+  if (want != nullptr && std::string(want) == "scalar") return DotF;
 #ifdef VOXSLAB_X86
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DotAvx;

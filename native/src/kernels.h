@@ -1,6 +1,7 @@
 // Compute kernels over caller-owned buffers: no allocation, deterministic (a fixed reduction
-// order per output, whatever the thread). Runtime dispatch picks AVX2+FMA where the CPU has
-// it, else portable scalar code. Plain C++, no Node-API types.
+// order per output, whatever the thread). Runtime dispatch picks AVX-512, else AVX2+FMA, else
+// portable scalar code (VOXSLAB_KERNELS=scalar|avx2 forces a lower path). Plain C++, no
+// Node-API types.
 #pragma once
 
 #include <cstdint>
@@ -83,6 +84,8 @@ void Pointwise(const float* in, const float* w, const float* bias, float* out, i
 // Peak single-core f32 FMA throughput probe: `iterations` × 12 independent FMA chains of
 // 8 lanes; returns a value derived from the registers so the work cannot be elided.
 float FmaProbe(int64_t iterations);
+// f32 lanes per FMA instruction in the probe of the chosen path (8 for AVX2, 16 for AVX-512).
+int FmaLanes();
 // Streaming read probe: sums n floats with wide loads.
 float ReadProbe(const float* x, int64_t n);
 
