@@ -4,18 +4,8 @@
  * for 10 … 10,000 buffers.
  */
 import { type BufferSpec, plan } from '../src/memory/index.js';
+import { prng } from '../src/memory/prng.js';
 import { median, round } from './util.js';
-
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** A random pass: n buffers, sizes 1 B–64 MiB (skewed small), lifetimes of 1–24 ops. */
 export function randomPass(seed: number, n: number): BufferSpec[] {

@@ -1,16 +1,6 @@
 import { Worker } from 'node:worker_threads';
 
-/** Seeded PRNG (mulberry32): the same seed gives the same sequence on every machine. */
-export function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
+export { prng } from '../src/memory/prng.js';
 
 /** Integer in [lo, hi] from a PRNG. */
 export function randInt(r: () => number, lo: number, hi: number): number {

@@ -14,3 +14,4 @@ export * from './planner.js';
 export * from './intervals.js';
 export * from './pass.js';
 export * from './blueprint.js';
+export * from './prng.js';

@@ -1,5 +1,6 @@
 import { alignUp } from './footprint.js';
 import { ArgumentError } from './errors.js';
+import { prng } from './prng.js';
 
 /** One buffer of a pass: live from op `firstUse` through op `lastUse` (inclusive). */
 export interface BufferSpec {
@@ -350,14 +351,7 @@ export function plan(specs: readonly BufferSpec[], options: PlanOptions = {}): P
     // the order; keep the move when the high-water does not grow.
     const n = groups.length;
     const iterations = options.iterations ?? defaultIterations(n);
-    let seed = (options.seed ?? 0x5eed) >>> 0;
-    const rand = (): number => {
-      seed = (seed + 0x6d2b79f5) >>> 0;
-      let t = seed;
-      t = Math.imul(t ^ (t >>> 15), t | 1);
-      t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-      return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-    };
+    const rand = prng(options.seed ?? 0x5eed);
     const bestOffsets = Float64Array.from(offsets);
     const best = Int32Array.from(order);
     const trial = Int32Array.from(order);

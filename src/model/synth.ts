@@ -6,6 +6,7 @@
  */
 import type { Dtype, TensorSpec } from './layout.js';
 import { f32ToBf16, f32ToF16 } from './dtype.js';
+import { prng } from '../memory/prng.js';
 
 /** FNV-1a of the name mixed with the seed. */
 function tensorSeed(seed: number, name: string): number {
@@ -20,24 +21,21 @@ function tensorSeed(seed: number, name: string): number {
 /** Streams one tensor's values: `next(out, n)` fills the next n elements (f64 values). */
 export class TensorStream {
   readonly spec: TensorSpec;
-  #state: number;
+  readonly #random: () => number;
   #spare = Number.NaN;
   #index = 0;
   readonly #scale: number;
 
   constructor(spec: TensorSpec, seed: number) {
     this.spec = spec;
-    this.#state = tensorSeed(seed, spec.name);
+    this.#random = prng(tensorSeed(seed, spec.name));
     const fanIn = spec.shape.slice(1).reduce((a, b) => a * b, 1);
     this.#scale = spec.init === 'weight' ? 1 / Math.sqrt(Math.max(1, fanIn)) : spec.init === 'embedding' ? 1 / Math.sqrt(Math.max(1, spec.shape[1] ?? 1)) : 1;
   }
 
+  /** Uniform in (0, 1): never 0, so the logarithm below is finite. */
   #uniform(): number {
-    this.#state = (this.#state + 0x6d2b79f5) >>> 0;
-    let t = this.#state;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return (((t ^ (t >>> 14)) >>> 0) + 0.5) / 4294967296;
+    return this.#random() + 2 ** -33;
   }
 
   #normal(): number {
