@@ -139,6 +139,31 @@ __attribute__((target("avx2,fma"))) inline float Hsum(__m256 v) {
   return (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])));
 }
 
+// 8 quantized weights starting at element `at` (q8 bytes, or q4 nibbles low first), as f32.
+__attribute__((target("avx2,fma"))) inline __m256 QuantInts(bool q8, const uint8_t* w, int64_t at) {
+  __m256i iv;
+  if (q8) {
+    iv = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + at)));
+  } else {
+    uint32_t packed;
+    std::memcpy(&packed, w + (at >> 1), 4);
+    iv = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(packed)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                          _mm256_set1_epi32(15));
+  }
+  return _mm256_cvtepi32_ps(iv);
+}
+
+// 16 q4 weights from element `at` (even): 8 bytes → nibbles in element order → two × 8 f32.
+__attribute__((target("avx2,fma"))) inline void Q4Ints16(const uint8_t* w, int64_t at, __m256& lo8, __m256& hi8) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + (at >> 1)));
+  const __m128i mask = _mm_set1_epi8(15);
+  const __m128i lo = _mm_and_si128(b, mask);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+  const __m128i ordered = _mm_unpacklo_epi8(lo, hi);  // b0.lo, b0.hi, b1.lo, b1.hi, …
+  lo8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(ordered));
+  hi8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(ordered, 8)));
+}
+
 // 8 quantized weights starting at element `at` (q8 bytes, or q4 nibbles low first) times x.
 __attribute__((target("avx2,fma"))) inline __m256 QuantChunk(bool q8, const uint8_t* w, int64_t at, const float* x) {
   __m256i iv;
@@ -169,6 +194,58 @@ __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const vo
   }
   const int64_t K8 = K & ~int64_t{7};
   int64_t m0 = 0;
+  if (type == WeightType::kQ8 || type == WeightType::kQ4) {
+    // Four rows per pass: each chunk of x is loaded once for four rows; per row, Σ_g s_g·(Σ q·x)
+    // in 8 lanes, and the bias term as one dot product with the f32 group sums.
+    const bool q8 = type == WeightType::kQ8;
+    const uint8_t* wb = static_cast<const uint8_t*>(w);
+    const int64_t groups = K / group;
+    for (; m0 + 4 <= M; m0 += 4) {
+      __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+      for (int64_t g = 0; g < groups; ++g) {
+        __m256 q0 = _mm256_setzero_ps(), q1 = q0, q2 = q0, q3 = q0;
+        const float* xg = x + g * group;
+        if (!q8 && group % 16 == 0) {
+          for (int i = 0; i < group; i += 16) {
+            const __m256 xa = _mm256_loadu_ps(xg + i);
+            const __m256 xb = _mm256_loadu_ps(xg + i + 8);
+            const int64_t at = m0 * K + g * group + i;
+            __m256 a, b;
+            Q4Ints16(wb, at, a, b);
+            q0 = _mm256_fmadd_ps(b, xb, _mm256_fmadd_ps(a, xa, q0));
+            Q4Ints16(wb, at + K, a, b);
+            q1 = _mm256_fmadd_ps(b, xb, _mm256_fmadd_ps(a, xa, q1));
+            Q4Ints16(wb, at + 2 * K, a, b);
+            q2 = _mm256_fmadd_ps(b, xb, _mm256_fmadd_ps(a, xa, q2));
+            Q4Ints16(wb, at + 3 * K, a, b);
+            q3 = _mm256_fmadd_ps(b, xb, _mm256_fmadd_ps(a, xa, q3));
+          }
+        } else {
+          for (int i = 0; i < group; i += 8) {
+            const __m256 xv = _mm256_loadu_ps(xg + i);
+            const int64_t at = m0 * K + g * group + i;
+            q0 = _mm256_fmadd_ps(QuantInts(q8, wb, at), xv, q0);
+            q1 = _mm256_fmadd_ps(QuantInts(q8, wb, at + K), xv, q1);
+            q2 = _mm256_fmadd_ps(QuantInts(q8, wb, at + 2 * K), xv, q2);
+            q3 = _mm256_fmadd_ps(QuantInts(q8, wb, at + 3 * K), xv, q3);
+          }
+        }
+        acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(scales[m0 * groups + g]), q0, acc[0]);
+        acc[1] = _mm256_fmadd_ps(_mm256_set1_ps(scales[(m0 + 1) * groups + g]), q1, acc[1]);
+        acc[2] = _mm256_fmadd_ps(_mm256_set1_ps(scales[(m0 + 2) * groups + g]), q2, acc[2]);
+        acc[3] = _mm256_fmadd_ps(_mm256_set1_ps(scales[(m0 + 3) * groups + g]), q3, acc[3]);
+      }
+      for (int r = 0; r < 4; ++r) {
+        const float* bi = biases + (m0 + r) * groups;
+        __m256 bacc = _mm256_setzero_ps();
+        int64_t g = 0;
+        for (; g + 8 <= groups; g += 8) bacc = _mm256_fmadd_ps(_mm256_loadu_ps(bi + g), _mm256_loadu_ps(xsum + g), bacc);
+        float btail = 0;
+        for (; g < groups; ++g) btail += bi[g] * xsum[g];
+        y[m0 + r] = Hsum(acc[r]) + (Hsum(bacc) + btail);
+      }
+    }
+  }
   if (type == WeightType::kF32) {
     // Four rows per pass share each load of x; each row keeps its own fixed-order sum.
     const float* base = static_cast<const float*>(w);
