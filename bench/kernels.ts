@@ -99,7 +99,7 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
   }
   // Attention decode at the backbone's shape: one query (32 heads) over a cache of 8 KV heads × 64.
   const attentionRows: KernelsBenchResult['attention'] = [];
-  const scratch = new Float32Array(attentionScratchFloats(1, 256, 64));
+  const scratch = new Float32Array(attentionScratchFloats(1, 256, 64, 4));
   for (const ctx of options.quick === true ? [1024, 8192] : [1024, 8192, 32768]) {
     const q = Float32Array.from({ length: 32 * 64 }, (_, j) => ((j * 7) % 13) / 13 - 0.5);
     const kv = Float32Array.from({ length: ctx * 8 * 64 }, (_, j) => ((j * 5) % 11) / 11 - 0.5);

@@ -561,7 +561,7 @@ Napi::Value AttentionValue(const Napi::CallbackInfo& info) {
     u = F32Arg(info, 5, fn, "u", static_cast<size_t>(a.Hq * a.hd)).data;
     vb = F32Arg(info, 6, fn, "vb", static_cast<size_t>(a.Hq * a.hd)).data;
   }
-  auto scratch = F32Arg(info, 7, fn, "scratch", static_cast<size_t>(voxslab::AttentionScratchFloats(a.tq, a.tk, a.hd)));
+  auto scratch = F32Arg(info, 7, fn, "scratch", static_cast<size_t>(voxslab::AttentionScratchFloats(a.tq, a.tk, a.hd, a.Hq / a.Hkv)));
   if (Overlap(out, q) || Overlap(out, k) || Overlap(out, v) || Overlap(scratch, out) || Overlap(scratch, q) || Overlap(scratch, k) || Overlap(scratch, v)) {
     ThrowRange(info.Env(), "attention: out and scratch must not overlap the inputs");
   }

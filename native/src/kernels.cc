@@ -795,6 +795,32 @@ __attribute__((target("avx2,fma"))) float DotAvx(const float* a, const float* b,
 }
 #endif
 
+// y += a·x over n floats.
+void AxpyF(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+#ifdef VOXSLAB_X86
+__attribute__((target("avx2,fma"))) void AxpyAvx(float a, const float* x, float* y, int64_t n) {
+  const __m256 av = _mm256_set1_ps(a);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
+  for (; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
+}
+#endif
+
+using AxpyFn = void (*)(float, const float*, float*, int64_t);
+AxpyFn ChooseAxpy() {
+  const char* want = std::getenv("VOXSLAB_KERNELS");
+  if (want != nullptr && std::string(want) == "scalar") return AxpyF;
+#ifdef VOXSLAB_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return AxpyAvx;
+#endif
+  return AxpyF;
+}
+const AxpyFn kAxpy = ChooseAxpy();
+
 using DotFn = float (*)(const float*, const float*, int64_t);
 DotFn ChooseDotF() {
   const char* want = std::getenv("VOXSLAB_KERNELS");
@@ -809,34 +835,39 @@ const DotFn kDotF = ChooseDotF();
 
 }  // namespace
 
-int64_t AttentionScratchFloats(int64_t tq, int64_t tk, int64_t hd) {
-  // scores [tq][tk], max [tq], sum [tq], acc [tq][hd], q+u and q+v [tq][hd] each.
-  return tq * tk + 2 * tq + 3 * tq * hd;
+int64_t AttentionScratchFloats(int64_t tq, int64_t tk, int64_t hd, int64_t group) {
+  // scores [tq][tk]; per query head of a KV group: max and sum [tq], acc, q+u and q+v [tq][hd].
+  return tq * tk + group * (2 * tq + 3 * tq * hd);
 }
 
 void Attention(const AttentionParams& a, const float* q, const float* k, const float* v, float* out, const float* p,
                const float* u, const float* vb, float* scratch) {
   const int64_t hd = a.hd;
   const int64_t group = a.Hq / a.Hkv;
+  const int64_t tq = a.tq;
   float* sc = scratch;
-  float* mx = sc + a.tq * a.tk;
-  float* sm = mx + a.tq;
-  float* acc = sm + a.tq;
-  float* qu = acc + a.tq * hd;
-  float* qv = qu + a.tq * hd;
+  float* mx = sc + tq * a.tk;       // [group][tq]
+  float* sm = mx + group * tq;      // [group][tq]
+  float* acc = sm + group * tq;     // [group][tq][hd]
+  float* qu = acc + group * tq * hd;
+  float* qv = qu + group * tq * hd;
   const bool rel = p != nullptr;
-  for (int64_t h = 0; h < a.Hq; ++h) {
-    const int64_t kh = h / group;
-    for (int64_t i0 = 0; i0 < a.Tq; i0 += a.tq) {
-      const int64_t nq = std::min(a.tq, a.Tq - i0);
-      for (int64_t i = 0; i < nq; ++i) {
-        mx[i] = -INFINITY;
-        sm[i] = 0.0f;
-        for (int64_t d = 0; d < hd; ++d) acc[i * hd + d] = 0.0f;
-        const float* qi = q + ((i0 + i) * a.Hq + h) * hd;
-        for (int64_t d = 0; d < hd; ++d) {
-          qu[i * hd + d] = rel ? qi[d] + u[h * hd + d] : qi[d];
-          qv[i * hd + d] = rel ? qi[d] + vb[h * hd + d] : 0.0f;
+  // KV head outermost: each key tile serves every query head of its group while it is cached.
+  for (int64_t kh = 0; kh < a.Hkv; ++kh) {
+    for (int64_t i0 = 0; i0 < a.Tq; i0 += tq) {
+      const int64_t nq = std::min(tq, a.Tq - i0);
+      for (int64_t gh = 0; gh < group; ++gh) {
+        const int64_t h = kh * group + gh;
+        for (int64_t i = 0; i < nq; ++i) {
+          const int64_t s = gh * tq + i;
+          mx[s] = -INFINITY;
+          sm[s] = 0.0f;
+          const float* qi = q + ((i0 + i) * a.Hq + h) * hd;
+          for (int64_t d = 0; d < hd; ++d) {
+            acc[s * hd + d] = 0.0f;
+            qu[s * hd + d] = rel ? qi[d] + u[h * hd + d] : qi[d];
+            qv[s * hd + d] = rel ? qi[d] + vb[h * hd + d] : 0.0f;
+          }
         }
       }
       // Key range any query of the tile can see.
@@ -846,44 +877,52 @@ void Attention(const AttentionParams& a, const float* q, const float* k, const f
       if (a.mode == 2) jlo = std::max<int64_t>(0, qlo - a.window + 1 - a.kpos0);
       for (int64_t j0 = jlo; j0 <= jhi; j0 += a.tk) {
         const int64_t nk = std::min(a.tk, jhi - j0 + 1);
-        for (int64_t i = 0; i < nq; ++i) {
-          const int64_t qp = a.qpos0 + i0 + i;
-          float tileMax = -INFINITY;
-          for (int64_t jj = 0; jj < nk; ++jj) {
-            const int64_t j = j0 + jj;
-            const int64_t kp = a.kpos0 + j;
-            const bool visible = a.mode == 0 || (kp <= qp && (a.mode == 1 || kp > qp - a.window));
-            float s = -INFINITY;
-            if (visible) {
-              s = kDotF(qu + i * hd, k + (j * a.Hkv + kh) * hd, hd);
-              if (rel) s += kDotF(qv + i * hd, p + ((a.Tk - 1 - ((i0 + i) - j)) * a.Hq + h) * hd, hd);
-              s *= a.scale;
+        for (int64_t gh = 0; gh < group; ++gh) {
+          const int64_t h = kh * group + gh;
+          for (int64_t i = 0; i < nq; ++i) {
+            const int64_t st = gh * tq + i;
+            const int64_t qp = a.qpos0 + i0 + i;
+            float tileMax = -INFINITY;
+            for (int64_t jj = 0; jj < nk; ++jj) {
+              const int64_t j = j0 + jj;
+              const int64_t kp = a.kpos0 + j;
+              const bool visible = a.mode == 0 || (kp <= qp && (a.mode == 1 || kp > qp - a.window));
+              float s = -INFINITY;
+              if (visible) {
+                s = kDotF(qu + st * hd, k + (j * a.Hkv + kh) * hd, hd);
+                if (rel) s += kDotF(qv + st * hd, p + ((a.Tk - 1 - ((i0 + i) - j)) * a.Hq + h) * hd, hd);
+                s *= a.scale;
+              }
+              sc[i * a.tk + jj] = s;
+              tileMax = std::max(tileMax, s);
             }
-            sc[i * a.tk + jj] = s;
-            tileMax = std::max(tileMax, s);
+            if (tileMax == -INFINITY) continue;
+            const float m = std::max(mx[st], tileMax);
+            const float alpha = mx[st] == -INFINITY ? 0.0f : std::exp(mx[st] - m);
+            float* ai = acc + st * hd;
+            if (alpha != 1.0f)
+              for (int64_t d = 0; d < hd; ++d) ai[d] *= alpha;
+            float l = sm[st] * alpha;
+            for (int64_t jj = 0; jj < nk; ++jj) {
+              const float s = sc[i * a.tk + jj];
+              if (s == -INFINITY) continue;
+              const float w = std::exp(s - m);
+              l += w;
+              kAxpy(w, v + ((j0 + jj) * a.Hkv + kh) * hd, ai, hd);
+            }
+            mx[st] = m;
+            sm[st] = l;
           }
-          if (tileMax == -INFINITY) continue;
-          const float m = std::max(mx[i], tileMax);
-          const float alpha = mx[i] == -INFINITY ? 0.0f : std::exp(mx[i] - m);
-          float* ai = acc + i * hd;
-          for (int64_t d = 0; d < hd; ++d) ai[d] *= alpha;
-          float l = sm[i] * alpha;
-          for (int64_t jj = 0; jj < nk; ++jj) {
-            const float s = sc[i * a.tk + jj];
-            if (s == -INFINITY) continue;
-            const float w = std::exp(s - m);
-            l += w;
-            const float* vj = v + ((j0 + jj) * a.Hkv + kh) * hd;
-            for (int64_t d = 0; d < hd; ++d) ai[d] += w * vj[d];
-          }
-          mx[i] = m;
-          sm[i] = l;
         }
       }
-      for (int64_t i = 0; i < nq; ++i) {
-        float* o = out + ((i0 + i) * a.Hq + h) * hd;
-        const float inv = sm[i] > 0 ? 1.0f / sm[i] : 0.0f;
-        for (int64_t d = 0; d < hd; ++d) o[d] = acc[i * hd + d] * inv;
+      for (int64_t gh = 0; gh < group; ++gh) {
+        const int64_t h = kh * group + gh;
+        for (int64_t i = 0; i < nq; ++i) {
+          const int64_t st = gh * tq + i;
+          float* o = out + ((i0 + i) * a.Hq + h) * hd;
+          const float inv = sm[st] > 0 ? 1.0f / sm[st] : 0.0f;
+          for (int64_t d = 0; d < hd; ++d) o[d] = acc[st * hd + d] * inv;
+        }
       }
     }
   }

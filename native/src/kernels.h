@@ -51,7 +51,7 @@ void Rope(float* x, const float* cos, const float* sin, int64_t rows, int64_t he
 // query pos). With `p` non-null (relative position, full context, Tq = Tk = T): p [2T−1][Hq][hd]
 // holds linear_pos of relative positions T−1 … −(T−1), u and v [Hq][hd] the pos biases, and
 // score(i, j) = ((q_i + u)·k_j + (q_i + v)·p_{T−1−(i−j)})·scale.
-// scratch: AttentionScratchFloats(tq, tk, hd) floats.
+// scratch: AttentionScratchFloats(tq, tk, hd, Hq / Hkv) floats (never a function of T).
 struct AttentionParams {
   int64_t Tq, Tk, Hq, Hkv, hd;
   int64_t qpos0, kpos0, window;
@@ -59,7 +59,7 @@ struct AttentionParams {
   float scale;
   int64_t tq, tk;
 };
-int64_t AttentionScratchFloats(int64_t tq, int64_t tk, int64_t hd);
+int64_t AttentionScratchFloats(int64_t tq, int64_t tk, int64_t hd, int64_t group);
 void Attention(const AttentionParams& a, const float* q, const float* k, const float* v, float* out, const float* p,
                const float* u, const float* vb, float* scratch);
 

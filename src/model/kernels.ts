@@ -111,9 +111,12 @@ export interface AttentionShape {
 
 const MODES: Record<AttentionMode, number> = { full: 0, causal: 1, sliding: 2 };
 
-/** Scratch floats the tiled attention needs: a function of the tiles only, never of T. */
-export function attentionScratchFloats(tq = 64, tk = 64, hd: number): number {
-  return tq * tk + 2 * tq + 3 * tq * hd;
+/**
+ * Scratch floats the tiled attention needs: a function of the tiles, the head size and the
+ * GQA group (query heads per KV head) only — never of the sequence length.
+ */
+export function attentionScratchFloats(tq: number, tk: number, hd: number, group = 1): number {
+  return tq * tk + group * (2 * tq + 3 * tq * hd);
 }
 
 /**

@@ -64,7 +64,7 @@ function run(c: Case, seed: number, tq = 64, tk = 64): { got: Float32Array; want
   const v = rand(c.T * c.Hkv * c.hd);
   const rel = c.rel === true ? { p: rand((2 * c.T - 1) * c.Hq * c.hd), u: rand(c.Hq * c.hd), v: rand(c.Hq * c.hd) } : null;
   const out = new Float32Array(Tq * c.Hq * c.hd);
-  const scratch = new Float32Array(attentionScratchFloats(tq, tk, c.hd));
+  const scratch = new Float32Array(attentionScratchFloats(tq, tk, c.hd, c.Hq / c.Hkv));
   const shape = { Tq, Tk: c.T, Hq: c.Hq, Hkv: c.Hkv, hd: c.hd, mode: c.mode, tq, tk, qpos0: c.qpos0 ?? 0 } as const;
   attention(c.window === undefined ? shape : { ...shape, window: c.window }, q, k, v, out, scratch, rel);
   return { got: out, want: reference(c, q, k, v, rel) };
