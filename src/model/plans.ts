@@ -10,6 +10,7 @@
  * are described op by op, since each iteration repeats the same lifetimes.
  */
 import { PassBuilder, plan, type Plan } from '../memory/index.js';
+import { attentionScratchFloats, GEMM_PACK_FLOATS } from './kernels.js';
 import type { ModelConfig } from './config.js';
 
 const F32 = 4;
@@ -124,20 +125,20 @@ export function encoderPass(config: ModelConfig, o: EncoderPlanOptions): PassBui
   p.op('mel.stats', ['mel_rows'], [{ name: 'mel.stats', bytes: 2 * config.frontend.nMels * 8, layout: 'f64[2][mels]' }]);
   p.op('mel.normalise', ['mel.stats', 'mel_rows']);
 
-  // Subsampling: rows needed at each stage for `frames` outputs (r_{k-1} = 2 r_k + 1 when tiled).
+  // Subsampling: rows each stage's planes hold for a tile of `frames` outputs (r_{k-1} = 2 r_k + 1;
+  // untiled, the whole segment is one tile). Control arrays and GEMM packing live for the pass.
+  p.state('sub.lo', e.stages * 4, `i32[${e.stages}]`);
+  p.state('sub.hi', e.stages * 4, `i32[${e.stages}]`);
+  p.state('sub.totals', e.stages * 4, `i32[${e.stages}]`);
+  p.state('gemm.pack', GEMM_PACK_FLOATS * F32, 'f32[256][256]');
   const rows: number[] = [];
   let r = frames;
   let freq = e.featIn;
   const freqs: number[] = [];
   for (let s = 0; s < e.stages; s++) freqs.push((freq = down(freq)));
-  if (subTiled) {
-    for (let s = e.stages - 1; s >= 0; s--) {
-      rows[s] = r;
-      r = 2 * r + 1;
-    }
-  } else {
-    let n = T;
-    for (let s = 0; s < e.stages; s++) rows[s] = n = down(n);
+  for (let s = e.stages - 1; s >= 0; s--) {
+    rows[s] = r;
+    r = 2 * r + 1;
   }
   p.op('sub.conv0', ['mel_rows'], [{ name: 'sub0', bytes: C * (rows[0] as number) * (freqs[0] as number) * F32 }]);
   let prev = 'sub0';
@@ -149,7 +150,7 @@ export function encoderPass(config: ModelConfig, o: EncoderPlanOptions): PassBui
   }
   const flat = C * (freqs[e.stages - 1] as number);
   p.op('sub.flatten', [prev], [{ name: 'sub.flat', bytes: frames * flat * F32 }]);
-  p.op('sub.out', ['sub.flat', 'x']);
+  p.op('sub.out', ['sub.flat', 'x'], [{ name: 'sub.rows', bytes: frames * d * F32 }]);
 
   // Feed-forward (macaron half): LN → linear1 + SiLU → linear2, × 0.5 into x.
   const ffn = (tag: string): void => {
@@ -174,13 +175,7 @@ export function encoderPass(config: ModelConfig, o: EncoderPlanOptions): PassBui
     const tq = Math.min(t.queries, Tp);
     const tk = Math.min(t.keys, Tp);
     p.op('att.tiles', ['att.q', 'att.k', 'att.v', 'att.p'], [
-      { name: 'att.qu', bytes: tq * hd * F32 },
-      { name: 'att.qv', bytes: tq * hd * F32 },
-      { name: 'att.scores', bytes: tq * tk * F32 },
-      { name: 'att.bd', bytes: tq * (tq + tk - 1) * F32 },
-      { name: 'att.max', bytes: tq * F32 },
-      { name: 'att.sum', bytes: tq * F32 },
-      { name: 'att.acc', bytes: tq * hd * F32 },
+      { name: 'att.scratch', bytes: attentionScratchFloats(tq, tk, hd, 1) * F32, layout: 'f32 scores, max, sum, acc, q+u, q+v' },
       { name: 'att.ctx', bytes: Tp * d * F32 },
     ]);
   } else {

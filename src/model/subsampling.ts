@@ -60,15 +60,15 @@ export class Subsampler {
       r = 2 * r + 1;
     }
     const C = e.channels;
-    this.#planes = [ws('sub.stage0', Float32Array, C * this.#cap[0]! * this.#freqs[0]!)];
+    this.#planes = [ws('sub0', Float32Array, C * this.#cap[0]! * this.#freqs[0]!)];
     for (let s = 1; s < e.stages; s++) {
-      this.#planes.push(ws(`sub.stage${s}.dw`, Float32Array, C * this.#cap[s]! * this.#freqs[s]!));
-      this.#planes.push(ws(`sub.stage${s}.pw`, Float32Array, C * this.#cap[s]! * this.#freqs[s]!));
+      this.#planes.push(ws(`sub${s}.dw`, Float32Array, C * this.#cap[s]! * this.#freqs[s]!));
+      this.#planes.push(ws(`sub${s}.pw`, Float32Array, C * this.#cap[s]! * this.#freqs[s]!));
     }
     const flatCols = C * this.#freqs[e.stages - 1]!;
     this.#flat = ws('sub.flat', Float32Array, tile * flatCols);
     this.#rows = ws('sub.rows', Float32Array, tile * e.d);
-    this.#pack = ws('sub.pack', Float32Array, GEMM_PACK_FLOATS);
+    this.#pack = ws('gemm.pack', Float32Array, GEMM_PACK_FLOATS);
   }
 
   /** Encoder frames for T mel rows. */
