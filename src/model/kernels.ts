@@ -5,6 +5,7 @@
  * RangeError at the call; set buffers up once, before readiness.
  */
 import { native } from '../native.js';
+import { bf16ToF32, f16ToF32 } from './dtype.js';
 
 export type WeightKind = 'f32' | 'f16' | 'bf16' | 'q8' | 'q4';
 const TYPE: Record<WeightKind, number> = { f32: 0, f16: 1, bf16: 2, q8: 3, q4: 4 };
@@ -151,4 +152,30 @@ export function conv1dCausal(x: Float32Array, w: Float32Array, state: Float32Arr
 /** Depthwise 'same' conv1d (odd k, zero padding) on rows [t0, t1) of x [T][C] into y [t1 − t0][C]. */
 export function conv1dSame(x: Float32Array, w: Float32Array, bias: Float32Array | null, y: Float32Array, T: number, C: number, k: number, t0 = 0, t1 = T): void {
   native.conv1d(1, x, w, bias, y, T, C, k, t0, t1);
+}
+
+/** Row r of a weight matrix, decoded to f32 into out[at…] (embedding lookup). */
+export function rowInto(w: Weights, r: number, out: Float32Array, at = 0, scale = 1, accumulate = false): void {
+  const cols = w.cols;
+  const base = r * cols;
+  if (w.kind === 'f32') {
+    for (let k = 0; k < cols; k++) out[at + k] = (accumulate ? out[at + k]! : 0) + scale * w.data[base + k]!;
+    return;
+  }
+  if (w.kind === 'f16' || w.kind === 'bf16') {
+    for (let k = 0; k < cols; k++) {
+      const h = w.data[base + k]!;
+      const v = w.kind === 'bf16' ? bf16ToF32(h) : f16ToF32(h);
+      out[at + k] = (accumulate ? out[at + k]! : 0) + scale * v;
+    }
+    return;
+  }
+  if (w.kind !== 'q8' && w.kind !== 'q4') return;
+  const groups = cols / w.group;
+  for (let k = 0; k < cols; k++) {
+    const i = base + k;
+    const q = w.kind === 'q8' ? w.data[i]! : (w.data[i >> 1]! >> (i & 1 ? 4 : 0)) & 15;
+    const g = r * groups + Math.floor(k / w.group);
+    out[at + k] = (accumulate ? out[at + k]! : 0) + scale * (w.scales[g]! * q + w.biases[g]!);
+  }
 }

@@ -1,0 +1,286 @@
+/**
+ * The LFM2 backbone (MODEL.md, Backbone) computed on its carved stage plan: prefill in chunks
+ * of at most `chunk` positions and single steps go through the same `forward`, so chunked
+ * prefill equals one-shot prefill. Per-conversation state — the KV cache of every attention
+ * layer (post-norm, post-RoPE keys) and the last two columns of B⊙x of every short-conv
+ * layer — lives in a `BackboneState` carved from the conversation's arena.
+ *
+ * Layer: h += op(RMSNorm(h)); h += SwiGLU(RMSNorm(h)). Short conv: in_proj → [B | C | x],
+ * y = causal conv k3 over B⊙x, out_proj(C⊙y). Attention: GQA, per-head q/k RMSNorm, RoPE
+ * rotate-half (θ from the config), causal over the cache. Output: `lfm.embedding_norm`; the text
+ * logits use the tied `lfm.embed_tokens`.
+ */
+import type { Arena, PlannedRegion } from '../memory/arena.js';
+import { ArgumentError } from '../memory/errors.js';
+import { PassBuilder, plan } from '../memory/index.js';
+import type { Workspace } from '../dsp/workspace.js';
+import type { ModelConfig } from './config.js';
+import type { WeightsImage } from './image.js';
+import { attention, attentionScratchFloats, conv1dCausal, GEMM_PACK_FLOATS, gemm, gemv, rmsNorm, rope, ropeTables, rowInto, swiglu, type Weights } from './kernels.js';
+
+const EPS = 1e-5;
+const F32 = 4;
+const KEY_TILE = 64;
+
+/** The backbone's workspace for a chunk of `chunk` positions. */
+export function backbonePass(config: ModelConfig, chunk: number): PassBuilder {
+  const b = config.backbone;
+  const D = b.hidden;
+  const qd = b.heads * b.headDim;
+  const kd = b.kvHeads * b.headDim;
+  const n = chunk;
+  const p = new PassBuilder().external('input', 'kv_cache', 'conv_state');
+  p.state('h', n * D * F32, `f32[${n}][${D}]`);
+  p.state('gemm.pack', GEMM_PACK_FLOATS * F32);
+  p.op('embed', ['input', 'h']);
+  p.op('op.norm', ['h'], [{ name: 'op.ln', bytes: n * D * F32 }]);
+  // Short-conv body (conv layers).
+  p.op('conv.in_proj', ['op.ln'], [{ name: 'conv.proj', bytes: n * 3 * D * F32 }]);
+  p.op('conv.gate', ['conv.proj'], [{ name: 'conv.bx', bytes: n * D * F32 }]);
+  p.op('conv.conv', ['conv.bx', 'conv_state'], [{ name: 'conv.y', bytes: n * D * F32 }]);
+  p.op('conv.cy', ['conv.proj', 'conv.y'], [{ name: 'conv.cy', bytes: n * D * F32 }]);
+  p.op('conv.out', ['conv.cy'], [{ name: 'conv.o', bytes: n * D * F32 }]);
+  p.op('conv.residual', ['conv.o', 'h']);
+  // Attention body (attention layers), planned after the conv body: a layer runs one of them.
+  p.op('att.norm', ['h'], [{ name: 'att.ln', bytes: n * D * F32 }]);
+  p.op('att.q', ['att.ln'], [{ name: 'att.q', bytes: n * qd * F32 }]);
+  p.op('att.k', ['att.ln'], [{ name: 'att.k', bytes: n * kd * F32 }]);
+  p.op('att.v', ['att.ln'], [{ name: 'att.v', bytes: n * kd * F32 }]);
+  p.op('att.cache', ['att.q', 'att.k', 'att.v', 'kv_cache']);
+  p.op('att.tiles', ['att.q', 'kv_cache'], [
+    { name: 'att.scratch', bytes: attentionScratchFloats(n, KEY_TILE, b.headDim, b.heads / b.kvHeads) * F32 },
+    { name: 'att.ctx', bytes: n * qd * F32 },
+  ]);
+  p.op('att.out', ['att.ctx'], [{ name: 'att.o', bytes: n * D * F32 }]);
+  p.op('att.residual', ['att.o', 'h']);
+  // SwiGLU feed-forward.
+  p.op('ffn.norm', ['h'], [{ name: 'ffn.ln', bytes: n * D * F32 }]);
+  p.op('ffn.gate', ['ffn.ln'], [{ name: 'ffn.gate', bytes: n * b.ffn * F32 }]);
+  p.op('ffn.up', ['ffn.ln'], [{ name: 'ffn.up', bytes: n * b.ffn * F32 }]);
+  p.op('ffn.act', ['ffn.gate', 'ffn.up'], [{ name: 'ffn.act', bytes: n * b.ffn * F32 }]);
+  p.op('ffn.down', ['ffn.act'], [{ name: 'ffn.o', bytes: n * D * F32 }]);
+  p.op('ffn.residual', ['ffn.o', 'h']);
+  p.op('final.norm', ['h'], [{ name: 'hidden', bytes: n * D * F32, output: true }]);
+  return p;
+}
+
+/** Per-conversation recurrence: region sizes, in carve order. */
+export function backboneStateSizes(config: ModelConfig, context: number): { name: string; bytes: number }[] {
+  const b = config.backbone;
+  const out: { name: string; bytes: number }[] = [];
+  b.layers.forEach((kind, l) => {
+    if (kind === 'attention') {
+      out.push({ name: `kv.${l}.k`, bytes: context * b.kvHeads * b.headDim * F32 }, { name: `kv.${l}.v`, bytes: context * b.kvHeads * b.headDim * F32 });
+    } else {
+      out.push({ name: `conv.${l}`, bytes: (b.convKernel - 1) * b.hidden * F32 });
+    }
+  });
+  return out;
+}
+
+/** One conversation's backbone state. */
+export class BackboneState {
+  readonly context: number;
+  /** Positions processed so far. */
+  position = 0;
+  readonly k: (Float32Array | null)[]; // per layer: [context][kv heads × head dim]
+  readonly v: (Float32Array | null)[];
+  readonly conv: (Float32Array | null)[]; // per layer: [kernel − 1][hidden]
+
+  constructor(config: ModelConfig, arena: Arena, context: number) {
+    this.context = context;
+    const b = config.backbone;
+    this.k = [];
+    this.v = [];
+    this.conv = [];
+    b.layers.forEach((kind, l) => {
+      if (kind === 'attention') {
+        this.k.push(arena.carve(`kv.${l}.k`, 'recurrence', Float32Array, context * b.kvHeads * b.headDim));
+        this.v.push(arena.carve(`kv.${l}.v`, 'recurrence', Float32Array, context * b.kvHeads * b.headDim));
+        this.conv.push(null);
+      } else {
+        this.k.push(null);
+        this.v.push(null);
+        this.conv.push(arena.carve(`conv.${l}`, 'recurrence', Float32Array, (b.convKernel - 1) * b.hidden));
+      }
+    });
+  }
+
+  /** Starts a new conversation in the same memory. */
+  reset(): void {
+    this.position = 0;
+    for (const c of this.conv) c?.fill(0);
+  }
+}
+
+interface BackboneLayer {
+  kind: 'conv' | 'attention';
+  opNorm: Float32Array;
+  ffnNorm: Float32Array;
+  inProj?: Weights;
+  convW?: Float32Array; // [hidden][kernel]
+  outProj: Weights;
+  q?: Weights;
+  k?: Weights;
+  v?: Weights;
+  qNorm?: Float32Array;
+  kNorm?: Float32Array;
+  w1: Weights;
+  w2: Weights;
+  w3: Weights;
+}
+
+export class Backbone {
+  readonly config: ModelConfig;
+  readonly chunk: number;
+  readonly maxContext: number;
+  readonly region: PlannedRegion;
+  readonly #v: Readonly<Record<string, Float32Array>>;
+  readonly #layers: BackboneLayer[];
+  readonly #finalNorm: Float32Array;
+  readonly #embed: Weights;
+  readonly #audio: Weights;
+  readonly #cos: Float32Array;
+  readonly #sin: Float32Array;
+
+  constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, options: { chunk: number; context: number }) {
+    const b = config.backbone;
+    if (!Number.isSafeInteger(options.chunk) || options.chunk < 1) throw new ArgumentError(`backbone chunk must be a positive integer, got ${options.chunk}`);
+    if (!Number.isSafeInteger(options.context) || options.context < 1 || options.context > b.maxContext) {
+      throw new ArgumentError(`backbone context must be an integer from 1 to ${b.maxContext}, got ${options.context}`);
+    }
+    this.config = config;
+    this.chunk = options.chunk;
+    this.maxContext = options.context;
+    this.region = arena.carvePlan('backbone', 'workspace.prefill', plan(backbonePass(config, options.chunk).build()));
+    this.#v = this.region.views as Record<string, Float32Array>;
+    const f32 = (name: string): Float32Array => {
+      const n = image.get(name).shape.reduce((a, c) => a * c, 1);
+      return image.toF32(name, derived(`lfm:${name}`, Float32Array, n));
+    };
+    this.#layers = b.layers.map((kind, l) => {
+      const p = `lfm.layers.${l}`;
+      const common = { opNorm: f32(`${p}.operator_norm.weight`), ffnNorm: f32(`${p}.ffn_norm.weight`), w1: image.weights(`${p}.feed_forward.w1.weight`), w2: image.weights(`${p}.feed_forward.w2.weight`), w3: image.weights(`${p}.feed_forward.w3.weight`) };
+      if (kind === 'conv') {
+        return { kind, ...common, inProj: image.weights(`${p}.conv.in_proj.weight`), convW: f32(`${p}.conv.conv.weight`), outProj: image.weights(`${p}.conv.out_proj.weight`) };
+      }
+      return {
+        kind,
+        ...common,
+        q: image.weights(`${p}.self_attn.q_proj.weight`),
+        k: image.weights(`${p}.self_attn.k_proj.weight`),
+        v: image.weights(`${p}.self_attn.v_proj.weight`),
+        outProj: image.weights(`${p}.self_attn.out_proj.weight`),
+        qNorm: f32(`${p}.self_attn.q_layernorm.weight`),
+        kNorm: f32(`${p}.self_attn.k_layernorm.weight`),
+      };
+    });
+    this.#finalNorm = f32('lfm.embedding_norm.weight');
+    this.#embed = image.weights('lfm.embed_tokens.weight');
+    this.#audio = image.weights('audio_embedding.embedding.weight');
+    const half = b.headDim / 2;
+    this.#cos = derived('lfm:rope.cos', Float32Array, options.context * half);
+    this.#sin = derived('lfm:rope.sin', Float32Array, options.context * half);
+    ropeTables(options.context, b.headDim, b.ropeTheta, this.#cos, this.#sin);
+  }
+
+  /** Input row for a text token. */
+  embedText(token: number, out: Float32Array, row = 0): void {
+    if (!Number.isInteger(token) || token < 0 || token >= this.config.backbone.vocab) throw new ArgumentError(`token ${token} is outside the vocabulary`);
+    rowInto(this.#embed, token, out, row * this.config.backbone.hidden);
+  }
+
+  /** Input row for an audio frame: the sum over codebooks of row i·2049 + code. */
+  embedAudio(codes: ArrayLike<number>, out: Float32Array, row = 0): void {
+    const { codebooks, codes: per } = this.config.audio;
+    const at = row * this.config.backbone.hidden;
+    for (let i = 0; i < codebooks; i++) rowInto(this.#audio, i * per + (codes[i] as number), out, at, 1, i > 0);
+  }
+
+  /**
+   * Runs `n` ≤ chunk positions (input rows [n][hidden]) at the state's position, appends them
+   * to its caches and returns the final-normed hidden states [n][hidden] (a view of the plan).
+   */
+  forward(state: BackboneState, input: Float32Array, n: number): Float32Array {
+    const b = this.config.backbone;
+    const D = b.hidden;
+    if (n < 1 || n > this.chunk) throw new ArgumentError(`backbone: ${n} positions per call, the chunk is ${this.chunk}`);
+    if (state.position + n > state.context) throw new ArgumentError(`backbone: position ${state.position + n} exceeds the context of ${state.context}`);
+    const v = this.#v;
+    const h = v.h as Float32Array;
+    const pack = v['gemm.pack'] as Float32Array;
+    for (let i = 0; i < n * D; i++) h[i] = input[i]!;
+    const pos = state.position;
+    const hd = b.headDim;
+    const qd = b.heads * hd;
+    const kd = b.kvHeads * hd;
+    this.#layers.forEach((L, l) => {
+      if (L.kind === 'conv') {
+        const ln = v['op.ln'] as Float32Array;
+        rmsNorm(h, L.opNorm, ln, n, D, EPS);
+        const proj = v['conv.proj'] as Float32Array;
+        gemm(ln, L.inProj!, null, proj, n, 3 * D, D, pack);
+        const bx = v['conv.bx'] as Float32Array;
+        for (let t = 0; t < n; t++) for (let c = 0; c < D; c++) bx[t * D + c] = proj[t * 3 * D + c]! * proj[t * 3 * D + 2 * D + c]!;
+        const y = v['conv.y'] as Float32Array;
+        conv1dCausal(bx, L.convW!, state.conv[l]!, y, n, D, b.convKernel);
+        const cy = v['conv.cy'] as Float32Array;
+        for (let t = 0; t < n; t++) for (let c = 0; c < D; c++) cy[t * D + c] = proj[t * 3 * D + D + c]! * y[t * D + c]!;
+        const o = v['conv.o'] as Float32Array;
+        gemm(cy, L.outProj, null, o, n, D, D, pack);
+        for (let i = 0; i < n * D; i++) h[i] = h[i]! + o[i]!;
+      } else {
+        const ln = v['att.ln'] as Float32Array;
+        rmsNorm(h, L.opNorm, ln, n, D, EPS);
+        const q = v['att.q'] as Float32Array;
+        const k = v['att.k'] as Float32Array;
+        const vv = v['att.v'] as Float32Array;
+        gemm(ln, L.q!, null, q, n, qd, D, pack);
+        gemm(ln, L.k!, null, k, n, kd, D, pack);
+        gemm(ln, L.v!, null, vv, n, kd, D, pack);
+        rmsNorm(q, L.qNorm!, q, n * b.heads, hd, EPS);
+        rmsNorm(k, L.kNorm!, k, n * b.kvHeads, hd, EPS);
+        rope(q, this.#cos, this.#sin, n, b.heads, hd, pos, false);
+        rope(k, this.#cos, this.#sin, n, b.kvHeads, hd, pos, false);
+        const K = state.k[l]!;
+        const V = state.v[l]!;
+        for (let i = 0; i < n * kd; i++) {
+          K[pos * kd + i] = k[i]!;
+          V[pos * kd + i] = vv[i]!;
+        }
+        const ctx = v['att.ctx'] as Float32Array;
+        attention(
+          { Tq: n, Tk: pos + n, Hq: b.heads, Hkv: b.kvHeads, hd, mode: 'causal', qpos0: pos, kpos0: 0, tq: this.chunk, tk: KEY_TILE },
+          q,
+          K,
+          V,
+          ctx,
+          v['att.scratch'] as Float32Array,
+        );
+        const o = v['att.o'] as Float32Array;
+        gemm(ctx, L.outProj, null, o, n, D, qd, pack);
+        for (let i = 0; i < n * D; i++) h[i] = h[i]! + o[i]!;
+      }
+      const fl = v['ffn.ln'] as Float32Array;
+      rmsNorm(h, L.ffnNorm, fl, n, D, EPS);
+      const gate = v['ffn.gate'] as Float32Array;
+      const up = v['ffn.up'] as Float32Array;
+      gemm(fl, L.w1, null, gate, n, b.ffn, D, pack);
+      gemm(fl, L.w3, null, up, n, b.ffn, D, pack);
+      const act = v['ffn.act'] as Float32Array;
+      swiglu(gate, up, act, n * b.ffn);
+      const o = v['ffn.o'] as Float32Array;
+      gemm(act, L.w2, null, o, n, D, b.ffn, pack);
+      for (let i = 0; i < n * D; i++) h[i] = h[i]! + o[i]!;
+    });
+    const hidden = v.hidden as Float32Array;
+    rmsNorm(h, this.#finalNorm, hidden, n, D, EPS);
+    state.position += n;
+    return hidden;
+  }
+
+  /** Text logits (vocab) for one hidden row, through the tied embedding. */
+  logits(hidden: Float32Array, out: Float32Array, xsum: Float32Array | null = null): void {
+    gemv(this.#embed, hidden, out, xsum);
+  }
+}
