@@ -179,3 +179,22 @@ export function rowInto(w: Weights, r: number, out: Float32Array, at = 0, scale 
     out[at + k] = (accumulate ? out[at + k]! : 0) + scale * (w.scales[g]! * q + w.biases[g]!);
   }
 }
+
+/** Rows [r0, r1) of a weight matrix as a matrix of their own (views, made once at setup). */
+export function weightRows(w: Weights, r0: number, r1: number): Weights {
+  const cols = w.cols;
+  if (w.kind === 'f32') return { kind: 'f32', data: w.data.subarray(r0 * cols, r1 * cols), rows: r1 - r0, cols };
+  if (w.kind === 'f16' || w.kind === 'bf16') return { kind: w.kind, data: w.data.subarray(r0 * cols, r1 * cols), rows: r1 - r0, cols };
+  if (w.kind !== 'q8' && w.kind !== 'q4') throw new RangeError('unknown weight encoding');
+  const per = w.kind === 'q8' ? cols : cols / 2;
+  const groups = cols / w.group;
+  return {
+    kind: w.kind,
+    data: w.data.subarray(r0 * per, r1 * per),
+    scales: w.scales.subarray(r0 * groups, r1 * groups),
+    biases: w.biases.subarray(r0 * groups, r1 * groups),
+    group: w.group,
+    rows: r1 - r0,
+    cols,
+  };
+}

@@ -1,0 +1,194 @@
+/**
+ * The Depthformer (MODEL.md): per 80 ms frame, eight sequential codebook steps. Step i reads
+ * slice i of depth_linear(h) plus the previous codebook's embedding (nothing for i = 0), runs
+ * the small transformer at position i (fused qkv, per-head q/k RMSNorm, RoPE on adjacent pairs,
+ * GQA over the frame's cache, SwiGLU), then logits_i = to_logits_i(RMSNorm_i(x)) over 2049
+ * codes, and samples code i. Codebooks 1–7 never emit 2048 (end of audio). The frame's KV cache
+ * is empty at the start of every frame.
+ */
+import type { Arena, PlannedRegion } from '../memory/arena.js';
+import { PassBuilder, plan } from '../memory/index.js';
+import type { Workspace } from '../dsp/workspace.js';
+import type { ModelConfig } from './config.js';
+import type { WeightsImage } from './image.js';
+import { attention, attentionScratchFloats, gemv, rmsNorm, rope, ropeTables, rowInto, swiglu, weightRows, type Weights } from './kernels.js';
+import type { Sampler, SamplingOptions } from './sampler.js';
+
+const EPS = 1e-5;
+const F32 = 4;
+export const END_OF_AUDIO = 2048;
+
+/** Workspace of one codebook step (all small; every buffer lives for the step). */
+export function depthformerPass(config: ModelConfig): PassBuilder {
+  const f = config.depthformer;
+  const cb = config.audio.codebooks;
+  const kd = f.kvHeads * f.headDim;
+  const widest = Math.max(config.backbone.hidden, f.dim, f.ffn);
+  const p = new PassBuilder().external('hidden', 'depth_kv');
+  const s = (name: string, floats: number) => p.state(name, floats * F32);
+  s('slices', cb * f.dim);
+  s('x', f.dim);
+  s('ln', f.dim);
+  s('q', f.dim);
+  s('k', kd);
+  s('v', kd);
+  s('ctx', f.dim);
+  s('o', f.dim);
+  s('gate', f.ffn);
+  s('up', f.ffn);
+  s('act', f.ffn);
+  s('logits', config.audio.codes);
+  s('scratch', attentionScratchFloats(1, cb, f.headDim, f.heads / f.kvHeads));
+  s('xsum', Math.ceil(widest / 8));
+  p.op('step', ['hidden', 'depth_kv']);
+  return p;
+}
+
+export function depthformerStateFloats(config: ModelConfig): number {
+  const f = config.depthformer;
+  return f.layers * 2 * config.audio.codebooks * f.kvHeads * f.headDim;
+}
+
+interface DepthLayer {
+  opNorm: Float32Array;
+  ffnNorm: Float32Array;
+  q: Weights;
+  k: Weights;
+  v: Weights;
+  qNorm: Float32Array;
+  kNorm: Float32Array;
+  out: Weights;
+  w1: Weights;
+  w2: Weights;
+  w3: Weights;
+}
+
+export class Depthformer {
+  readonly config: ModelConfig;
+  readonly region: PlannedRegion;
+  readonly #v: Readonly<Record<string, Float32Array>>;
+  readonly #linear: Weights;
+  readonly #linearBias: Float32Array;
+  readonly #layers: DepthLayer[];
+  readonly #embed: Weights[];
+  readonly #norm: Float32Array[];
+  readonly #logits: Weights[];
+  readonly #cos: Float32Array;
+  readonly #sin: Float32Array;
+  readonly #kv: Float32Array; // [layers][k|v][codebooks][kv heads × head dim]
+
+  constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, state: Float32Array) {
+    const f = config.depthformer;
+    const cb = config.audio.codebooks;
+    this.config = config;
+    this.region = arena.carvePlan('depthformer', 'workspace.depthformer', plan(depthformerPass(config).build()));
+    this.#v = this.region.views as Record<string, Float32Array>;
+    const f32 = (name: string): Float32Array => image.toF32(name, derived(`depth:${name}`, Float32Array, image.get(name).shape.reduce((a, c) => a * c, 1)));
+    this.#linear = image.weights('depth_linear.weight');
+    this.#linearBias = f32('depth_linear.bias');
+    const kd = f.kvHeads * f.headDim;
+    this.#layers = Array.from({ length: f.layers }, (_, l) => {
+      const p = `depthformer.layers.${l}`;
+      const qkv = image.weights(`${p}.operator.qkv_proj.weight`);
+      return {
+        opNorm: f32(`${p}.operator_norm.weight`),
+        ffnNorm: f32(`${p}.ffn_norm.weight`),
+        q: weightRows(qkv, 0, f.dim),
+        k: weightRows(qkv, f.dim, f.dim + kd),
+        v: weightRows(qkv, f.dim + kd, f.dim + 2 * kd),
+        qNorm: f32(`${p}.operator.bounded_attention.q_layernorm.weight`),
+        kNorm: f32(`${p}.operator.bounded_attention.k_layernorm.weight`),
+        out: image.weights(`${p}.operator.out_proj.weight`),
+        w1: image.weights(`${p}.feed_forward.w1.weight`),
+        w2: image.weights(`${p}.feed_forward.w2.weight`),
+        w3: image.weights(`${p}.feed_forward.w3.weight`),
+      };
+    });
+    this.#embed = Array.from({ length: cb }, (_, i) => image.weights(`depth_embeddings.${i}.embedding.weight`));
+    this.#norm = Array.from({ length: cb }, (_, i) => f32(`depth_embeddings.${i}.embedding_norm.weight`));
+    this.#logits = Array.from({ length: cb }, (_, i) => image.weights(`depth_embeddings.${i}.to_logits.weight`));
+    const half = f.headDim / 2;
+    this.#cos = derived('depth:rope.cos', Float32Array, cb * half);
+    this.#sin = derived('depth:rope.sin', Float32Array, cb * half);
+    ropeTables(cb, f.headDim, config.backbone.ropeTheta, this.#cos, this.#sin);
+    if (state.length < depthformerStateFloats(config)) throw new RangeError('depthformer state is too small');
+    this.#kv = state;
+  }
+
+  /**
+   * One frame: writes the 8 codes to `codes`. `logitsOut`, when given, receives each
+   * codebook's logits ([codebooks][2049]) for inspection and tests. `forced`, when given,
+   * feeds those codes back instead of the sampled ones (teacher forcing).
+   */
+  frame(hidden: Float32Array, sampler: Sampler, options: SamplingOptions, codes: Int32Array, logitsOut: Float32Array | null = null, forced: ArrayLike<number> | null = null): void {
+    const f = this.config.depthformer;
+    const cb = this.config.audio.codebooks;
+    const v = this.#v;
+    const hd = f.headDim;
+    const kd = f.kvHeads * hd;
+    const xsum = v.xsum as Float32Array;
+    const slices = v.slices as Float32Array;
+    gemv(this.#linear, hidden, slices, xsum);
+    for (let j = 0; j < cb * f.dim; j++) slices[j] = slices[j]! + this.#linearBias[j]!;
+    const x = v.x as Float32Array;
+    const ln = v.ln as Float32Array;
+    const q = v.q as Float32Array;
+    const k = v.k as Float32Array;
+    const vv = v.v as Float32Array;
+    const ctx = v.ctx as Float32Array;
+    const o = v.o as Float32Array;
+    const logits = v.logits as Float32Array;
+    for (let i = 0; i < cb; i++) {
+      for (let j = 0; j < f.dim; j++) x[j] = slices[i * f.dim + j]!;
+      if (i > 0) rowInto(this.#embed[i - 1]!, forced ? (forced[i - 1] as number) : codes[i - 1]!, x, 0, 1, true);
+      this.#layers.forEach((L, l) => {
+        rmsNorm(x, L.opNorm, ln, 1, f.dim, EPS);
+        gemv(L.q, ln, q, xsum);
+        gemv(L.k, ln, k, xsum);
+        gemv(L.v, ln, vv, xsum);
+        rmsNorm(q, L.qNorm, q, f.heads, hd, EPS);
+        rmsNorm(k, L.kNorm, k, f.kvHeads, hd, EPS);
+        rope(q, this.#cos, this.#sin, 1, f.heads, hd, i, true);
+        rope(k, this.#cos, this.#sin, 1, f.kvHeads, hd, i, true);
+        const K = l * 2 * cb * kd;
+        const V = K + cb * kd;
+        for (let j = 0; j < kd; j++) {
+          this.#kv[K + i * kd + j] = k[j]!;
+          this.#kv[V + i * kd + j] = vv[j]!;
+        }
+        attention(
+          { Tq: 1, Tk: i + 1, Hq: f.heads, Hkv: f.kvHeads, hd, mode: 'causal', qpos0: i, kpos0: 0, tq: 1, tk: cb },
+          q,
+          this.#kvView(K),
+          this.#kvView(V),
+          ctx,
+          v.scratch as Float32Array,
+        );
+        gemv(L.out, ctx, o, xsum);
+        for (let j = 0; j < f.dim; j++) x[j] = x[j]! + o[j]!;
+        rmsNorm(x, L.ffnNorm, ln, 1, f.dim, EPS);
+        gemv(L.w1, ln, v.gate as Float32Array, xsum);
+        gemv(L.w3, ln, v.up as Float32Array, xsum);
+        swiglu(v.gate as Float32Array, v.up as Float32Array, v.act as Float32Array, f.ffn);
+        gemv(L.w2, v.act as Float32Array, o, xsum);
+        for (let j = 0; j < f.dim; j++) x[j] = x[j]! + o[j]!;
+      });
+      rmsNorm(x, this.#norm[i]!, ln, 1, f.dim, EPS);
+      gemv(this.#logits[i]!, ln, logits, xsum);
+      if (logitsOut !== null) for (let j = 0; j < this.config.audio.codes; j++) logitsOut[i * this.config.audio.codes + j] = logits[j]!;
+      codes[i] = sampler.sample(logits, this.config.audio.codes, options, i > 0 ? END_OF_AUDIO : -1);
+    }
+  }
+
+  readonly #views = new Map<number, Float32Array>();
+
+  /** Cache view from an offset (made once per offset, then reused). */
+  #kvView(at: number): Float32Array {
+    let view = this.#views.get(at);
+    if (view === undefined) {
+      view = this.#kv.subarray(at, at + this.config.audio.codebooks * this.config.depthformer.kvHeads * this.config.depthformer.headDim);
+      this.#views.set(at, view);
+    }
+    return view;
+  }
+}

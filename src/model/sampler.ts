@@ -1,0 +1,65 @@
+/**
+ * Token sampling: greedy, or temperature with top-k, from a seeded PRNG per conversation, so
+ * the same seed gives the same tokens. Greedy when temperature ≤ 0 or top-k is 1 (ties go to
+ * the lowest index). One index may be masked (the end-of-audio code for codebooks 1–7).
+ * Allocation-free after construction.
+ */
+import { ArgumentError } from '../memory/errors.js';
+import { prng } from '../memory/prng.js';
+
+export interface SamplingOptions {
+  temperature: number;
+  topK: number;
+}
+
+export const TEXT_SAMPLING: Readonly<SamplingOptions> = Object.freeze({ temperature: 0, topK: 1 });
+export const AUDIO_SAMPLING: Readonly<SamplingOptions> = Object.freeze({ temperature: 1, topK: 4 });
+export const MAX_TOP_K = 256;
+
+export class Sampler {
+  #random: () => number;
+  readonly #seed: number;
+  readonly #idx = new Int32Array(MAX_TOP_K);
+  readonly #val = new Float64Array(MAX_TOP_K);
+
+  constructor(seed: number) {
+    if (!Number.isSafeInteger(seed) || seed < 0) throw new ArgumentError(`sampler seed must be a non-negative integer, got ${seed}`);
+    this.#seed = seed;
+    this.#random = prng(seed);
+  }
+
+  /** Restarts the sequence (a new conversation with the same seed). */
+  reset(): void {
+    this.#random = prng(this.#seed);
+  }
+
+  /** Index sampled from logits[0…n), never `masked` (−1 for none). */
+  sample(logits: ArrayLike<number>, n: number, o: SamplingOptions, masked = -1): number {
+    const k = Math.max(1, Math.min(o.topK, MAX_TOP_K, n - (masked >= 0 && masked < n ? 1 : 0)));
+    // Top-k by insertion into a small sorted list (descending; ties keep the lower index).
+    let size = 0;
+    for (let i = 0; i < n; i++) {
+      if (i === masked) continue;
+      const v = logits[i] as number;
+      if (size === k && !(v > (this.#val[k - 1] as number))) continue;
+      let j = size < k ? size++ : k - 1;
+      while (j > 0 && v > (this.#val[j - 1] as number)) {
+        this.#val[j] = this.#val[j - 1] as number;
+        this.#idx[j] = this.#idx[j - 1] as number;
+        j--;
+      }
+      this.#val[j] = v;
+      this.#idx[j] = i;
+    }
+    if (o.temperature <= 0 || k === 1 || size === 1) return this.#idx[0] as number;
+    const top = this.#val[0] as number;
+    let z = 0;
+    for (let j = 0; j < size; j++) z += Math.exp(((this.#val[j] as number) - top) / o.temperature);
+    let u = this.#random() * z;
+    for (let j = 0; j < size; j++) {
+      u -= Math.exp(((this.#val[j] as number) - top) / o.temperature);
+      if (u < 0) return this.#idx[j] as number;
+    }
+    return this.#idx[size - 1] as number;
+  }
+}

@@ -1,0 +1,150 @@
+import t from 'tap';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { MemoryDomain, plan } from '../../src/memory/index.js';
+import { heapWorkspace } from '../../src/dsp/workspace.js';
+import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
+import { Depthformer, depthformerPass, depthformerStateFloats, END_OF_AUDIO } from '../../src/model/depthformer.js';
+import { AUDIO_SAMPLING, Sampler, TEXT_SAMPLING } from '../../src/model/sampler.js';
+import { prng } from '../helpers.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'voxslab-depth-'));
+makeCheckpoint({ config: 'tiny', seed: 41, out: dir, dtype: 'f32' });
+
+function setup() {
+  const domain = MemoryDomain.create({ limit: '1GiB' });
+  const { config, image } = loadCheckpoint(dir, domain);
+  const ticket = domain.owner('ticket', 0);
+  const hw = plan(depthformerPass(config).build()).highWater;
+  const work = domain.createArena(ticket, 'depthformer', { bytes: domain.policy.arenaBytes([hw]) });
+  const conv = domain.owner('conversation', 0);
+  const st = domain.createArena(conv, 'depth kv', { bytes: domain.policy.arenaBytes([depthformerStateFloats(config) * 4]) });
+  const kv = st.carve('depth_kv', 'recurrence', Float32Array, depthformerStateFloats(config));
+  const depth = new Depthformer(config, image, work, heapWorkspace, kv);
+  work.seal();
+  st.seal();
+  return { domain, config, image, depth };
+}
+
+t.test('a frame equals a float64 reference (teacher-forced codes)', async (t) => {
+  const { config, image, depth, domain } = setup();
+  const f = config.depthformer;
+  const cb = config.audio.codebooks;
+  const D = config.backbone.hidden;
+  const r = prng(2);
+  const hidden = Float32Array.from({ length: D }, () => r() * 2 - 1);
+  const codes = new Int32Array(cb);
+  const logits = new Float32Array(cb * 2049);
+  const forced = [5, 2048, 17, 0, 1999, 3, 77, 1024];
+  const before = domain.snapshot().allocations;
+  depth.frame(hidden, new Sampler(1), TEXT_SAMPLING, codes, logits, forced);
+  t.same(domain.snapshot().allocations, before, 'no allocation after readiness');
+  const get = (n: string) => Float64Array.from(image.toF32(n, new Float32Array(image.get(n).shape.reduce((a, c) => a * c, 1))));
+  const rms = (x: Float64Array, w: Float64Array, rows: number, dim: number) =>
+    Float64Array.from(x, (v, i) => {
+      const r0 = Math.floor(i / dim);
+      let s = 0;
+      for (let j = 0; j < dim; j++) s += x[r0 * dim + j]! ** 2;
+      return (v / Math.sqrt(s / dim + 1e-5)) * w[i % dim]!;
+    }).subarray(0, rows * dim);
+  const mv = (w: Float64Array, x: Float64Array, rows: number, cols: number, row0 = 0) =>
+    Float64Array.from({ length: rows }, (_, o) => {
+      let s = 0;
+      for (let k = 0; k < cols; k++) s += w[(row0 + o) * cols + k]! * x[k]!;
+      return s;
+    });
+  const hd = f.headDim;
+  const kd = f.kvHeads * hd;
+  const slices = mv(get('depth_linear.weight'), Float64Array.from(hidden), cb * f.dim, D).map((v, i) => v + get('depth_linear.bias')[i]!);
+  const cacheK: Float64Array[][] = Array.from({ length: f.layers }, () => []);
+  const cacheV: Float64Array[][] = Array.from({ length: f.layers }, () => []);
+  let worst = 0;
+  for (let i = 0; i < cb; i++) {
+    let x = Float64Array.from(slices.subarray(i * f.dim, (i + 1) * f.dim));
+    if (i > 0) {
+      const e = get(`depth_embeddings.${i - 1}.embedding.weight`);
+      x = x.map((v, j) => v + e[forced[i - 1]! * f.dim + j]!);
+    }
+    for (let l = 0; l < f.layers; l++) {
+      const p = `depthformer.layers.${l}`;
+      const ln = rms(x, get(`${p}.operator_norm.weight`), 1, f.dim);
+      const W = get(`${p}.operator.qkv_proj.weight`);
+      const q = rms(mv(W, ln, f.dim, f.dim), get(`${p}.operator.bounded_attention.q_layernorm.weight`), f.heads, hd);
+      const k = rms(mv(W, ln, kd, f.dim, f.dim), get(`${p}.operator.bounded_attention.k_layernorm.weight`), f.kvHeads, hd);
+      const v = mv(W, ln, kd, f.dim, f.dim + kd);
+      const rot = (a: Float64Array, heads: number) => {
+        for (let h = 0; h < heads; h++)
+          for (let m = 0; m < hd / 2; m++) {
+            const ang = i * config.backbone.ropeTheta ** ((-2 * m) / hd);
+            const x0 = a[h * hd + 2 * m]!;
+            const x1 = a[h * hd + 2 * m + 1]!;
+            a[h * hd + 2 * m] = x0 * Math.cos(ang) - x1 * Math.sin(ang);
+            a[h * hd + 2 * m + 1] = x1 * Math.cos(ang) + x0 * Math.sin(ang);
+          }
+      };
+      rot(q, f.heads);
+      rot(k, f.kvHeads);
+      cacheK[l]!.push(Float64Array.from(k));
+      cacheV[l]!.push(Float64Array.from(v));
+      const ctx = new Float64Array(f.dim);
+      const g = f.heads / f.kvHeads;
+      for (let h = 0; h < f.heads; h++) {
+        const kh = Math.floor(h / g);
+        const sc = cacheK[l]!.map((kk) => {
+          let s = 0;
+          for (let c = 0; c < hd; c++) s += q[h * hd + c]! * kk[kh * hd + c]!;
+          return s / Math.sqrt(hd);
+        });
+        const m = Math.max(...sc);
+        const ex = sc.map((s) => Math.exp(s - m));
+        const z = ex.reduce((a, c) => a + c, 0);
+        cacheV[l]!.forEach((vv, j) => {
+          for (let c = 0; c < hd; c++) ctx[h * hd + c] = ctx[h * hd + c]! + (ex[j]! / z) * vv[kh * hd + c]!;
+        });
+      }
+      const o = mv(get(`${p}.operator.out_proj.weight`), ctx, f.dim, f.dim);
+      x = x.map((val, j) => val + o[j]!);
+      const fl = rms(x, get(`${p}.ffn_norm.weight`), 1, f.dim);
+      const gate = mv(get(`${p}.feed_forward.w1.weight`), fl, f.ffn, f.dim);
+      const up = mv(get(`${p}.feed_forward.w3.weight`), fl, f.ffn, f.dim);
+      const act = gate.map((gg, j) => (gg / (1 + Math.exp(-gg))) * up[j]!);
+      const d2 = mv(get(`${p}.feed_forward.w2.weight`), act, f.dim, f.ffn);
+      x = x.map((val, j) => val + d2[j]!);
+    }
+    const ref = mv(get(`depth_embeddings.${i}.to_logits.weight`), rms(x, get(`depth_embeddings.${i}.embedding_norm.weight`), 1, f.dim), 2049, f.dim);
+    for (let c = 0; c < 2049; c++) worst = Math.max(worst, Math.abs(ref[c]! - logits[i * 2049 + c]!));
+  }
+  t.ok(worst < 1e-4, `logits of all ${cb} codebooks match (max difference ${worst.toExponential(2)})`);
+  // Greedy codes are each codebook's argmax, with 2048 masked from codebook 1 on.
+  for (let i = 0; i < cb; i++) {
+    let best = -1;
+    for (let c = 0; c < 2049; c++) if ((i === 0 || c !== END_OF_AUDIO) && (best < 0 || logits[i * 2049 + c]! > logits[i * 2049 + best]!)) best = c;
+    t.equal(codes[i], best, `codebook ${i}: argmax ${best}`, { diagnostic: false });
+  }
+});
+
+t.test('sampling: seeded, top-k support, mask', async (t) => {
+  const logits = Float32Array.from({ length: 2049 }, (_, i) => Math.sin(i * 0.37) * 3);
+  logits[2048] = 100;
+  const draw = (seed: number) => {
+    const s = new Sampler(seed);
+    return Array.from({ length: 200 }, () => s.sample(logits, 2049, AUDIO_SAMPLING, 2048));
+  };
+  const a = draw(7);
+  t.same(draw(7), a, 'the same seed gives the same codes');
+  t.not(draw(8).join(), a.join(), 'another seed differs');
+  const order = Array.from(logits.keys()).filter((i) => i !== 2048).sort((x, y) => logits[y]! - logits[x]! || x - y);
+  const top4 = new Set(order.slice(0, 4));
+  t.ok(a.every((c) => top4.has(c)), 'only the top 4 are sampled');
+  t.ok(new Set(a).size > 1, 'and more than one of them');
+  t.ok(!a.includes(2048), 'the masked code never appears');
+  const g = new Sampler(1);
+  t.equal(g.sample(logits, 2049, TEXT_SAMPLING), 2048, 'greedy takes the argmax');
+  t.equal(g.sample(logits, 2049, { temperature: 0.7, topK: 1 }, 2048), order[0], 'top-1 is greedy');
+  const s = new Sampler(3);
+  const first = s.sample(logits, 2049, AUDIO_SAMPLING, 2048);
+  s.reset();
+  t.equal(s.sample(logits, 2049, AUDIO_SAMPLING, 2048), first, 'reset restarts the sequence');
+  t.throws(() => new Sampler(-1), /non-negative integer/);
+});
