@@ -22,9 +22,35 @@ const EPS = 1e-5;
 const F32 = 4;
 const KEY_TILE = 64;
 
+/** Shape of an LFM2 layer stack: the backbone's, or the detokenizer's. */
+export interface Lfm2Dims {
+  hidden: number;
+  layers: readonly ('conv' | 'attention')[];
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  ffn: number;
+  convKernel: number;
+  ropeTheta: number;
+  /** Attention window including the current position; 0 for full causal attention. */
+  window: number;
+}
+
+export function backboneDims(config: ModelConfig): Lfm2Dims {
+  return { ...config.backbone, window: 0 };
+}
+
+export function detokenizerDims(config: ModelConfig): Lfm2Dims {
+  return { ...config.detokenizer, window: config.detokenizer.window };
+}
+
 /** The backbone's workspace for a chunk of `chunk` positions. */
 export function backbonePass(config: ModelConfig, chunk: number): PassBuilder {
-  const b = config.backbone;
+  return lfm2Pass(backboneDims(config), chunk);
+}
+
+/** An LFM2 stack's workspace for a chunk of `chunk` positions. */
+export function lfm2Pass(b: Lfm2Dims, chunk: number): PassBuilder {
   const D = b.hidden;
   const qd = b.heads * b.headDim;
   const kd = b.kvHeads * b.headDim;
@@ -66,11 +92,22 @@ export function backbonePass(config: ModelConfig, chunk: number): PassBuilder {
 
 /** Per-conversation recurrence: region sizes, in carve order. */
 export function backboneStateSizes(config: ModelConfig, context: number): { name: string; bytes: number }[] {
-  const b = config.backbone;
+  return lfm2StateSizes(backboneDims(config), context);
+}
+
+/**
+ * Cache rows an LFM2 stack keeps: the whole context for causal attention; for a sliding
+ * window, the window plus one chunk (older rows are dropped as the window moves).
+ */
+export function cacheRows(b: Lfm2Dims, context: number, chunk: number): number {
+  return b.window > 0 ? Math.min(context, b.window + chunk - 1) : context;
+}
+
+export function lfm2StateSizes(b: Lfm2Dims, rows: number): { name: string; bytes: number }[] {
   const out: { name: string; bytes: number }[] = [];
   b.layers.forEach((kind, l) => {
     if (kind === 'attention') {
-      out.push({ name: `kv.${l}.k`, bytes: context * b.kvHeads * b.headDim * F32 }, { name: `kv.${l}.v`, bytes: context * b.kvHeads * b.headDim * F32 });
+      out.push({ name: `kv.${l}.k`, bytes: rows * b.kvHeads * b.headDim * F32 }, { name: `kv.${l}.v`, bytes: rows * b.kvHeads * b.headDim * F32 });
     } else {
       out.push({ name: `conv.${l}`, bytes: (b.convKernel - 1) * b.hidden * F32 });
     }
@@ -78,30 +115,36 @@ export function backboneStateSizes(config: ModelConfig, context: number): { name
   return out;
 }
 
-/** One conversation's backbone state. */
+/** One conversation's state for an LFM2 stack. */
 export class BackboneState {
+  /** Largest position + 1 the stack accepts. */
   readonly context: number;
+  /** Rows the KV cache holds. */
+  readonly rows: number;
   /** Positions processed so far. */
   position = 0;
-  readonly k: (Float32Array | null)[]; // per layer: [context][kv heads × head dim]
+  /** Absolute position of cache row 0 (moves as a sliding window drops old rows). */
+  base = 0;
+  readonly k: (Float32Array | null)[]; // per layer: [rows][kv heads × head dim]
   readonly v: (Float32Array | null)[];
   readonly conv: (Float32Array | null)[]; // per layer: [kernel − 1][hidden]
 
-  constructor(config: ModelConfig, arena: Arena, context: number) {
+  constructor(config: ModelConfig | Lfm2Dims, arena: Arena, context: number, rows = context, prefix = '') {
     this.context = context;
-    const b = config.backbone;
+    this.rows = rows;
+    const b: Lfm2Dims = 'backbone' in config ? backboneDims(config) : config;
     this.k = [];
     this.v = [];
     this.conv = [];
     b.layers.forEach((kind, l) => {
       if (kind === 'attention') {
-        this.k.push(arena.carve(`kv.${l}.k`, 'recurrence', Float32Array, context * b.kvHeads * b.headDim));
-        this.v.push(arena.carve(`kv.${l}.v`, 'recurrence', Float32Array, context * b.kvHeads * b.headDim));
+        this.k.push(arena.carve(`${prefix}kv.${l}.k`, 'recurrence', Float32Array, rows * b.kvHeads * b.headDim));
+        this.v.push(arena.carve(`${prefix}kv.${l}.v`, 'recurrence', Float32Array, rows * b.kvHeads * b.headDim));
         this.conv.push(null);
       } else {
         this.k.push(null);
         this.v.push(null);
-        this.conv.push(arena.carve(`conv.${l}`, 'recurrence', Float32Array, (b.convKernel - 1) * b.hidden));
+        this.conv.push(arena.carve(`${prefix}conv.${l}`, 'recurrence', Float32Array, (b.convKernel - 1) * b.hidden));
       }
     });
   }
@@ -109,11 +152,12 @@ export class BackboneState {
   /** Starts a new conversation in the same memory. */
   reset(): void {
     this.position = 0;
+    this.base = 0;
     for (const c of this.conv) c?.fill(0);
   }
 }
 
-interface BackboneLayer {
+interface StackLayer {
   kind: 'conv' | 'attention';
   opNorm: Float32Array;
   ffnNorm: Float32Array;
@@ -130,36 +174,30 @@ interface BackboneLayer {
   w3: Weights;
 }
 
-export class Backbone {
-  readonly config: ModelConfig;
+/**
+ * An LFM2 layer stack on its carved plan: the backbone's (full causal attention) or the
+ * detokenizer's (sliding window). `tensors` is the tensor-name prefix (`lfm` or
+ * `audio_detokenizer.lfm`).
+ */
+export class Lfm2Stack {
+  readonly dims: Lfm2Dims;
   readonly chunk: number;
-  readonly maxContext: number;
   readonly region: PlannedRegion;
   readonly #v: Readonly<Record<string, Float32Array>>;
-  readonly #layers: BackboneLayer[];
+  readonly #layers: StackLayer[];
   readonly #finalNorm: Float32Array;
-  readonly #embed: Weights;
-  readonly #audio: Weights;
   readonly #cos: Float32Array;
   readonly #sin: Float32Array;
 
-  constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, options: { chunk: number; context: number }) {
-    const b = config.backbone;
-    if (!Number.isSafeInteger(options.chunk) || options.chunk < 1) throw new ArgumentError(`backbone chunk must be a positive integer, got ${options.chunk}`);
-    if (!Number.isSafeInteger(options.context) || options.context < 1 || options.context > b.maxContext) {
-      throw new ArgumentError(`backbone context must be an integer from 1 to ${b.maxContext}, got ${options.context}`);
-    }
-    this.config = config;
-    this.chunk = options.chunk;
-    this.maxContext = options.context;
-    this.region = arena.carvePlan('backbone', 'workspace.prefill', plan(backbonePass(config, options.chunk).build()));
+  constructor(dims: Lfm2Dims, image: WeightsImage, arena: Arena, derived: Workspace, o: { chunk: number; context: number; tensors: string; name: string; category: 'workspace.prefill' | 'workspace.detokenizer' }) {
+    if (!Number.isSafeInteger(o.chunk) || o.chunk < 1) throw new ArgumentError(`${o.name}: chunk must be a positive integer, got ${o.chunk}`);
+    this.dims = dims;
+    this.chunk = o.chunk;
+    this.region = arena.carvePlan(o.name, o.category, plan(lfm2Pass(dims, o.chunk).build()));
     this.#v = this.region.views as Record<string, Float32Array>;
-    const f32 = (name: string): Float32Array => {
-      const n = image.get(name).shape.reduce((a, c) => a * c, 1);
-      return image.toF32(name, derived(`lfm:${name}`, Float32Array, n));
-    };
-    this.#layers = b.layers.map((kind, l) => {
-      const p = `lfm.layers.${l}`;
+    const f32 = (name: string): Float32Array => image.toF32(name, derived(`${o.name}:${name}`, Float32Array, image.get(name).shape.reduce((a, c) => a * c, 1)));
+    this.#layers = dims.layers.map((kind, l) => {
+      const p = `${o.tensors}.layers.${l}`;
       const common = { opNorm: f32(`${p}.operator_norm.weight`), ffnNorm: f32(`${p}.ffn_norm.weight`), w1: image.weights(`${p}.feed_forward.w1.weight`), w2: image.weights(`${p}.feed_forward.w2.weight`), w3: image.weights(`${p}.feed_forward.w3.weight`) };
       if (kind === 'conv') {
         return { kind, ...common, inProj: image.weights(`${p}.conv.in_proj.weight`), convW: f32(`${p}.conv.conv.weight`), outProj: image.weights(`${p}.conv.out_proj.weight`) };
@@ -175,45 +213,42 @@ export class Backbone {
         kNorm: f32(`${p}.self_attn.k_layernorm.weight`),
       };
     });
-    this.#finalNorm = f32('lfm.embedding_norm.weight');
-    this.#embed = image.weights('lfm.embed_tokens.weight');
-    this.#audio = image.weights('audio_embedding.embedding.weight');
-    const half = b.headDim / 2;
-    this.#cos = derived('lfm:rope.cos', Float32Array, options.context * half);
-    this.#sin = derived('lfm:rope.sin', Float32Array, options.context * half);
-    ropeTables(options.context, b.headDim, b.ropeTheta, this.#cos, this.#sin);
+    this.#finalNorm = f32(`${o.tensors}.embedding_norm.weight`);
+    const half = dims.headDim / 2;
+    this.#cos = derived(`${o.name}:rope.cos`, Float32Array, o.context * half);
+    this.#sin = derived(`${o.name}:rope.sin`, Float32Array, o.context * half);
+    ropeTables(o.context, dims.headDim, dims.ropeTheta, this.#cos, this.#sin);
   }
 
-  /** Input row for a text token. */
-  embedText(token: number, out: Float32Array, row = 0): void {
-    if (!Number.isInteger(token) || token < 0 || token >= this.config.backbone.vocab) throw new ArgumentError(`token ${token} is outside the vocabulary`);
-    rowInto(this.#embed, token, out, row * this.config.backbone.hidden);
-  }
-
-  /** Input row for an audio frame: the sum over codebooks of row i·2049 + code. */
-  embedAudio(codes: ArrayLike<number>, out: Float32Array, row = 0): void {
-    const { codebooks, codes: per } = this.config.audio;
-    const at = row * this.config.backbone.hidden;
-    for (let i = 0; i < codebooks; i++) rowInto(this.#audio, i * per + (codes[i] as number), out, at, 1, i > 0);
+  /** The plan's input rows [chunk][hidden]: fill them, then call forward. */
+  get input(): Float32Array {
+    return this.#v.h as Float32Array;
   }
 
   /**
-   * Runs `n` ≤ chunk positions (input rows [n][hidden]) at the state's position, appends them
-   * to its caches and returns the final-normed hidden states [n][hidden] (a view of the plan).
+   * Runs `n` ≤ chunk positions whose input rows are in `input` (the plan's own `h` when
+   * omitted) at the state's position; appends them to its caches and returns the final-normed
+   * hidden states [n][hidden] (a view of the plan).
    */
-  forward(state: BackboneState, input: Float32Array, n: number): Float32Array {
-    const b = this.config.backbone;
+  forward(state: BackboneState, n: number, input: Float32Array | null = null): Float32Array {
+    const b = this.dims;
     const D = b.hidden;
-    if (n < 1 || n > this.chunk) throw new ArgumentError(`backbone: ${n} positions per call, the chunk is ${this.chunk}`);
-    if (state.position + n > state.context) throw new ArgumentError(`backbone: position ${state.position + n} exceeds the context of ${state.context}`);
+    if (n < 1 || n > this.chunk) throw new ArgumentError(`LFM2: ${n} positions per call, the chunk is ${this.chunk}`);
+    if (state.position + n > state.context) throw new ArgumentError(`LFM2: position ${state.position + n} exceeds the context of ${state.context}`);
     const v = this.#v;
     const h = v.h as Float32Array;
     const pack = v['gemm.pack'] as Float32Array;
-    for (let i = 0; i < n * D; i++) h[i] = input[i]!;
+    if (input !== null && input !== h) for (let i = 0; i < n * D; i++) h[i] = input[i]!;
     const pos = state.position;
     const hd = b.headDim;
     const qd = b.heads * hd;
     const kd = b.kvHeads * hd;
+    // A sliding window drops cache rows no query can see any more.
+    let shift = 0;
+    if (pos - state.base + n > state.rows) {
+      shift = pos - state.base + n - state.rows;
+      if (b.window === 0 || pos - (state.base + shift) < b.window - 1) throw new ArgumentError('LFM2: the KV cache is too small for this chunk');
+    }
     this.#layers.forEach((L, l) => {
       if (L.kind === 'conv') {
         const ln = v['op.ln'] as Float32Array;
@@ -244,19 +279,18 @@ export class Backbone {
         rope(k, this.#cos, this.#sin, n, b.kvHeads, hd, pos, false);
         const K = state.k[l]!;
         const V = state.v[l]!;
+        if (shift > 0) {
+          K.copyWithin(0, shift * kd, (pos - state.base) * kd);
+          V.copyWithin(0, shift * kd, (pos - state.base) * kd);
+        }
+        const row = pos - state.base - shift;
         for (let i = 0; i < n * kd; i++) {
-          K[pos * kd + i] = k[i]!;
-          V[pos * kd + i] = vv[i]!;
+          K[row * kd + i] = k[i]!;
+          V[row * kd + i] = vv[i]!;
         }
         const ctx = v['att.ctx'] as Float32Array;
-        attention(
-          { Tq: n, Tk: pos + n, Hq: b.heads, Hkv: b.kvHeads, hd, mode: 'causal', qpos0: pos, kpos0: 0, tq: this.chunk, tk: KEY_TILE },
-          q,
-          K,
-          V,
-          ctx,
-          v['att.scratch'] as Float32Array,
-        );
+        const shape = { Tq: n, Tk: row + n, Hq: b.heads, Hkv: b.kvHeads, hd, qpos0: pos, kpos0: state.base + shift, tq: this.chunk, tk: KEY_TILE };
+        attention(b.window > 0 ? { ...shape, mode: 'sliding', window: b.window } : { ...shape, mode: 'causal' }, q, K, V, ctx, v['att.scratch'] as Float32Array);
         const o = v['att.o'] as Float32Array;
         gemm(ctx, L.outProj, null, o, n, D, qd, pack);
         for (let i = 0; i < n * D; i++) h[i] = h[i]! + o[i]!;
@@ -275,8 +309,54 @@ export class Backbone {
     });
     const hidden = v.hidden as Float32Array;
     rmsNorm(h, this.#finalNorm, hidden, n, D, EPS);
+    state.base += shift;
     state.position += n;
     return hidden;
+  }
+}
+
+/** The backbone: the LFM2 stack with the text and audio embeddings and the tied text head. */
+export class Backbone {
+  readonly config: ModelConfig;
+  readonly chunk: number;
+  readonly maxContext: number;
+  readonly stack: Lfm2Stack;
+  readonly #embed: Weights;
+  readonly #audio: Weights;
+
+  constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, options: { chunk: number; context: number }) {
+    const b = config.backbone;
+    if (!Number.isSafeInteger(options.context) || options.context < 1 || options.context > b.maxContext) {
+      throw new ArgumentError(`backbone context must be an integer from 1 to ${b.maxContext}, got ${options.context}`);
+    }
+    this.config = config;
+    this.chunk = options.chunk;
+    this.maxContext = options.context;
+    this.stack = new Lfm2Stack(backboneDims(config), image, arena, derived, { chunk: options.chunk, context: options.context, tensors: 'lfm', name: 'backbone', category: 'workspace.prefill' });
+    this.#embed = image.weights('lfm.embed_tokens.weight');
+    this.#audio = image.weights('audio_embedding.embedding.weight');
+  }
+
+  get region(): PlannedRegion {
+    return this.stack.region;
+  }
+
+  /** Input row for a text token. */
+  embedText(token: number, out: Float32Array, row = 0): void {
+    if (!Number.isInteger(token) || token < 0 || token >= this.config.backbone.vocab) throw new ArgumentError(`token ${token} is outside the vocabulary`);
+    rowInto(this.#embed, token, out, row * this.config.backbone.hidden);
+  }
+
+  /** Input row for an audio frame: the sum over codebooks of row i·2049 + code. */
+  embedAudio(codes: ArrayLike<number>, out: Float32Array, row = 0): void {
+    const { codebooks, codes: per } = this.config.audio;
+    const at = row * this.config.backbone.hidden;
+    for (let i = 0; i < codebooks; i++) rowInto(this.#audio, i * per + (codes[i] as number), out, at, 1, i > 0);
+  }
+
+  /** Runs n ≤ chunk input rows [n][hidden] (see Lfm2Stack.forward). */
+  forward(state: BackboneState, input: Float32Array, n: number): Float32Array {
+    return this.stack.forward(state, n, input);
   }
 
   /** Text logits (vocab) for one hidden row, through the tied embedding. */

@@ -1,0 +1,116 @@
+/**
+ * The audio detokenizer (MODEL.md, Detokenizer), streaming one code frame at a time: the mean
+ * of the 8 codebook embeddings (codes 0…2047) → repeated ×6 (12.5 → 75 Hz) → the LFM2 stack
+ * with a sliding window of 30 → `lin` → 641 log-magnitudes and 641 phases per 75 Hz frame →
+ * streaming ISTFT at 24 kHz → band-limited resampling straight to the device rate. Only one
+ * code frame's worth of 24 kHz audio ever exists; no plane for the whole reply is kept.
+ * Positions restart at 0 each assistant turn (`startTurn`) and keep counting across text
+ * interruptions within a turn.
+ */
+import type { Arena, PlannedRegion } from '../memory/arena.js';
+import { ArgumentError } from '../memory/errors.js';
+import type { Workspace } from '../dsp/workspace.js';
+import { StreamingISTFT } from '../dsp/istft.js';
+import { Resampler } from '../dsp/resample.js';
+import type { ModelConfig } from './config.js';
+import { DETOKENIZER_PREFIX, type WeightsImage } from './image.js';
+import { BackboneState, cacheRows, detokenizerDims, Lfm2Stack, lfm2StateSizes } from './backbone.js';
+import { GEMM_PACK_FLOATS, gemm, rowInto, type Weights } from './kernels.js';
+
+/** Per-conversation detokenizer state: its LFM2 caches, the ISTFT overlap and the resampler. */
+export class DetokenizerState {
+  readonly lfm: BackboneState;
+  readonly istft: StreamingISTFT;
+  readonly resampler: Resampler;
+
+  constructor(config: ModelConfig, arena: Arena, ws: Workspace, o: { turnPositions: number; outputRate: number }) {
+    const dims = detokenizerDims(config);
+    this.lfm = new BackboneState(dims, arena, o.turnPositions, cacheRows(dims, o.turnPositions, config.detokenizer.upsample), 'detok.');
+    this.istft = new StreamingISTFT({ nFft: config.detokenizer.nFft, hop: config.detokenizer.hop }, ws);
+    this.resampler = new Resampler(config.detokenizer.sampleRate, o.outputRate, {}, ws);
+  }
+
+  /** Region sizes this state carves directly (the LFM2 caches), for sizing its arena. */
+  static lfmBytes(config: ModelConfig, turnPositions: number): number[] {
+    const dims = detokenizerDims(config);
+    return lfm2StateSizes(dims, cacheRows(dims, turnPositions, config.detokenizer.upsample)).map((s) => s.bytes);
+  }
+
+  /** A new assistant turn: positions from 0, empty caches and overlap. */
+  startTurn(): void {
+    this.lfm.reset();
+    this.istft.reset();
+    this.resampler.reset();
+  }
+}
+
+export class Detokenizer {
+  readonly config: ModelConfig;
+  readonly stack: Lfm2Stack;
+  readonly work: PlannedRegion;
+  readonly #emb: Weights;
+  readonly #lin: Weights;
+  readonly #linBias: Float32Array;
+  readonly #bins: Float32Array; // [upsample][1282]
+  readonly #pcm: Float32Array; // one code frame of 24 kHz audio
+  readonly #pack: Float32Array;
+
+  constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, o: { turnPositions: number }) {
+    const t = config.detokenizer;
+    this.config = config;
+    this.stack = new Lfm2Stack(detokenizerDims(config), image, arena, derived, {
+      chunk: t.upsample,
+      context: o.turnPositions,
+      tensors: `${DETOKENIZER_PREFIX}lfm`,
+      name: 'detokenizer',
+      category: 'workspace.detokenizer',
+    });
+    this.work = this.stack.region;
+    this.#emb = image.weights(`${DETOKENIZER_PREFIX}emb.emb.weight`);
+    this.#lin = image.weights(`${DETOKENIZER_PREFIX}lin.weight`);
+    this.#linBias = image.toF32(`${DETOKENIZER_PREFIX}lin.bias`, derived('detok:lin.bias', Float32Array, t.outBins));
+    this.#bins = arena.carve('detokenizer.bins', 'workspace.detokenizer', Float32Array, t.upsample * t.outBins);
+    this.#pcm = arena.carve('detokenizer.pcm24', 'workspace.detokenizer', Float32Array, t.upsample * t.hop + t.nFft);
+    this.#pack = arena.carve('detokenizer.pack', 'workspace.detokenizer', Float32Array, GEMM_PACK_FLOATS);
+  }
+
+  /** The last frame's 1282-value rows [upsample][1282] (log-magnitudes then phases). */
+  get bins(): Float32Array {
+    return this.#bins;
+  }
+
+  /** Most device-rate samples one code frame (or finish) can write. */
+  maxSamples(state: DetokenizerState): number {
+    return state.resampler.maxOutput(this.config.detokenizer.upsample * this.config.detokenizer.hop + this.config.detokenizer.nFft) + 1;
+  }
+
+  /**
+   * One code frame (8 codes, 0…2047) → device-rate samples written to out[at…]; returns the
+   * count (the first frame of a turn yields 20 ms less: the exact streaming delay).
+   */
+  frame(state: DetokenizerState, codes: ArrayLike<number>, out: Float32Array, at = 0): number {
+    const t = this.config.detokenizer;
+    const cb = this.config.audio.codebooks;
+    const D = t.hidden;
+    const h = this.stack.input;
+    for (let i = 0; i < cb; i++) {
+      const c = codes[i] as number;
+      if (!Number.isInteger(c) || c < 0 || c >= t.codes) throw new ArgumentError(`detokenizer: code ${c} of codebook ${i} is not 0…${t.codes - 1}`);
+      rowInto(this.#emb, i * t.codes + c, h, 0, 1 / cb, i > 0);
+    }
+    for (let r = 1; r < t.upsample; r++) for (let j = 0; j < D; j++) h[r * D + j] = h[j]!;
+    const hidden = this.stack.forward(state.lfm, t.upsample);
+    gemm(hidden, this.#lin, this.#linBias, this.#bins, t.upsample, t.outBins, D, this.#pack);
+    let n24 = 0;
+    for (let r = 0; r < t.upsample; r++) n24 += state.istft.pushFrame(this.#bins, r * t.outBins, this.#pcm, n24);
+    return state.resampler.push(this.#pcm, out, at, n24);
+  }
+
+  /** End of the turn's audio: the ISTFT tail and the resampler's, at the device rate. */
+  finish(state: DetokenizerState, out: Float32Array, at = 0): number {
+    const n24 = state.istft.finish(this.#pcm, 0);
+    let n = state.resampler.push(this.#pcm, out, at, n24);
+    n += state.resampler.finish(out, at + n);
+    return n;
+  }
+}

@@ -1,0 +1,92 @@
+import t from 'tap';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { MemoryDomain, plan } from '../../src/memory/index.js';
+import { heapWorkspace } from '../../src/dsp/workspace.js';
+import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
+import { detokenizerDims, lfm2Pass } from '../../src/model/backbone.js';
+import { Detokenizer, DetokenizerState } from '../../src/model/detokenizer.js';
+import { DETOKENIZER_PREFIX } from '../../src/model/image.js';
+import { lfm2Reference } from './lfm2-reference.js';
+import { prng, randInt } from '../helpers.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'voxslab-detok-'));
+makeCheckpoint({ config: 'tiny', seed: 51, out: dir, dtype: 'f32' });
+
+function setup(rate: number, turnPositions = 600) {
+  const domain = MemoryDomain.create({ limit: '1GiB' });
+  const { config, image } = loadCheckpoint(dir, domain);
+  const t = config.detokenizer;
+  const ticket = domain.owner('ticket', 0);
+  const hw = plan(lfm2Pass(detokenizerDims(config), t.upsample).build()).highWater;
+  const work = domain.createArena(ticket, 'detokenizer', { bytes: domain.policy.arenaBytes([hw, t.upsample * t.outBins * 4, (t.upsample * t.hop + t.nFft) * 4, 256 * 256 * 4]) });
+  const detok = new Detokenizer(config, image, work, heapWorkspace, { turnPositions });
+  const conv = domain.owner('conversation', 0);
+  const st = domain.createArena(conv, 'detok state', { bytes: domain.policy.arenaBytes(DetokenizerState.lfmBytes(config, turnPositions)) });
+  const state = new DetokenizerState(config, st, heapWorkspace, { turnPositions, outputRate: rate });
+  work.seal();
+  st.seal();
+  return { domain, config, image, detok, state };
+}
+
+t.test('code frames → bins equal a float64 reference with the sliding window; samples stream', async (t) => {
+  const { config, image, detok, state, domain } = setup(48000);
+  const td = config.detokenizer;
+  const D = td.hidden;
+  const r = prng(3);
+  const frames = 7; // 42 positions: past the window, so the cache drops old rows
+  const codes = Array.from({ length: frames }, () => Array.from({ length: 8 }, () => randInt(r, 0, 2047)));
+  const out = new Float32Array(detok.maxSamples(state) * (frames + 1));
+  const bins: Float32Array[] = [];
+  const counts: number[] = [];
+  let n = 0;
+  const before = domain.snapshot().allocations;
+  for (const c of codes) {
+    const k = detok.frame(state, c, out, n);
+    counts.push(k);
+    n += k;
+    bins.push(detok.bins.slice());
+  }
+  const tail = detok.finish(state, out, n);
+  n += tail;
+  t.same(domain.snapshot().allocations, before, 'no allocation after readiness');
+  t.equal(n, frames * 1920 * 2, `${frames} code frames give ${frames} × 80 ms at 48 kHz once flushed`);
+  t.ok(counts[0]! < counts[1]!, `the first frame is shorter by the streaming delay (${counts[0]} then ${counts[1]})`);
+  // Reference: mean embedding, ×6 repeat, LFM2 over the whole turn, then lin.
+  const emb = image.toF32(`${DETOKENIZER_PREFIX}emb.emb.weight`, new Float32Array(8 * 2048 * D));
+  const P = frames * td.upsample;
+  const input = new Float64Array(P * D);
+  codes.forEach((c, f) => {
+    for (let j = 0; j < D; j++) {
+      let s = 0;
+      for (let i = 0; i < 8; i++) s += emb[(i * 2048 + c[i]!) * D + j]!;
+      for (let rep = 0; rep < td.upsample; rep++) input[(f * td.upsample + rep) * D + j] = s / 8;
+    }
+  });
+  const { hidden } = lfm2Reference(detokenizerDims(config), `${DETOKENIZER_PREFIX}lfm`, image, input, P);
+  const lw = image.toF32(`${DETOKENIZER_PREFIX}lin.weight`, new Float32Array(td.outBins * D));
+  const lb = image.toF32(`${DETOKENIZER_PREFIX}lin.bias`, new Float32Array(td.outBins));
+  let e2 = 0;
+  let s2 = 0;
+  for (let p = 0; p < P; p++) {
+    const got = bins[Math.floor(p / td.upsample)]!;
+    const row = p % td.upsample;
+    for (let o = 0; o < td.outBins; o++) {
+      let want = lb[o]!;
+      for (let j = 0; j < D; j++) want += lw[o * D + j]! * hidden[p * D + j]!;
+      e2 += (got[row * td.outBins + o]! - want) ** 2;
+      s2 += want ** 2;
+    }
+  }
+  t.ok(e2 / s2 < 1e-9, `all ${P} frames' bins: NMSE ${(e2 / s2).toExponential(2)}`);
+  t.ok(out.subarray(0, n).every(Number.isFinite), 'finite audio');
+  // A new turn starts from position 0: the same codes give the same samples.
+  state.startTurn();
+  const again = new Float32Array(out.length);
+  let m = 0;
+  for (const c of codes) m += detok.frame(state, c, again, m);
+  m += detok.finish(state, again, m);
+  t.ok(again.subarray(0, m).every((v, i) => Object.is(v, out[i])), 'startTurn resets positions, caches and overlap');
+  t.throws(() => detok.frame(state, [1, 2, 3, 4, 5, 6, 7, 2048], out, 0), /code 2048 of codebook 7 is not 0…2047/);
+});
