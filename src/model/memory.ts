@@ -7,6 +7,14 @@ import { type Blueprint, blueprintManifest, FootprintPolicy, type MemoryManifest
 import { ArgumentError } from '../memory/errors.js';
 import type { ModelConfig } from './config.js';
 import { DEFAULT_ENCODER_TILES, encoderDerived, frontendDerived, frontendState, planEncoder, planFrontend, type StagePlan } from './plans.js';
+import { backboneDims, backboneStateSizes, detokenizerDims, lfm2Pass } from './backbone.js';
+import { depthformerPass, depthformerStateFloats } from './depthformer.js';
+import { DetokenizerState } from './detokenizer.js';
+import { GEMM_PACK_FLOATS } from './kernels.js';
+import { measureWorkspace } from '../dsp/workspace.js';
+import { StreamingISTFT } from '../dsp/istft.js';
+import { Resampler } from '../dsp/resample.js';
+import { plan } from '../memory/planner.js';
 
 export interface MemoryPlanOptions {
   /** Simultaneous conversations. Default 1. */
@@ -19,6 +27,12 @@ export interface MemoryPlanOptions {
   kv?: 'f32' | 'f16';
   /** Pass (ticket) slots. Default 2. */
   slots?: number;
+  /** Backbone prefill chunk (positions per pass). Default 64. */
+  prefillChunk?: number;
+  /** Longest assistant turn the detokenizer plans for, seconds. Default 600. */
+  turnSeconds?: number;
+  /** Device output rate. Default 48000. */
+  outputRate?: number;
 }
 
 export interface MemoryPlan {
@@ -33,9 +47,6 @@ export interface MemoryPlan {
 /** Parts not yet described by stage plans; listed in the manifest so totals are not misread. */
 export const PENDING = Object.freeze([
   'model weights image',
-  'backbone prefill and step workspace',
-  'depthformer and sampler workspace',
-  'detokenizer workspace',
   'capture and playback rings',
 ]);
 
@@ -44,26 +55,26 @@ function intIn(name: string, v: number, lo: number, hi: number): number {
   return v;
 }
 
-/** Per-conversation persistent state (recurrence) regions. */
-export function conversationState(config: ModelConfig, context: number, kvBytes: number): RegionBlueprint[] {
-  const b = config.backbone;
-  const attn = b.layers.filter((l) => l === 'attention').length;
-  const conv = b.layers.length - attn;
-  const df = config.depthformer;
-  const dt = config.detokenizer;
-  const dAttn = dt.layers.filter((l) => l === 'attention').length;
-  const dConv = dt.layers.length - dAttn;
-  return [
-    // [attn layers][k|v][context][kv heads × head dim]
-    { name: 'kv_cache', category: 'recurrence', bytes: attn * 2 * context * b.kvHeads * b.headDim * kvBytes },
-    // [conv layers][2 columns of B⊙x][hidden]
-    { name: 'conv_state', category: 'recurrence', bytes: conv * (b.convKernel - 1) * b.hidden * 4 },
-    // [layers][k|v][codebooks][kv heads × head dim], reset every frame
-    { name: 'depth_kv', category: 'recurrence', bytes: df.layers * 2 * config.audio.codebooks * df.kvHeads * df.headDim * 4 },
-    // [attn layers][k|v][window][kv heads × head dim]
-    { name: 'detok_kv', category: 'recurrence', bytes: dAttn * 2 * dt.window * dt.kvHeads * dt.headDim * 4 },
-    { name: 'detok_conv', category: 'recurrence', bytes: dConv * (dt.convKernel - 1) * dt.hidden * 4 },
-  ];
+/**
+ * Per-conversation persistent state (recurrence) regions, sized by the same functions the
+ * compute carves them with: backbone KV caches and short-conv columns, the Depthformer's
+ * per-frame cache, and the detokenizer's sliding-window caches, ISTFT overlap and resampler.
+ */
+export function conversationState(config: ModelConfig, context: number, kvBytes: number, o: { turnSeconds: number; outputRate: number }): RegionBlueprint[] {
+  const out: RegionBlueprint[] = backboneStateSizes(config, context).map((r) => ({
+    name: `backbone.${r.name}`,
+    category: 'recurrence' as const,
+    bytes: r.name.startsWith('kv.') ? (r.bytes / 4) * kvBytes : r.bytes,
+  }));
+  out.push({ name: 'depth_kv', category: 'recurrence', bytes: depthformerStateFloats(config) * 4 });
+  const turnPositions = Math.ceil(o.turnSeconds * (config.detokenizer.sampleRate / config.detokenizer.hop));
+  for (const [i, bytes] of DetokenizerState.lfmBytes(config, turnPositions).entries()) out.push({ name: `detok.${i}`, category: 'recurrence', bytes });
+  // The ISTFT and resampler buffers, measured by building them.
+  const m = measureWorkspace(new FootprintPolicy({ alignment: 1, pageSize: 4096 }));
+  new StreamingISTFT({ nFft: config.detokenizer.nFft, hop: config.detokenizer.hop }, m.workspace);
+  new Resampler(config.detokenizer.sampleRate, o.outputRate, {}, m.workspace);
+  m.sizes.forEach((bytes, i) => out.push({ name: `detok.stream.${i}`, category: 'recurrence', bytes }));
+  return out;
 }
 
 export function planMemory(config: ModelConfig, options: MemoryPlanOptions = {}): MemoryPlan {
@@ -73,13 +84,21 @@ export function planMemory(config: ModelConfig, options: MemoryPlanOptions = {})
     segmentSeconds: options.segmentSeconds ?? 30,
     kv: options.kv ?? 'f32',
     slots: intIn('slots', options.slots ?? 2, 1, 16),
+    prefillChunk: intIn('prefillChunk', options.prefillChunk ?? 64, 1, 4096),
+    turnSeconds: options.turnSeconds ?? 600,
+    outputRate: intIn('outputRate', options.outputRate ?? 48000, 8000, 384000),
   };
+  if (!(o.turnSeconds > 0 && o.turnSeconds <= 3600)) throw new ArgumentError(`turn must be more than 0 and at most 3600 seconds, got ${String(o.turnSeconds)}`);
   if (!(o.segmentSeconds > 0 && o.segmentSeconds <= 600)) throw new ArgumentError(`segment must be more than 0 and at most 600 seconds, got ${String(o.segmentSeconds)}`);
   if (o.kv !== 'f32' && o.kv !== 'f16') throw new ArgumentError(`kv must be f32 or f16, got '${String(o.kv)}'`);
   const frontend = planFrontend(config);
   const conformer = planEncoder(config, { segmentSeconds: o.segmentSeconds, tiles: DEFAULT_ENCODER_TILES });
   const reference = planEncoder(config, { segmentSeconds: o.segmentSeconds, tiles: false });
-  const stages = [frontend, conformer];
+  const det = config.detokenizer;
+  const backbone: StagePlan = { stage: 'backbone', plan: plan(lfm2Pass(backboneDims(config), o.prefillChunk).build()), ops: [] };
+  const depthformer: StagePlan = { stage: 'depthformer', plan: plan(depthformerPass(config).build()), ops: [] };
+  const detokenizer: StagePlan = { stage: 'detokenizer', plan: plan(lfm2Pass(detokenizerDims(config), det.upsample).build()), ops: [] };
+  const stages = [frontend, conformer, backbone, depthformer, detokenizer];
   const arenas: Blueprint['arenas'] = [
     {
       owner: { kind: 'model', index: 0 },
@@ -94,7 +113,7 @@ export function planMemory(config: ModelConfig, options: MemoryPlanOptions = {})
       owner: { kind: 'conversation', index: c },
       name: `conversation ${c} state`,
       regions: [
-        ...conversationState(config, o.context, o.kv === 'f16' ? 2 : 4),
+        ...conversationState(config, o.context, o.kv === 'f16' ? 2 : 4, o),
         ...frontendState(config, { segmentSeconds: o.segmentSeconds }).map((r) => ({ ...r, category: 'workspace.frontend' as const })),
       ],
     });
@@ -108,6 +127,13 @@ export function planMemory(config: ModelConfig, options: MemoryPlanOptions = {})
       regions: [
         { name: 'frontend', category: 'workspace.frontend', bytes: frontend.plan.highWater },
         { name: 'conformer', category: 'workspace.conformer', bytes: conformer.plan.highWater },
+        { name: 'backbone', category: 'workspace.prefill', bytes: backbone.plan.highWater },
+        { name: 'depthformer', category: 'workspace.depthformer', bytes: depthformer.plan.highWater },
+        { name: 'detokenizer', category: 'workspace.detokenizer', bytes: detokenizer.plan.highWater },
+        // The detokenizer's bins, one code frame of 24 kHz audio and its GEMM packing.
+        { name: 'detokenizer.bins', category: 'workspace.detokenizer', bytes: det.upsample * det.outBins * 4 },
+        { name: 'detokenizer.pcm24', category: 'workspace.detokenizer', bytes: (det.upsample * det.hop + det.nFft) * 4 },
+        { name: 'detokenizer.pack', category: 'workspace.detokenizer', bytes: GEMM_PACK_FLOATS * 4 },
       ],
     });
   }
