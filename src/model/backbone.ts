@@ -14,7 +14,7 @@ import type { Arena, PlannedRegion } from '../memory/arena.js';
 import { ArgumentError } from '../memory/errors.js';
 import { PassBuilder, plan } from '../memory/index.js';
 import type { Workspace } from '../dsp/workspace.js';
-import type { ModelConfig } from './config.js';
+import type { Lfm2Shape, ModelConfig } from './config.js';
 import type { WeightsImage } from './image.js';
 import { attention, attentionScratchFloats, conv1dCausal, GEMM_PACK_FLOATS, gemm, gemv, rmsNorm, rope, ropeTables, rowInto, swiglu, type Weights } from './kernels.js';
 
@@ -22,19 +22,11 @@ const EPS = 1e-5;
 const F32 = 4;
 const KEY_TILE = 64;
 
-/** Shape of an LFM2 layer stack: the backbone's, or the detokenizer's. */
-export interface Lfm2Dims {
-  hidden: number;
-  layers: readonly ('conv' | 'attention')[];
-  heads: number;
-  kvHeads: number;
-  headDim: number;
-  ffn: number;
-  convKernel: number;
-  ropeTheta: number;
+/** An LFM2 stack's shape and its attention window (0 = full causal attention). */
+export type Lfm2Dims = Lfm2Shape & {
   /** Attention window including the current position; 0 for full causal attention. */
   window: number;
-}
+};
 
 export function backboneDims(config: ModelConfig): Lfm2Dims {
   return { ...config.backbone, window: 0 };

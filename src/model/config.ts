@@ -104,6 +104,18 @@ export type DetokenizerConfigJson = z.input<typeof DetokenizerSchema>;
 
 export type LayerKind = 'conv' | 'attention';
 
+/** Shape of an LFM2 layer stack (the backbone's or the detokenizer's). */
+export interface Lfm2Shape {
+  hidden: number;
+  layers: readonly LayerKind[];
+  heads: number;
+  kvHeads: number;
+  headDim: number;
+  ffn: number;
+  convKernel: number;
+  ropeTheta: number;
+}
+
 /** The normalised configuration: every dimension the runtime and the planner use. */
 export interface ModelConfig {
   readonly name: string;
@@ -124,29 +136,11 @@ export interface ModelConfig {
     featOut: number;
   };
   readonly adapter: { in: number; hidden: number; out: number };
-  readonly backbone: {
-    hidden: number;
-    layers: readonly LayerKind[];
-    heads: number;
-    kvHeads: number;
-    headDim: number;
-    ffn: number;
-    convKernel: number;
-    vocab: number;
-    maxContext: number;
-    ropeTheta: number;
-  };
+  readonly backbone: Lfm2Shape & { vocab: number; maxContext: number };
   readonly audio: { codebooks: number; codes: number };
   readonly interleave: { text: number; audio: number };
   readonly depthformer: { layers: number; dim: number; heads: number; kvHeads: number; headDim: number; ffn: number };
-  readonly detokenizer: {
-    hidden: number;
-    layers: readonly LayerKind[];
-    heads: number;
-    kvHeads: number;
-    headDim: number;
-    ffn: number;
-    convKernel: number;
+  readonly detokenizer: Lfm2Shape & {
     window: number;
     outBins: number;
     nFft: number;
@@ -154,7 +148,6 @@ export interface ModelConfig {
     sampleRate: number;
     upsample: number;
     codes: number;
-    ropeTheta: number;
   };
 }
 

@@ -4,6 +4,7 @@ import { loadConfig } from '../../src/model/config.js';
 import { Subsampler, type SubsamplingWeights } from '../../src/model/subsampling.js';
 import { native } from '../../src/native.js';
 import { prng } from '../helpers.js';
+import { subsampleReference } from './subsample-reference.js';
 
 t.test('causal conv1d with carried state streams exactly', async (t) => {
   const r = prng(1);
@@ -80,55 +81,6 @@ function randomWeights(r: () => number, C: number, d: number, stages: number, fl
   };
 }
 
-/** Float64 reference of the whole stack, written from MODEL.md. */
-function referenceSubsample(mel: Float32Array, T: number, F: number, C: number, stages: number, w: SubsamplingWeights, d: number): Float64Array {
-  const conv = (inp: Float64Array[], rows: number, cols: number, wt: Float32Array, b: Float32Array, dw: boolean, relu: boolean): { out: Float64Array[]; rows: number; cols: number } => {
-    const orows = Math.floor((rows - 1) / 2) + 1;
-    const ocols = Math.floor((cols - 1) / 2) + 1;
-    const out = Array.from({ length: C }, () => new Float64Array(orows * ocols));
-    for (let co = 0; co < C; co++)
-      for (let i = 0; i < orows; i++)
-        for (let j = 0; j < ocols; j++) {
-          let s = b[co]!;
-          const cis = dw ? [co] : inp.map((_, ci) => ci);
-          for (const ci of cis)
-            for (let di = 0; di < 3; di++)
-              for (let dj = 0; dj < 3; dj++) {
-                const ii = 2 * i - 1 + di;
-                const jj = 2 * j - 1 + dj;
-                if (ii < 0 || ii >= rows || jj < 0 || jj >= cols) continue;
-                s += wt[dw ? co * 9 + di * 3 + dj : (co * inp.length + ci) * 9 + di * 3 + dj]! * inp[dw ? co : ci]![ii * cols + jj]!;
-              }
-          out[co]![i * ocols + j] = relu ? Math.max(0, s) : s;
-        }
-    return { out, rows: orows, cols: ocols };
-  };
-  let cur = conv([Float64Array.from(mel)], T, F, w.conv0.w, w.conv0.b, false, true);
-  for (let s = 1; s < stages; s++) {
-    const dwo = conv(cur.out, cur.rows, cur.cols, w.dw[s - 1]!.w, w.dw[s - 1]!.b, true, false);
-    const P = dwo.rows * dwo.cols;
-    const pw = Array.from({ length: C }, (_, co) => {
-      const o = new Float64Array(P);
-      for (let p = 0; p < P; p++) {
-        let v = w.pw[s - 1]!.b[co]!;
-        for (let ci = 0; ci < C; ci++) v += w.pw[s - 1]!.w[co * C + ci]! * dwo.out[ci]![p]!;
-        o[p] = Math.max(0, v);
-      }
-      return o;
-    });
-    cur = { out: pw, rows: dwo.rows, cols: dwo.cols };
-  }
-  const flatCols = C * cur.cols;
-  const x = new Float64Array(cur.rows * d);
-  for (let i = 0; i < cur.rows; i++)
-    for (let o = 0; o < d; o++) {
-      let s = w.out.b[o]!;
-      for (let c = 0; c < C; c++) for (let f = 0; f < cur.cols; f++) s += w.out.w[o * flatCols + c * cur.cols + f]! * cur.out[c]![i * cur.cols + f]!;
-      x[i * d + o] = s;
-    }
-  return x;
-}
-
 t.test('subsampling in time tiles equals the untiled run exactly, and the reference', async (t) => {
   const config = loadConfig('tiny');
   const e = config.encoder;
@@ -147,7 +99,7 @@ t.test('subsampling in time tiles equals the untiled run exactly, and the refere
       t.ok(y.every((v, i) => Object.is(v, x[i])), `T=${T}: tiles of ${tile} frames equal the untiled run`, { diagnostic: false });
     }
     if (T <= 57) {
-      const ref = referenceSubsample(mel, T, 128, e.channels, e.stages, w, e.d);
+      const ref = subsampleReference(mel, T, 128, e.channels, e.stages, w, e.d);
       let worst = 0;
       let scale = 0;
       for (let i = 0; i < ref.length; i++) {

@@ -10,6 +10,7 @@ import { ConformerEncoder } from '../../src/model/encoder.js';
 import { DEFAULT_ENCODER_TILES, encoderPass, type EncoderTiles } from '../../src/model/plans.js';
 import type { WeightsImage } from '../../src/model/image.js';
 import type { ModelConfig } from '../../src/model/config.js';
+import { subsampleReference, type SubsampleRefWeights } from './subsample-reference.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'voxslab-enc-'));
 makeCheckpoint({ config: 'tiny', seed: 21, out: dir, dtype: 'f32' });
@@ -34,51 +35,25 @@ function reference(config: ModelConfig, image: WeightsImage, raw: Float32Array, 
     for (let i = 0; i < T; i++) mel[i * F + f] = i < valid ? (raw[i * F + f]! - mean) / std : 0;
   }
   const C = e.channels;
-  const conv = (inp: M[], rows: number, cols: number, w: M, b: M, dw: boolean, relu: boolean) => {
-    const orows = Math.floor((rows - 1) / 2) + 1;
-    const ocols = Math.floor((cols - 1) / 2) + 1;
-    const out = Array.from({ length: C }, () => new Float64Array(orows * ocols));
-    for (let co = 0; co < C; co++)
-      for (let i = 0; i < orows; i++)
-        for (let j = 0; j < ocols; j++) {
-          let s = b[co]!;
-          for (let ci = 0; ci < inp.length; ci++) {
-            if (dw && ci !== co) continue;
-            for (let di = 0; di < 3; di++)
-              for (let dj = 0; dj < 3; dj++) {
-                const ii = 2 * i - 1 + di;
-                const jj = 2 * j - 1 + dj;
-                if (ii < 0 || ii >= rows || jj < 0 || jj >= cols) continue;
-                s += w[dw ? co * 9 + di * 3 + dj : (co * inp.length + ci) * 9 + di * 3 + dj]! * inp[ci]![ii * cols + jj]!;
-              }
-          }
-          out[co]![i * ocols + j] = relu ? Math.max(0, s) : s;
-        }
-    return { out, rows: orows, cols: ocols };
-  };
-  let cur = conv([mel], T, F, get('conformer.pre_encode.conv.0.weight'), get('conformer.pre_encode.conv.0.bias'), false, true);
-  for (let s = 1; s < e.stages; s++) {
-    const d0 = conv(cur.out, cur.rows, cur.cols, get(`conformer.pre_encode.conv.${2 + 3 * (s - 1)}.weight`), get(`conformer.pre_encode.conv.${2 + 3 * (s - 1)}.bias`), true, false);
-    const pw = get(`conformer.pre_encode.conv.${3 + 3 * (s - 1)}.weight`);
-    const pb = get(`conformer.pre_encode.conv.${3 + 3 * (s - 1)}.bias`);
-    const P = d0.rows * d0.cols;
-    cur = { out: Array.from({ length: C }, (_, co) => Float64Array.from({ length: P }, (_, p) => Math.max(0, pb[co]! + d0.out.reduce((a, ch, ci) => a + pw[co * C + ci]! * ch[p]!, 0)))), rows: d0.rows, cols: d0.cols };
-  }
-  const Tp = cur.rows;
   const d = e.d;
-  const linear = (x: M, rows: number, inD: number, w: M, b: M | null, outD: number): M => {
+  const sub: SubsampleRefWeights = {
+    conv0: { w: get('conformer.pre_encode.conv.0.weight'), b: get('conformer.pre_encode.conv.0.bias') },
+    dw: Array.from({ length: e.stages - 1 }, (_, j) => ({ w: get(`conformer.pre_encode.conv.${2 + 3 * j}.weight`), b: get(`conformer.pre_encode.conv.${2 + 3 * j}.bias`) })),
+    pw: Array.from({ length: e.stages - 1 }, (_, j) => ({ w: get(`conformer.pre_encode.conv.${3 + 3 * j}.weight`), b: get(`conformer.pre_encode.conv.${3 + 3 * j}.bias`) })),
+    out: { w: get('conformer.pre_encode.out.weight'), b: get('conformer.pre_encode.out.bias') },
+  };
+  let x = subsampleReference(mel, T, F, C, e.stages, sub, d);
+  const Tp = x.length / d;
+  const linear = (xs: Float64Array, rows: number, inD: number, w: Float64Array, b: Float64Array | null, outD: number): Float64Array => {
     const y = new Float64Array(rows * outD);
     for (let r = 0; r < rows; r++)
       for (let o = 0; o < outD; o++) {
         let s = b ? b[o]! : 0;
-        for (let k = 0; k < inD; k++) s += x[r * inD + k]! * w[o * inD + k]!;
+        for (let k = 0; k < inD; k++) s += xs[r * inD + k]! * w[o * inD + k]!;
         y[r * outD + o] = s;
       }
     return y;
   };
-  const flat = new Float64Array(Tp * C * cur.cols);
-  for (let i = 0; i < Tp; i++) for (let c = 0; c < C; c++) for (let f = 0; f < cur.cols; f++) flat[i * C * cur.cols + c * cur.cols + f] = cur.out[c]![i * cur.cols + f]!;
-  let x = linear(flat, Tp, C * cur.cols, get('conformer.pre_encode.out.weight'), get('conformer.pre_encode.out.bias'), d);
   const ln = (v: M, rows: number, dim: number, w: M, b: M): M => {
     const y = new Float64Array(rows * dim);
     for (let r = 0; r < rows; r++) {
