@@ -1,3 +1,4 @@
+import v8 from 'node:v8';
 import { Worker } from 'node:worker_threads';
 
 export { prng } from '../src/memory/prng.js';
@@ -24,3 +25,26 @@ export function runWorker<T>(url: URL, workerData: unknown): Promise<T> {
     });
   });
 }
+
+/**
+ * Heap and ArrayBuffer growth over `n` calls in steady state (optimised code): the smallest
+ * window after a warm-up, measuring up to 50 windows and stopping at the first under `quiet`
+ * bytes. Unoptimised tiers box doubles, and under load the background compiler can take a
+ * while; one-off JIT work lands in some windows only, while an allocation per call shows in
+ * every window. A window with a garbage collection in it (negative delta) is ignored.
+ */
+export function allocationProbe(n: number, body: () => void, quiet = 1024): { heap: number; arrayBuffers: number; windows: number } {
+  for (let i = 0; i < 10 * n; i++) body();
+  let best = { heap: Number.POSITIVE_INFINITY, arrayBuffers: Number.POSITIVE_INFINITY, windows: 0 };
+  for (let window = 1; window <= 50; window++) {
+    const ab = process.memoryUsage().arrayBuffers;
+    const h = v8.getHeapStatistics().used_heap_size;
+    for (let i = 0; i < n; i++) body();
+    const heap = v8.getHeapStatistics().used_heap_size - h;
+    const arrayBuffers = process.memoryUsage().arrayBuffers - ab;
+    if (heap >= 0 && heap < best.heap) best = { heap, arrayBuffers, windows: window };
+    if (best.heap < quiet) break;
+  }
+  return best;
+}
+

@@ -15,8 +15,9 @@ import { ArgumentError } from '../memory/errors.js';
 import { PassBuilder, plan } from '../memory/index.js';
 import type { Workspace } from '../dsp/workspace.js';
 import type { Lfm2Shape, ModelConfig } from './config.js';
+import { native } from '../native.js';
 import type { WeightsImage } from './image.js';
-import { attention, attentionScratchFloats, conv1dCausal, GEMM_PACK_FLOATS, gemm, gemv, rmsNorm, rope, ropeTables, rowInto, swiglu, type Weights } from './kernels.js';
+import { attentionScratchFloats, conv1dCausal, GEMM_PACK_FLOATS, gemm, gemv, rmsNorm, rope, ropeTables, rowInto, swiglu, type Weights } from './kernels.js';
 
 const EPS = 1e-5;
 const F32 = 4;
@@ -180,6 +181,7 @@ export class Lfm2Stack {
   readonly #finalNorm: Float32Array;
   readonly #cos: Float32Array;
   readonly #sin: Float32Array;
+  readonly #scale: number; // 1/√head dim, made once: a double computed per call would be boxed
 
   constructor(dims: Lfm2Dims, image: WeightsImage, arena: Arena, derived: Workspace, o: { chunk: number; context: number; tensors: string; name: string; category: 'workspace.prefill' | 'workspace.detokenizer' }) {
     if (!Number.isSafeInteger(o.chunk) || o.chunk < 1) throw new ArgumentError(`${o.name}: chunk must be a positive integer, got ${o.chunk}`);
@@ -206,6 +208,7 @@ export class Lfm2Stack {
       };
     });
     this.#finalNorm = f32(`${o.tensors}.embedding_norm.weight`);
+    this.#scale = 1 / Math.sqrt(dims.headDim);
     const half = dims.headDim / 2;
     this.#cos = derived(`${o.name}:rope.cos`, Float32Array, o.context * half);
     this.#sin = derived(`${o.name}:rope.sin`, Float32Array, o.context * half);
@@ -241,7 +244,8 @@ export class Lfm2Stack {
       shift = pos - state.base + n - state.rows;
       if (b.window === 0 || pos - (state.base + shift) < b.window - 1) throw new ArgumentError('LFM2: the KV cache is too small for this chunk');
     }
-    this.#layers.forEach((L, l) => {
+    for (let l = 0; l < this.#layers.length; l++) {
+      const L = this.#layers[l]!;
       if (L.kind === 'conv') {
         const ln = v['op.ln'] as Float32Array;
         rmsNorm(h, L.opNorm, ln, n, D, EPS);
@@ -281,8 +285,8 @@ export class Lfm2Stack {
           V[row * kd + i] = vv[i]!;
         }
         const ctx = v['att.ctx'] as Float32Array;
-        const shape = { Tq: n, Tk: row + n, Hq: b.heads, Hkv: b.kvHeads, hd, qpos0: pos, kpos0: state.base + shift, tq: this.chunk, tk: KEY_TILE };
-        attention(b.window > 0 ? { ...shape, mode: 'sliding', window: b.window } : { ...shape, mode: 'causal' }, q, K, V, ctx, v['att.scratch'] as Float32Array);
+        // Positional native call: the step path builds no option objects.
+        native.attention(q, K, V, ctx, null, null, null, v['att.scratch'] as Float32Array, n, row + n, b.heads, b.kvHeads, hd, pos, state.base + shift, b.window, b.window > 0 ? 2 : 1, this.#scale, this.chunk, KEY_TILE);
         const o = v['att.o'] as Float32Array;
         gemm(ctx, L.outProj, null, o, n, D, qd, pack);
         for (let i = 0; i < n * D; i++) h[i] = h[i]! + o[i]!;
@@ -298,7 +302,7 @@ export class Lfm2Stack {
       const o = v['ffn.o'] as Float32Array;
       gemm(act, L.w2, null, o, n, D, b.ffn, pack);
       for (let i = 0; i < n * D; i++) h[i] = h[i]! + o[i]!;
-    });
+    }
     const hidden = v.hidden as Float32Array;
     rmsNorm(h, this.#finalNorm, hidden, n, D, EPS);
     state.base += shift;

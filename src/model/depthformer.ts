@@ -11,8 +11,9 @@ import { PassBuilder, plan } from '../memory/index.js';
 import type { Workspace } from '../dsp/workspace.js';
 import type { ModelConfig } from './config.js';
 import type { WeightsImage } from './image.js';
-import { attention, attentionScratchFloats, gemv, rmsNorm, rope, ropeTables, rowInto, swiglu, weightRows, type Weights } from './kernels.js';
+import { attentionScratchFloats, gemv, rmsNorm, rope, ropeTables, rowInto, swiglu, weightRows, type Weights } from './kernels.js';
 import type { Sampler, SamplingOptions } from './sampler.js';
+import { native } from '../native.js';
 
 const EPS = 1e-5;
 const F32 = 4;
@@ -76,6 +77,7 @@ export class Depthformer {
   readonly #cos: Float32Array;
   readonly #sin: Float32Array;
   readonly #kv: Float32Array; // [layers][k|v][codebooks][kv heads × head dim]
+  readonly #scale: number; // 1/√head dim, made once: a double computed per call would be boxed
 
   constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, state: Float32Array) {
     const f = config.depthformer;
@@ -113,6 +115,7 @@ export class Depthformer {
     ropeTables(cb, f.headDim, config.backbone.ropeTheta, this.#cos, this.#sin);
     if (state.length < depthformerStateFloats(config)) throw new RangeError('depthformer state is too small');
     this.#kv = state;
+    this.#scale = 1 / Math.sqrt(f.headDim);
   }
 
   /**
@@ -141,7 +144,8 @@ export class Depthformer {
     for (let i = 0; i < cb; i++) {
       for (let j = 0; j < f.dim; j++) x[j] = slices[i * f.dim + j]!;
       if (i > 0) rowInto(this.#embed[i - 1]!, forced ? (forced[i - 1] as number) : codes[i - 1]!, x, 0, 1, true);
-      this.#layers.forEach((L, l) => {
+      for (let l = 0; l < this.#layers.length; l++) {
+        const L = this.#layers[l]!;
         rmsNorm(x, L.opNorm, ln, 1, f.dim, EPS);
         gemv(L.q, ln, q, xsum);
         gemv(L.k, ln, k, xsum);
@@ -156,14 +160,7 @@ export class Depthformer {
           this.#kv[K + i * kd + j] = k[j]!;
           this.#kv[V + i * kd + j] = vv[j]!;
         }
-        attention(
-          { Tq: 1, Tk: i + 1, Hq: f.heads, Hkv: f.kvHeads, hd, mode: 'causal', qpos0: i, kpos0: 0, tq: 1, tk: cb },
-          q,
-          this.#kvView(K),
-          this.#kvView(V),
-          ctx,
-          v.scratch as Float32Array,
-        );
+        native.attention(q, this.#kvView(K), this.#kvView(V), ctx, null, null, null, v.scratch as Float32Array, 1, i + 1, f.heads, f.kvHeads, hd, i, 0, 0, 1, this.#scale, 1, cb);
         gemv(L.out, ctx, o, xsum);
         for (let j = 0; j < f.dim; j++) x[j] = x[j]! + o[j]!;
         rmsNorm(x, L.ffnNorm, ln, 1, f.dim, EPS);
@@ -172,7 +169,7 @@ export class Depthformer {
         swiglu(v.gate as Float32Array, v.up as Float32Array, v.act as Float32Array, f.ffn);
         gemv(L.w2, v.act as Float32Array, o, xsum);
         for (let j = 0; j < f.dim; j++) x[j] = x[j]! + o[j]!;
-      });
+      }
       rmsNorm(x, this.#norm[i]!, ln, 1, f.dim, EPS);
       gemv(this.#logits[i]!, ln, logits, xsum);
       if (logitsOut !== null) for (let j = 0; j < this.config.audio.codes; j++) logitsOut[i * this.config.audio.codes + j] = logits[j]!;

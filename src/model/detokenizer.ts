@@ -54,6 +54,7 @@ export class Detokenizer {
   readonly #bins: Float32Array; // [upsample][1282]
   readonly #pcm: Float32Array; // one code frame of 24 kHz audio
   readonly #pack: Float32Array;
+  readonly #meanScale: number; // 1/codebooks, made once: a double computed per call would be boxed
 
   constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, o: { turnPositions: number }) {
     const t = config.detokenizer;
@@ -72,6 +73,7 @@ export class Detokenizer {
     this.#bins = arena.carve('detokenizer.bins', 'workspace.detokenizer', Float32Array, t.upsample * t.outBins);
     this.#pcm = arena.carve('detokenizer.pcm24', 'workspace.detokenizer', Float32Array, t.upsample * t.hop + t.nFft);
     this.#pack = arena.carve('detokenizer.pack', 'workspace.detokenizer', Float32Array, GEMM_PACK_FLOATS);
+    this.#meanScale = 1 / config.audio.codebooks;
   }
 
   /** The last frame's 1282-value rows [upsample][1282] (log-magnitudes then phases). */
@@ -96,7 +98,7 @@ export class Detokenizer {
     for (let i = 0; i < cb; i++) {
       const c = codes[i] as number;
       if (!Number.isInteger(c) || c < 0 || c >= t.codes) throw new ArgumentError(`detokenizer: code ${c} of codebook ${i} is not 0…${t.codes - 1}`);
-      rowInto(this.#emb, i * t.codes + c, h, 0, 1 / cb, i > 0);
+      rowInto(this.#emb, i * t.codes + c, h, 0, this.#meanScale, i > 0);
     }
     for (let r = 1; r < t.upsample; r++) for (let j = 0; j < D; j++) h[r * D + j] = h[j]!;
     const hidden = this.stack.forward(state.lfm, t.upsample);

@@ -5,7 +5,6 @@
  * Allocation-free after construction.
  */
 import { ArgumentError } from '../memory/errors.js';
-import { prng } from '../memory/prng.js';
 
 export interface SamplingOptions {
   temperature: number;
@@ -17,7 +16,9 @@ export const AUDIO_SAMPLING: Readonly<SamplingOptions> = Object.freeze({ tempera
 export const MAX_TOP_K = 256;
 
 export class Sampler {
-  #random: () => number;
+  // mulberry32 state kept inline (the same sequence as memory/prng): a closure call returning
+  // a double would box it on every draw.
+  readonly #state = new Uint32Array(1);
   readonly #seed: number;
   readonly #idx = new Int32Array(MAX_TOP_K);
   readonly #val = new Float64Array(MAX_TOP_K);
@@ -25,12 +26,22 @@ export class Sampler {
   constructor(seed: number) {
     if (!Number.isSafeInteger(seed) || seed < 0) throw new ArgumentError(`sampler seed must be a non-negative integer, got ${seed}`);
     this.#seed = seed;
-    this.#random = prng(seed);
+    this.#state[0] = seed >>> 0;
   }
 
   /** Restarts the sequence (a new conversation with the same seed). */
   reset(): void {
-    this.#random = prng(this.#seed);
+    this.#state[0] = this.#seed >>> 0;
+  }
+
+  /** Uniform in [0, 1). */
+  #uniform(): number {
+    const a = ((this.#state[0] as number) + 0x6d2b79f5) >>> 0;
+    this.#state[0] = a;
+    let t = a;
+    t = Math.imul(t ^ (t >>> 15), t | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
   }
 
   /** Index sampled from logits[0…n), never `masked` (−1 for none). */
@@ -55,7 +66,7 @@ export class Sampler {
     const top = this.#val[0] as number;
     let z = 0;
     for (let j = 0; j < size; j++) z += Math.exp(((this.#val[j] as number) - top) / o.temperature);
-    let u = this.#random() * z;
+    let u = this.#uniform() * z;
     for (let j = 0; j < size; j++) {
       u -= Math.exp(((this.#val[j] as number) - top) / o.temperature);
       if (u < 0) return this.#idx[j] as number;

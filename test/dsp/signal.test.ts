@@ -1,12 +1,11 @@
 import t from 'tap';
-import v8 from 'node:v8';
 import { Resampler } from '../../src/dsp/resample.js';
 import { MelFrontend, normaliseRows } from '../../src/dsp/mel.js';
 import { StreamingISTFT } from '../../src/dsp/istft.js';
 import { RealFFT } from '../../src/dsp/fft.js';
 import { arenaWorkspace, measureWorkspace } from '../../src/dsp/workspace.js';
 import { MemoryDomain } from '../../src/memory/index.js';
-import { prng } from '../helpers.js';
+import { allocationProbe, prng } from '../helpers.js';
 
 const CHUNKS = [1, 7, 160, 441, 4096];
 
@@ -222,28 +221,6 @@ t.test('ISTFT: STFT → ISTFT reconstructs; streaming emits 1440 then 1920 per c
   g2 += istft.finish(again, g2);
   t.ok(again.every((v, i) => Object.is(v, out[i])), 'identical after reset');
 });
-
-/**
- * Heap and ArrayBuffer growth over `n` calls in steady state (optimised code): the smallest
- * window after a warm-up, measuring up to 50 windows and stopping at the first under `quiet`
- * bytes. Unoptimised tiers box doubles, and under load the background compiler can take a
- * while; one-off JIT work lands in some windows only, while an allocation per call shows in
- * every window. A window with a garbage collection in it (negative delta) is ignored.
- */
-function allocationProbe(n: number, body: () => void, quiet = 1024): { heap: number; arrayBuffers: number; windows: number } {
-  for (let i = 0; i < 10 * n; i++) body();
-  let best = { heap: Number.POSITIVE_INFINITY, arrayBuffers: Number.POSITIVE_INFINITY, windows: 0 };
-  for (let window = 1; window <= 50; window++) {
-    const ab = process.memoryUsage().arrayBuffers;
-    const h = v8.getHeapStatistics().used_heap_size;
-    for (let i = 0; i < n; i++) body();
-    const heap = v8.getHeapStatistics().used_heap_size - h;
-    const arrayBuffers = process.memoryUsage().arrayBuffers - ab;
-    if (heap >= 0 && heap < best.heap) best = { heap, arrayBuffers, windows: window };
-    if (best.heap < quiet) break;
-  }
-  return best;
-}
 
 t.test('steady-state processing allocates nothing (buffers from a sealed arena)', async (t) => {
   const domain = MemoryDomain.create({ limit: '256MiB' });

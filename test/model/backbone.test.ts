@@ -7,6 +7,7 @@ import { heapWorkspace } from '../../src/dsp/workspace.js';
 import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
 import { Backbone, backboneDims, backbonePass, BackboneState, backboneStateSizes } from '../../src/model/backbone.js';
 import { lfm2Reference } from './lfm2-reference.js';
+import { allocationProbe } from '../helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'voxslab-lfm-'));
 makeCheckpoint({ config: 'tiny', seed: 31, out: dir, dtype: 'f32' });
@@ -93,4 +94,20 @@ t.test('chunked prefill and single steps equal one-shot prefill bit for bit', as
   small.backbone.forward(small.state, r, 4);
   t.throws(() => small.backbone.forward(small.state, r, 1), /position 9 exceeds the context of 8/);
   t.throws(() => small.backbone.embedText(99999, r), /outside the vocabulary/);
+});
+
+t.test('a decode step allocates nothing in steady state', async (t) => {
+  const { config, backbone, state } = setup(1, 4096);
+  const D = config.backbone.hidden;
+  const row = new Float32Array(D);
+  const logits = new Float32Array(config.backbone.vocab);
+  let token = 1;
+  const probe = allocationProbe(40, () => {
+    backbone.embedText(token, row);
+    const hidden = backbone.forward(state, row, 1);
+    backbone.logits(hidden, logits);
+    token = (token * 7 + 3) % config.backbone.vocab;
+  });
+  t.ok(probe.heap >= 0 && probe.heap < 1024, `JS heap growth over 40 steps: ${probe.heap} bytes (window ${probe.windows})`);
+  t.equal(probe.arrayBuffers, 0);
 });

@@ -7,7 +7,7 @@ import { heapWorkspace } from '../../src/dsp/workspace.js';
 import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
 import { Depthformer, depthformerPass, depthformerStateFloats, END_OF_AUDIO } from '../../src/model/depthformer.js';
 import { AUDIO_SAMPLING, Sampler, TEXT_SAMPLING } from '../../src/model/sampler.js';
-import { prng } from '../helpers.js';
+import { allocationProbe, prng } from '../helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'voxslab-depth-'));
 makeCheckpoint({ config: 'tiny', seed: 41, out: dir, dtype: 'f32' });
@@ -147,4 +147,14 @@ t.test('sampling: seeded, top-k support, mask', async (t) => {
   s.reset();
   t.equal(s.sample(logits, 2049, AUDIO_SAMPLING, 2048), first, 'reset restarts the sequence');
   t.throws(() => new Sampler(-1), /non-negative integer/);
+});
+
+t.test('a frame allocates nothing in steady state', async (t) => {
+  const { config, depth } = setup();
+  const hidden = Float32Array.from({ length: config.backbone.hidden }, (_, i) => Math.sin(i));
+  const codes = new Int32Array(8);
+  const sampler = new Sampler(9);
+  const probe = allocationProbe(30, () => depth.frame(hidden, sampler, AUDIO_SAMPLING, codes));
+  t.ok(probe.heap >= 0 && probe.heap < 1024, `JS heap growth over 30 frames: ${probe.heap} bytes (window ${probe.windows})`);
+  t.equal(probe.arrayBuffers, 0);
 });

@@ -9,7 +9,7 @@ import { detokenizerDims, lfm2Pass } from '../../src/model/backbone.js';
 import { Detokenizer, DetokenizerState } from '../../src/model/detokenizer.js';
 import { DETOKENIZER_PREFIX } from '../../src/model/image.js';
 import { lfm2Reference } from './lfm2-reference.js';
-import { prng, randInt } from '../helpers.js';
+import { allocationProbe, prng, randInt } from '../helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'voxslab-detok-'));
 makeCheckpoint({ config: 'tiny', seed: 51, out: dir, dtype: 'f32' });
@@ -89,4 +89,15 @@ t.test('code frames → bins equal a float64 reference with the sliding window; 
   m += detok.finish(state, again, m);
   t.ok(again.subarray(0, m).every((v, i) => Object.is(v, out[i])), 'startTurn resets positions, caches and overlap');
   t.throws(() => detok.frame(state, [1, 2, 3, 4, 5, 6, 7, 2048], out, 0), /code 2048 of codebook 7 is not 0…2047/);
+});
+
+t.test('a code frame allocates nothing in steady state', async (t) => {
+  const { detok, state } = setup(44100, 100_000);
+  const out = new Float32Array(detok.maxSamples(state));
+  const codes = Int32Array.from([1, 2, 3, 4, 5, 6, 7, 8]);
+  const probe = allocationProbe(30, () => {
+    detok.frame(state, codes, out, 0);
+  });
+  t.ok(probe.heap >= 0 && probe.heap < 1024, `JS heap growth over 30 code frames: ${probe.heap} bytes (window ${probe.windows})`);
+  t.equal(probe.arrayBuffers, 0);
 });
