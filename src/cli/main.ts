@@ -28,14 +28,14 @@ usage:
                                             band-limited resampling, every channel kept
   voxslab mel --in A.wav --out M.npy [--raw]
                                             log-mel features of 16 kHz audio, float32 [frames, 128]
-  voxslab bench <memory|planner|dsp|kernels> [--json] [--quick]
+  voxslab bench <memory|planner|dsp|kernels|model> [--json] [--quick]
   voxslab version
   voxslab help
 
 Memory sizes accept 512MiB, 2GiB or plain bytes; VOXSLAB_MEMORY_LIMIT sets the cap.
 Exit codes: 0 ok, 1 internal fault, 2 usage, 3 memory limit refused, 4 bad input.`;
 
-const BENCHES = ['memory', 'planner', 'dsp', 'kernels'] as const;
+const BENCHES = ['memory', 'planner', 'dsp', 'kernels', 'model'] as const;
 
 function version(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };

@@ -51,6 +51,8 @@ export function lfm2Pass(b: Lfm2Dims, chunk: number): PassBuilder {
   const p = new PassBuilder().external('input', 'kv_cache', 'conv_state');
   p.state('h', n * D * F32, `f32[${n}][${D}]`);
   p.state('gemm.pack', GEMM_PACK_FLOATS * F32);
+  // Per-group input sums for quantized GEMV (single-position steps), at most one per 8 inputs.
+  p.state('gemv.xsum', Math.ceil(Math.max(D, qd, b.ffn) / 8) * F32);
   p.op('embed', ['input', 'h']);
   p.op('op.norm', ['h'], [{ name: 'op.ln', bytes: n * D * F32 }]);
   // Short-conv body (conv layers).
@@ -215,6 +217,16 @@ export class Lfm2Stack {
     ropeTables(o.context, dims.headDim, dims.ropeTheta, this.#cos, this.#sin);
   }
 
+  /**
+   * out[n][N] = x[n][K]·Wᵀ: GEMM for a chunk; GEMV for one position (no per-call weight
+   * packing). The two sum in different orders, so a step equals a one-row chunk only to
+   * rounding; chunks of any size ≥ 2 are bit-identical to each other per row.
+   */
+  #linear(x: Float32Array, w: Weights, out: Float32Array, n: number, N: number, K: number): void {
+    if (n === 1) gemv(w, x, out, this.#v['gemv.xsum'] as Float32Array);
+    else gemm(x, w, null, out, n, N, K, this.#v['gemm.pack'] as Float32Array);
+  }
+
   /** The plan's input rows [chunk][hidden]: fill them, then call forward. */
   get input(): Float32Array {
     return this.#v.h as Float32Array;
@@ -232,7 +244,6 @@ export class Lfm2Stack {
     if (state.position + n > state.context) throw new ArgumentError(`LFM2: position ${state.position + n} exceeds the context of ${state.context}`);
     const v = this.#v;
     const h = v.h as Float32Array;
-    const pack = v['gemm.pack'] as Float32Array;
     if (input !== null && input !== h) for (let i = 0; i < n * D; i++) h[i] = input[i]!;
     const pos = state.position;
     const hd = b.headDim;
@@ -250,7 +261,7 @@ export class Lfm2Stack {
         const ln = v['op.ln'] as Float32Array;
         rmsNorm(h, L.opNorm, ln, n, D, EPS);
         const proj = v['conv.proj'] as Float32Array;
-        gemm(ln, L.inProj!, null, proj, n, 3 * D, D, pack);
+        this.#linear(ln, L.inProj!, proj, n, 3 * D, D);
         const bx = v['conv.bx'] as Float32Array;
         for (let t = 0; t < n; t++) for (let c = 0; c < D; c++) bx[t * D + c] = proj[t * 3 * D + c]! * proj[t * 3 * D + 2 * D + c]!;
         const y = v['conv.y'] as Float32Array;
@@ -258,7 +269,7 @@ export class Lfm2Stack {
         const cy = v['conv.cy'] as Float32Array;
         for (let t = 0; t < n; t++) for (let c = 0; c < D; c++) cy[t * D + c] = proj[t * 3 * D + D + c]! * y[t * D + c]!;
         const o = v['conv.o'] as Float32Array;
-        gemm(cy, L.outProj, null, o, n, D, D, pack);
+        this.#linear(cy, L.outProj, o, n, D, D);
         for (let i = 0; i < n * D; i++) h[i] = h[i]! + o[i]!;
       } else {
         const ln = v['att.ln'] as Float32Array;
@@ -266,9 +277,9 @@ export class Lfm2Stack {
         const q = v['att.q'] as Float32Array;
         const k = v['att.k'] as Float32Array;
         const vv = v['att.v'] as Float32Array;
-        gemm(ln, L.q!, null, q, n, qd, D, pack);
-        gemm(ln, L.k!, null, k, n, kd, D, pack);
-        gemm(ln, L.v!, null, vv, n, kd, D, pack);
+        this.#linear(ln, L.q!, q, n, qd, D);
+        this.#linear(ln, L.k!, k, n, kd, D);
+        this.#linear(ln, L.v!, vv, n, kd, D);
         rmsNorm(q, L.qNorm!, q, n * b.heads, hd, EPS);
         rmsNorm(k, L.kNorm!, k, n * b.kvHeads, hd, EPS);
         rope(q, this.#cos, this.#sin, n, b.heads, hd, pos, false);
@@ -288,19 +299,19 @@ export class Lfm2Stack {
         // Positional native call: the step path builds no option objects.
         native.attention(q, K, V, ctx, null, null, null, v['att.scratch'] as Float32Array, n, row + n, b.heads, b.kvHeads, hd, pos, state.base + shift, b.window, b.window > 0 ? 2 : 1, this.#scale, this.chunk, KEY_TILE);
         const o = v['att.o'] as Float32Array;
-        gemm(ctx, L.outProj, null, o, n, D, qd, pack);
+        this.#linear(ctx, L.outProj, o, n, D, qd);
         for (let i = 0; i < n * D; i++) h[i] = h[i]! + o[i]!;
       }
       const fl = v['ffn.ln'] as Float32Array;
       rmsNorm(h, L.ffnNorm, fl, n, D, EPS);
       const gate = v['ffn.gate'] as Float32Array;
       const up = v['ffn.up'] as Float32Array;
-      gemm(fl, L.w1, null, gate, n, b.ffn, D, pack);
-      gemm(fl, L.w3, null, up, n, b.ffn, D, pack);
+      this.#linear(fl, L.w1, gate, n, b.ffn, D);
+      this.#linear(fl, L.w3, up, n, b.ffn, D);
       const act = v['ffn.act'] as Float32Array;
       swiglu(gate, up, act, n * b.ffn);
       const o = v['ffn.o'] as Float32Array;
-      gemm(act, L.w2, null, o, n, D, b.ffn, pack);
+      this.#linear(act, L.w2, o, n, D, b.ffn);
       for (let i = 0; i < n * D; i++) h[i] = h[i]! + o[i]!;
     }
     const hidden = v.hidden as Float32Array;

@@ -59,7 +59,7 @@ t.test('prefill equals a float64 LFM2 reference; logits through the tied embeddi
   t.equal(state.position, T);
 });
 
-t.test('chunked prefill and single steps equal one-shot prefill bit for bit', async (t) => {
+t.test('chunked prefill equals one-shot prefill bit for bit; single steps to rounding', async (t) => {
   const one = setup(32);
   const D = one.config.backbone.hidden;
   const T = TOKENS.length;
@@ -75,7 +75,19 @@ t.test('chunked prefill and single steps equal one-shot prefill bit for bit', as
       for (let r = 0; r < n; r++) s.backbone.embedText(TOKENS[i + r]!, rows, r);
       got.set(s.backbone.forward(s.state, rows, n).subarray(0, n * D), i * D);
     }
-    t.ok(got.every((v, i) => Object.is(v, whole[i])), `chunks of ${chunk}`);
+    if (chunk === 1) {
+      // Single positions run through GEMV, which sums in another order than the GEMM of a
+      // chunk: equal to rounding, not to the bit.
+      let e = 0;
+      let s2 = 0;
+      for (let i = 0; i < whole.length; i++) {
+        e += (got[i]! - whole[i]!) ** 2;
+        s2 += whole[i]! ** 2;
+      }
+      t.ok(e / s2 < 1e-12, `steps of 1 equal one-shot prefill to rounding (NMSE ${(e / s2).toExponential(2)})`);
+    } else {
+      t.ok(got.every((v, i) => Object.is(v, whole[i])), `chunks of ${chunk}: bit for bit`);
+    }
   }
   // An audio frame embeds as the sum of its 8 codebook rows.
   const row = new Float32Array(D);
