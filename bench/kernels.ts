@@ -9,18 +9,7 @@ import { spawnSync } from 'node:child_process';
 import { attention, attentionScratchFloats, GEMM_PACK_FLOATS, gemm, gemv, kernelIsa } from '../src/model/kernels.js';
 import { quantize } from '../src/model/quant.js';
 import { native } from '../src/native.js';
-import { round } from './util.js';
-
-/** Fastest wall time of `repeats` runs of `body`, seconds. */
-function best(repeats: number, body: () => void): number {
-  let t = Number.POSITIVE_INFINITY;
-  for (let i = 0; i < repeats; i++) {
-    const t0 = process.hrtime.bigint();
-    body();
-    t = Math.min(t, Number(process.hrtime.bigint() - t0) / 1e9);
-  }
-  return t;
-}
+import { fastestSeconds as best, round } from './util.js';
 
 export interface KernelsBenchResult {
   bench: 'kernels';

@@ -17,17 +17,7 @@ import { Depthformer, depthformerPass, depthformerStateFloats } from '../src/mod
 import { Detokenizer, DetokenizerState } from '../src/model/detokenizer.js';
 import { AUDIO_SAMPLING, Sampler } from '../src/model/sampler.js';
 import { DEFAULT_ENCODER_TILES, encoderPass } from '../src/model/plans.js';
-import { round } from './util.js';
-
-function best(runs: number, body: () => void): number {
-  let b = Number.POSITIVE_INFINITY;
-  for (let i = 0; i < runs; i++) {
-    const t0 = process.hrtime.bigint();
-    body();
-    b = Math.min(b, Number(process.hrtime.bigint() - t0) / 1e9);
-  }
-  return b;
-}
+import { fastestSeconds as best, round } from './util.js';
 
 export interface ModelBenchRow {
   config: string;

@@ -26,8 +26,15 @@ export class DetokenizerState {
   constructor(config: ModelConfig, arena: Arena, ws: Workspace, o: { turnPositions: number; outputRate: number }) {
     const dims = detokenizerDims(config);
     this.lfm = new BackboneState(dims, arena, o.turnPositions, cacheRows(dims, o.turnPositions, config.detokenizer.upsample), 'detok.');
-    this.istft = new StreamingISTFT({ nFft: config.detokenizer.nFft, hop: config.detokenizer.hop }, ws);
-    this.resampler = new Resampler(config.detokenizer.sampleRate, o.outputRate, {}, ws);
+    const streams = DetokenizerState.streams(config, ws, o.outputRate);
+    this.istft = streams.istft;
+    this.resampler = streams.resampler;
+  }
+
+  /** The streaming ISTFT and the resampler to the device rate, with buffers from `ws`. */
+  static streams(config: ModelConfig, ws: Workspace, outputRate: number): { istft: StreamingISTFT; resampler: Resampler } {
+    const t = config.detokenizer;
+    return { istft: new StreamingISTFT({ nFft: t.nFft, hop: t.hop }, ws), resampler: new Resampler(t.sampleRate, outputRate, {}, ws) };
   }
 
   /** Region sizes this state carves directly (the LFM2 caches), for sizing its arena. */

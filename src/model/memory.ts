@@ -12,8 +12,6 @@ import { depthformerPass, depthformerStateFloats } from './depthformer.js';
 import { DetokenizerState } from './detokenizer.js';
 import { GEMM_PACK_FLOATS } from './kernels.js';
 import { measureWorkspace } from '../dsp/workspace.js';
-import { StreamingISTFT } from '../dsp/istft.js';
-import { Resampler } from '../dsp/resample.js';
 import { plan } from '../memory/planner.js';
 
 export interface MemoryPlanOptions {
@@ -71,8 +69,7 @@ export function conversationState(config: ModelConfig, context: number, kvBytes:
   for (const [i, bytes] of DetokenizerState.lfmBytes(config, turnPositions).entries()) out.push({ name: `detok.${i}`, category: 'recurrence', bytes });
   // The ISTFT and resampler buffers, measured by building them.
   const m = measureWorkspace(new FootprintPolicy({ alignment: 1, pageSize: 4096 }));
-  new StreamingISTFT({ nFft: config.detokenizer.nFft, hop: config.detokenizer.hop }, m.workspace);
-  new Resampler(config.detokenizer.sampleRate, o.outputRate, {}, m.workspace);
+  DetokenizerState.streams(config, m.workspace, o.outputRate);
   m.sizes.forEach((bytes, i) => out.push({ name: `detok.stream.${i}`, category: 'recurrence', bytes }));
   return out;
 }
