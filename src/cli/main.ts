@@ -5,6 +5,7 @@ import { readFileSync } from 'node:fs';
 import { UsageError, exitCodeOf } from '../memory/errors.js';
 import { planConfig, planIntervals } from './plan.js';
 import { melFile, resampleFile } from './audio.js';
+import { runCommand } from './run.js';
 import { makeCheckpoint, type FloatDtype } from '../io/checkpoint.js';
 import { quantizeCheckpoint } from '../io/quantize.js';
 import { mkdtempSync, rmSync } from 'node:fs';
@@ -24,6 +25,12 @@ usage:
                                             deterministic synthetic checkpoint in the public layout
   voxslab quantize --in DIR --out DIR --bits 4|8 [--group 32|64]
                                             affine group quantization of a checkpoint (all cores)
+  voxslab run --model <DIR|tiny|small> --in A.wav --out B.wav [--in C.wav --out D.wav]
+              [--rate HZ] [--report R.json] [--dump DIR] [--seed N] [--context T]
+              [--segment SECONDS] [--reply SECONDS]
+                                            answer each user segment with speech (float32 WAV at
+                                            --rate, default 48000) and print the text reply; a
+                                            built-in name is generated on first use
   voxslab resample --in A.wav --rate HZ --out B.wav
                                             band-limited resampling, every channel kept
   voxslab mel --in A.wav --out M.npy [--raw]
@@ -156,6 +163,29 @@ async function main(argv: string[]): Promise<number> {
       if (values.group !== '32' && values.group !== '64') throw new UsageError(`--group must be 32 or 64, got '${values.group}'`);
       const r = await quantizeCheckpoint({ input: values.in, output: values.out, bits: Number(values.bits) as 4 | 8, group: Number(values.group) });
       process.stderr.write(`wrote ${values.out}: ${r.quantized} tensors quantized, ${r.kept} kept\n`);
+      return 0;
+    }
+    case 'run': {
+      const { values, positionals } = parseArgs({
+        args: rest,
+        allowPositionals: true,
+        options: {
+          model: { type: 'string' },
+          in: { type: 'string', multiple: true },
+          out: { type: 'string', multiple: true },
+          rate: { type: 'string' },
+          report: { type: 'string' },
+          dump: { type: 'string' },
+          seed: { type: 'string' },
+          context: { type: 'string' },
+          segment: { type: 'string' },
+          reply: { type: 'string' },
+        },
+      });
+      if (positionals.length > 0) throw new UsageError(`run: unexpected argument '${positionals[0]}'`);
+      if (values.model === undefined || values.in === undefined || values.out === undefined) throw new UsageError('run: give --model DIR --in A.wav --out B.wav');
+      const { model, in: inputs, out: outputs, ...rest2 } = values;
+      process.stdout.write(`${runCommand({ model, inputs, outputs, ...rest2 })}\n`);
       return 0;
     }
     case 'resample': {

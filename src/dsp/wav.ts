@@ -257,14 +257,15 @@ export function wavHeader(f: WavFormat, frames: number): Uint8Array {
   const bps = bytesPerSample(f.format);
   const blockAlign = f.channels * bps;
   const dataBytes = frames * blockAlign;
-  const fmtSize = f.extensible ? 40 : 16;
+  const isFloat = f.format === 'float32' || f.format === 'float64';
+  // Non-PCM formats carry the cbSize field (0): an 18-byte fmt chunk.
+  const fmtSize = f.extensible ? 40 : isFloat ? 18 : 16;
   const headerBytes = 12 + 8 + fmtSize + 8;
   const out = new Uint8Array(headerBytes);
   const v = new DataView(out.buffer);
   const put = (at: number, s: string) => {
     for (let i = 0; i < 4; i++) v.setUint8(at + i, s.charCodeAt(i));
   };
-  const isFloat = f.format === 'float32' || f.format === 'float64';
   put(0, 'RIFF');
   v.setUint32(4, headerBytes - 8 + dataBytes + (dataBytes % 2), true);
   put(8, 'WAVE');

@@ -10,6 +10,7 @@ import { encodeSafetensorsHeader } from '../model/safetensors.js';
 import { encodeValues, TensorStream } from '../model/synth.js';
 import { UsageError } from '../memory/errors.js';
 import { Progress } from './progress.js';
+import { syntheticTokenizer } from '../model/tokenizer.js';
 
 export type FloatDtype = 'f32' | 'f16' | 'bf16';
 const STORED: Record<FloatDtype, Dtype> = { f32: 'F32', f16: 'F16', bf16: 'BF16' };
@@ -57,7 +58,8 @@ function writeFile(path: string, specs: readonly TensorSpec[], seed: number, dty
 }
 
 /**
- * Writes `config.json`, `model.safetensors` and `audio_detokenizer/` for a built-in
+ * Writes `config.json`, `model.safetensors`, `tokenizer.json` (with `tokenizer_config.json`)
+ * and `audio_detokenizer/` for a built-in
  * configuration. The same seed gives the same bytes.
  */
 export function makeCheckpoint(o: MakeCheckpointOptions): { files: string[]; bytes: number } {
@@ -69,23 +71,26 @@ export function makeCheckpoint(o: MakeCheckpointOptions): { files: string[]; byt
   mkdirSync(join(o.out, 'audio_detokenizer'), { recursive: true });
   writeFileSync(join(o.out, 'config.json'), `${JSON.stringify(pair[0], null, 2)}\n`);
   writeFileSync(join(o.out, 'audio_detokenizer', 'config.json'), `${JSON.stringify(pair[1], null, 2)}\n`);
+  const tk = syntheticTokenizer(config.backbone.vocab);
+  writeFileSync(join(o.out, 'tokenizer.json'), `${JSON.stringify(tk.tokenizer)}\n`);
+  writeFileSync(join(o.out, 'tokenizer_config.json'), `${JSON.stringify(tk.config, null, 2)}\n`);
   const main = o.omitTied === true ? layout.main.filter((s) => s.tiedTo === undefined) : layout.main;
   let bytes = writeFile(join(o.out, 'model.safetensors'), main, o.seed, dtype, 'model.safetensors', o.progress);
   bytes += writeFile(join(o.out, 'audio_detokenizer', 'model.safetensors'), layout.detokenizer, o.seed ^ 0x5eed, dtype, 'audio_detokenizer/model.safetensors', o.progress);
   return {
-    files: ['config.json', 'model.safetensors', 'audio_detokenizer/config.json', 'audio_detokenizer/model.safetensors'].map((f) => join(o.out, f)),
+    files: ['config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json', 'audio_detokenizer/config.json', 'audio_detokenizer/model.safetensors'].map((f) => join(o.out, f)),
     bytes,
   };
 }
 
 /** Loads a checkpoint folder into a weights image in `domain` (see model/image.ts). */
-export function loadCheckpoint(dir: string, domain: MemoryDomain): { config: ModelConfig; image: WeightsImage; report: LoadReport } {
+export function loadCheckpoint(dir: string, domain: MemoryDomain, sealOwner = true): { config: ModelConfig; image: WeightsImage; report: LoadReport } {
   const config = loadConfig(dir);
   const main = openFileSource(join(dir, 'model.safetensors'));
   try {
     const det = openFileSource(join(dir, 'audio_detokenizer', 'model.safetensors'));
     try {
-      const { image, report } = buildWeightsImage(domain, config, { main, detokenizer: det });
+      const { image, report } = buildWeightsImage(domain, config, { main, detokenizer: det }, sealOwner);
       return { config, image, report };
     } finally {
       det.close();

@@ -128,7 +128,7 @@ export async function quantizeCheckpoint(o: QuantizeOptions): Promise<{ quantize
       }
       writeFileSync(join(o.output, f), `${JSON.stringify({ ...cfg, quantization: { bits: o.bits, group_size: o.group } }, null, 2)}\n`);
     }
-    for (const extra of ['tokenizer.json']) {
+    for (const extra of ['tokenizer.json', 'tokenizer_config.json']) {
       try {
         copyFileSync(join(o.input, extra), join(o.output, extra));
       } catch {

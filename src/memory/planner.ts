@@ -455,6 +455,37 @@ export function plan(specs: readonly BufferSpec[], options: PlanOptions = {}): P
   });
 }
 
+/** A function from a pass's buffers to a plan: `plan`, or `separatePlan` for comparisons. */
+export type Planner = (specs: readonly BufferSpec[]) => Plan;
+
+/**
+ * The naive layout: every buffer in bytes of its own (no sharing, no in-place), one after
+ * another. Runs computed on it are the reference that planned runs must equal bit for bit.
+ */
+export function separatePlan(specs: readonly BufferSpec[], options: { alignment?: number } = {}): Plan {
+  const t0 = performance.now();
+  const alignment = options.alignment ?? 64;
+  if (!isPow2(alignment)) throw new ArgumentError(`plan: alignment must be a power of two, got ${String(alignment)}`);
+  const buffers = normalise(specs);
+  const reference = plan(buffers, { alignment, improve: false });
+  let at = 0;
+  const placed: PlacedBuffer[] = buffers.map((b) => {
+    const p = Object.freeze({ name: b.name, bytes: b.bytes, firstUse: b.firstUse, lastUse: b.lastUse, offset: at, inPlaceOf: null });
+    at += alignUp(b.bytes, alignment);
+    return p;
+  });
+  return Object.freeze({
+    buffers: Object.freeze(placed),
+    alignment,
+    highWater: at,
+    lowerBound: reference.lowerBound,
+    ratio: reference.lowerBound === 0 ? 1 : at / reference.lowerBound,
+    greedyHighWater: at,
+    refusedInPlace: Object.freeze([]),
+    planMs: performance.now() - t0,
+  });
+}
+
 /**
  * Independent alias-safety proof: sweeps the ops itself and checks that no two buffers live at
  * the same op share a byte. The only sharing allowed is an in-place pair at the one op where

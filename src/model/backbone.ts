@@ -12,7 +12,7 @@
  */
 import type { Arena, PlannedRegion } from '../memory/arena.js';
 import { ArgumentError } from '../memory/errors.js';
-import { PassBuilder, plan } from '../memory/index.js';
+import { PassBuilder, plan, type Planner } from '../memory/index.js';
 import type { Workspace } from '../dsp/workspace.js';
 import type { Lfm2Shape, ModelConfig } from './config.js';
 import { native } from '../native.js';
@@ -184,12 +184,14 @@ export class Lfm2Stack {
   readonly #cos: Float32Array;
   readonly #sin: Float32Array;
   readonly #scale: number; // 1/√head dim, made once: a double computed per call would be boxed
+  readonly #shiftCos: Float32Array; // one rotation by −d positions, filled when the context is compacted
+  readonly #shiftSin: Float32Array;
 
-  constructor(dims: Lfm2Dims, image: WeightsImage, arena: Arena, derived: Workspace, o: { chunk: number; context: number; tensors: string; name: string; category: 'workspace.prefill' | 'workspace.detokenizer' }) {
+  constructor(dims: Lfm2Dims, image: WeightsImage, arena: Arena, derived: Workspace, o: { chunk: number; context: number; tensors: string; name: string; category: 'workspace.prefill' | 'workspace.detokenizer'; planner?: Planner | undefined }) {
     if (!Number.isSafeInteger(o.chunk) || o.chunk < 1) throw new ArgumentError(`${o.name}: chunk must be a positive integer, got ${o.chunk}`);
     this.dims = dims;
     this.chunk = o.chunk;
-    this.region = arena.carvePlan(o.name, o.category, plan(lfm2Pass(dims, o.chunk).build()));
+    this.region = arena.carvePlan(o.name, o.category, (o.planner ?? plan)(lfm2Pass(dims, o.chunk).build()));
     this.#v = this.region.views as Record<string, Float32Array>;
     const f32 = (name: string): Float32Array => image.toF32(name, derived(`${o.name}:${name}`, Float32Array, image.get(name).shape.reduce((a, c) => a * c, 1)));
     this.#layers = dims.layers.map((kind, l) => {
@@ -215,6 +217,39 @@ export class Lfm2Stack {
     this.#cos = derived(`${o.name}:rope.cos`, Float32Array, o.context * half);
     this.#sin = derived(`${o.name}:rope.sin`, Float32Array, o.context * half);
     ropeTables(o.context, dims.headDim, dims.ropeTheta, this.#cos, this.#sin);
+    this.#shiftCos = derived(`${o.name}:rope.shift.cos`, Float32Array, half);
+    this.#shiftSin = derived(`${o.name}:rope.shift.sin`, Float32Array, half);
+  }
+
+  /**
+   * The context policy of a full-attention stack: forgets `drop` positions after the first
+   * `keep` (the system prompt), moves the later cache rows down and rotates their keys by −drop
+   * positions. RoPE is a rotation, R(p − d) = R(−d)·R(p), so the kept keys are exactly those of
+   * their new positions; relative distances among kept rows are unchanged. Short-conv states hold
+   * the last inputs, which are kept, so they stay. Allocation-free.
+   */
+  dropPositions(state: BackboneState, keep: number, drop: number): void {
+    const b = this.dims;
+    if (b.window !== 0 || state.base !== 0) throw new ArgumentError('LFM2: positions are dropped only from a full-attention cache');
+    if (!Number.isSafeInteger(keep) || !Number.isSafeInteger(drop) || keep < 0 || drop < 1 || keep + drop > state.position) {
+      throw new ArgumentError(`LFM2: cannot drop ${drop} positions after ${keep} of ${state.position}`);
+    }
+    const half = b.headDim / 2;
+    for (let i = 0; i < half; i++) {
+      this.#shiftCos[i] = this.#cos[drop * half + i]!;
+      this.#shiftSin[i] = -this.#sin[drop * half + i]!;
+    }
+    const kd = b.kvHeads * b.headDim;
+    const moved = state.position - keep - drop;
+    for (let l = 0; l < b.layers.length; l++) {
+      const K = state.k[l];
+      const V = state.v[l];
+      if (K === null || V === null || K === undefined || V === undefined) continue;
+      K.copyWithin(keep * kd, (keep + drop) * kd, state.position * kd);
+      V.copyWithin(keep * kd, (keep + drop) * kd, state.position * kd);
+      if (moved > 0) rope(K.subarray(keep * kd, (keep + moved) * kd), this.#shiftCos, this.#shiftSin, 1, moved * b.kvHeads, b.headDim, 0, false);
+    }
+    state.position -= drop;
   }
 
   /**
@@ -331,7 +366,7 @@ export class Backbone {
   readonly #embed: Weights;
   readonly #audio: Weights;
 
-  constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, options: { chunk: number; context: number }) {
+  constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, options: { chunk: number; context: number; planner?: Planner }) {
     const b = config.backbone;
     if (!Number.isSafeInteger(options.context) || options.context < 1 || options.context > b.maxContext) {
       throw new ArgumentError(`backbone context must be an integer from 1 to ${b.maxContext}, got ${options.context}`);
@@ -339,7 +374,7 @@ export class Backbone {
     this.config = config;
     this.chunk = options.chunk;
     this.maxContext = options.context;
-    this.stack = new Lfm2Stack(backboneDims(config), image, arena, derived, { chunk: options.chunk, context: options.context, tensors: 'lfm', name: 'backbone', category: 'workspace.prefill' });
+    this.stack = new Lfm2Stack(backboneDims(config), image, arena, derived, { chunk: options.chunk, context: options.context, tensors: 'lfm', name: 'backbone', category: 'workspace.prefill', planner: options.planner });
     this.#embed = image.weights('lfm.embed_tokens.weight');
     this.#audio = image.weights('audio_embedding.embedding.weight');
   }

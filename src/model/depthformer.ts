@@ -7,7 +7,7 @@
  * is empty at the start of every frame.
  */
 import type { Arena, PlannedRegion } from '../memory/arena.js';
-import { PassBuilder, plan } from '../memory/index.js';
+import { PassBuilder, plan, type Planner } from '../memory/index.js';
 import type { Workspace } from '../dsp/workspace.js';
 import type { ModelConfig } from './config.js';
 import type { WeightsImage } from './image.js';
@@ -79,11 +79,11 @@ export class Depthformer {
   readonly #kv: Float32Array; // [layers][k|v][codebooks][kv heads × head dim]
   readonly #scale: number; // 1/√head dim, made once: a double computed per call would be boxed
 
-  constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, state: Float32Array) {
+  constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, state: Float32Array, planner: Planner = plan) {
     const f = config.depthformer;
     const cb = config.audio.codebooks;
     this.config = config;
-    this.region = arena.carvePlan('depthformer', 'workspace.depthformer', plan(depthformerPass(config).build()));
+    this.region = arena.carvePlan('depthformer', 'workspace.depthformer', planner(depthformerPass(config).build()));
     this.#v = this.region.views as Record<string, Float32Array>;
     const f32 = (name: string): Float32Array => image.toF32(name, derived(`depth:${name}`, Float32Array, image.get(name).shape.reduce((a, c) => a * c, 1)));
     this.#linear = image.weights('depth_linear.weight');

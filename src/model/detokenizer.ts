@@ -10,6 +10,7 @@
 import type { Arena, PlannedRegion } from '../memory/arena.js';
 import { ArgumentError } from '../memory/errors.js';
 import type { Workspace } from '../dsp/workspace.js';
+import type { Planner } from '../memory/planner.js';
 import { StreamingISTFT } from '../dsp/istft.js';
 import { Resampler } from '../dsp/resample.js';
 import type { ModelConfig } from './config.js';
@@ -63,7 +64,7 @@ export class Detokenizer {
   readonly #pack: Float32Array;
   readonly #meanScale: number; // 1/codebooks, made once: a double computed per call would be boxed
 
-  constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, o: { turnPositions: number }) {
+  constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, o: { turnPositions: number; planner?: Planner }) {
     const t = config.detokenizer;
     this.config = config;
     this.stack = new Lfm2Stack(detokenizerDims(config), image, arena, derived, {
@@ -72,6 +73,7 @@ export class Detokenizer {
       tensors: `${DETOKENIZER_PREFIX}lfm`,
       name: 'detokenizer',
       category: 'workspace.detokenizer',
+      planner: o.planner,
     });
     this.work = this.stack.region;
     this.#emb = image.weights(`${DETOKENIZER_PREFIX}emb.emb.weight`);

@@ -13,7 +13,7 @@
  */
 import type { Arena, PlannedRegion } from '../memory/arena.js';
 import { ArgumentError } from '../memory/errors.js';
-import { plan } from '../memory/planner.js';
+import { plan, type Planner } from '../memory/planner.js';
 import type { Workspace } from '../dsp/workspace.js';
 import type { ModelConfig } from './config.js';
 import type { WeightsImage } from './image.js';
@@ -61,7 +61,7 @@ export class ConformerEncoder {
    * `arena` receives the stage plan (category workspace.conformer); `derived` provides the
    * f32 copies of small tensors and the position table (charged to the model as derived).
    */
-  constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, options: { segmentSeconds: number; tiles?: EncoderTiles }) {
+  constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, options: { segmentSeconds: number; tiles?: EncoderTiles; planner?: Planner }) {
     const e = config.encoder;
     const tiles = options.tiles ?? DEFAULT_ENCODER_TILES;
     if (tiles.rows < 1 || tiles.queries < 1 || tiles.keys < 1 || tiles.subsampling < 1) throw new ArgumentError('the encoder runs tiled: every tile size must be positive');
@@ -70,7 +70,7 @@ export class ConformerEncoder {
     this.maxFrames = encoderFrames(config, melRows(config, segmentSamples(config, options.segmentSeconds)));
     const pass = encoderPass(config, { segmentSeconds: options.segmentSeconds, tiles });
     const types = { 'sub.lo': Int32Array, 'sub.hi': Int32Array, 'sub.totals': Int32Array, 'mel.stats': Float64Array } as const;
-    this.region = arena.carvePlan('conformer', 'workspace.conformer', plan(pass.build()), types);
+    this.region = arena.carvePlan('conformer', 'workspace.conformer', (options.planner ?? plan)(pass.build()), types);
     this.#v = this.region.views as Record<string, Float32Array>;
     const f32 = (name: string): Float32Array => {
       const t = image.get(name);
@@ -135,6 +135,11 @@ export class ConformerEncoder {
     this.#xTiles = tileViews(views.x as Float32Array, e.d);
     this.#encTiles = tileViews(views.encoded as Float32Array, config.adapter.out);
     this.#gluTiles = tileViews(views['conv.glu'] as Float32Array, e.d);
+  }
+
+  /** The last segment's Conformer output before the adapter, [frames][d] (a view of the plan). */
+  get encoderOutput(): Float32Array {
+    return this.#v.x as Float32Array;
   }
 
   /** Frames a segment of T mel rows gives. */

@@ -213,9 +213,10 @@ function check(entries: ReadonlyMap<string, TensorEntry>, specs: readonly Tensor
 
 /**
  * Validates both safetensors files against `config`, then builds the sealed image in `domain`
- * (owner `model`). Nothing is allocated if validation fails.
+ * (owner `model`). Nothing is allocated if validation fails. The owner is sealed (ready) unless
+ * `sealOwner` is false: a caller that carves more model-owned state seals it itself.
  */
-export function buildWeightsImage(domain: MemoryDomain, config: ModelConfig, sources: { main: ByteSource; detokenizer: ByteSource }): { image: WeightsImage; report: LoadReport } {
+export function buildWeightsImage(domain: MemoryDomain, config: ModelConfig, sources: { main: ByteSource; detokenizer: ByteSource }, sealOwner = true): { image: WeightsImage; report: LoadReport } {
   const layout = checkpointLayout(config);
   const mainHeader = readSafetensorsHeader(sources.main);
   const detHeader = readSafetensorsHeader(sources.detokenizer);
@@ -326,7 +327,7 @@ export function buildWeightsImage(domain: MemoryDomain, config: ModelConfig, sou
     }
   }
   for (const a of arenas) a.seal();
-  domain.ledger.seal(owner);
+  if (sealOwner) domain.ledger.seal(owner);
   const weightBytes = items.filter((i) => i.category === 'weights').reduce((a, i) => a + i.bytes, 0);
   const derivedBytes = items.filter((i) => i.category === 'derived').reduce((a, i) => a + i.bytes, 0);
   return {

@@ -55,8 +55,8 @@ function intIn(name: string, v: number, lo: number, hi: number): number {
 
 /**
  * Per-conversation persistent state (recurrence) regions, sized by the same functions the
- * compute carves them with: backbone KV caches and short-conv columns, the Depthformer's
- * per-frame cache, and the detokenizer's sliding-window caches, ISTFT overlap and resampler.
+ * compute carves them with: backbone KV caches and short-conv columns, and the detokenizer's
+ * sliding-window caches, ISTFT overlap and resampler.
  */
 export function conversationState(config: ModelConfig, context: number, kvBytes: number, o: { turnSeconds: number; outputRate: number }): RegionBlueprint[] {
   const out: RegionBlueprint[] = backboneStateSizes(config, context).map((r) => ({
@@ -64,7 +64,6 @@ export function conversationState(config: ModelConfig, context: number, kvBytes:
     category: 'recurrence' as const,
     bytes: r.name.startsWith('kv.') ? (r.bytes / 4) * kvBytes : r.bytes,
   }));
-  out.push({ name: 'depth_kv', category: 'recurrence', bytes: depthformerStateFloats(config) * 4 });
   const turnPositions = Math.ceil(o.turnSeconds * (config.detokenizer.sampleRate / config.detokenizer.hop));
   for (const [i, bytes] of DetokenizerState.lfmBytes(config, turnPositions).entries()) out.push({ name: `detok.${i}`, category: 'recurrence', bytes });
   // The ISTFT and resampler buffers, measured by building them.
@@ -126,6 +125,8 @@ export function planMemory(config: ModelConfig, options: MemoryPlanOptions = {})
         { name: 'conformer', category: 'workspace.conformer', bytes: conformer.plan.highWater },
         { name: 'backbone', category: 'workspace.prefill', bytes: backbone.plan.highWater },
         { name: 'depthformer', category: 'workspace.depthformer', bytes: depthformer.plan.highWater },
+        // The Depthformer's 8-position cache, emptied every frame: pass scratch, not conversation state.
+        { name: 'depth_kv', category: 'workspace.depthformer', bytes: depthformerStateFloats(config) * 4 },
         { name: 'detokenizer', category: 'workspace.detokenizer', bytes: detokenizer.plan.highWater },
         // The detokenizer's bins, one code frame of 24 kHz audio and its GEMM packing.
         { name: 'detokenizer.bins', category: 'workspace.detokenizer', bytes: det.upsample * det.outBins * 4 },

@@ -134,8 +134,9 @@ t.test('a corpus of malformed files: each a BadInputError naming field and offse
     ['extensible valid bits', mutate((b) => put16(b, 38, 24), ext()), /field fmt\.validBitsPerSample, offset 38: 24 valid bits exceeds 16/],
     ['extensible sub-format', mutate((b) => put16(b, 44, 2), ext()), /field fmt\.subFormat, offset 44: unsupported format tag 0x2/],
     ['extensible GUID', mutate((b) => (b[50] = 0x77), ext()), /field fmt\.subFormat, offset 44: unknown sub-format GUID/],
-    ['NaN sample', mutate((b) => new DataView(b.buffer).setFloat32(44 + 4 * 3, Number.NaN, true), base('float32')), /field data, offset 56: sample is NaN \(frame 3, channel 0\)/],
-    ['infinite sample', mutate((b) => new DataView(b.buffer).setFloat64(44, Number.POSITIVE_INFINITY, true), base('float64')), /field data, offset 44: sample is Infinity/],
+    // Float files have an 18-byte fmt chunk (with cbSize): data starts at byte 46.
+    ['NaN sample', mutate((b) => new DataView(b.buffer).setFloat32(46 + 4 * 3, Number.NaN, true), base('float32')), /field data, offset 58: sample is NaN \(frame 3, channel 0\)/],
+    ['infinite sample', mutate((b) => new DataView(b.buffer).setFloat64(46, Number.POSITIVE_INFINITY, true), base('float64')), /field data, offset 46: sample is Infinity/],
   ];
   t.ok(corpus.length >= 30, `${corpus.length} malformed files`);
   for (const [name, bytes, pattern] of corpus) {

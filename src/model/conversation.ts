@@ -1,0 +1,528 @@
+/**
+ * The speech model assembled from a checkpoint folder, and conversations with it (MODEL.md,
+ * Prompt and generation). `SpeechModel` holds what every conversation shares: the weights image,
+ * retained derived tables and prompt token ids (owner `model`), and one pass slot's stage
+ * workspaces — encoder, backbone chunk, Depthformer, detokenizer, text logits (owner `ticket`).
+ * A `Conversation` holds one conversation's state (owner `conversation`): backbone KV cache and
+ * short-conv columns, detokenizer caches and streams, the user segment's mel rows and the
+ * input/output buffers. Every arena is sized exactly by a dry run of the same constructors in a
+ * scratch domain, then carved for real and sealed: once ready nothing is allocated.
+ *
+ * Generation (liquid-audio's interleaved rules): a counter decremented before each backbone
+ * step; text for 6 steps, then 12 audio frames, alternating; `<|text_end|>` ends text for the
+ * turn (audio continues); `<|im_end|>` ends the turn and is not emitted; end of audio is judged
+ * on codebook 0 = 2048, the whole frame becomes 2048, is fed back, and text resumes. Every
+ * emitted token or frame is fed back as the next position.
+ *
+ * Context policy: when the next positions would pass the context, the oldest quarter of the
+ * positions after the system prompt are forgotten (Lfm2Stack.dropPositions): the system prompt
+ * and the most recent history stay, and the conversation keeps answering.
+ */
+import { ArgumentError, BadInputError } from '../memory/errors.js';
+import type { Arena } from '../memory/arena.js';
+import { MemoryDomain } from '../memory/domain.js';
+import type { Owner } from '../memory/ledger.js';
+import { plan, separatePlan, type Planner } from '../memory/planner.js';
+import { arenaWorkspace, type Workspace } from '../dsp/workspace.js';
+import { MelFrontend } from '../dsp/mel.js';
+import { Resampler } from '../dsp/resample.js';
+import { loadCheckpoint } from '../io/checkpoint.js';
+import type { ModelConfig } from './config.js';
+import type { LoadReport, WeightsImage } from './image.js';
+import { ConformerEncoder } from './encoder.js';
+import { Backbone, BackboneState, backboneStateSizes } from './backbone.js';
+import { Depthformer, depthformerStateFloats, END_OF_AUDIO } from './depthformer.js';
+import { Detokenizer, DetokenizerState } from './detokenizer.js';
+import { AUDIO_SAMPLING, Sampler, TEXT_SAMPLING, type SamplingOptions } from './sampler.js';
+import { TextTokenizer, TOKENS } from './tokenizer.js';
+import { DEFAULT_ENCODER_TILES, melRows, segmentSamples } from './plans.js';
+
+export const DEFAULT_SYSTEM_PROMPT = 'Respond with interleaved text and audio.';
+
+export interface SpeechModelOptions {
+  /** Backbone positions per conversation (KV cache rows). Default: the configuration's maximum, at most 8192. */
+  context?: number;
+  /** Longest user segment, seconds. Default 30. */
+  segmentSeconds?: number;
+  /** Longest reply audio per turn, seconds. Default 30. */
+  replySeconds?: number;
+  /** Backbone prefill chunk (positions per pass). Default 64. */
+  prefillChunk?: number;
+  /** Device output rate, Hz. Default 48000. */
+  outputRate?: number;
+  /** System prompt. Default MODEL.md's. */
+  systemPrompt?: string;
+  /** Sampling. Default text greedy, audio temperature 1 top-k 4. */
+  text?: SamplingOptions;
+  audio?: SamplingOptions;
+  /** Stage buffers as planned (default), or each in bytes of its own (the comparison layout). */
+  layout?: 'planned' | 'separate';
+}
+
+type Resolved = Required<Omit<SpeechModelOptions, 'text' | 'audio'>> & { text: SamplingOptions; audio: SamplingOptions };
+
+/** Stages whose wall time a conversation accumulates. */
+export const STAGES = ['frontend', 'encoder', 'prefill', 'textStep', 'audioStep', 'depthformer', 'detokenizer'] as const;
+export type Stage = (typeof STAGES)[number];
+
+/** Observers of a reply. Views passed in are reused: copy what you keep. */
+export interface ReplySink {
+  text?(token: number): void;
+  /** The 8 codes of a frame (2048 everywhere for the end-of-audio frame). */
+  audio?(codes: Int32Array): void;
+  /** Device-rate samples [0, count). */
+  pcm?(samples: Float32Array, count: number): void;
+  /** Inspection taps (slower: only set them to dump stages). */
+  hidden?(row: Float32Array): void;
+  textLogits?(logits: Float32Array): void;
+  audioLogits?(logits: Float32Array): void;
+  bins?(bins: Float32Array): void;
+}
+
+export interface ReplySummary {
+  textTokens: number;
+  audioFrames: number;
+  samples: number;
+  stop: 'end-of-turn' | 'length';
+  endOfAudio: boolean;
+}
+
+function checkInt(name: string, v: number, lo: number, hi: number): number {
+  if (!Number.isSafeInteger(v) || v < lo || v > hi) throw new ArgumentError(`${name} must be an integer from ${lo} to ${hi}, got ${String(v)}`);
+  return v;
+}
+
+function checkSampling(name: string, s: SamplingOptions): SamplingOptions {
+  if (s === null || typeof s !== 'object' || !(s.temperature >= 0) || !Number.isFinite(s.temperature) || !Number.isSafeInteger(s.topK) || s.topK < 1) {
+    throw new ArgumentError(`${name} sampling needs a temperature ≥ 0 and a whole top-k ≥ 1`);
+  }
+  return Object.freeze({ temperature: s.temperature, topK: s.topK });
+}
+
+function resolve(config: ModelConfig, o: SpeechModelOptions): Resolved {
+  const r: Resolved = {
+    context: checkInt('context', o.context ?? Math.min(config.backbone.maxContext, 8192), 1, config.backbone.maxContext),
+    segmentSeconds: o.segmentSeconds ?? 30,
+    replySeconds: o.replySeconds ?? 30,
+    prefillChunk: checkInt('prefill chunk', o.prefillChunk ?? 64, 2, 4096),
+    outputRate: checkInt('output rate', o.outputRate ?? 48000, 8000, 384000),
+    systemPrompt: o.systemPrompt ?? DEFAULT_SYSTEM_PROMPT,
+    text: checkSampling('text', o.text ?? TEXT_SAMPLING),
+    audio: checkSampling('audio', o.audio ?? AUDIO_SAMPLING),
+    layout: o.layout ?? 'planned',
+  };
+  if (!(r.segmentSeconds > 0 && r.segmentSeconds <= 600)) throw new ArgumentError(`segment must be more than 0 and at most 600 seconds, got ${String(r.segmentSeconds)}`);
+  if (!(r.replySeconds > 0 && r.replySeconds <= 3600)) throw new ArgumentError(`reply must be more than 0 and at most 3600 seconds, got ${String(r.replySeconds)}`);
+  if (r.layout !== 'planned' && r.layout !== 'separate') throw new ArgumentError(`layout must be 'planned' or 'separate', got '${String(r.layout)}'`);
+  return r;
+}
+
+/** Builds arenas sized by a dry run: `build` runs once in a scratch domain, then for real. */
+function sized<T>(domain: MemoryDomain, arenas: { owner: Owner; name: string }[], bound: number, build: (arenas: Arena[]) => T): { value: T; arenas: Arena[] } {
+  const scratch = MemoryDomain.create({ limit: Number.MAX_SAFE_INTEGER, policy: domain.policy });
+  const dry = arenas.map((a) => scratch.createArena(scratch.owner(a.owner.kind, a.owner.index), a.name, { bytes: bound }));
+  build(dry);
+  const used = dry.map((a) => a.used);
+  for (const a of dry) scratch.releaseSlab(a.slab);
+  const real = arenas.map((a, i) => domain.createArena(a.owner, a.name, { bytes: used[i] as number }));
+  const value = build(real);
+  real.forEach((a, i) => {
+    if (a.used !== used[i]) throw new Error(`arena '${a.name}': carved ${a.used} bytes, the dry run carved ${used[i]}`);
+  });
+  return { value, arenas: real };
+}
+
+interface PassSlot {
+  encoder: ConformerEncoder;
+  backbone: Backbone;
+  depthformer: Depthformer;
+  detokenizer: Detokenizer;
+  logits: Float32Array;
+  logitsXsum: Float32Array;
+  audioLogits: Float32Array;
+}
+
+interface Prompts {
+  system: Int32Array;
+  userOpen: Int32Array;
+  userClose: Int32Array;
+  replyClose: Int32Array;
+}
+
+export class SpeechModel {
+  readonly dir: string;
+  readonly config: ModelConfig;
+  readonly image: WeightsImage;
+  readonly report: LoadReport;
+  readonly tokenizer: TextTokenizer;
+  readonly domain: MemoryDomain;
+  readonly options: Readonly<Resolved>;
+  readonly planner: Planner;
+  /** Audio frames a reply may hold, and detokenizer positions they need. */
+  readonly maxFrames: number;
+  readonly turnPositions: number;
+  readonly slot: PassSlot;
+  readonly prompts: Prompts;
+  readonly arenas: readonly Arena[];
+  #conversations = 0;
+
+  private constructor(dir: string, domain: MemoryDomain, loaded: { config: ModelConfig; image: WeightsImage; report: LoadReport }, tokenizer: TextTokenizer, options: Resolved) {
+    this.dir = dir;
+    this.domain = domain;
+    this.config = loaded.config;
+    this.image = loaded.image;
+    this.report = loaded.report;
+    this.tokenizer = tokenizer;
+    this.options = Object.freeze(options);
+    this.planner = options.layout === 'separate' ? (specs) => separatePlan(specs) : (specs) => plan(specs);
+    const c = this.config;
+    this.maxFrames = Math.ceil(options.replySeconds * (c.detokenizer.sampleRate / (c.detokenizer.upsample * c.detokenizer.hop)));
+    this.turnPositions = this.maxFrames * c.detokenizer.upsample;
+    const ids = (text: string): number[] => tokenizer.encode(text);
+    const system = ids(`<|startoftext|><|im_start|>system\n${options.systemPrompt}<|im_end|>\n`);
+    if (system[0] !== TOKENS.startOfText || system[1] !== TOKENS.imStart) throw new BadInputError({ file: tokenizer.file }, 'the chat special tokens do not tokenize as themselves');
+    const userOpen = ids('<|im_start|>user\n');
+    const userClose = ids('<|im_end|>\n<|im_start|>assistant\n');
+    const replyClose = ids('<|im_end|>\n');
+    if (system.length + 2 * options.prefillChunk + userOpen.length + userClose.length + replyClose.length > options.context) {
+      throw new ArgumentError(`context of ${options.context} positions is too small: the system prompt takes ${system.length} and a prefill chunk ${options.prefillChunk}`);
+    }
+    const model = domain.owner('model', 0);
+    const ticket = domain.owner('ticket', 0);
+    const { value, arenas } = sized(domain, [{ owner: model, name: 'model derived' }, { owner: ticket, name: 'ticket 0 scratch' }], 1 << 30, ([derivedArena, work]) => {
+      const derived: Workspace = arenaWorkspace(derivedArena!, 'derived', 'model');
+      const meta = (name: string, v: number[]): Int32Array => {
+        const a = derivedArena!.carve(`prompt.${name}`, 'metadata', Int32Array, v.length);
+        a.set(v);
+        return a;
+      };
+      const prompts: Prompts = { system: meta('system', system), userOpen: meta('user_open', userOpen), userClose: meta('user_close', userClose), replyClose: meta('reply_close', replyClose) };
+      const w = work!;
+      const encoder = new ConformerEncoder(c, this.image, w, derived, { segmentSeconds: options.segmentSeconds, tiles: DEFAULT_ENCODER_TILES, planner: this.planner });
+      const backbone = new Backbone(c, this.image, w, derived, { chunk: options.prefillChunk, context: options.context, planner: this.planner });
+      const depthKv = w.carve('depth_kv', 'workspace.depthformer', Float32Array, depthformerStateFloats(c));
+      const depthformer = new Depthformer(c, this.image, w, derived, depthKv, this.planner);
+      const detokenizer = new Detokenizer(c, this.image, w, derived, { turnPositions: this.turnPositions, planner: this.planner });
+      const slot: PassSlot = {
+        encoder,
+        backbone,
+        depthformer,
+        detokenizer,
+        logits: w.carve('text.logits', 'workspace.sampler', Float32Array, c.backbone.vocab),
+        logitsXsum: w.carve('text.xsum', 'workspace.sampler', Float32Array, Math.ceil(c.backbone.hidden / 8)),
+        audioLogits: w.carve('audio.logits', 'workspace.depthformer', Float32Array, c.audio.codebooks * c.audio.codes),
+      };
+      return { slot, prompts };
+    });
+    this.slot = value.slot;
+    this.prompts = value.prompts;
+    this.arenas = arenas;
+  }
+
+  /** Loads a checkpoint folder (weights, configuration, tokenizer) and plans its workspaces. */
+  static load(dir: string, domain: MemoryDomain, options: SpeechModelOptions = {}): SpeechModel {
+    const loaded = loadCheckpoint(dir, domain, false);
+    const o = resolve(loaded.config, options);
+    const tokenizer = TextTokenizer.load(dir, loaded.config.backbone.vocab);
+    return new SpeechModel(dir, domain, loaded, tokenizer, o);
+  }
+
+  /** A new conversation (state carved now; call `ready()` before talking). */
+  conversation(o: { seed: number; inputRate: number }): Conversation {
+    return new Conversation(this, this.#conversations++, o);
+  }
+
+  /** Readiness: seals the model's arenas and owners; later carves are refused and counted. */
+  ready(): void {
+    for (const a of this.arenas) a.seal();
+    this.domain.ledger.seal(this.domain.owner('model', 0));
+    this.domain.ledger.seal(this.domain.owner('ticket', 0));
+  }
+}
+
+const INPUT_CHUNK = 4096;
+
+export class Conversation {
+  readonly model: SpeechModel;
+  readonly index: number;
+  readonly inputRate: number;
+  readonly backbone: BackboneState;
+  readonly detokenizer: DetokenizerState;
+  readonly arena: Arena;
+  /** Positions of the system prompt (kept when the context is compacted). */
+  readonly keep: number;
+  /** Wall milliseconds per stage (STAGES order) and the count of each. */
+  readonly stageMs = new Float64Array(STAGES.length);
+  readonly stageCount = new Float64Array(STAGES.length);
+  /** Positions forgotten by the context policy so far, and how many times. */
+  dropped = 0;
+  compactions = 0;
+  readonly #sampler: Sampler;
+  readonly #mel: MelFrontend;
+  readonly #rows: Float32Array; // the user segment's raw mel rows
+  readonly #resampler: Resampler; // input rate → 16 kHz
+  readonly #resampled: Float32Array;
+  readonly #pcm: Float32Array; // one code frame (or the flush) at the device rate
+  readonly #codes: Int32Array;
+  #staged = 0;
+  #turns = 0;
+  #started = false;
+  #segmentSamples = 0;
+  #t0 = 0;
+
+  constructor(model: SpeechModel, index: number, o: { seed: number; inputRate: number }) {
+    const c = model.config;
+    this.model = model;
+    this.index = index;
+    this.inputRate = checkInt('input rate', o.inputRate, 1000, 768000);
+    const owner = model.domain.owner('conversation', index);
+    const segRows = melRows(c, segmentSamples(c, model.options.segmentSeconds));
+    const kvBytes = backboneStateSizes(c, model.options.context).reduce((s, r) => s + r.bytes, 0);
+    const { value, arenas } = sized(model.domain, [{ owner, name: `conversation ${index} state` }], (1 << 28) + kvBytes, ([arena]) => {
+      const a = arena!;
+      const backbone = new BackboneState(c, a, model.options.context);
+      const detokenizer = new DetokenizerState(c, a, arenaWorkspace(a, 'recurrence', 'detok'), { turnPositions: model.turnPositions, outputRate: model.options.outputRate });
+      const f = c.frontend;
+      const front = arenaWorkspace(a, 'workspace.frontend', 'frontend');
+      const mel = new MelFrontend({ sampleRate: f.sampleRate, nFft: f.nFft, winLength: f.winLength, hop: f.hop, nMels: f.nMels }, front);
+      const resampler = new Resampler(this.inputRate, f.sampleRate, {}, front);
+      return {
+        backbone,
+        detokenizer,
+        mel,
+        resampler,
+        rows: a.carve('mel_rows', 'workspace.frontend', Float32Array, segRows * f.nMels),
+        resampled: a.carve('frontend.resampled', 'workspace.frontend', Float32Array, resampler.maxOutput(INPUT_CHUNK) + 1),
+        pcm: a.carve('playback.pcm', 'playback.payload', Float32Array, model.slot.detokenizer.maxSamples(detokenizer)),
+        codes: a.carve('codes', 'workspace.sampler', Int32Array, c.audio.codebooks),
+      };
+    });
+    this.arena = arenas[0]!;
+    this.backbone = value.backbone;
+    this.detokenizer = value.detokenizer;
+    this.#mel = value.mel;
+    this.#resampler = value.resampler;
+    this.#rows = value.rows;
+    this.#resampled = value.resampled;
+    this.#pcm = value.pcm;
+    this.#codes = value.codes;
+    this.#sampler = new Sampler(o.seed);
+    this.keep = model.prompts.system.length;
+  }
+
+  /** Samples per `listen` call at most. */
+  static readonly INPUT_CHUNK = INPUT_CHUNK;
+
+  /** Readiness: seals this conversation's arena and owner. */
+  ready(): void {
+    this.arena.seal();
+    this.model.domain.ledger.seal(this.model.domain.owner('conversation', this.index));
+  }
+
+  /** Seconds of user audio the open segment can still take. */
+  get segmentRoom(): number {
+    return this.model.options.segmentSeconds - this.#segmentSamples / this.inputRate;
+  }
+
+  #tic(): void {
+    this.#t0 = performance.now();
+  }
+
+  #toc(stage: number): void {
+    this.stageMs[stage] = (this.stageMs[stage] as number) + (performance.now() - this.#t0);
+    this.stageCount[stage] = (this.stageCount[stage] as number) + 1;
+  }
+
+  /** Feeds user samples at the input rate (at most INPUT_CHUNK per call). */
+  listen(samples: Float32Array, count = samples.length): void {
+    if (count > INPUT_CHUNK) throw new ArgumentError(`listen takes at most ${INPUT_CHUNK} samples per call, got ${count}`);
+    if ((this.#segmentSamples + count) / this.inputRate > this.model.options.segmentSeconds + 1e-9) {
+      throw new ArgumentError(`the user segment would pass ${this.model.options.segmentSeconds} s (the configured longest segment)`);
+    }
+    for (let i = 0; i < count; i++) {
+      if (!Number.isFinite(samples[i] as number)) throw new ArgumentError(`sample ${this.#segmentSamples + i} of the user segment is ${samples[i]}`);
+    }
+    this.#tic();
+    const n = this.#resampler.push(samples, this.#resampled, 0, count);
+    this.#mel.push(this.#resampled, this.#rows, n);
+    this.#segmentSamples += count;
+    this.#toc(0);
+  }
+
+  /**
+   * Ends the user segment: encodes it, and prefills the user turn (with the system prompt
+   * first, on the first turn). Returns the encoder frames. `onMel` and `onEncoded` are taps.
+   */
+  endSegment(taps: { mel?(rows: Float32Array, count: number): void; encoded?(encoder: Float32Array, adapter: Float32Array, frames: number): void } = {}): number {
+    const m = this.model;
+    const c = m.config;
+    const slot = m.slot;
+    this.#tic();
+    const tail = this.#resampler.finish(this.#resampled, 0);
+    this.#mel.push(this.#resampled, this.#rows, tail);
+    this.#mel.finish(this.#rows);
+    const T = this.#mel.rows;
+    this.#toc(0);
+    taps.mel?.(this.#rows, T);
+    this.#tic();
+    const adapter = slot.encoder.encode(this.#rows, T);
+    const frames = slot.encoder.frames(T);
+    this.#toc(1);
+    taps.encoded?.(slot.encoder.encoderOutput, adapter, frames);
+    this.#tic();
+    if (!this.#started) {
+      this.#stageTokens(m.prompts.system);
+      this.#started = true;
+    } else if (this.#turns > 0) {
+      this.#stageTokens(m.prompts.replyClose);
+    }
+    this.#stageTokens(m.prompts.userOpen);
+    const D = c.backbone.hidden;
+    for (let t = 0; t < frames; t++) {
+      const input = slot.backbone.stack.input;
+      const at = this.#staged * D;
+      for (let j = 0; j < D; j++) input[at + j] = adapter[t * D + j]!;
+      this.#staged++;
+      if (this.#staged === m.options.prefillChunk) this.#flush();
+    }
+    this.#stageTokens(m.prompts.userClose);
+    this.#toc(2);
+    this.#mel.reset();
+    this.#resampler.reset();
+    this.#segmentSamples = 0;
+    return frames;
+  }
+
+  #stageTokens(ids: Int32Array): void {
+    const bb = this.model.slot.backbone;
+    for (let i = 0; i < ids.length; i++) {
+      bb.embedText(ids[i]!, bb.stack.input, this.#staged);
+      this.#staged++;
+      if (this.#staged === this.model.options.prefillChunk) this.#flush();
+    }
+  }
+
+  /** Runs the staged rows; leaves the last row's hidden state in row 0 of the hidden plane. */
+  #flush(): Float32Array {
+    const n = this.#staged;
+    const stack = this.model.slot.backbone.stack;
+    this.#makeRoom(n);
+    const hidden = stack.forward(this.backbone, n);
+    const D = this.model.config.backbone.hidden;
+    if (n > 1) hidden.copyWithin(0, (n - 1) * D, n * D);
+    this.#staged = 0;
+    return hidden;
+  }
+
+  /** The context policy: forget the oldest quarter after the system prompt when `n` more would not fit. */
+  #makeRoom(n: number): void {
+    const s = this.backbone;
+    if (s.position + n <= s.context) return;
+    const drop = Math.min(s.position - this.keep, Math.max(n + s.position - s.context, Math.ceil((s.context - this.keep) / 4)));
+    this.model.slot.backbone.stack.dropPositions(s, this.keep, drop);
+    this.dropped += drop;
+    this.compactions++;
+  }
+
+  /** Generates the assistant's reply to the prefilled user turn. */
+  reply(sink: ReplySink = {}): ReplySummary {
+    const m = this.model;
+    const c = m.config;
+    const slot = m.slot;
+    const stack = slot.backbone.stack;
+    const det = slot.detokenizer;
+    const codes = this.#codes;
+    const nText = c.interleave.text;
+    const nAudio = c.interleave.audio;
+    const vocab = c.backbone.vocab;
+    const taps = sink.hidden !== undefined || sink.textLogits !== undefined || sink.audioLogits !== undefined || sink.bins !== undefined;
+    let text = true;
+    let left = nText;
+    let textDone = false;
+    let textTokens = 0;
+    let frames = 0;
+    let samples = 0;
+    let endOfAudio = false;
+    let detokOpen = false;
+    let stop: ReplySummary['stop'] = 'length';
+    const maxSteps = 2 * m.maxFrames + 4 * nText + 64;
+    this.detokenizer.startTurn();
+    // The first step runs the staged prompt rows (the rest of the user turn).
+    this.#tic();
+    let hidden = this.#flush();
+    let step = 0;
+    for (; step < maxSteps && frames < m.maxFrames; step++) {
+      if (step > 0) {
+        this.#tic();
+        this.#makeRoom(1);
+        hidden = stack.forward(this.backbone, 1);
+      }
+      left--;
+      if (text) {
+        slot.backbone.logits(hidden, slot.logits, slot.logitsXsum);
+        this.#toc(step === 0 ? 2 : 3);
+        if (taps) {
+          sink.hidden?.(hidden);
+          sink.textLogits?.(slot.logits);
+        }
+        const token = this.#sampler.sample(slot.logits, vocab, m.options.text);
+        if (token === TOKENS.imEnd) {
+          stop = 'end-of-turn';
+          break;
+        }
+        sink.text?.(token);
+        textTokens++;
+        if (token === TOKENS.textEnd) textDone = true;
+        if (left <= 0 || textDone || token === TOKENS.audioStart) {
+          text = false;
+          left = nAudio;
+        }
+        slot.backbone.embedText(token, stack.input, 0);
+      } else {
+        this.#toc(step === 0 ? 2 : 4);
+        if (taps) sink.hidden?.(hidden);
+        this.#tic();
+        slot.depthformer.frame(hidden, this.#sampler, m.options.audio, codes, sink.audioLogits !== undefined ? slot.audioLogits : null);
+        this.#toc(5);
+        if (sink.audioLogits !== undefined) sink.audioLogits(slot.audioLogits);
+        frames++;
+        if (left <= 0 && !textDone) {
+          text = true;
+          left = nText;
+        }
+        if (codes[0] === END_OF_AUDIO) {
+          codes.fill(END_OF_AUDIO);
+          text = true;
+          endOfAudio = true;
+          sink.audio?.(codes);
+          if (detokOpen) samples += this.#finishAudio(sink);
+          detokOpen = false;
+        } else {
+          sink.audio?.(codes);
+          this.#tic();
+          if (!detokOpen) this.detokenizer.startTurn();
+          detokOpen = true;
+          const n = det.frame(this.detokenizer, codes, this.#pcm, 0);
+          this.#toc(6);
+          if (sink.bins !== undefined) sink.bins(det.bins);
+          sink.pcm?.(this.#pcm, n);
+          samples += n;
+        }
+        slot.backbone.embedAudio(codes, stack.input, 0);
+      }
+    }
+    // The last emitted token or frame is staged in row 0: it runs first in the next turn.
+    if (stop === 'length') this.#staged = 1;
+    if (detokOpen) samples += this.#finishAudio(sink);
+    this.#turns++;
+    return { textTokens, audioFrames: frames, samples, stop, endOfAudio };
+  }
+
+  #finishAudio(sink: ReplySink): number {
+    this.#tic();
+    const n = this.model.slot.detokenizer.finish(this.detokenizer, this.#pcm, 0);
+    this.#toc(6);
+    sink.pcm?.(this.#pcm, n);
+    return n;
+  }
+}
