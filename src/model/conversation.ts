@@ -473,7 +473,7 @@ export class Conversation {
         sink.text?.(token);
         textTokens++;
         if (token === TOKENS.textEnd) textDone = true;
-        if (left <= 0 || textDone || token === TOKENS.audioStart) {
+        if (left <= 0 || textDone) {
           text = false;
           left = nAudio;
         }

@@ -1,0 +1,234 @@
+import t from 'tap';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { MemoryDomain } from '../../src/memory/index.js';
+import { makeCheckpoint } from '../../src/io/checkpoint.js';
+import { Conversation, SpeechModel, type SpeechModelOptions } from '../../src/model/conversation.js';
+import { END_OF_AUDIO } from '../../src/model/depthformer.js';
+import { TOKENS } from '../../src/model/tokenizer.js';
+import { prng } from '../helpers.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'voxslab-conv-'));
+makeCheckpoint({ config: 'tiny', seed: 3, out: dir, dtype: 'f32' });
+
+/** A second of speech-like input: a few harmonics with a moving pitch and some noise. */
+function userAudio(rate: number, secs: number, seed: number): Float32Array {
+  const r = prng(seed);
+  return Float32Array.from({ length: Math.round(rate * secs) }, (_, i) => {
+    const f = 140 + 40 * Math.sin(i / rate);
+    let s = 0;
+    for (let h = 1; h <= 4; h++) s += Math.sin((2 * Math.PI * f * h * i) / rate) / h;
+    return 0.2 * s + 0.02 * (r() - 0.5);
+  });
+}
+
+function open(options: SpeechModelOptions, seed = 11, inputRate = 16000) {
+  const domain = MemoryDomain.create({ limit: '2GiB' });
+  const model = SpeechModel.load(dir, domain, options);
+  const conv = model.conversation({ seed, inputRate });
+  model.ready();
+  conv.ready();
+  return { domain, model, conv };
+}
+
+function say(conv: Conversation, audio: Float32Array): number {
+  for (let i = 0; i < audio.length; i += Conversation.INPUT_CHUNK) {
+    const part = audio.subarray(i, Math.min(audio.length, i + Conversation.INPUT_CHUNK));
+    conv.listen(part, part.length);
+  }
+  return conv.endSegment();
+}
+
+/** Everything a turn produces, copied. */
+function record(conv: Conversation, audio: Float32Array) {
+  const out = { mel: [] as number[], encoder: [] as number[], adapter: [] as number[], hidden: [] as number[], textLogits: [] as number[], audioLogits: [] as number[], bins: [] as number[], pcm: [] as number[], events: [] as (number | number[])[] };
+  const D = conv.model.config.backbone.hidden;
+  for (let i = 0; i < audio.length; i += Conversation.INPUT_CHUNK) conv.listen(audio.subarray(i, Math.min(audio.length, i + Conversation.INPUT_CHUNK)));
+  conv.endSegment({
+    mel: (rows, T) => out.mel.push(...rows.subarray(0, T * 128)),
+    encoded: (enc, ad, n) => {
+      out.encoder.push(...enc.subarray(0, n * conv.model.config.encoder.d));
+      out.adapter.push(...ad.subarray(0, n * D));
+    },
+  });
+  const summary = conv.reply({
+    text: (tk) => out.events.push(tk),
+    audio: (c) => out.events.push(Array.from(c)),
+    pcm: (p, n) => out.pcm.push(...p.subarray(0, n)),
+    hidden: (h) => out.hidden.push(...h.subarray(0, D)),
+    textLogits: (l) => out.textLogits.push(...l),
+    audioLogits: (l) => out.audioLogits.push(...l),
+    bins: (b) => out.bins.push(...b),
+  });
+  return { ...out, summary };
+}
+
+function state(conv: Conversation): number[] {
+  const s = conv.backbone;
+  const parts: number[] = [s.position, s.base];
+  for (const a of [...s.k, ...s.v]) if (a) parts.push(...a.subarray(0, s.position * (a.length / s.rows)));
+  for (const a of s.conv) if (a) parts.push(...a);
+  const d = conv.detokenizer.lfm;
+  parts.push(d.position, d.base);
+  for (const a of [...d.k, ...d.v, ...d.conv]) if (a) parts.push(...a);
+  return parts;
+}
+
+const bitsEqual = (a: number[], b: number[]): boolean => a.length === b.length && a.every((x, i) => Object.is(x, b[i]));
+
+t.test('the planned run equals the run with every plane in its own bytes, bit for bit', async (t) => {
+  const audio = userAudio(16000, 2.5, 1);
+  const opts: SpeechModelOptions = { replySeconds: 2, context: 1024 };
+  const planned = open({ ...opts, layout: 'planned' });
+  const separate = open({ ...opts, layout: 'separate' });
+  const shared = ['conformer', 'backbone', 'detokenizer'] as const;
+  const hw = (m: SpeechModel) => ({ conformer: m.slot.encoder.region.summary.highWater, backbone: m.slot.backbone.region.summary.highWater, detokenizer: m.slot.detokenizer.work.summary.highWater });
+  for (const s of shared) t.ok(hw(planned.model)[s] < hw(separate.model)[s], `${s}: planned ${hw(planned.model)[s]} B share bytes, separate ${hw(separate.model)[s]} B do not`);
+  for (let turn = 0; turn < 2; turn++) {
+    const a = record(planned.conv, audio);
+    const b = record(separate.conv, audio);
+    t.ok(a.summary.audioFrames > 0 && a.pcm.length > 0, `turn ${turn}: ${a.summary.textTokens} text tokens, ${a.summary.audioFrames} frames, ${a.pcm.length} samples`);
+    for (const k of ['mel', 'encoder', 'adapter', 'hidden', 'textLogits', 'audioLogits', 'bins', 'pcm'] as const) {
+      t.ok(a[k].length > 0 && bitsEqual(a[k], b[k]), `turn ${turn}: ${k} equal bit for bit (${a[k].length} values)`);
+    }
+    t.same(a.events, b.events, `turn ${turn}: the same tokens and codes`);
+    t.same(a.summary, b.summary);
+    t.ok(bitsEqual(state(planned.conv), state(separate.conv)), `turn ${turn}: conversation state equal bit for bit`);
+  }
+  t.equal(planned.domain.snapshot().allocations.afterReadiness.attempts, 0, 'nothing allocated after readiness');
+});
+
+t.test('the same seed gives the same reply; another seed differs', async (t) => {
+  const audio = userAudio(22050, 1.5, 2);
+  const run = (seed: number) => record(open({ replySeconds: 3, context: 1024 }, seed, 22050).conv, audio);
+  const a = run(5);
+  const b = run(5);
+  const c = run(6);
+  t.ok(bitsEqual(a.pcm, b.pcm) && a.pcm.length > 0, `seed 5 twice: ${a.pcm.length} identical samples`);
+  t.same(a.events, b.events);
+  t.notOk(bitsEqual(a.pcm, c.pcm), 'seed 6 gives other samples');
+  t.notSame(a.events, c.events, 'and other codes');
+});
+
+t.test('interleaving follows the rules: 6 text, 12 audio, text end, end of audio, im_end', async (t) => {
+  const audio = userAudio(16000, 1, 3);
+  let checked = 0;
+  const seen = { textEnd: 0, imEnd: 0 };
+  // Sampled text (not greedy) so that the special tokens come up among random weights.
+  for (let seed = 1; seed <= 16; seed++) {
+    const { conv, model } = open({ replySeconds: 4, context: 2048, text: { temperature: 1.5, topK: 256 } }, seed);
+    say(conv, audio);
+    const events: (number | number[])[] = [];
+    const s = conv.reply({ text: (tk) => events.push(tk), audio: (c) => events.push(Array.from(c)) });
+    // An independent replay of the rules over the emitted events.
+    let text = true;
+    let left = 6;
+    let textDone = false;
+    let ok = true;
+    for (const e of events) {
+      left--;
+      if (typeof e === 'number') {
+        if (!text || e === TOKENS.imEnd) ok = false;
+        if (e === TOKENS.textEnd) textDone = true;
+        if (e === TOKENS.textEnd) seen.textEnd++;
+        if (left <= 0 || textDone) {
+          text = false;
+          left = 12;
+        }
+      } else {
+        if (text) ok = false;
+        if (e.slice(1).includes(END_OF_AUDIO) && e[0] !== END_OF_AUDIO) ok = false;
+        if (left <= 0 && !textDone) {
+          text = true;
+          left = 6;
+        }
+        if (e[0] === END_OF_AUDIO) {
+          if (!e.every((c) => c === END_OF_AUDIO)) ok = false;
+          text = true;
+        }
+      }
+    }
+    t.ok(ok, `seed ${seed}: ${events.length} events follow the rules (stop: ${s.stop})`);
+    t.equal(s.audioFrames, events.filter((e) => typeof e !== 'number').length);
+    t.ok(s.stop === 'end-of-turn' || s.audioFrames === model.maxFrames, 'a reply ends at <|im_end|> or at the length cap');
+    if (s.stop === 'end-of-turn') seen.imEnd++;
+    checked += events.length;
+  }
+  t.ok(checked > 100, `${checked} events checked`);
+  t.ok(seen.textEnd > 0 && seen.imEnd > 0, `special tokens exercised: ${JSON.stringify(seen)}`);
+});
+
+t.test('a conversation past its context keeps answering; the system prompt stays', async (t) => {
+  const { conv, model, domain } = open({ replySeconds: 3, context: 160, prefillChunk: 16 }, 9);
+  const keep = conv.keep;
+  t.ok(keep > 10 && keep < 40, `the system prompt takes ${keep} positions`);
+  const audio = userAudio(16000, 2, 4);
+  let before: Float32Array | null = null;
+  const layer = conv.backbone.k.findIndex((k) => k !== null);
+  for (let turn = 0; turn < 4; turn++) {
+    const s = (() => {
+      say(conv, audio);
+      if (turn === 0) before = conv.backbone.k[layer]!.slice(0, keep * (conv.backbone.k[layer]!.length / conv.backbone.rows));
+      return conv.reply({});
+    })();
+    t.ok(s.audioFrames > 0 || s.textTokens > 0, `turn ${turn}: answered (${s.textTokens} text tokens, ${s.audioFrames} frames, ${conv.compactions} compactions so far)`);
+    t.ok(conv.backbone.position <= 160, `turn ${turn}: position ${conv.backbone.position} within the context`);
+  }
+  t.ok(conv.compactions > 0 && conv.dropped > 0, `${conv.compactions} compactions forgot ${conv.dropped} positions`);
+  const now = conv.backbone.k[layer]!.subarray(0, before!.length);
+  t.ok(bitsEqual(Array.from(now), Array.from(before!)), 'the system prompt rows of the cache are untouched');
+  t.equal(domain.snapshot().allocations.afterReadiness.attempts, 0, 'no allocation after readiness');
+  t.ok(model.options.context === 160);
+});
+
+t.test('dropping positions rotates the kept keys to their new positions (float64 check)', async (t) => {
+  const { conv, model } = open({ replySeconds: 1, context: 512, prefillChunk: 16 }, 4);
+  say(conv, userAudio(16000, 1, 5));
+  conv.reply({});
+  const s = conv.backbone;
+  const b = model.config.backbone;
+  const kd = b.kvHeads * b.headDim;
+  const l = s.k.findIndex((k) => k !== null);
+  const old = s.k[l]!.slice(0, s.position * kd);
+  const oldV = s.v[l]!.slice(0, s.position * kd);
+  const pos = s.position;
+  const keep = conv.keep;
+  const drop = 13;
+  model.slot.backbone.stack.dropPositions(s, keep, drop);
+  t.equal(s.position, pos - drop);
+  const half = b.headDim / 2;
+  let worst = 0;
+  for (let r = keep; r < s.position; r++) {
+    for (let h = 0; h < b.kvHeads; h++) {
+      for (let i = 0; i < half; i++) {
+        const a = (-drop * b.ropeTheta ** ((-2 * i) / b.headDim));
+        const src = (r + drop) * kd + h * b.headDim;
+        const x1 = old[src + i]!;
+        const x2 = old[src + half + i]!;
+        const e1 = x1 * Math.cos(a) - x2 * Math.sin(a);
+        const e2 = x2 * Math.cos(a) + x1 * Math.sin(a);
+        const dst = r * kd + h * b.headDim;
+        worst = Math.max(worst, Math.abs(s.k[l]![dst + i]! - e1), Math.abs(s.k[l]![dst + half + i]! - e2));
+      }
+    }
+  }
+  t.ok(worst < 1e-5, `kept keys equal R(−${drop})·k within ${worst.toExponential(2)}`);
+  t.ok(bitsEqual(Array.from(s.v[l]!.subarray(keep * kd, s.position * kd)), Array.from(oldV.subarray((keep + drop) * kd, pos * kd))), 'values move unchanged');
+  t.ok(bitsEqual(Array.from(s.k[l]!.subarray(0, keep * kd)), Array.from(old.subarray(0, keep * kd))), 'the prefix is untouched');
+  t.throws(() => model.slot.backbone.stack.dropPositions(s, keep, s.position), /cannot drop/);
+});
+
+t.test('bad requests are refused with clear errors', async (t) => {
+  const { conv } = open({ replySeconds: 1, segmentSeconds: 1, context: 512 }, 1);
+  t.throws(() => conv.listen(new Float32Array(Conversation.INPUT_CHUNK + 1)), /at most 4096 samples/);
+  const nan = new Float32Array(100);
+  nan[37] = Number.NaN;
+  t.throws(() => conv.listen(nan), /sample 37 of the user segment is NaN/);
+  const long = new Float32Array(4000);
+  t.throws(() => {
+    for (let i = 0; i < 5; i++) conv.listen(long);
+  }, /would pass 1 s/);
+  t.throws(() => open({ context: 20 }), /context of 20 positions is too small/);
+  t.throws(() => open({ layout: 'other' as 'planned' }), /layout must be/);
+});

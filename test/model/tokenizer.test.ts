@@ -1,0 +1,53 @@
+import t from 'tap';
+import { mkdtempSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { BadInputError } from '../../src/memory/errors.js';
+import { syntheticTokenizer, TextTokenizer, TOKENS } from '../../src/model/tokenizer.js';
+
+const prompt = '<|startoftext|><|im_start|>system\nRespond with interleaved text and audio.<|im_end|>\n';
+
+t.test('synthetic tokenizers: specials at their ids, text round trips, every id decodes', async (t) => {
+  for (const vocab of [256, 8192]) {
+    const { tokenizer, config } = syntheticTokenizer(vocab);
+    const tk = new TextTokenizer('(memory)', JSON.parse(JSON.stringify(tokenizer)) as object, config, vocab);
+    const ids = tk.encode(prompt);
+    t.same(ids.slice(0, 2), [TOKENS.startOfText, TOKENS.imStart], `${vocab}: ChatML opens with <|startoftext|><|im_start|>`);
+    t.ok(ids.includes(TOKENS.imEnd));
+    t.ok(ids.every((i) => Number.isInteger(i) && i >= 0 && i < vocab), `${vocab}: ${ids.length} ids within the vocabulary`);
+    t.ok(ids.length < 40, `${vocab}: merges shorten the prompt to ${ids.length} ids`);
+    t.equal(tk.decode(ids), 'system\nRespond with interleaved text and audio.\n', `${vocab}: decodes back without the specials`);
+    for (const [id, token] of [[TOKENS.audioStart, '<|audio_start|>'], [TOKENS.textStart, '<|text_start|>'], [TOKENS.textEnd, '<|text_end|>']] as const) t.equal(tk.token(id), token);
+    let all = 0;
+    for (let id = 0; id < vocab; id++) all += tk.token(id) === null ? 0 : 1;
+    t.equal(all, vocab, `${vocab}: every id has a token`);
+    t.type(tk.decode(Array.from({ length: vocab }, (_, i) => i)), 'string');
+  }
+  const big = syntheticTokenizer(8192);
+  const tk = new TextTokenizer('(memory)', big.tokenizer, big.config, 8192);
+  t.equal(tk.decode(tk.encode('Ünïcode ✓ 123')), 'Ünïcode ✓ 123', 'byte-level: any text round trips when all 256 bytes fit');
+  t.throws(() => syntheticTokenizer(200), RangeError);
+});
+
+t.test('bad tokenizer files are bad input naming the file and field', async (t) => {
+  const dir = mkdtempSync(join(tmpdir(), 'voxslab-tok-'));
+  t.throws(() => TextTokenizer.load(dir, 256), /tokenizer\.json: the checkpoint has no tokenizer\.json/);
+  writeFileSync(join(dir, 'tokenizer.json'), '{"model": ');
+  try {
+    TextTokenizer.load(dir, 256);
+    t.fail('accepted a truncated tokenizer.json');
+  } catch (e) {
+    t.ok(e instanceof BadInputError && /tokenizer\.json: not valid JSON/.test(e.message), (e as Error).message);
+  }
+  const { tokenizer, config } = syntheticTokenizer(256);
+  const swapped = JSON.parse(JSON.stringify(tokenizer)) as { added_tokens: { id: number; content: string }[]; model: { vocab: Record<string, number> } };
+  for (const a of swapped.added_tokens) if (a.content === '<|im_end|>') a.content = '<|im_fin|>';
+  delete swapped.model.vocab['<|im_end|>'];
+  swapped.model.vocab['<|im_fin|>'] = 7;
+  writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(swapped));
+  t.throws(() => TextTokenizer.load(dir, 256), /field <\|im_end\|>: the special token must have id 7, found none/);
+  writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(tokenizer));
+  writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify(config));
+  t.throws(() => TextTokenizer.load(dir, 128), /more than the model's vocabulary of 128/);
+  t.ok(TextTokenizer.load(dir, 256) instanceof TextTokenizer);
+});
