@@ -1,143 +1,202 @@
 /**
- * `voxslab bench model`: time of each model stage on synthetic checkpoints (`tiny`, `small`),
- * single thread, as the cost of one generated 80 ms frame and as a real-time factor:
- * frame = backbone step + Depthformer frame + detokenizer frame + the frame's share of
- * interleaved text steps (6 text steps per 12 audio frames). Also: encoder time per second
- * of user audio, prefill and decode tokens/s. The fastest of several runs is reported.
+ * `voxslab bench model`: the speech model's stages on synthetic checkpoints, one thread, built
+ * exactly as `voxslab run` builds them (SpeechModel, sealed arenas). Per checkpoint: encoder
+ * time per second of user audio; backbone prefill tokens/s (chunks of 64) and decode tokens/s
+ * without the text head (an audio step) and with it (a text step); Depthformer and detokenizer
+ * time per frame; the cost of one generated 80 ms frame = audio step + Depthformer +
+ * detokenizer + 6/12 of a text step, as a real-time factor; and the same cost measured inside
+ * a real reply (the conversation's own stage clocks). The fastest of several runs is reported.
+ *
+ * Default: `tiny` and `small` (f32). `--production` adds `lfm2-audio-1.5b` at q4 and q8
+ * (generated once into the checkpoint cache, several minutes each); `--model DIR` adds any
+ * checkpoint folder. The peer figures are llama.cpp's on this machine class (from the issue).
  */
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { MemoryDomain, plan } from '../src/memory/index.js';
-import { arenaWorkspace, heapWorkspace } from '../src/dsp/workspace.js';
-import { loadCheckpoint, makeCheckpoint } from '../src/io/checkpoint.js';
-import { ConformerEncoder } from '../src/model/encoder.js';
-import { Backbone, backbonePass, BackboneState, backboneStateSizes, detokenizerDims, lfm2Pass } from '../src/model/backbone.js';
-import { Depthformer, depthformerPass, depthformerStateFloats } from '../src/model/depthformer.js';
-import { Detokenizer, DetokenizerState } from '../src/model/detokenizer.js';
+import { MemoryDomain } from '../src/memory/index.js';
+import { makeCheckpoint } from '../src/io/checkpoint.js';
+import { quantizeCheckpoint } from '../src/io/quantize.js';
+import { checkpointCache, resolveModel } from '../src/cli/run.js';
+import { Conversation, SpeechModel, STAGES } from '../src/model/conversation.js';
 import { AUDIO_SAMPLING, Sampler } from '../src/model/sampler.js';
-import { DEFAULT_ENCODER_TILES, encoderPass } from '../src/model/plans.js';
 import { fastestSeconds as best, round } from './util.js';
 
 export interface ModelBenchRow {
+  checkpoint: string;
   config: string;
-  parameters: string;
+  weights: string;
+  weightMiB: number;
   encoderMsPerSecondOfAudio: number;
   prefillTokensPerSecond: number;
   decodeTokensPerSecond: number;
-  decodeWithLogitsTokensPerSecond: number;
+  decodeWithTextHeadTokensPerSecond: number;
   depthformerMsPerFrame: number;
   detokenizerMsPerFrame: number;
   frameMs: number;
   realTimeFactor: number;
+  /** Inside a real reply: wall ms per generated audio frame (its text steps included). */
+  replyMsPerFrame: number;
+  replyRealTimeFactor: number;
 }
 
-function measure(name: string, quick: boolean): ModelBenchRow {
-  const dir = mkdtempSync(join(tmpdir(), 'voxslab-bench-model-'));
+/** llama.cpp on this machine class, LFM2-1.2B shape (from the issue). */
+export const PEER = Object.freeze({
+  engine: 'llama.cpp, LFM2-1.2B shape',
+  q4_0: { decode1: 27.9, decode2: 42.6, prefill1: 66, prefill2: 128 },
+  q8_0: { decode1: 14.6, decode2: 24.9 },
+});
+
+async function production(dtype: 'q4' | 'q8', log: (l: string) => void): Promise<string> {
+  const dir = join(checkpointCache(), `lfm2-audio-1.5b-seed1-${dtype}`);
+  if (existsSync(join(dir, 'config.json'))) return dir;
+  mkdirSync(checkpointCache(), { recursive: true });
+  const f32 = mkdtempSync(join(checkpointCache(), '.f32-'));
+  const tmp = mkdtempSync(join(checkpointCache(), `.${dtype}-`));
   try {
-    makeCheckpoint({ config: name, seed: 1, out: dir, dtype: 'f32', progress: false });
-    const domain = MemoryDomain.create({ limit: '8GiB' });
-    const { config, image, report } = loadCheckpoint(dir, domain);
-    const ticket = domain.owner('ticket', 0);
-    const conv = domain.owner('conversation', 0);
-    const seconds = 5;
-    const chunk = 64;
-    const context = 2048;
-    const hwEnc = plan(encoderPass(config, { segmentSeconds: seconds, tiles: DEFAULT_ENCODER_TILES }).build()).highWater;
-    const hwBb = plan(backbonePass(config, chunk).build()).highWater;
-    const hwStep = plan(backbonePass(config, 1).build()).highWater;
-    const hwDepth = plan(depthformerPass(config).build()).highWater;
-    const t = config.detokenizer;
-    const hwDet = plan(lfm2Pass(detokenizerDims(config), t.upsample).build()).highWater;
-    const work = domain.createArena(ticket, 'work', { bytes: domain.policy.arenaBytes([hwEnc, hwBb, hwDepth, hwDet, t.upsample * t.outBins * 4, (t.upsample * t.hop + t.nFft) * 4, 256 * 256 * 4]) + (64 << 20) });
-    const encoder = new ConformerEncoder(config, image, work, heapWorkspace, { segmentSeconds: seconds });
-    const prefill = new Backbone(config, image, work, heapWorkspace, { chunk, context });
-    const stepArena = domain.createArena(domain.owner('ticket', 1), 'step', { bytes: domain.policy.arenaBytes([hwStep]) });
-    const step = new Backbone(config, image, stepArena, heapWorkspace, { chunk: 1, context });
-    const stateArena = domain.createArena(conv, 'state', { bytes: domain.policy.arenaBytes([...backboneStateSizes(config, context).map((s) => s.bytes), depthformerStateFloats(config) * 4, ...DetokenizerState.lfmBytes(config, 100_000)]) + (8 << 20) });
-    const state = new BackboneState(config, stateArena, context);
-    const depthKv = stateArena.carve('depth_kv', 'recurrence', Float32Array, depthformerStateFloats(config));
-    const depth = new Depthformer(config, image, work, heapWorkspace, depthKv);
-    const detok = new Detokenizer(config, image, work, heapWorkspace, { turnPositions: 100_000 });
-    const detState = new DetokenizerState(config, stateArena, arenaWorkspace(stateArena, 'recurrence', 'detok'), { turnPositions: 100_000, outputRate: 48000 });
-    const runs = quick ? 2 : 5;
-    const T = 1 + seconds * 100;
-    const mel = Float32Array.from({ length: T * 128 }, (_, i) => Math.sin(i * 0.013) - 4);
-    const encS = best(runs, () => encoder.encode(Float32Array.from(mel), T));
-    const D = config.backbone.hidden;
-    const rows = new Float32Array(chunk * D).map((_, i) => Math.sin(i * 0.01) * 0.1);
-    const prefillS = best(runs, () => {
-      state.reset();
-      for (let i = 0; i < 4; i++) prefill.forward(state, rows, chunk);
-    });
-    const row = new Float32Array(D);
-    const logits = new Float32Array(config.backbone.vocab);
-    const steps = quick ? 20 : 100;
-    const decodeS = best(runs, () => {
-      state.reset();
-      for (let i = 0; i < steps; i++) step.forward(state, row, 1);
-    });
-    const decodeLogitsS = best(runs, () => {
-      state.reset();
-      for (let i = 0; i < steps; i++) step.logits(step.forward(state, row, 1), logits);
-    });
-    const sampler = new Sampler(1);
-    const codes = new Int32Array(8);
-    const hidden = row.map((_, i) => Math.cos(i));
-    const frames = quick ? 10 : 40;
-    const depthS = best(runs, () => {
-      for (let i = 0; i < frames; i++) depth.frame(hidden, sampler, AUDIO_SAMPLING, codes);
-    });
-    const out = new Float32Array(detok.maxSamples(detState));
-    const detS = best(runs, () => {
-      detState.startTurn();
-      for (let i = 0; i < frames; i++) detok.frame(detState, codes, out, 0);
-    });
-    const stepMs = (decodeS / steps) * 1000;
-    const textMs = (decodeLogitsS / steps) * 1000;
-    const depthMs = (depthS / frames) * 1000;
-    const detMs = (detS / frames) * 1000;
-    const frameMs = stepMs + depthMs + detMs + (config.interleave.text / config.interleave.audio) * textMs;
-    return {
-      config: name,
-      parameters: `${((report.weightBytes / 4) / 1e6).toFixed(1)} M`,
-      encoderMsPerSecondOfAudio: round((encS / seconds) * 1000, 2),
-      prefillTokensPerSecond: round((4 * chunk) / prefillS, 0),
-      decodeTokensPerSecond: round(steps / decodeS, 0),
-      decodeWithLogitsTokensPerSecond: round(steps / decodeLogitsS, 0),
-      depthformerMsPerFrame: round(depthMs, 3),
-      detokenizerMsPerFrame: round(detMs, 3),
-      frameMs: round(frameMs, 3),
-      realTimeFactor: round(frameMs / 80, 4),
-    };
+    log(`generating lfm2-audio-1.5b (${dtype}) in ${dir} (first use; several minutes)`);
+    makeCheckpoint({ config: 'lfm2-audio-1.5b', seed: 1, out: f32, dtype: 'f32', progress: false });
+    await quantizeCheckpoint({ input: f32, output: tmp, bits: dtype === 'q4' ? 4 : 8, group: 64 });
+    renameSync(tmp, dir);
   } finally {
-    rmSync(dir, { recursive: true, force: true });
+    rmSync(f32, { recursive: true, force: true });
+    rmSync(tmp, { recursive: true, force: true });
   }
+  return dir;
+}
+
+function measure(label: string, dir: string, quick: boolean): ModelBenchRow {
+  const domain = MemoryDomain.create();
+  const segment = 5;
+  const model = SpeechModel.load(dir, domain, { segmentSeconds: segment, replySeconds: quick ? 2 : 4, context: 4096 });
+  const conv = model.conversation({ seed: 1, inputRate: 16000 });
+  model.ready();
+  conv.ready();
+  const c = model.config;
+  const s = model.slot;
+  const big = c.backbone.hidden >= 1024;
+  const runs = quick || big ? 2 : 5;
+  const D = c.backbone.hidden;
+  // Encoder: a 5 s segment of log-mel rows.
+  const T = 1 + segment * 100;
+  const mel = Float32Array.from({ length: T * 128 }, (_, i) => Math.sin(i * 0.013) - 4);
+  const melCopy = new Float32Array(mel.length);
+  const encS = best(runs, () => {
+    melCopy.set(mel);
+    s.encoder.encode(melCopy, T);
+  });
+  const stack = s.backbone.stack;
+  const state = conv.backbone;
+  const chunk = model.options.prefillChunk;
+  const fill = () => {
+    for (let i = 0; i < chunk * D; i++) stack.input[i] = Math.sin(i * 0.01) * 0.1;
+  };
+  const chunks = big ? 2 : 4;
+  const prefillS = best(runs, () => {
+    state.reset();
+    for (let i = 0; i < chunks; i++) {
+      fill();
+      stack.forward(state, chunk);
+    }
+  });
+  const steps = quick ? 8 : big ? 16 : 100;
+  const decodeS = best(runs, () => {
+    state.reset();
+    for (let i = 0; i < steps; i++) {
+      s.backbone.embedText(i % 100, stack.input, 0);
+      stack.forward(state, 1);
+    }
+  });
+  const decodeTextS = best(runs, () => {
+    state.reset();
+    for (let i = 0; i < steps; i++) {
+      s.backbone.embedText(i % 100, stack.input, 0);
+      s.backbone.logits(stack.forward(state, 1), s.logits, s.logitsXsum);
+    }
+  });
+  const sampler = new Sampler(1);
+  const codes = new Int32Array(8);
+  const hidden = new Float32Array(D).map((_, i) => Math.cos(i));
+  const frames = quick ? 4 : big ? 8 : 40;
+  const depthS = best(runs, () => {
+    for (let i = 0; i < frames; i++) s.depthformer.frame(hidden, sampler, AUDIO_SAMPLING, codes);
+  });
+  const out = new Float32Array(s.detokenizer.maxSamples(conv.detokenizer));
+  const detS = best(runs, () => {
+    conv.detokenizer.startTurn();
+    for (let i = 0; i < frames; i++) {
+      for (let k = 0; k < 8; k++) codes[k] = (i * 131 + k * 17) % 2048;
+      s.detokenizer.frame(conv.detokenizer, codes, out, 0);
+    }
+  });
+  // A real turn: 2 s of input, then the reply; the conversation's clocks give each stage.
+  state.reset();
+  const audio = Float32Array.from({ length: 32000 }, (_, i) => 0.2 * Math.sin(i * 0.06) * Math.sin(i * 0.0007));
+  for (let i = 0; i < audio.length; i += Conversation.INPUT_CHUNK) conv.listen(audio.subarray(i, i + Conversation.INPUT_CHUNK));
+  conv.endSegment();
+  conv.stageMs.fill(0);
+  const t0 = performance.now();
+  const r = conv.reply({});
+  const replyMs = performance.now() - t0;
+  const stepMs = (decodeS / steps) * 1000;
+  const textMs = (decodeTextS / steps) * 1000;
+  const depthMs = (depthS / frames) * 1000;
+  const detMs = (detS / frames) * 1000;
+  const frameMs = stepMs + depthMs + detMs + (c.interleave.text / c.interleave.audio) * textMs;
+  const prefillMs = conv.stageMs[STAGES.indexOf('prefill')] as number;
+  const replyMsPerFrame = r.audioFrames > 0 ? (replyMs - prefillMs) / r.audioFrames : 0;
+  const weightBytes = model.report.weightBytes;
+  const kinds = new Set(model.image.names.filter((n) => n.endsWith('.weight')).map((n) => {
+    const t = model.image.get(n);
+    return t.quant === undefined ? t.dtype : `q${t.quant.bits}`;
+  }));
+  return {
+    checkpoint: label,
+    config: c.name.includes('/') ? label : c.name,
+    weights: [...kinds].sort().join('+'),
+    weightMiB: round(weightBytes / 2 ** 20, 1),
+    encoderMsPerSecondOfAudio: round((encS / segment) * 1000, 2),
+    prefillTokensPerSecond: round((chunks * chunk) / prefillS, 1),
+    decodeTokensPerSecond: round(steps / decodeS, 1),
+    decodeWithTextHeadTokensPerSecond: round(steps / decodeTextS, 1),
+    depthformerMsPerFrame: round(depthMs, 3),
+    detokenizerMsPerFrame: round(detMs, 3),
+    frameMs: round(frameMs, 3),
+    realTimeFactor: round(frameMs / 80, 4),
+    replyMsPerFrame: round(replyMsPerFrame, 3),
+    replyRealTimeFactor: round(replyMsPerFrame / 80, 4),
+  };
 }
 
 export interface ModelBenchResult {
   bench: 'model';
+  threads: 1;
   rows: ModelBenchRow[];
-  notMeasured: string;
+  peer: typeof PEER;
+  notMeasured: string[];
 }
 
-export async function run(options: { quick?: boolean } = {}): Promise<ModelBenchResult> {
-  const names = options.quick === true ? ['tiny'] : ['tiny', 'small'];
-  return {
-    bench: 'model',
-    rows: names.map((n) => measure(n, options.quick === true)),
-    notMeasured: 'lfm2-audio-1.5b (q4/q8): needs a 1.5 B-parameter synthetic checkpoint; not run here',
+export async function run(options: { quick?: boolean; models?: string[]; production?: boolean } = {}): Promise<ModelBenchResult> {
+  const quick = options.quick === true;
+  const log = (l: string): void => {
+    process.stderr.write(`${l}\n`);
   };
+  const targets: [string, string][] = (quick ? ['tiny'] : ['tiny', 'small']).map((n) => [n, resolveModel(n, log)]);
+  if (options.production === true) for (const d of ['q4', 'q8'] as const) targets.push([`lfm2-audio-1.5b ${d}`, await production(d, log)]);
+  for (const m of options.models ?? []) targets.push([m, m]);
+  const notMeasured = ['two threads: the stages run on one thread until the pipeline issue moves them into workers'];
+  if (options.production !== true) notMeasured.push('lfm2-audio-1.5b q4/q8: run with --production (generates the checkpoints once)');
+  return { bench: 'model', threads: 1, rows: targets.map(([label, dir]) => measure(label, dir, quick)), peer: PEER, notMeasured };
 }
 
 export function format(r: ModelBenchResult): string {
-  const lines = ['model stages, one thread (f32 synthetic weights; a generated 80 ms frame = step + Depthformer + detokenizer + 6/12 of a text step):'];
+  const lines = ['model stages, one thread (a generated 80 ms frame = audio step + Depthformer + detokenizer + 6/12 of a text step):'];
   for (const m of r.rows) {
     lines.push(
-      `  ${m.config} (${m.parameters} weights): encoder ${m.encoderMsPerSecondOfAudio} ms per s of audio; prefill ${m.prefillTokensPerSecond} tok/s; decode ${m.decodeTokensPerSecond} tok/s (${m.decodeWithLogitsTokensPerSecond} with the text head)`,
-      `      Depthformer ${m.depthformerMsPerFrame} ms/frame, detokenizer ${m.detokenizerMsPerFrame} ms/frame → ${m.frameMs} ms per 80 ms frame (real-time factor ${m.realTimeFactor})`,
+      `  ${m.checkpoint} (${m.weights}, ${m.weightMiB} MiB of weights): encoder ${m.encoderMsPerSecondOfAudio} ms per s of audio; prefill ${m.prefillTokensPerSecond} tok/s; decode ${m.decodeTokensPerSecond} tok/s (${m.decodeWithTextHeadTokensPerSecond} with the text head)`,
+      `      Depthformer ${m.depthformerMsPerFrame} ms/frame, detokenizer ${m.detokenizerMsPerFrame} ms/frame → ${m.frameMs} ms per 80 ms frame (real-time factor ${m.realTimeFactor}); in a real reply ${m.replyMsPerFrame} ms per frame (${m.replyRealTimeFactor})`,
     );
   }
-  lines.push(`  not measured: ${r.notMeasured}`);
+  lines.push(`  peer (${r.peer.engine}): Q4_0 decode ${r.peer.q4_0.decode1} tok/s on one thread (${r.peer.q4_0.decode2} on two), prefill ${r.peer.q4_0.prefill1} (${r.peer.q4_0.prefill2}); Q8_0 decode ${r.peer.q8_0.decode1} (${r.peer.q8_0.decode2})`);
+  for (const n of r.notMeasured) lines.push(`  not measured: ${n}`);
   return lines.join('\n');
 }

@@ -36,6 +36,9 @@ usage:
   voxslab mel --in A.wav --out M.npy [--raw]
                                             log-mel features of 16 kHz audio, float32 [frames, 128]
   voxslab bench <memory|planner|dsp|kernels|model> [--json] [--quick]
+  voxslab bench model [--production] [--model DIR]...
+                                            --production adds lfm2-audio-1.5b at q4 and q8
+                                            (generated once into the checkpoint cache)
   voxslab version
   voxslab help
 
@@ -53,7 +56,12 @@ async function bench(args: string[]): Promise<void> {
   const { values, positionals } = parseArgs({
     args,
     allowPositionals: true,
-    options: { json: { type: 'boolean', default: false }, quick: { type: 'boolean', default: false } },
+    options: {
+      json: { type: 'boolean', default: false },
+      quick: { type: 'boolean', default: false },
+      production: { type: 'boolean', default: false },
+      model: { type: 'string', multiple: true },
+    },
   });
   const name = positionals[0];
   if (name === undefined || positionals.length !== 1) {
@@ -62,11 +70,12 @@ async function bench(args: string[]): Promise<void> {
   if (!(BENCHES as readonly string[]).includes(name)) {
     throw new UsageError(`bench: unknown benchmark '${name}' (available: ${BENCHES.join(', ')})`);
   }
+  if (name !== 'model' && (values.production === true || values.model !== undefined)) throw new UsageError('bench: --production and --model are options of bench model');
   const mod = (await import(`../../bench/${name}.js`)) as {
-    run: (o: { quick: boolean }) => Promise<unknown>;
+    run: (o: { quick: boolean; production: boolean; models: string[] }) => Promise<unknown>;
     format: (r: never) => string;
   };
-  const result = await mod.run({ quick: values.quick === true });
+  const result = await mod.run({ quick: values.quick === true, production: values.production === true, models: values.model ?? [] });
   process.stdout.write(values.json === true ? `${JSON.stringify(result, null, 2)}\n` : `${mod.format(result as never)}\n`);
 }
 
