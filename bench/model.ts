@@ -1,9 +1,10 @@
 /**
- * `voxslab bench model`: the speech model's stages on synthetic checkpoints, one thread, built
+ * `voxslab bench model`: the speech model's stages on synthetic checkpoints, built
  * exactly as `voxslab run` builds them (SpeechModel, sealed arenas). Per checkpoint: encoder
  * time per second of user audio; backbone prefill tokens/s (chunks of 64) and decode tokens/s
  * without the text head (an audio step) and with it (a text step); Depthformer and detokenizer
- * time per frame; the cost of one generated 80 ms frame = audio step + Depthformer +
+ * time per frame, on one thread and with two sharing each row-by-row linear layer; the cost of
+ * one generated 80 ms frame = audio step + Depthformer +
  * detokenizer + 6/12 of a text step, as a real-time factor; and the same cost measured inside
  * a real reply (the conversation's own stage clocks). The fastest of several runs is reported.
  *
@@ -19,10 +20,13 @@ import { quantizeCheckpoint } from '../src/io/quantize.js';
 import { checkpointCache, resolveModel } from '../src/cli/run.js';
 import { Conversation, SpeechModel, STAGES } from '../src/model/conversation.js';
 import { AUDIO_SAMPLING, Sampler } from '../src/model/sampler.js';
+import { setComputeThreads } from '../src/model/kernels.js';
 import { fastestSeconds as best, round } from './util.js';
 
 export interface ModelBenchRow {
   checkpoint: string;
+  /** Threads sharing the rows of each step's linear layers (the rest runs on one). */
+  threads: number;
   config: string;
   weights: string;
   weightMiB: number;
@@ -64,10 +68,10 @@ async function production(dtype: 'q4' | 'q8', log: (l: string) => void): Promise
   return dir;
 }
 
-function measure(label: string, dir: string, quick: boolean): ModelBenchRow {
+function measure(label: string, dir: string, quick: boolean, threads: number): ModelBenchRow {
   const domain = MemoryDomain.create();
   const segment = 5;
-  const model = SpeechModel.load(dir, domain, { segmentSeconds: segment, replySeconds: quick ? 2 : 4, context: 4096 });
+  const model = SpeechModel.load(dir, domain, { segmentSeconds: segment, replySeconds: quick ? 2 : 4, context: 4096, threads });
   const conv = model.conversation({ seed: 1, inputRate: 16000 });
   model.ready();
   conv.ready();
@@ -110,7 +114,7 @@ function measure(label: string, dir: string, quick: boolean): ModelBenchRow {
     state.reset();
     for (let i = 0; i < steps; i++) {
       s.backbone.embedText(i % 100, stack.input, 0);
-      s.backbone.logits(stack.forward(state, 1), s.logits, s.logitsXsum);
+      s.backbone.logits(stack.forward(state, 1), s.logits, s.logitsScratch);
     }
   });
   const sampler = new Sampler(1);
@@ -151,6 +155,7 @@ function measure(label: string, dir: string, quick: boolean): ModelBenchRow {
   }));
   return {
     checkpoint: label,
+    threads,
     config: c.name.includes('/') ? label : c.name,
     weights: [...kinds].sort().join('+'),
     weightMiB: round(weightBytes / 2 ** 20, 1),
@@ -169,7 +174,6 @@ function measure(label: string, dir: string, quick: boolean): ModelBenchRow {
 
 export interface ModelBenchResult {
   bench: 'model';
-  threads: 1;
   rows: ModelBenchRow[];
   peer: typeof PEER;
   notMeasured: string[];
@@ -183,16 +187,22 @@ export async function run(options: { quick?: boolean; models?: string[]; product
   const targets: [string, string][] = (quick ? ['tiny'] : ['tiny', 'small']).map((n) => [n, resolveModel(n, log)]);
   if (options.production === true) for (const d of ['q4', 'q8'] as const) targets.push([`lfm2-audio-1.5b ${d}`, await production(d, log)]);
   for (const m of options.models ?? []) targets.push([m, m]);
-  const notMeasured = ['two threads: the stages run on one thread until the pipeline issue moves them into workers'];
+  const notMeasured = ['two threads for the encoder and prefill (GEMM): they run on one thread'];
   if (options.production !== true) notMeasured.push('lfm2-audio-1.5b q4/q8: run with --production (generates the checkpoints once)');
-  return { bench: 'model', threads: 1, rows: targets.map(([label, dir]) => measure(label, dir, quick)), peer: PEER, notMeasured };
+  const rows: ModelBenchRow[] = [];
+  try {
+    for (const [label, dir] of targets) for (const threads of [1, 2]) rows.push(measure(label, dir, quick, threads));
+  } finally {
+    setComputeThreads(1);
+  }
+  return { bench: 'model', rows, peer: PEER, notMeasured };
 }
 
 export function format(r: ModelBenchResult): string {
-  const lines = ['model stages, one thread (a generated 80 ms frame = audio step + Depthformer + detokenizer + 6/12 of a text step):'];
+  const lines = ['model stages (a generated 80 ms frame = audio step + Depthformer + detokenizer + 6/12 of a text step; threads share the rows of row-by-row linear layers):'];
   for (const m of r.rows) {
     lines.push(
-      `  ${m.checkpoint} (${m.weights}, ${m.weightMiB} MiB of weights): encoder ${m.encoderMsPerSecondOfAudio} ms per s of audio; prefill ${m.prefillTokensPerSecond} tok/s; decode ${m.decodeTokensPerSecond} tok/s (${m.decodeWithTextHeadTokensPerSecond} with the text head)`,
+      `  ${m.checkpoint} (${m.weights}, ${m.weightMiB} MiB of weights), ${m.threads} thread${m.threads > 1 ? 's' : ''}: encoder ${m.encoderMsPerSecondOfAudio} ms per s of audio; prefill ${m.prefillTokensPerSecond} tok/s; decode ${m.decodeTokensPerSecond} tok/s (${m.decodeWithTextHeadTokensPerSecond} with the text head)`,
       `      Depthformer ${m.depthformerMsPerFrame} ms/frame, detokenizer ${m.detokenizerMsPerFrame} ms/frame → ${m.frameMs} ms per 80 ms frame (real-time factor ${m.realTimeFactor}); in a real reply ${m.replyMsPerFrame} ms per frame (${m.replyRealTimeFactor})`,
     );
   }

@@ -100,6 +100,17 @@ export interface NativeAddon {
     K: number,
     xsum: Float32Array | null,
   ): void;
+  /** Threads sharing each GEMV's rows (1–8); returns the count now in use. */
+  setComputeThreads(n: number): number;
+  computeThreads(): number;
+  gemvInt(
+    type: number, w: Uint8Array, scales: Float32Array, biases: Float32Array, group: number,
+    x: Float32Array, y: Float32Array, M: number, K: number, scratch: Float32Array,
+  ): void;
+  gemvRows(
+    type: number, w: Float32Array | Uint16Array | Uint8Array, scales: Float32Array | null, biases: Float32Array | null,
+    group: number, X: Float32Array, Y: Float32Array, n: number, M: number, K: number, scratch: Float32Array | null,
+  ): void;
   gemm(
     A: Float32Array, type: number, W: Float32Array | Uint16Array | Uint8Array,
     scales: Float32Array | null, biases: Float32Array | null, group: number,

@@ -410,8 +410,23 @@ Napi::Value GemvValue(const Napi::CallbackInfo& info) {
   auto x = F32Arg(info, 5, fn, "x", static_cast<size_t>(K));
   auto y = F32Arg(info, 6, fn, "y", static_cast<size_t>(M));
   if (Overlap(x, y)) ThrowRange(info.Env(), "gemv: x and y must not overlap");
-  voxslab::Gemv(wt, w, scales, biases, static_cast<int>(group), x.data, y.data, M, K, xsum);
+  if (quant) voxslab::Gemv(wt, w, scales, biases, static_cast<int>(group), x.data, y.data, M, K, xsum);
+  else voxslab::GemvSplit(wt, w, x.data, y.data, M, K);
   return info.Env().Undefined();
+}
+
+// setComputeThreads(n): threads sharing each GEMV's rows (1–8; 1 stops the helpers).
+Napi::Value SetComputeThreadsValue(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 1, "setComputeThreads");
+  const int64_t n = CountArg(info, 0, "setComputeThreads", "n");
+  if (n < 1 || n > 8) ThrowRange(info.Env(), "setComputeThreads: n must be from 1 to 8");
+  voxslab::SetComputeThreads(static_cast<int>(n));
+  return Napi::Number::New(info.Env(), voxslab::ComputeThreads());
+}
+
+Napi::Value ComputeThreadsValue(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 0, "computeThreads");
+  return Napi::Number::New(info.Env(), voxslab::ComputeThreads());
 }
 
 // Reads a weight matrix argument [M][K] of `type` (with scales/biases for q8/q4).
@@ -445,6 +460,49 @@ voxslab::WeightRef WeightArg(const Napi::CallbackInfo& info, const char* fn, int
     w.group = static_cast<int>(group);
   }
   return w;
+}
+
+// gemvRows(type, w, scales, biases, group, X, Y, n, M, K, scratch | null)
+Napi::Value GemvRowsValue(const Napi::CallbackInfo& info) {
+  const char* fn = "gemvRows";
+  ExpectArgs(info, 11, fn);
+  const int64_t type = CountArg(info, 0, fn, "type");
+  const int64_t n = CountArg(info, 7, fn, "n");
+  const int64_t M = CountArg(info, 8, fn, "M");
+  const int64_t K = CountArg(info, 9, fn, "K");
+  const voxslab::WeightRef w = WeightArg(info, fn, type, 1, 2, 3, 4, M, K);
+  if (type >= 3 && w.group < 32) ThrowRange(info.Env(), "gemvRows: group must be at least 32");
+  auto X = F32Arg(info, 5, fn, "X", static_cast<size_t>(n * K));
+  auto Y = F32Arg(info, 6, fn, "Y", static_cast<size_t>(n * M));
+  if (Overlap(X, Y)) ThrowRange(info.Env(), "gemvRows: X and Y must not overlap");
+  void* scratch = nullptr;
+  if (type >= 3) {
+    const int64_t need = voxslab::GemvRowsScratchBytes(n, K, w.group);
+    auto sc = F32Arg(info, 10, fn, "scratch", static_cast<size_t>((need + 3) / 4));
+    if (Overlap(X, sc) || Overlap(Y, sc)) ThrowRange(info.Env(), "gemvRows: scratch must not overlap X or Y");
+    scratch = sc.data;
+  }
+  voxslab::GemvRows(w.type, w.data, w.scales, w.biases, w.group, X.data, Y.data, n, M, K, scratch);
+  return info.Env().Undefined();
+}
+
+// gemvInt(type, w, scales, biases, group, x, y, M, K, scratch): q8/q4 weights, int8 activations.
+Napi::Value GemvIntValue(const Napi::CallbackInfo& info) {
+  const char* fn = "gemvInt";
+  ExpectArgs(info, 10, fn);
+  const int64_t type = CountArg(info, 0, fn, "type");
+  if (type != 3 && type != 4) ThrowRange(info.Env(), "gemvInt: type must be 3 (q8) or 4 (q4)");
+  const int64_t M = CountArg(info, 7, fn, "M");
+  const int64_t K = CountArg(info, 8, fn, "K");
+  const voxslab::WeightRef w = WeightArg(info, fn, type, 1, 2, 3, 4, M, K);
+  if (w.group < 32) ThrowRange(info.Env(), "gemvInt: group must be at least 32");
+  auto x = F32Arg(info, 5, fn, "x", static_cast<size_t>(K));
+  auto y = F32Arg(info, 6, fn, "y", static_cast<size_t>(M));
+  const int64_t need = voxslab::GemvIntScratchBytes(K, w.group);
+  auto scratch = F32Arg(info, 9, fn, "scratch", static_cast<size_t>((need + 3) / 4));
+  if (Overlap(x, y) || Overlap(x, scratch) || Overlap(y, scratch)) ThrowRange(info.Env(), "gemvInt: x, y and scratch must not overlap");
+  voxslab::GemvInt(w.type, w.data, w.scales, w.biases, w.group, x.data, y.data, M, K, scratch.data);
+  return info.Env().Undefined();
 }
 
 // gemm(A, type, W, scales | null, biases | null, group, bias | null, C, T, N, K, pack)
@@ -684,6 +742,10 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("rfft", Napi::Function::New(env, RfftValue, "rfft"));
   exports.Set("gemv", Napi::Function::New(env, GemvValue, "gemv"));
   exports.Set("gemm", Napi::Function::New(env, GemmValue, "gemm"));
+  exports.Set("gemvInt", Napi::Function::New(env, GemvIntValue, "gemvInt"));
+  exports.Set("gemvRows", Napi::Function::New(env, GemvRowsValue, "gemvRows"));
+  exports.Set("setComputeThreads", Napi::Function::New(env, SetComputeThreadsValue, "setComputeThreads"));
+  exports.Set("computeThreads", Napi::Function::New(env, ComputeThreadsValue, "computeThreads"));
   exports.Set("norm", Napi::Function::New(env, NormValue, "norm"));
   exports.Set("activation", Napi::Function::New(env, ActivationValue, "activation"));
   exports.Set("rope", Napi::Function::New(env, RopeValue, "rope"));

@@ -1,6 +1,12 @@
 #include "kernels.h"
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+#include <vector>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -129,6 +135,70 @@ void GemvScalar(WeightType type, const void* w, const float* scales, const float
         break;
       }
     }
+  }
+}
+
+// ---- integer dot products with int8 activations (q8/q4 weights) ---------------------------
+
+// Per group g: xs[g] = max|x|/127, xq = x/xs rounded to nearest (ties to even) as int8,
+// xsum[g] = Σ x in f32. For q4 each 64-element block of xq is stored evens first, then odds:
+// the order of the low and high nibbles of its 32 packed bytes.
+void QuantizeActivations(const float* x, int64_t K, int group, bool q4, int8_t* xq, float* xs, float* xsum) {
+  for (int64_t g = 0; g < K / group; ++g) {
+    const float* xg = x + g * group;
+    float amax = 0, sum = 0;
+    for (int i = 0; i < group; ++i) {
+      amax = std::max(amax, std::fabs(xg[i]));
+      sum += xg[i];
+    }
+    xsum[g] = sum;
+    const float d = amax / 127.0f;
+    xs[g] = d;
+    const float inv = d > 0 ? 1.0f / d : 0.0f;
+    for (int i = 0; i < group; ++i) {
+      const float v = std::nearbyint(xg[i] * inv);
+      xq[g * group + i] = static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, v)));
+    }
+  }
+  if (q4) {
+    int8_t tmp[64];
+    for (int64_t b = 0; b + 64 <= K; b += 64) {
+      for (int i = 0; i < 32; ++i) {
+        tmp[i] = xq[b + 2 * i];
+        tmp[32 + i] = xq[b + 2 * i + 1];
+      }
+      std::memcpy(xq + b, tmp, 64);
+    }
+  }
+}
+
+// y[m] = Σ_g s_g·xs_g·(Σ q·xq) + Σ_g b_g·xsum_g, the integer sums exact.
+void GemvIntScalar(bool q4, const uint8_t* w, const float* scales, const float* biases, int group, const int8_t* xq,
+                   const float* xs, const float* xsum, float* y, int64_t M, int64_t K) {
+  const int64_t groups = K / group;
+  const int64_t rowBytes = q4 ? K / 2 : K;
+  for (int64_t m = 0; m < M; ++m) {
+    const uint8_t* r = w + m * rowBytes;
+    float acc = 0, bacc = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+      int32_t dot = 0;
+      for (int i = 0; i < group; ++i) {
+        const int64_t k = g * group + i;
+        int q;
+        int64_t at = k;
+        if (q4) {
+          q = (k & 1) ? (r[k >> 1] >> 4) : (r[k >> 1] & 15);
+          const int64_t b = k & ~int64_t{63}, j = k - b;  // position in the permuted block
+          if (b + 64 <= K) at = b + ((j & 1) ? 32 + (j >> 1) : (j >> 1));
+        } else {
+          q = r[k];
+        }
+        dot += q * xq[at];
+      }
+      acc += scales[m * groups + g] * xs[g] * static_cast<float>(dot);
+      bacc += biases[m * groups + g] * xsum[g];
+    }
+    y[m] = acc + bacc;
   }
 }
 
@@ -340,6 +410,94 @@ __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const vo
         break;
       }
     }
+  }
+}
+
+#define VOXSLAB_VNNI __attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma")))
+
+// Lane scales s_g·xs_g of a 32-byte block b of a row: one group, or (q4, group 32) two groups
+// of four lanes each.
+VOXSLAB_VNNI inline __m256 VnniScale(const float* sc, const float* xs, int group, int64_t per, int64_t b) {
+  if (group >= per) {
+    const int64_t g = (b * per) / group;
+    return _mm256_set1_ps(sc[g] * xs[g]);
+  }
+  const int64_t g = 2 * b;
+  return _mm256_setr_m128(_mm_set1_ps(sc[g] * xs[g]), _mm_set1_ps(sc[g + 1] * xs[g + 1]));
+}
+
+// Integer dot products of one 32-byte weight block with the block's activations, per int32 lane.
+VOXSLAB_VNNI inline __m256 VnniDot(bool q4, const uint8_t* p, __m256i xa, __m256i xb) {
+  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  __m256i d;
+  if (q4) {
+    const __m256i nib = _mm256_set1_epi8(15);
+    const __m256i lo = _mm256_and_si256(wv, nib);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib);
+    d = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, xa), hi, xb);
+  } else {
+    d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wv, xa);
+  }
+  return _mm256_cvtepi32_ps(d);
+}
+
+// Σ_g b_g·xsum_g of one row.
+VOXSLAB_VNNI inline float VnniBias(const float* bi, const float* xsum, int64_t groups) {
+  __m256 bacc = _mm256_setzero_ps();
+  int64_t g = 0;
+  for (; g + 8 <= groups; g += 8) bacc = _mm256_fmadd_ps(_mm256_loadu_ps(bi + g), _mm256_loadu_ps(xsum + g), bacc);
+  float t = 0;
+  for (; g < groups; ++g) t += bi[g] * xsum[g];
+  return Hsum(bacc) + t;
+}
+
+// Integer GEMV with AVX-512 VNNI on 256-bit vectors: per 32-byte block of a row, vpdpbusd
+// multiplies unsigned weight bytes (q8, or the low/high nibbles of q4) by the int8 activations
+// and sums four products per int32 lane; the lanes are scaled by s_g·xs_g in f32. Four rows
+// per pass share each activation load. Needs K a multiple of 64.
+VOXSLAB_VNNI void GemvIntVnni(bool q4, const uint8_t* w, const float* scales, const float* biases, int group,
+                              const int8_t* xq, const float* xs, const float* xsum, float* y, int64_t M, int64_t K) {
+  const int64_t groups = K / group;
+  const int64_t rowBytes = q4 ? K / 2 : K;
+  const int64_t blocks = rowBytes / 32;
+  const int64_t per = q4 ? 64 : 32;  // elements per block
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const uint8_t* r0 = w + m * rowBytes;
+    const float* s0 = scales + m * groups;
+    for (int64_t b = 0; b < blocks; ++b) {
+      // The next four rows, one pass ahead: the stream outruns the hardware prefetcher otherwise.
+      if ((b & 1) == 0) {
+        const char* ahead = reinterpret_cast<const char*>(r0 + 4 * rowBytes + b * 32);
+        _mm_prefetch(ahead, _MM_HINT_T0);
+        _mm_prefetch(ahead + rowBytes, _MM_HINT_T0);
+        _mm_prefetch(ahead + 2 * rowBytes, _MM_HINT_T0);
+        _mm_prefetch(ahead + 3 * rowBytes, _MM_HINT_T0);
+      }
+      const int8_t* xb = xq + b * per;
+      const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
+      const __m256i xh = q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
+      a0 = _mm256_fmadd_ps(VnniDot(q4, r0 + b * 32, xa, xh), VnniScale(s0, xs, group, per, b), a0);
+      a1 = _mm256_fmadd_ps(VnniDot(q4, r0 + rowBytes + b * 32, xa, xh), VnniScale(s0 + groups, xs, group, per, b), a1);
+      a2 = _mm256_fmadd_ps(VnniDot(q4, r0 + 2 * rowBytes + b * 32, xa, xh), VnniScale(s0 + 2 * groups, xs, group, per, b), a2);
+      a3 = _mm256_fmadd_ps(VnniDot(q4, r0 + 3 * rowBytes + b * 32, xa, xh), VnniScale(s0 + 3 * groups, xs, group, per, b), a3);
+    }
+    y[m] = Hsum(a0) + VnniBias(biases + m * groups, xsum, groups);
+    y[m + 1] = Hsum(a1) + VnniBias(biases + (m + 1) * groups, xsum, groups);
+    y[m + 2] = Hsum(a2) + VnniBias(biases + (m + 2) * groups, xsum, groups);
+    y[m + 3] = Hsum(a3) + VnniBias(biases + (m + 3) * groups, xsum, groups);
+  }
+  for (; m < M; ++m) {
+    __m256 a = _mm256_setzero_ps();
+    const uint8_t* r = w + m * rowBytes;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int8_t* xb = xq + b * per;
+      const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
+      const __m256i xh = q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
+      a = _mm256_fmadd_ps(VnniDot(q4, r + b * 32, xa, xh), VnniScale(scales + m * groups, xs, group, per, b), a);
+    }
+    y[m] = Hsum(a) + VnniBias(biases + m * groups, xsum, groups);
   }
 }
 
@@ -664,6 +822,7 @@ float ReadProbeScalar(const float* x, int64_t n) {
 struct Dispatch {
   const char* isa;
   decltype(&GemvScalar) gemv;
+  decltype(&GemvIntScalar) gemvInt;
   decltype(&GemmScalar) gemm;
   decltype(&FmaProbeScalar) fma;
   decltype(&ReadProbeScalar) read;
@@ -679,15 +838,161 @@ Dispatch Choose() {
   __builtin_cpu_init();
   const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
   const bool avx512 = avx2 && __builtin_cpu_supports("avx512f");
-  if (w != "scalar" && w != "avx2" && avx512) return {"avx512f", GemvAvx512, GemmAvx512, FmaProbeAvx512, ReadProbeAvx2, 16};
-  if (w != "scalar" && avx2) return {"avx2+fma", GemvAvx2, GemmAvx2, FmaProbeAvx2, ReadProbeAvx2, 8};
+  const bool vnni = avx512 && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
+                    __builtin_cpu_supports("avx512vnni");
+  if (w != "scalar" && w != "avx2" && avx512) {
+    return {vnni ? "avx512f+vnni" : "avx512f", GemvAvx512, vnni ? GemvIntVnni : GemvIntScalar, GemmAvx512, FmaProbeAvx512, ReadProbeAvx2, 16};
+  }
+  if (w != "scalar" && avx2) return {"avx2+fma", GemvAvx2, GemvIntScalar, GemmAvx2, FmaProbeAvx2, ReadProbeAvx2, 8};
 #endif
-  return {"scalar", GemvScalar, GemmScalar, FmaProbeScalar, ReadProbeScalar, 1};
+  return {"scalar", GemvScalar, GemvIntScalar, GemmScalar, FmaProbeScalar, ReadProbeScalar, 1};
 }
 
 const Dispatch kDispatch = Choose();
 
+inline void CpuRelax() {
+#ifdef VOXSLAB_X86
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+// Helper threads that split a kernel's output rows with the calling thread. Each row is
+// computed exactly as on one thread, so results do not depend on the thread count. One caller
+// at a time: a call that finds the pool busy (another JS thread) runs alone.
+class RowPool {
+ public:
+  using Fn = void (*)(const void* ctx, int64_t r0, int64_t r1);
+  static constexpr int kMaxThreads = 8;
+
+  ~RowPool() { Resize(1); }
+
+  int threads() const { return static_cast<int>(helpers_.size()) + 1; }
+
+  void Resize(int n) {
+    if (!helpers_.empty()) {
+      stop_.store(true, std::memory_order_release);
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+      }
+      cv_.notify_all();
+      for (auto& t : helpers_) t.join();
+      helpers_.clear();
+      stop_.store(false, std::memory_order_release);
+    }
+    // Helpers start from the current generation: a call made before a helper first runs is
+    // still seen as new.
+    const uint32_t g0 = gen_.load(std::memory_order_acquire);
+    for (int i = 1; i < n; ++i) helpers_.emplace_back([this, i, g0] { Loop(i, g0); });
+  }
+
+  // fn(ctx, r0, r1) over [0, rows), in contiguous parts aligned to `align` rows.
+  void Run(Fn fn, const void* ctx, int64_t rows, int64_t align, int64_t work) {
+    const int n = threads();
+    if (n == 1 || work < kMinWork || rows < 2 * align || busy_.exchange(true, std::memory_order_acquire)) {
+      fn(ctx, 0, rows);
+      return;
+    }
+    const int64_t units = (rows + align - 1) / align;
+    for (int i = 0; i <= n; ++i) parts_[i] = std::min(rows, (units * i / n) * align);
+    fn_ = fn;
+    ctx_ = ctx;
+    pending_.store(n - 1, std::memory_order_relaxed);
+    gen_.fetch_add(1, std::memory_order_release);
+    if (sleepers_.load(std::memory_order_acquire) > 0) {
+      { std::lock_guard<std::mutex> lock(mu_); }
+      cv_.notify_all();
+    }
+    fn(ctx, parts_[0], parts_[1]);
+    while (pending_.load(std::memory_order_acquire) != 0) CpuRelax();
+    busy_.store(false, std::memory_order_release);
+  }
+
+ private:
+  static constexpr int64_t kMinWork = 1 << 16;  // multiply-adds below which a split costs more than it saves
+
+  void Loop(int index, uint32_t seen) {
+    for (;;) {
+      int spins = 0;
+      while (gen_.load(std::memory_order_acquire) == seen) {
+        if (stop_.load(std::memory_order_acquire)) return;
+        if (++spins < 1 << 14) {
+          CpuRelax();
+          continue;
+        }
+        sleepers_.fetch_add(1, std::memory_order_acq_rel);
+        {
+          std::unique_lock<std::mutex> lock(mu_);
+          cv_.wait_for(lock, std::chrono::milliseconds(1),
+                       [&] { return gen_.load(std::memory_order_acquire) != seen || stop_.load(std::memory_order_acquire); });
+        }
+        sleepers_.fetch_sub(1, std::memory_order_acq_rel);
+        spins = 0;
+      }
+      seen = gen_.load(std::memory_order_acquire);
+      fn_(ctx_, parts_[index], parts_[index + 1]);
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
+    }
+  }
+
+  std::vector<std::thread> helpers_;
+  std::atomic<uint32_t> gen_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> busy_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Fn fn_ = nullptr;
+  const void* ctx_ = nullptr;
+  int64_t parts_[kMaxThreads + 1] = {};
+};
+
+RowPool& Pool() {
+  static RowPool pool;
+  return pool;
+}
+
+struct IntTask {
+  bool q4;
+  const uint8_t* w;
+  const float* scales;
+  const float* biases;
+  int group;
+  const int8_t* xq;
+  const float* xs;
+  const float* xsum;
+  float* y;
+  int64_t K;
+};
+
+void RunIntRows(const void* c, int64_t r0, int64_t r1) {
+  const IntTask& t = *static_cast<const IntTask*>(c);
+  const int64_t groups = t.K / t.group;
+  const int64_t rowBytes = t.q4 ? t.K / 2 : t.K;
+  const auto fn = t.K % 64 == 0 ? kDispatch.gemvInt : GemvIntScalar;
+  fn(t.q4, t.w + r0 * rowBytes, t.scales + r0 * groups, t.biases + r0 * groups, t.group, t.xq, t.xs, t.xsum, t.y + r0, r1 - r0, t.K);
+}
+
+struct FloatTask {
+  WeightType type;
+  const uint8_t* w;
+  int64_t elemBytes;
+  const float* x;
+  float* y;
+  int64_t K;
+};
+
+void RunFloatRows(const void* c, int64_t r0, int64_t r1) {
+  const FloatTask& t = *static_cast<const FloatTask*>(c);
+  kDispatch.gemv(t.type, t.w + r0 * t.K * t.elemBytes, nullptr, nullptr, 0, t.x, t.y + r0, r1 - r0, t.K, nullptr);
+}
+
 }  // namespace
+
+void SetComputeThreads(int n) { Pool().Resize(std::max(1, std::min(n, RowPool::kMaxThreads))); }
+int ComputeThreads() { return Pool().threads(); }
 
 const char* KernelIsa() { return kDispatch.isa; }
 
@@ -698,6 +1003,87 @@ void Gemv(WeightType type, const void* w, const float* scales, const float* bias
 
 void Gemm(const float* A, const WeightRef& W, const float* bias, float* C, int64_t T, int64_t N, int64_t K, float* pack) {
   kDispatch.gemm(A, W, bias, C, T, N, K, pack);
+}
+
+int64_t GemvIntScratchBytes(int64_t K, int group) { return (K + 2 * 4 * (K / group) + 64 + 63) & ~int64_t{63}; }
+
+int64_t GemvRowsScratchBytes(int64_t n, int64_t K, int group) { return group > 0 ? n * GemvIntScratchBytes(K, group) : 0; }
+
+namespace {
+
+struct RowsTask {
+  WeightType type;
+  const uint8_t* w;
+  const float* scales;
+  const float* biases;
+  int group;
+  const float* X;
+  float* Y;
+  const uint8_t* scratch;  // per activation row: xsum, xs, xq
+  int64_t per, n, M, K, elemBytes;
+};
+
+// Rows [r0, r1) of every Y[t], in blocks of weight rows that stay in cache across the n rows.
+void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
+  const RowsTask& t = *static_cast<const RowsTask*>(c);
+  const bool quant = t.type == WeightType::kQ8 || t.type == WeightType::kQ4;
+  const bool q4 = t.type == WeightType::kQ4;
+  const int64_t groups = quant ? t.K / t.group : 0;
+  constexpr int64_t kBlock = 32;
+  for (int64_t m0 = r0; m0 < r1; m0 += kBlock) {
+    const int64_t mb = std::min(kBlock, r1 - m0);
+    const uint8_t* wsub = t.w + (q4 ? m0 * t.K / 2 : m0 * t.K * t.elemBytes);
+    for (int64_t i = 0; i < t.n; ++i) {
+      if (quant) {
+        const float* xsum = reinterpret_cast<const float*>(t.scratch + i * t.per);
+        const float* xs = xsum + groups;
+        const int8_t* xq = reinterpret_cast<const int8_t*>(xs + groups);
+        const auto fn = t.K % 64 == 0 ? kDispatch.gemvInt : GemvIntScalar;
+        fn(q4, wsub, t.scales + m0 * groups, t.biases + m0 * groups, t.group, xq, xs, xsum, t.Y + i * t.M + m0, mb, t.K);
+      } else {
+        kDispatch.gemv(t.type, wsub, nullptr, nullptr, 0, t.X + i * t.K, t.Y + i * t.M + m0, mb, t.K, nullptr);
+      }
+    }
+  }
+}
+
+int64_t ElemBytes(WeightType type) {
+  return type == WeightType::kF32 ? 4 : (type == WeightType::kF16 || type == WeightType::kBF16) ? 2 : 1;
+}
+
+}  // namespace
+
+void GemvRows(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* X, float* Y,
+              int64_t n, int64_t M, int64_t K, void* scratch) {
+  const bool quant = type == WeightType::kQ8 || type == WeightType::kQ4;
+  const int64_t per = quant ? GemvIntScratchBytes(K, group) : 0;
+  if (quant) {
+    const int64_t groups = K / group;
+    for (int64_t t = 0; t < n; ++t) {
+      float* xsum = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + t * per);
+      float* xs = xsum + groups;
+      QuantizeActivations(X + t * K, K, group, type == WeightType::kQ4, reinterpret_cast<int8_t*>(xs + groups), xs, xsum);
+    }
+  }
+  const RowsTask task{type, static_cast<const uint8_t*>(w), scales, biases, group, X, Y, static_cast<const uint8_t*>(scratch), per, n, M, K, ElemBytes(type)};
+  Pool().Run(RunRowsBlocks, &task, M, 32, n * M * K);
+}
+
+void GemvSplit(WeightType type, const void* w, const float* x, float* y, int64_t M, int64_t K) {
+  const FloatTask task{type, static_cast<const uint8_t*>(w), ElemBytes(type), x, y, K};
+  Pool().Run(RunFloatRows, &task, M, 4, M * K);
+}
+
+void GemvInt(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* x, float* y,
+             int64_t M, int64_t K, void* scratch) {
+  const bool q4 = type == WeightType::kQ4;
+  // Scratch: the group sums and activation scales (f32), then the int8 activations.
+  float* xsum = static_cast<float*>(scratch);
+  float* xs = xsum + K / group;
+  int8_t* xq = reinterpret_cast<int8_t*>(xs + K / group);
+  QuantizeActivations(x, K, group, q4, xq, xs, xsum);
+  const IntTask task{q4, static_cast<const uint8_t*>(w), scales, biases, group, xq, xs, xsum, y, K};
+  Pool().Run(RunIntRows, &task, M, 4, M * K);
 }
 
 float FmaProbe(int64_t iterations) { return kDispatch.fma(iterations); }

@@ -17,6 +17,30 @@ enum class WeightType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kQ8 = 3, kQ4 = 4 };
 void Gemv(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* x, float* y,
           int64_t M, int64_t K, float* xsum);
 
+// y = W·x for q8/q4 weights with x quantized to int8 per group (xs = max|x|/127, round to
+// nearest): y[m] = Σ_g s_g·xs_g·Σ q·xq + Σ_g b_g·Σx_g, the integer sums exact (AVX-512 VNNI when
+// the CPU has it). The error against the f32-activation product is at most Σ|w|·xs/2 per row.
+// `scratch` holds GemvIntScratchBytes(K, group) bytes, 4-byte aligned.
+int64_t GemvIntScratchBytes(int64_t K, int group);
+
+// Threads (the caller plus helpers) that GemvInt, GemvRows and float GemvSplit share a call's
+// output rows among; 1 by default. Each row is computed as on one thread: results do not
+// depend on the count. Set it during setup: it starts or stops the helper threads.
+void SetComputeThreads(int n);
+int ComputeThreads();
+// Float-weight GEMV (f32/f16/bf16) with its rows split among the compute threads.
+void GemvSplit(WeightType type, const void* w, const float* x, float* y, int64_t M, int64_t K);
+void GemvInt(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* x, float* y,
+             int64_t M, int64_t K, void* scratch);
+
+// Y[t] = W·X[t] for t < n (X [n][K], Y [n][M]): the GEMV of each row — q8/q4 through int8
+// activations as GemvInt, the float encodings exactly as Gemv — with blocks of weight rows kept
+// in cache across the n rows. For a few rows, where packing a GEMM would cost more than it
+// saves. `scratch` holds GemvRowsScratchBytes(n, K, group) bytes (0 for float weights).
+int64_t GemvRowsScratchBytes(int64_t n, int64_t K, int group);
+void GemvRows(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* X, float* Y,
+              int64_t n, int64_t M, int64_t K, void* scratch);
+
 // C[t][n] = Σ_k A[t][k]·W[n][k] (+ bias[n] when non-null): A [T][K] f32 activations, W [N][K]
 // weights of `type` (a linear layer; quantized as in Gemv), decoded to f32 while packed.
 // `pack` holds kGemmPackFloats floats.

@@ -27,6 +27,7 @@ export interface RunRequest {
   context?: string | undefined;
   segment?: string | undefined;
   reply?: string | undefined;
+  threads?: string | undefined;
 }
 
 function wholeNumber(flag: string, text: string | undefined, fallback: number, lo: number, hi: number): number {
@@ -113,6 +114,7 @@ export function runCommand(r: RunRequest, log: (line: string) => void = (l) => p
   const seed = wholeNumber('--seed', r.seed, 1, 0, 0xffffffff);
   const segment = seconds('--segment', r.segment, 30, 600);
   const reply = seconds('--reply', r.reply, 30, 3600);
+  const threads = wholeNumber('--threads', r.threads, 1, 1, 8);
   const context = r.context === undefined ? undefined : wholeNumber('--context', r.context, 0, 1, 1 << 30);
   // Inputs are checked before anything is loaded.
   const jobs: Job[] = [];
@@ -132,7 +134,7 @@ export function runCommand(r: RunRequest, log: (line: string) => void = (l) => p
     const dir = resolveModel(r.model, log);
     const t0 = performance.now();
     const domain = MemoryDomain.create();
-    const options: Parameters<typeof SpeechModel.load>[2] = { segmentSeconds: segment, replySeconds: reply, outputRate: rate };
+    const options: Parameters<typeof SpeechModel.load>[2] = { segmentSeconds: segment, replySeconds: reply, outputRate: rate, threads };
     if (context !== undefined) options.context = context;
     const model = SpeechModel.load(dir, domain, options);
     jobs.forEach((j, i) => {

@@ -17,7 +17,7 @@ import type { Workspace } from '../dsp/workspace.js';
 import type { Lfm2Shape, ModelConfig } from './config.js';
 import { native } from '../native.js';
 import type { WeightsImage } from './image.js';
-import { attentionScratchFloats, conv1dCausal, GEMM_PACK_FLOATS, gemm, gemv, rmsNorm, rope, ropeTables, rowInto, swiglu, type Weights } from './kernels.js';
+import { attentionScratchFloats, conv1dCausal, GEMM_PACK_FLOATS, gemm, gemvScratchFloats, linear1, linearRows, rmsNorm, rope, ropeTables, rowInto, swiglu, type Weights } from './kernels.js';
 
 const EPS = 1e-5;
 const F32 = 4;
@@ -27,14 +27,16 @@ const KEY_TILE = 64;
 export type Lfm2Dims = Lfm2Shape & {
   /** Attention window including the current position; 0 for full causal attention. */
   window: number;
+  /** Calls of at most this many positions run each linear layer row by row (GEMV), not as a GEMM. */
+  rows: number;
 };
 
 export function backboneDims(config: ModelConfig): Lfm2Dims {
-  return { ...config.backbone, window: 0 };
+  return { ...config.backbone, window: 0, rows: 1 };
 }
 
 export function detokenizerDims(config: ModelConfig): Lfm2Dims {
-  return { ...config.detokenizer, window: config.detokenizer.window };
+  return { ...config.detokenizer, window: config.detokenizer.window, rows: config.detokenizer.upsample };
 }
 
 /** The backbone's workspace for a chunk of `chunk` positions. */
@@ -51,8 +53,9 @@ export function lfm2Pass(b: Lfm2Dims, chunk: number): PassBuilder {
   const p = new PassBuilder().external('input', 'kv_cache', 'conv_state');
   p.state('h', n * D * F32, `f32[${n}][${D}]`);
   p.state('gemm.pack', GEMM_PACK_FLOATS * F32);
-  // Per-group input sums for quantized GEMV (single-position steps), at most one per 8 inputs.
-  p.state('gemv.xsum', Math.ceil(Math.max(D, qd, b.ffn) / 8) * F32);
+  // Row-by-row linear layers (steps; calls of at most `rows` positions; every call when the
+  // weights are quantized): int8 activations with their scales and sums, per row.
+  p.state('gemv.scratch', n * gemvScratchFloats(Math.max(D, qd, b.ffn)) * F32);
   p.op('embed', ['input', 'h']);
   p.op('op.norm', ['h'], [{ name: 'op.ln', bytes: n * D * F32 }]);
   // Short-conv body (conv layers).
@@ -253,12 +256,17 @@ export class Lfm2Stack {
   }
 
   /**
-   * out[n][N] = x[n][K]·Wᵀ: GEMM for a chunk; GEMV for one position (no per-call weight
-   * packing). The two sum in different orders, so a step equals a one-row chunk only to
-   * rounding; chunks of any size ≥ 2 are bit-identical to each other per row.
+   * out[n][N] = x[n][K]·Wᵀ. Quantized weights: always row by row with int8 activations
+   * (integer dot products beat decoding the weights into a GEMM's f32 panels), so every
+   * position gets the same bits whatever the chunking, steps included. Float weights: row by
+   * row (GEMV) for at most `dims.rows` positions, else GEMM; the two sum in different orders,
+   * so a step equals a one-row GEMM chunk only to rounding, while calls on the same side of
+   * `rows` are bit-identical per row.
    */
   #linear(x: Float32Array, w: Weights, out: Float32Array, n: number, N: number, K: number): void {
-    if (n === 1) gemv(w, x, out, this.#v['gemv.xsum'] as Float32Array);
+    const scratch = this.#v['gemv.scratch'] as Float32Array;
+    if (n === 1) linear1(w, x, out, scratch);
+    else if (n <= this.dims.rows || w.kind === 'q8' || w.kind === 'q4') linearRows(w, x, out, n, scratch);
     else gemm(x, w, null, out, n, N, K, this.#v['gemm.pack'] as Float32Array);
   }
 
@@ -402,7 +410,7 @@ export class Backbone {
   }
 
   /** Text logits (vocab) for one hidden row, through the tied embedding. */
-  logits(hidden: Float32Array, out: Float32Array, xsum: Float32Array | null = null): void {
-    gemv(this.#embed, hidden, out, xsum);
+  logits(hidden: Float32Array, out: Float32Array, scratch: Float32Array): void {
+    linear1(this.#embed, hidden, out, scratch);
   }
 }

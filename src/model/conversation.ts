@@ -35,6 +35,7 @@ import { Depthformer, depthformerStateFloats, END_OF_AUDIO } from './depthformer
 import { Detokenizer, DetokenizerState } from './detokenizer.js';
 import { AUDIO_SAMPLING, Sampler, TEXT_SAMPLING, type SamplingOptions } from './sampler.js';
 import { TextTokenizer, TOKENS } from './tokenizer.js';
+import { computeThreads, gemvScratchFloats, setComputeThreads } from './kernels.js';
 import { DEFAULT_ENCODER_TILES, melRows, segmentSamples } from './plans.js';
 
 export const DEFAULT_SYSTEM_PROMPT = 'Respond with interleaved text and audio.';
@@ -55,11 +56,16 @@ export interface SpeechModelOptions {
   /** Sampling. Default text greedy, audio temperature 1 top-k 4. */
   text?: SamplingOptions;
   audio?: SamplingOptions;
+  /**
+   * Threads sharing each row-by-row linear layer (steps, Depthformer, detokenizer), 1–8.
+   * Process-wide (see setComputeThreads); results do not depend on it. Default: leave as is (1).
+   */
+  threads?: number;
   /** Stage buffers as planned (default), or each in bytes of its own (the comparison layout). */
   layout?: 'planned' | 'separate';
 }
 
-type Resolved = Required<Omit<SpeechModelOptions, 'text' | 'audio'>> & { text: SamplingOptions; audio: SamplingOptions };
+type Resolved = Required<Omit<SpeechModelOptions, 'text' | 'audio' | 'threads'>> & { text: SamplingOptions; audio: SamplingOptions; threads: number };
 
 /** Stages whose wall time a conversation accumulates. */
 export const STAGES = ['frontend', 'encoder', 'prefill', 'textStep', 'audioStep', 'depthformer', 'detokenizer'] as const;
@@ -110,6 +116,7 @@ function resolve(config: ModelConfig, o: SpeechModelOptions): Resolved {
     text: checkSampling('text', o.text ?? TEXT_SAMPLING),
     audio: checkSampling('audio', o.audio ?? AUDIO_SAMPLING),
     layout: o.layout ?? 'planned',
+    threads: checkInt('threads', o.threads ?? computeThreads(), 1, 8),
   };
   if (!(r.segmentSeconds > 0 && r.segmentSeconds <= 600)) throw new ArgumentError(`segment must be more than 0 and at most 600 seconds, got ${String(r.segmentSeconds)}`);
   if (!(r.replySeconds > 0 && r.replySeconds <= 3600)) throw new ArgumentError(`reply must be more than 0 and at most 3600 seconds, got ${String(r.replySeconds)}`);
@@ -138,7 +145,7 @@ interface PassSlot {
   depthformer: Depthformer;
   detokenizer: Detokenizer;
   logits: Float32Array;
-  logitsXsum: Float32Array;
+  logitsScratch: Float32Array;
   audioLogits: Float32Array;
 }
 
@@ -209,7 +216,7 @@ export class SpeechModel {
         depthformer,
         detokenizer,
         logits: w.carve('text.logits', 'workspace.sampler', Float32Array, c.backbone.vocab),
-        logitsXsum: w.carve('text.xsum', 'workspace.sampler', Float32Array, Math.ceil(c.backbone.hidden / 8)),
+        logitsScratch: w.carve('text.scratch', 'workspace.sampler', Float32Array, gemvScratchFloats(c.backbone.hidden)),
         audioLogits: w.carve('audio.logits', 'workspace.depthformer', Float32Array, c.audio.codebooks * c.audio.codes),
       };
       return { slot, prompts };
@@ -223,6 +230,7 @@ export class SpeechModel {
   static load(dir: string, domain: MemoryDomain, options: SpeechModelOptions = {}): SpeechModel {
     const loaded = loadCheckpoint(dir, domain, false);
     const o = resolve(loaded.config, options);
+    setComputeThreads(o.threads);
     const tokenizer = TextTokenizer.load(dir, loaded.config.backbone.vocab);
     return new SpeechModel(dir, domain, loaded, tokenizer, o);
   }
@@ -459,7 +467,7 @@ export class Conversation {
       }
       left--;
       if (text) {
-        slot.backbone.logits(hidden, slot.logits, slot.logitsXsum);
+        slot.backbone.logits(hidden, slot.logits, slot.logitsScratch);
         this.#toc(step === 0 ? 2 : 3);
         if (taps) {
           sink.hidden?.(hidden);

@@ -11,7 +11,7 @@ import { PassBuilder, plan, type Planner } from '../memory/index.js';
 import type { Workspace } from '../dsp/workspace.js';
 import type { ModelConfig } from './config.js';
 import type { WeightsImage } from './image.js';
-import { attentionScratchFloats, gemv, rmsNorm, rope, ropeTables, rowInto, swiglu, weightRows, type Weights } from './kernels.js';
+import { attentionScratchFloats, gemvScratchFloats, linear1, rmsNorm, rope, ropeTables, rowInto, swiglu, weightRows, type Weights } from './kernels.js';
 import type { Sampler, SamplingOptions } from './sampler.js';
 import { native } from '../native.js';
 
@@ -40,7 +40,7 @@ export function depthformerPass(config: ModelConfig): PassBuilder {
   s('act', f.ffn);
   s('logits', config.audio.codes);
   s('scratch', attentionScratchFloats(1, cb, f.headDim, f.heads / f.kvHeads));
-  s('xsum', Math.ceil(widest / 8));
+  s('gemv.scratch', gemvScratchFloats(widest));
   p.op('step', ['hidden', 'depth_kv']);
   return p;
 }
@@ -129,9 +129,9 @@ export class Depthformer {
     const v = this.#v;
     const hd = f.headDim;
     const kd = f.kvHeads * hd;
-    const xsum = v.xsum as Float32Array;
+    const scratch = v['gemv.scratch'] as Float32Array;
     const slices = v.slices as Float32Array;
-    gemv(this.#linear, hidden, slices, xsum);
+    linear1(this.#linear, hidden, slices, scratch);
     for (let j = 0; j < cb * f.dim; j++) slices[j] = slices[j]! + this.#linearBias[j]!;
     const x = v.x as Float32Array;
     const ln = v.ln as Float32Array;
@@ -147,9 +147,9 @@ export class Depthformer {
       for (let l = 0; l < this.#layers.length; l++) {
         const L = this.#layers[l]!;
         rmsNorm(x, L.opNorm, ln, 1, f.dim, EPS);
-        gemv(L.q, ln, q, xsum);
-        gemv(L.k, ln, k, xsum);
-        gemv(L.v, ln, vv, xsum);
+        linear1(L.q, ln, q, scratch);
+        linear1(L.k, ln, k, scratch);
+        linear1(L.v, ln, vv, scratch);
         rmsNorm(q, L.qNorm, q, f.heads, hd, EPS);
         rmsNorm(k, L.kNorm, k, f.kvHeads, hd, EPS);
         rope(q, this.#cos, this.#sin, 1, f.heads, hd, i, true);
@@ -161,17 +161,17 @@ export class Depthformer {
           this.#kv[V + i * kd + j] = vv[j]!;
         }
         native.attention(q, this.#kvView(K), this.#kvView(V), ctx, null, null, null, v.scratch as Float32Array, 1, i + 1, f.heads, f.kvHeads, hd, i, 0, 0, 1, this.#scale, 1, cb);
-        gemv(L.out, ctx, o, xsum);
+        linear1(L.out, ctx, o, scratch);
         for (let j = 0; j < f.dim; j++) x[j] = x[j]! + o[j]!;
         rmsNorm(x, L.ffnNorm, ln, 1, f.dim, EPS);
-        gemv(L.w1, ln, v.gate as Float32Array, xsum);
-        gemv(L.w3, ln, v.up as Float32Array, xsum);
+        linear1(L.w1, ln, v.gate as Float32Array, scratch);
+        linear1(L.w3, ln, v.up as Float32Array, scratch);
         swiglu(v.gate as Float32Array, v.up as Float32Array, v.act as Float32Array, f.ffn);
-        gemv(L.w2, v.act as Float32Array, o, xsum);
+        linear1(L.w2, v.act as Float32Array, o, scratch);
         for (let j = 0; j < f.dim; j++) x[j] = x[j]! + o[j]!;
       }
       rmsNorm(x, this.#norm[i]!, ln, 1, f.dim, EPS);
-      gemv(this.#logits[i]!, ln, logits, xsum);
+      linear1(this.#logits[i]!, ln, logits, scratch);
       if (logitsOut !== null) for (let j = 0; j < this.config.audio.codes; j++) logitsOut[i * this.config.audio.codes + j] = logits[j]!;
       codes[i] = sampler.sample(logits, this.config.audio.codes, options, i > 0 ? END_OF_AUDIO : -1);
     }

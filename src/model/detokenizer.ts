@@ -16,7 +16,7 @@ import { Resampler } from '../dsp/resample.js';
 import type { ModelConfig } from './config.js';
 import { DETOKENIZER_PREFIX, type WeightsImage } from './image.js';
 import { BackboneState, cacheRows, detokenizerDims, Lfm2Stack, lfm2StateSizes } from './backbone.js';
-import { GEMM_PACK_FLOATS, gemm, rowInto, type Weights } from './kernels.js';
+import { gemvScratchFloats, linearRows, rowInto, type Weights } from './kernels.js';
 
 /** Per-conversation detokenizer state: its LFM2 caches, the ISTFT overlap and the resampler. */
 export class DetokenizerState {
@@ -61,7 +61,7 @@ export class Detokenizer {
   readonly #linBias: Float32Array;
   readonly #bins: Float32Array; // [upsample][1282]
   readonly #pcm: Float32Array; // one code frame of 24 kHz audio
-  readonly #pack: Float32Array;
+  readonly #scratch: Float32Array; // int8 activations of `lin`, row by row
   readonly #meanScale: number; // 1/codebooks, made once: a double computed per call would be boxed
 
   constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, o: { turnPositions: number; planner?: Planner }) {
@@ -81,7 +81,7 @@ export class Detokenizer {
     this.#linBias = image.toF32(`${DETOKENIZER_PREFIX}lin.bias`, derived('detok:lin.bias', Float32Array, t.outBins));
     this.#bins = arena.carve('detokenizer.bins', 'workspace.detokenizer', Float32Array, t.upsample * t.outBins);
     this.#pcm = arena.carve('detokenizer.pcm24', 'workspace.detokenizer', Float32Array, t.upsample * t.hop + t.nFft);
-    this.#pack = arena.carve('detokenizer.pack', 'workspace.detokenizer', Float32Array, GEMM_PACK_FLOATS);
+    this.#scratch = arena.carve('detokenizer.scratch', 'workspace.detokenizer', Float32Array, t.upsample * gemvScratchFloats(t.hidden));
     this.#meanScale = 1 / config.audio.codebooks;
   }
 
@@ -111,7 +111,8 @@ export class Detokenizer {
     }
     for (let r = 1; r < t.upsample; r++) for (let j = 0; j < D; j++) h[r * D + j] = h[j]!;
     const hidden = this.stack.forward(state.lfm, t.upsample);
-    gemm(hidden, this.#lin, this.#linBias, this.#bins, t.upsample, t.outBins, D, this.#pack);
+    linearRows(this.#lin, hidden, this.#bins, t.upsample, this.#scratch);
+    for (let r = 0; r < t.upsample; r++) for (let j = 0; j < t.outBins; j++) this.#bins[r * t.outBins + j] = this.#bins[r * t.outBins + j]! + this.#linBias[j]!;
     let n24 = 0;
     for (let r = 0; r < t.upsample; r++) n24 += state.istft.pushFrame(this.#bins, r * t.outBins, this.#pcm, n24);
     return state.resampler.push(this.#pcm, out, at, n24);

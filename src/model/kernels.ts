@@ -26,6 +26,43 @@ export function gemv(w: Weights, x: Float32Array, y: Float32Array, xsum: Float32
 }
 
 /**
+ * Threads (this one plus native helpers) that share the rows of every row-by-row linear layer
+ * (`linear1`, `linearRows`, float `gemv`); process-wide, 1 by default. Rows are computed as on
+ * one thread, so results do not depend on it. Set during setup: it starts or stops threads.
+ */
+export function setComputeThreads(n: number): number {
+  return native.setComputeThreads(n);
+}
+
+export const computeThreads = (): number => native.computeThreads();
+
+/** Floats of scratch `linear1` needs for an input of K values (int8 activations, their scales and sums). */
+export function gemvScratchFloats(K: number): number {
+  return Math.ceil((K + 2 * 4 * Math.ceil(K / 32) + 128) / 4);
+}
+
+/**
+ * y = W·x for one position, the model's path: q8/q4 weights multiply int8 activations
+ * (quantized per group, xs = max|x|/127; integer sums, AVX-512 VNNI when present; the error
+ * against f32 activations is at most Σ|w|·xs/2), the float encodings are exact as `gemv`.
+ * `scratch` holds gemvScratchFloats(cols) floats.
+ */
+export function linear1(w: Weights, x: Float32Array, y: Float32Array, scratch: Float32Array): void {
+  if (w.kind === 'q8' || w.kind === 'q4') native.gemvInt(TYPE[w.kind], w.data, w.scales, w.biases, w.group, x, y, w.rows, w.cols, scratch);
+  else native.gemv(TYPE[w.kind], w.data, null, null, 0, x, y, w.rows, w.cols, null);
+}
+
+/**
+ * Y[t] = W·X[t] for t < n, each row as `linear1` computes it, with blocks of weight rows kept
+ * in cache across the rows: for a few positions, where packing a GEMM costs more than it
+ * saves. `scratch` holds n · gemvScratchFloats(cols) floats.
+ */
+export function linearRows(w: Weights, X: Float32Array, Y: Float32Array, n: number, scratch: Float32Array): void {
+  if (w.kind === 'q8' || w.kind === 'q4') native.gemvRows(TYPE[w.kind], w.data, w.scales, w.biases, w.group, X, Y, n, w.rows, w.cols, scratch);
+  else native.gemvRows(TYPE[w.kind], w.data, null, null, 0, X, Y, n, w.rows, w.cols, null);
+}
+
+/**
  * C[T][N] = A[T][K] · W[N][K]ᵀ (+ bias). W is a plain f32 matrix or any `Weights` encoding
  * (decoded to f32 as it is packed). `pack` holds GEMM_PACK_FLOATS floats.
  */

@@ -10,7 +10,7 @@ import { DEFAULT_ENCODER_TILES, encoderDerived, frontendDerived, frontendState, 
 import { backboneDims, backboneStateSizes, detokenizerDims, lfm2Pass } from './backbone.js';
 import { depthformerPass, depthformerStateFloats } from './depthformer.js';
 import { DetokenizerState } from './detokenizer.js';
-import { GEMM_PACK_FLOATS } from './kernels.js';
+import { gemvScratchFloats } from './kernels.js';
 import { measureWorkspace } from '../dsp/workspace.js';
 import { plan } from '../memory/planner.js';
 
@@ -128,10 +128,10 @@ export function planMemory(config: ModelConfig, options: MemoryPlanOptions = {})
         // The Depthformer's 8-position cache, emptied every frame: pass scratch, not conversation state.
         { name: 'depth_kv', category: 'workspace.depthformer', bytes: depthformerStateFloats(config) * 4 },
         { name: 'detokenizer', category: 'workspace.detokenizer', bytes: detokenizer.plan.highWater },
-        // The detokenizer's bins, one code frame of 24 kHz audio and its GEMM packing.
+        // The detokenizer's bins, one code frame of 24 kHz audio and the int8 rows of `lin`.
         { name: 'detokenizer.bins', category: 'workspace.detokenizer', bytes: det.upsample * det.outBins * 4 },
         { name: 'detokenizer.pcm24', category: 'workspace.detokenizer', bytes: (det.upsample * det.hop + det.nFft) * 4 },
-        { name: 'detokenizer.pack', category: 'workspace.detokenizer', bytes: GEMM_PACK_FLOATS * 4 },
+        { name: 'detokenizer.scratch', category: 'workspace.detokenizer', bytes: det.upsample * gemvScratchFloats(det.hidden) * 4 },
       ],
     });
   }

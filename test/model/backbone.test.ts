@@ -1,4 +1,5 @@
 import t from 'tap';
+import { gemvScratchFloats } from '../../src/model/kernels.js';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -47,7 +48,7 @@ t.test('prefill equals a float64 LFM2 reference; logits through the tied embeddi
   }
   t.ok(e / s < 1e-9, `hidden states NMSE ${(e / s).toExponential(2)}`);
   const logits = new Float32Array(config.backbone.vocab);
-  backbone.logits(hidden.subarray((T - 1) * D, T * D), logits);
+  backbone.logits(hidden.subarray((T - 1) * D, T * D), logits, new Float32Array(gemvScratchFloats(D)));
   const emb = image.toF32('lfm.embed_tokens.weight', new Float32Array(config.backbone.vocab * D));
   let worst = 0;
   for (let v = 0; v < config.backbone.vocab; v++) {
@@ -113,11 +114,12 @@ t.test('a decode step allocates nothing in steady state', async (t) => {
   const D = config.backbone.hidden;
   const row = new Float32Array(D);
   const logits = new Float32Array(config.backbone.vocab);
+  const scratch = new Float32Array(gemvScratchFloats(D));
   let token = 1;
   const probe = allocationProbe(40, () => {
     backbone.embedText(token, row);
     const hidden = backbone.forward(state, row, 1);
-    backbone.logits(hidden, logits);
+    backbone.logits(hidden, logits, scratch);
     token = (token * 7 + 3) % config.backbone.vocab;
   });
   t.ok(probe.heap >= 0 && probe.heap < 1024, `JS heap growth over 40 steps: ${probe.heap} bytes (window ${probe.windows})`);

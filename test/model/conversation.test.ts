@@ -4,6 +4,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
+import { quantizeCheckpoint } from '../../src/io/quantize.js';
+import { computeThreads } from '../../src/model/kernels.js';
 import { Conversation, SpeechModel, type SpeechModelOptions } from '../../src/model/conversation.js';
 import { END_OF_AUDIO } from '../../src/model/depthformer.js';
 import { TOKENS } from '../../src/model/tokenizer.js';
@@ -23,9 +25,9 @@ function userAudio(rate: number, secs: number, seed: number): Float32Array {
   });
 }
 
-function open(options: SpeechModelOptions, seed = 11, inputRate = 16000) {
+function open(options: SpeechModelOptions, seed = 11, inputRate = 16000, from = dir) {
   const domain = MemoryDomain.create({ limit: '2GiB' });
-  const model = SpeechModel.load(dir, domain, options);
+  const model = SpeechModel.load(from, domain, options);
   const conv = model.conversation({ seed, inputRate });
   model.ready();
   conv.ready();
@@ -231,4 +233,24 @@ t.test('bad requests are refused with clear errors', async (t) => {
   }, /would pass 1 s/);
   t.throws(() => open({ context: 20 }), /context of 20 positions is too small/);
   t.throws(() => open({ layout: 'other' as 'planned' }), /layout must be/);
+});
+
+t.test('q4 weights (int8 activations) and two compute threads: the same reply bits as one thread', async (t) => {
+  const q4 = mkdtempSync(join(tmpdir(), 'voxslab-conv-q4-'));
+  await quantizeCheckpoint({ input: dir, output: q4, bits: 4, group: 64 });
+  const audio = userAudio(16000, 1.5, 8);
+  for (const [name, from] of [['f32', dir], ['q4', q4]] as const) {
+    const runs = [1, 2].map((threads) => {
+      const { conv } = open({ replySeconds: 2, context: 1024, threads }, 12, 16000, from);
+      t.equal(computeThreads(), threads, `${name}: ${threads} compute thread(s)`);
+      return { ...record(conv, audio), state: state(conv) };
+    });
+    open({ threads: 1 }, 1, 16000, from);
+    const [a, b] = runs as [(typeof runs)[0], (typeof runs)[0]];
+    t.ok(a.summary.audioFrames > 0, `${name}: ${a.summary.audioFrames} frames, ${a.summary.textTokens} text tokens`);
+    for (const k of ['hidden', 'textLogits', 'audioLogits', 'bins', 'pcm'] as const) t.ok(bitsEqual(a[k], b[k]), `${name}: ${k} equal bit for bit`);
+    t.same(a.events, b.events, `${name}: the same tokens and codes`);
+    t.ok(bitsEqual(a.state, b.state), `${name}: the same conversation state`);
+  }
+  t.equal(computeThreads(), 1);
 });

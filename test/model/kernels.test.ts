@@ -1,5 +1,5 @@
 import t from 'tap';
-import { GEMM_PACK_FLOATS, gelu, gemm, gemv, glu, kernelIsa, layerNorm, rmsNorm, rope, ropeTables, silu, swiglu, type Weights } from '../../src/model/kernels.js';
+import { computeThreads, GEMM_PACK_FLOATS, gelu, gemm, gemv, gemvScratchFloats, glu, kernelIsa, linear1, linearRows, setComputeThreads, layerNorm, rmsNorm, rope, ropeTables, silu, swiglu, type Weights } from '../../src/model/kernels.js';
 import { dequantizedAt, quantize } from '../../src/model/quant.js';
 import { f32ToBf16, f32ToF16, bf16ToF32, f16ToF32 } from '../../src/model/dtype.js';
 import { native } from '../../src/native.js';
@@ -64,6 +64,113 @@ t.test(`GEMV for every weight encoding matches a float64 reference (${kernelIsa(
     }
     t.ok(ok, `q${bits} g${group}: error within Σ (s/2)·|x|`, { diagnostic: false });
   }
+});
+
+/** Round half to even, as the native activation quantizer does. */
+const rint = (v: number): number => {
+  const f = Math.floor(v);
+  const d = v - f;
+  return d > 0.5 || (d === 0.5 && f % 2 !== 0) ? f + 1 : f;
+};
+
+t.test(`int8-activation GEMV (q8/q4) matches its exact integer arithmetic, within the activation rounding bound (${kernelIsa()})`, async (t) => {
+  const r = prng(21);
+  let checked = 0;
+  for (let trial = 0; trial < 24; trial++) {
+    const group = trial % 2 === 0 ? 32 : 64;
+    const bits = trial % 3 === 0 ? 8 : 4;
+    const rows = randInt(r, 1, 40);
+    const cols = group * randInt(r, 1, 9); // multiples of 32 that are not of 64 take the portable path
+    const w = Float32Array.from({ length: rows * cols }, () => r() - 0.5);
+    const x = Float32Array.from({ length: cols }, () => (r() * 2 - 1) * (trial % 4 === 0 ? 30 : 1));
+    const q = quantize(w, rows, cols, bits, group);
+    const W: Weights = { kind: bits === 8 ? 'q8' : 'q4', data: q.data, scales: q.scales, biases: q.biases, group, rows, cols };
+    const y = new Float32Array(rows);
+    linear1(W, x, y, new Float32Array(gemvScratchFloats(cols)));
+    // The integer arithmetic in float64: xs = max|x|/127 (f32), xq = rint(x/xs).
+    const groups = cols / group;
+    let exact = true;
+    let bounded = true;
+    for (let i = 0; i < rows; i++) {
+      let ref = 0;
+      let mag = 0;
+      let bound = 0;
+      for (let g = 0; g < groups; g++) {
+        let amax = 0;
+        let xsum = 0;
+        for (let k = g * group; k < (g + 1) * group; k++) {
+          amax = Math.max(amax, Math.abs(x[k]!));
+          xsum = Math.fround(xsum + x[k]!);
+        }
+        const xs = Math.fround(amax / 127);
+        const inv = xs > 0 ? Math.fround(1 / xs) : 0;
+        let dot = 0;
+        let qsum = 0;
+        for (let k = g * group; k < (g + 1) * group; k++) {
+          const qv = bits === 8 ? q.data[i * cols + k]! : (q.data[(i * cols + k) >> 1]! >> ((k & 1) * 4)) & 15;
+          dot += qv * Math.max(-127, Math.min(127, rint(Math.fround(x[k]! * inv))));
+          qsum += qv;
+        }
+        const s = q.scales[i * groups + g]!;
+        const b = q.biases[i * groups + g]!;
+        ref += Math.fround(s * xs) * dot + b * xsum;
+        mag += Math.abs(Math.fround(s * xs) * dot) + Math.abs(b * xsum);
+        bound += (s * qsum * xs) / 2;
+      }
+      if (Math.abs(y[i]! - ref) > 1e-5 * mag + 1e-6) exact = false;
+      const f32 = gemvRef((rr, k) => dequantizedAt(q, rr, k), x, rows, cols)[i]!;
+      if (Math.abs(y[i]! - f32) > bound * 1.001 + 1e-5 * mag + 1e-6) bounded = false;
+      checked++;
+    }
+    t.ok(exact, `q${bits} g${group} ${rows}×${cols}: equals Σ s·xs·(Σ q·xq) + Σ b·Σx`, { diagnostic: false });
+    t.ok(bounded, `q${bits} g${group} ${rows}×${cols}: within Σ s·q·xs/2 of the f32-activation product`, { diagnostic: false });
+    // Row by row over several inputs: each row's bits equal a single call's.
+    const n = 3;
+    const X = new Float32Array(n * cols);
+    for (let i = 0; i < n * cols; i++) X[i] = r() * 2 - 1;
+    const Y = new Float32Array(n * rows);
+    linearRows(W, X, Y, n, new Float32Array(n * gemvScratchFloats(cols)));
+    let same = true;
+    for (let j = 0; j < n; j++) {
+      const one = new Float32Array(rows);
+      linear1(W, X.subarray(j * cols, (j + 1) * cols), one, new Float32Array(gemvScratchFloats(cols)));
+      for (let i = 0; i < rows; i++) if (!Object.is(one[i], Y[j * rows + i])) same = false;
+    }
+    t.ok(same, `q${bits} g${group}: linearRows equals linear1 per row, bit for bit`, { diagnostic: false });
+  }
+  t.ok(checked > 100, `${checked} rows checked`);
+});
+
+t.test('two compute threads give the same bits as one', async (t) => {
+  const r = prng(22);
+  const rows = 300;
+  const cols = 1024;
+  const w = Float32Array.from({ length: rows * cols }, () => r() - 0.5);
+  const x = Float32Array.from({ length: 4 * cols }, () => r() * 2 - 1);
+  const q = quantize(w, rows, cols, 4, 64);
+  const all: Weights[] = [
+    { kind: 'f32', data: w, rows, cols },
+    { kind: 'q4', data: q.data, scales: q.scales, biases: q.biases, group: 64, rows, cols },
+  ];
+  const run = (): Float32Array[] =>
+    all.flatMap((W) => {
+      const one = new Float32Array(rows);
+      linear1(W, x.subarray(0, cols), one, new Float32Array(gemvScratchFloats(cols)));
+      const four = new Float32Array(4 * rows);
+      linearRows(W, x, four, 4, new Float32Array(4 * gemvScratchFloats(cols)));
+      return [one, four];
+    });
+  t.equal(computeThreads(), 1);
+  const a = run();
+  t.equal(setComputeThreads(2), 2, 'two threads');
+  let b: Float32Array[];
+  try {
+    b = run();
+  } finally {
+    setComputeThreads(1);
+  }
+  t.equal(computeThreads(), 1, 'back to one');
+  a.forEach((v, i) => t.ok(v.every((e, j) => Object.is(e, b[i]![j])), `result ${i}: the same bits`));
 });
 
 t.test('bias sum in f32 vs narrow operands (negative control)', async (t) => {
