@@ -120,7 +120,7 @@ export interface NativeAddon {
   activation(kind: number, x: Float32Array, y: Float32Array, n: number, other: Float32Array | number | null): void;
   rope(x: Float32Array, cos: Float32Array, sin: Float32Array, rows: number, heads: number, hd: number, pos0: number, adjacent: boolean): void;
   attention(
-    q: Float32Array, k: Float32Array, v: Float32Array, out: Float32Array,
+    q: Float32Array, k: Float32Array | Uint16Array, v: Float32Array | Uint16Array, out: Float32Array,
     p: Float32Array | null, u: Float32Array | null, vb: Float32Array | null, scratch: Float32Array,
     Tq: number, Tk: number, Hq: number, Hkv: number, hd: number, qpos0: number, kpos0: number,
     window: number, mode: number, scale: number, tq: number, tk: number,

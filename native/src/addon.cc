@@ -607,8 +607,21 @@ Napi::Value AttentionValue(const Napi::CallbackInfo& info) {
   if (a.hd == 0 || a.tq == 0 || a.tk == 0) ThrowRange(info.Env(), "attention: hd and tile sizes must be positive");
   if (mode == 2 && a.window == 0) ThrowRange(info.Env(), "attention: a sliding window must be positive");
   auto q = F32Arg(info, 0, fn, "q", static_cast<size_t>(a.Tq * a.Hq * a.hd));
-  auto k = F32Arg(info, 1, fn, "k", static_cast<size_t>(a.Tk * a.Hkv * a.hd));
-  auto v = F32Arg(info, 2, fn, "v", static_cast<size_t>(a.Tk * a.Hkv * a.hd));
+  const size_t kvNeed = static_cast<size_t>(a.Tk * a.Hkv * a.hd);
+  a.kvF16 = info[1].IsTypedArray() && info[1].As<Napi::TypedArray>().TypedArrayType() == napi_uint16_array;
+  View<const uint8_t> k{nullptr, 0}, v{nullptr, 0};
+  if (a.kvF16) {
+    auto kh = TypedArg<uint16_t>(info, 1, napi_uint16_array, fn, "k");
+    auto vh = TypedArg<uint16_t>(info, 2, napi_uint16_array, fn, "v");
+    if (kh.length < kvNeed || vh.length < kvNeed) ThrowRange(info.Env(), "attention: k and v need " + std::to_string(kvNeed) + " values");
+    k = {reinterpret_cast<const uint8_t*>(kh.data), kh.length * 2};
+    v = {reinterpret_cast<const uint8_t*>(vh.data), vh.length * 2};
+  } else {
+    auto kf = F32Arg(info, 1, fn, "k", kvNeed);
+    auto vf = F32Arg(info, 2, fn, "v", kvNeed);
+    k = {reinterpret_cast<const uint8_t*>(kf.data), kf.length * 4};
+    v = {reinterpret_cast<const uint8_t*>(vf.data), vf.length * 4};
+  }
   auto out = F32Arg(info, 3, fn, "out", static_cast<size_t>(a.Tq * a.Hq * a.hd));
   const float* p = nullptr;
   const float* u = nullptr;

@@ -1195,38 +1195,51 @@ __attribute__((target("avx2,fma"))) void AxpyAvx(float a, const float* x, float*
 }
 #endif
 
-using AxpyFn = void (*)(float, const float*, float*, int64_t);
-AxpyFn ChooseAxpy() {
-  const char* want = std::getenv("VOXSLAB_KERNELS");
-  if (want != nullptr && std::string(want) == "scalar") return AxpyF;
-#ifdef VOXSLAB_X86
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return AxpyAvx;
-#endif
-  return AxpyF;
+void HalfRowScalar(const uint16_t* h, float* out, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) out[i] = F16(h[i]);
 }
-const AxpyFn kAxpy = ChooseAxpy();
 
-using DotFn = float (*)(const float*, const float*, int64_t);
-DotFn ChooseDotF() {
+#ifdef VOXSLAB_X86
+__attribute__((target("avx2,f16c"))) void HalfRowF16c(const uint16_t* h, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
+  for (; i < n; ++i) out[i] = F16(h[i]);
+}
+#endif
+
+// Whether the AVX2 helpers may run: the CPU has AVX2 with FMA (or F16C), and VOXSLAB_KERNELS
+// does not force the scalar path.
+bool VectorHelpers(bool f16c) {
   const char* want = std::getenv("VOXSLAB_KERNELS");
-  if (want != nullptr && std::string(want) == "scalar") return DotF;
+  if (want != nullptr && std::string(want) == "scalar") return false;
 #ifdef VOXSLAB_X86
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DotAvx;
+  return __builtin_cpu_supports("avx2") && (f16c ? __builtin_cpu_supports("f16c") : __builtin_cpu_supports("fma"));
+#else
+  (void)f16c;
+  return false;
 #endif
-  return DotF;
 }
-const DotFn kDotF = ChooseDotF();
+
+#ifdef VOXSLAB_X86
+const auto kAxpy = VectorHelpers(false) ? AxpyAvx : AxpyF;
+const auto kDotF = VectorHelpers(false) ? DotAvx : DotF;
+const auto kHalfRow = VectorHelpers(true) ? HalfRowF16c : HalfRowScalar;
+#else
+const auto kAxpy = AxpyF;
+const auto kDotF = DotF;
+const auto kHalfRow = HalfRowScalar;
+#endif
 
 }  // namespace
 
 int64_t AttentionScratchFloats(int64_t tq, int64_t tk, int64_t hd, int64_t group) {
-  // scores [tq][tk]; per query head of a KV group: max and sum [tq], acc, q+u and q+v [tq][hd].
-  return tq * tk + group * (2 * tq + 3 * tq * hd);
+  // scores [tq][tk]; per query head of a KV group: max and sum [tq], acc, q+u and q+v [tq][hd];
+  // one widened key row and one value row [hd] (f16 caches).
+  return tq * tk + group * (2 * tq + 3 * tq * hd) + 2 * hd;
 }
 
-void Attention(const AttentionParams& a, const float* q, const float* k, const float* v, float* out, const float* p,
+void Attention(const AttentionParams& a, const float* q, const void* kraw, const void* vraw, float* out, const float* p,
                const float* u, const float* vb, float* scratch) {
   const int64_t hd = a.hd;
   const int64_t group = a.Hq / a.Hkv;
@@ -1237,7 +1250,23 @@ void Attention(const AttentionParams& a, const float* q, const float* k, const f
   float* acc = sm + group * tq;     // [group][tq][hd]
   float* qu = acc + group * tq * hd;
   float* qv = qu + group * tq * hd;
+  float* krow = qv + group * tq * hd;
+  float* vrow = krow + hd;
   const bool rel = p != nullptr;
+  const float* kf = static_cast<const float*>(kraw);
+  const float* vf = static_cast<const float*>(vraw);
+  const uint16_t* kh16 = static_cast<const uint16_t*>(kraw);
+  const uint16_t* vh16 = static_cast<const uint16_t*>(vraw);
+  auto keyRow = [&](int64_t at) -> const float* {
+    if (!a.kvF16) return kf + at;
+    kHalfRow(kh16 + at, krow, hd);
+    return krow;
+  };
+  auto valueRow = [&](int64_t at) -> const float* {
+    if (!a.kvF16) return vf + at;
+    kHalfRow(vh16 + at, vrow, hd);
+    return vrow;
+  };
   // KV head outermost: each key tile serves every query head of its group while it is cached.
   for (int64_t kh = 0; kh < a.Hkv; ++kh) {
     for (int64_t i0 = 0; i0 < a.Tq; i0 += tq) {
@@ -1275,7 +1304,7 @@ void Attention(const AttentionParams& a, const float* q, const float* k, const f
               const bool visible = a.mode == 0 || (kp <= qp && (a.mode == 1 || kp > qp - a.window));
               float s = -INFINITY;
               if (visible) {
-                s = kDotF(qu + st * hd, k + (j * a.Hkv + kh) * hd, hd);
+                s = kDotF(qu + st * hd, keyRow((j * a.Hkv + kh) * hd), hd);
                 if (rel) s += kDotF(qv + st * hd, p + ((a.Tk - 1 - ((i0 + i) - j)) * a.Hq + h) * hd, hd);
                 s *= a.scale;
               }
@@ -1294,7 +1323,7 @@ void Attention(const AttentionParams& a, const float* q, const float* k, const f
               if (s == -INFINITY) continue;
               const float w = std::exp(s - m);
               l += w;
-              kAxpy(w, v + ((j0 + jj) * a.Hkv + kh) * hd, ai, hd);
+              kAxpy(w, valueRow(((j0 + jj) * a.Hkv + kh) * hd), ai, hd);
             }
             mx[st] = m;
             sm[st] = l;

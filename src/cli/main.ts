@@ -27,7 +27,7 @@ usage:
                                             affine group quantization of a checkpoint (all cores)
   voxslab run --model <DIR|tiny|small> --in A.wav --out B.wav [--in C.wav --out D.wav]
               [--rate HZ] [--report R.json] [--dump DIR] [--seed N] [--context T]
-              [--segment SECONDS] [--reply SECONDS] [--threads N]
+              [--segment SECONDS] [--reply SECONDS] [--threads N] [--kv f32|f16]
                                             answer each user segment with speech (float32 WAV at
                                             --rate, default 48000) and print the text reply; a
                                             built-in name is generated on first use
@@ -190,6 +190,7 @@ async function main(argv: string[]): Promise<number> {
           segment: { type: 'string' },
           reply: { type: 'string' },
           threads: { type: 'string' },
+          kv: { type: 'string' },
         },
       });
       if (positionals.length > 0) throw new UsageError(`run: unexpected argument '${positionals[0]}'`);

@@ -28,6 +28,7 @@ export interface RunRequest {
   segment?: string | undefined;
   reply?: string | undefined;
   threads?: string | undefined;
+  kv?: string | undefined;
 }
 
 function wholeNumber(flag: string, text: string | undefined, fallback: number, lo: number, hi: number): number {
@@ -115,6 +116,8 @@ export function runCommand(r: RunRequest, log: (line: string) => void = (l) => p
   const segment = seconds('--segment', r.segment, 30, 600);
   const reply = seconds('--reply', r.reply, 30, 3600);
   const threads = wholeNumber('--threads', r.threads, 1, 1, 8);
+  if (r.kv !== undefined && r.kv !== 'f32' && r.kv !== 'f16') throw new UsageError(`--kv must be f32 or f16, got '${r.kv}'`);
+  const kv = r.kv === 'f16' ? ('f16' as const) : ('f32' as const);
   const context = r.context === undefined ? undefined : wholeNumber('--context', r.context, 0, 1, 1 << 30);
   // Inputs are checked before anything is loaded.
   const jobs: Job[] = [];
@@ -134,7 +137,7 @@ export function runCommand(r: RunRequest, log: (line: string) => void = (l) => p
     const dir = resolveModel(r.model, log);
     const t0 = performance.now();
     const domain = MemoryDomain.create();
-    const options: Parameters<typeof SpeechModel.load>[2] = { segmentSeconds: segment, replySeconds: reply, outputRate: rate, threads };
+    const options: Parameters<typeof SpeechModel.load>[2] = { segmentSeconds: segment, replySeconds: reply, outputRate: rate, threads, kv };
     if (context !== undefined) options.context = context;
     const model = SpeechModel.load(dir, domain, options);
     jobs.forEach((j, i) => {

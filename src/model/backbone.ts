@@ -17,6 +17,7 @@ import type { Workspace } from '../dsp/workspace.js';
 import type { Lfm2Shape, ModelConfig } from './config.js';
 import { native } from '../native.js';
 import type { WeightsImage } from './image.js';
+import { f16ToF32, f32ToF16 } from './dtype.js';
 import { attentionScratchFloats, conv1dCausal, GEMM_PACK_FLOATS, gemm, gemvScratchFloats, linear1, linearRows, rmsNorm, rope, ropeTables, rowInto, swiglu, type Weights } from './kernels.js';
 
 const EPS = 1e-5;
@@ -89,8 +90,8 @@ export function lfm2Pass(b: Lfm2Dims, chunk: number): PassBuilder {
 }
 
 /** Per-conversation recurrence: region sizes, in carve order. */
-export function backboneStateSizes(config: ModelConfig, context: number): { name: string; bytes: number }[] {
-  return lfm2StateSizes(backboneDims(config), context);
+export function backboneStateSizes(config: ModelConfig, context: number, kv: KvType = 'f32'): { name: string; bytes: number }[] {
+  return lfm2StateSizes(backboneDims(config), context, kv);
 }
 
 /**
@@ -101,17 +102,21 @@ export function cacheRows(b: Lfm2Dims, context: number, chunk: number): number {
   return b.window > 0 ? Math.min(context, b.window + chunk - 1) : context;
 }
 
-export function lfm2StateSizes(b: Lfm2Dims, rows: number): { name: string; bytes: number }[] {
+export function lfm2StateSizes(b: Lfm2Dims, rows: number, kv: KvType = 'f32'): { name: string; bytes: number }[] {
   const out: { name: string; bytes: number }[] = [];
+  const e = kv === 'f16' ? 2 : F32;
   b.layers.forEach((kind, l) => {
     if (kind === 'attention') {
-      out.push({ name: `kv.${l}.k`, bytes: rows * b.kvHeads * b.headDim * F32 }, { name: `kv.${l}.v`, bytes: rows * b.kvHeads * b.headDim * F32 });
+      out.push({ name: `kv.${l}.k`, bytes: rows * b.kvHeads * b.headDim * e }, { name: `kv.${l}.v`, bytes: rows * b.kvHeads * b.headDim * e });
     } else {
       out.push({ name: `conv.${l}`, bytes: (b.convKernel - 1) * b.hidden * F32 });
     }
   });
   return out;
 }
+
+/** KV cache element type: f32, or f16 for half the bytes (rows widened as attention reads them). */
+export type KvType = 'f32' | 'f16';
 
 /** One conversation's state for an LFM2 stack. */
 export class BackboneState {
@@ -123,21 +128,27 @@ export class BackboneState {
   position = 0;
   /** Absolute position of cache row 0 (moves as a sliding window drops old rows). */
   base = 0;
-  readonly k: (Float32Array | null)[]; // per layer: [rows][kv heads × head dim]
-  readonly v: (Float32Array | null)[];
+  readonly kv: KvType;
+  readonly k: (Float32Array | Uint16Array | null)[]; // per layer: [rows][kv heads × head dim]
+  readonly v: (Float32Array | Uint16Array | null)[];
   readonly conv: (Float32Array | null)[]; // per layer: [kernel − 1][hidden]
 
-  constructor(config: ModelConfig | Lfm2Dims, arena: Arena, context: number, rows = context, prefix = '') {
+  constructor(config: ModelConfig | Lfm2Dims, arena: Arena, context: number, rows = context, prefix = '', kv: KvType = 'f32') {
+    if (kv !== 'f32' && kv !== 'f16') throw new ArgumentError(`KV cache type must be f32 or f16, got '${String(kv)}'`);
     this.context = context;
     this.rows = rows;
+    this.kv = kv;
     const b: Lfm2Dims = 'backbone' in config ? backboneDims(config) : config;
     this.k = [];
     this.v = [];
     this.conv = [];
     b.layers.forEach((kind, l) => {
       if (kind === 'attention') {
-        this.k.push(arena.carve(`${prefix}kv.${l}.k`, 'recurrence', Float32Array, rows * b.kvHeads * b.headDim));
-        this.v.push(arena.carve(`${prefix}kv.${l}.v`, 'recurrence', Float32Array, rows * b.kvHeads * b.headDim));
+        const n = rows * b.kvHeads * b.headDim;
+        const carve = (name: string): Float32Array | Uint16Array =>
+          kv === 'f16' ? arena.carve(name, 'recurrence', Uint16Array, n) : arena.carve(name, 'recurrence', Float32Array, n);
+        this.k.push(carve(`${prefix}kv.${l}.k`));
+        this.v.push(carve(`${prefix}kv.${l}.v`));
         this.conv.push(null);
       } else {
         this.k.push(null);
@@ -189,6 +200,7 @@ export class Lfm2Stack {
   readonly #scale: number; // 1/√head dim, made once: a double computed per call would be boxed
   readonly #shiftCos: Float32Array; // one rotation by −d positions, filled when the context is compacted
   readonly #shiftSin: Float32Array;
+  readonly #shiftRow: Float32Array; // one f16 cache row widened for the rotation
 
   constructor(dims: Lfm2Dims, image: WeightsImage, arena: Arena, derived: Workspace, o: { chunk: number; context: number; tensors: string; name: string; category: 'workspace.prefill' | 'workspace.detokenizer'; planner?: Planner | undefined }) {
     if (!Number.isSafeInteger(o.chunk) || o.chunk < 1) throw new ArgumentError(`${o.name}: chunk must be a positive integer, got ${o.chunk}`);
@@ -222,6 +234,7 @@ export class Lfm2Stack {
     ropeTables(o.context, dims.headDim, dims.ropeTheta, this.#cos, this.#sin);
     this.#shiftCos = derived(`${o.name}:rope.shift.cos`, Float32Array, half);
     this.#shiftSin = derived(`${o.name}:rope.shift.sin`, Float32Array, half);
+    this.#shiftRow = derived(`${o.name}:rope.shift.row`, Float32Array, dims.kvHeads * dims.headDim);
   }
 
   /**
@@ -244,13 +257,24 @@ export class Lfm2Stack {
     }
     const kd = b.kvHeads * b.headDim;
     const moved = state.position - keep - drop;
+    const row = this.#shiftRow;
     for (let l = 0; l < b.layers.length; l++) {
       const K = state.k[l];
       const V = state.v[l];
       if (K === null || V === null || K === undefined || V === undefined) continue;
       K.copyWithin(keep * kd, (keep + drop) * kd, state.position * kd);
       V.copyWithin(keep * kd, (keep + drop) * kd, state.position * kd);
-      if (moved > 0) rope(K.subarray(keep * kd, (keep + moved) * kd), this.#shiftCos, this.#shiftSin, 1, moved * b.kvHeads, b.headDim, 0, false);
+      if (moved === 0) continue;
+      if (K instanceof Float32Array) {
+        rope(K.subarray(keep * kd, (keep + moved) * kd), this.#shiftCos, this.#shiftSin, 1, moved * b.kvHeads, b.headDim, 0, false);
+        continue;
+      }
+      // f16 rows: widen, rotate, narrow, one row at a time.
+      for (let r = keep; r < keep + moved; r++) {
+        for (let i = 0; i < kd; i++) row[i] = f16ToF32(K[r * kd + i]!);
+        rope(row, this.#shiftCos, this.#shiftSin, 1, b.kvHeads, b.headDim, 0, false);
+        for (let i = 0; i < kd; i++) K[r * kd + i] = f32ToF16(row[i]!);
+      }
     }
     state.position -= drop;
   }
@@ -334,9 +358,16 @@ export class Lfm2Stack {
           V.copyWithin(0, shift * kd, (pos - state.base) * kd);
         }
         const row = pos - state.base - shift;
-        for (let i = 0; i < n * kd; i++) {
-          K[row * kd + i] = k[i]!;
-          V[row * kd + i] = vv[i]!;
+        if (K instanceof Float32Array) {
+          for (let i = 0; i < n * kd; i++) {
+            K[row * kd + i] = k[i]!;
+            V[row * kd + i] = vv[i]!;
+          }
+        } else {
+          for (let i = 0; i < n * kd; i++) {
+            K[row * kd + i] = f32ToF16(k[i]!);
+            V[row * kd + i] = f32ToF16(vv[i]!);
+          }
         }
         const ctx = v['att.ctx'] as Float32Array;
         // Positional native call: the step path builds no option objects.

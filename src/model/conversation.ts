@@ -30,7 +30,7 @@ import { loadCheckpoint } from '../io/checkpoint.js';
 import type { ModelConfig } from './config.js';
 import type { LoadReport, WeightsImage } from './image.js';
 import { ConformerEncoder } from './encoder.js';
-import { Backbone, BackboneState, backboneStateSizes } from './backbone.js';
+import { Backbone, BackboneState, backboneStateSizes, type KvType } from './backbone.js';
 import { Depthformer, depthformerStateFloats, END_OF_AUDIO } from './depthformer.js';
 import { Detokenizer, DetokenizerState } from './detokenizer.js';
 import { AUDIO_SAMPLING, Sampler, TEXT_SAMPLING, type SamplingOptions } from './sampler.js';
@@ -47,6 +47,8 @@ export interface SpeechModelOptions {
   segmentSeconds?: number;
   /** Longest reply audio per turn, seconds. Default 30. */
   replySeconds?: number;
+  /** Backbone KV cache element type: f32 (default) or f16 (half the bytes). */
+  kv?: KvType;
   /** Backbone prefill chunk (positions per pass). Default 64. */
   prefillChunk?: number;
   /** Device output rate, Hz. Default 48000. */
@@ -111,6 +113,7 @@ function resolve(config: ModelConfig, o: SpeechModelOptions): Resolved {
     segmentSeconds: o.segmentSeconds ?? 30,
     replySeconds: o.replySeconds ?? 30,
     prefillChunk: checkInt('prefill chunk', o.prefillChunk ?? 64, 2, 4096),
+    kv: o.kv ?? 'f32',
     outputRate: checkInt('output rate', o.outputRate ?? 48000, 8000, 384000),
     systemPrompt: o.systemPrompt ?? DEFAULT_SYSTEM_PROMPT,
     text: checkSampling('text', o.text ?? TEXT_SAMPLING),
@@ -120,6 +123,7 @@ function resolve(config: ModelConfig, o: SpeechModelOptions): Resolved {
   };
   if (!(r.segmentSeconds > 0 && r.segmentSeconds <= 600)) throw new ArgumentError(`segment must be more than 0 and at most 600 seconds, got ${String(r.segmentSeconds)}`);
   if (!(r.replySeconds > 0 && r.replySeconds <= 3600)) throw new ArgumentError(`reply must be more than 0 and at most 3600 seconds, got ${String(r.replySeconds)}`);
+  if (r.kv !== 'f32' && r.kv !== 'f16') throw new ArgumentError(`kv must be f32 or f16, got '${String(r.kv)}'`);
   if (r.layout !== 'planned' && r.layout !== 'separate') throw new ArgumentError(`layout must be 'planned' or 'separate', got '${String(r.layout)}'`);
   return r;
 }
@@ -285,10 +289,10 @@ export class Conversation {
     this.inputRate = checkInt('input rate', o.inputRate, 1000, 768000);
     const owner = model.domain.owner('conversation', index);
     const segRows = melRows(c, segmentSamples(c, model.options.segmentSeconds));
-    const kvBytes = backboneStateSizes(c, model.options.context).reduce((s, r) => s + r.bytes, 0);
+    const kvBytes = backboneStateSizes(c, model.options.context, model.options.kv).reduce((s, r) => s + r.bytes, 0);
     const { value, arenas } = sized(model.domain, [{ owner, name: `conversation ${index} state` }], (1 << 28) + kvBytes, ([arena]) => {
       const a = arena!;
-      const backbone = new BackboneState(c, a, model.options.context);
+      const backbone = new BackboneState(c, a, model.options.context, model.options.context, '', model.options.kv);
       const detokenizer = new DetokenizerState(c, a, arenaWorkspace(a, 'recurrence', 'detok'), { turnPositions: model.turnPositions, outputRate: model.options.outputRate });
       const f = c.frontend;
       const front = arenaWorkspace(a, 'workspace.frontend', 'frontend');

@@ -154,7 +154,7 @@ const MODES: Record<AttentionMode, number> = { full: 0, causal: 1, sliding: 2 };
  * GQA group (query heads per KV head) only — never of the sequence length.
  */
 export function attentionScratchFloats(tq: number, tk: number, hd: number, group = 1): number {
-  return tq * tk + group * (2 * tq + 3 * tq * hd);
+  return tq * tk + group * (2 * tq + 3 * tq * hd) + 2 * hd;
 }
 
 /**

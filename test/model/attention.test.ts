@@ -1,6 +1,7 @@
 import t from 'tap';
 import { attention, attentionScratchFloats, type AttentionMode } from '../../src/model/kernels.js';
 import { native } from '../../src/native.js';
+import { f16ToF32, f32ToF16 } from '../../src/model/dtype.js';
 import { prng } from '../helpers.js';
 
 interface Case {
@@ -113,7 +114,7 @@ t.test('tile sizes do not change the result beyond rounding', async (t) => {
 
 t.test('scratch depends on the tiles only, never on the sequence length', async (t) => {
   const floats = attentionScratchFloats(64, 64, 64);
-  t.equal(floats, 64 * 64 + 2 * 64 + 3 * 64 * 64);
+  t.equal(floats, 64 * 64 + 2 * 64 + 3 * 64 * 64 + 2 * 64, 'scores, max and sum, accumulators, and one widened key and value row');
   // The same scratch serves T = 128 and T = 4096.
   for (const T of [128, 4096]) {
     const q = new Float32Array(T * 64);
@@ -123,4 +124,26 @@ t.test('scratch depends on the tiles only, never on the sequence length', async 
   t.throws(() => native.attention(new Float32Array(8), new Float32Array(8), new Float32Array(8), new Float32Array(8), null, null, null, new Float32Array(10), 1, 1, 1, 1, 8, 0, 0, 0, 0, 1, 64, 64), { name: 'RangeError', message: /scratch has 10 values/ });
   t.throws(() => native.attention(new Float32Array(8), new Float32Array(8), new Float32Array(8), new Float32Array(8), null, null, null, new Float32Array(9000), 1, 1, 3, 2, 8, 0, 0, 0, 0, 1, 64, 64), { name: 'RangeError', message: /Hkv must divide Hq/ });
   t.throws(() => native.attention(new Float32Array(8), new Float32Array(8), new Float32Array(8), new Float32Array(8), null, null, null, new Float32Array(9000), 1, 1, 1, 1, 8, 0, 0, 0, 2, 1, 64, 64), { name: 'RangeError', message: /sliding window must be positive/ });
+});
+
+t.test('an f16 KV cache reads as its values widened to f32, bit for bit', async (t) => {
+  const r = prng(31);
+  const Tk = 77;
+  const Hq = 4;
+  const Hkv = 2;
+  const hd = 16;
+  const q = Float32Array.from({ length: Hq * hd }, () => r() * 2 - 1);
+  const k16 = Uint16Array.from({ length: Tk * Hkv * hd }, () => f32ToF16(r() * 2 - 1));
+  const v16 = Uint16Array.from({ length: Tk * Hkv * hd }, () => f32ToF16(r() * 2 - 1));
+  const k32 = Float32Array.from(k16, (h) => f16ToF32(h));
+  const v32 = Float32Array.from(v16, (h) => f16ToF32(h));
+  const scratch = new Float32Array(attentionScratchFloats(1, 16, hd, Hq / Hkv));
+  for (const [mode, window] of [[1, 0], [2, 30]] as const) {
+    const a = new Float32Array(Hq * hd);
+    const b = new Float32Array(Hq * hd);
+    native.attention(q, k16, v16, a, null, null, null, scratch, 1, Tk, Hq, Hkv, hd, Tk - 1, 0, window, mode, 0.25, 1, 16);
+    native.attention(q, k32, v32, b, null, null, null, scratch, 1, Tk, Hq, Hkv, hd, Tk - 1, 0, window, mode, 0.25, 1, 16);
+    t.ok(a.every((x, i) => Object.is(x, b[i])), `mode ${mode}: the same bits as the widened f32 cache`);
+  }
+  t.throws(() => native.attention(q, k16, new Uint16Array(4), new Float32Array(Hq * hd), null, null, null, scratch, 1, Tk, Hq, Hkv, hd, Tk - 1, 0, 0, 1, 0.25, 1, 16), /k and v need/);
 });

@@ -161,27 +161,49 @@ t.test('interleaving follows the rules: 6 text, 12 audio, text end, end of audio
   t.ok(seen.textEnd > 0 && seen.imEnd > 0, `special tokens exercised: ${JSON.stringify(seen)}`);
 });
 
-t.test('a conversation past its context keeps answering; the system prompt stays', async (t) => {
-  const { conv, model, domain } = open({ replySeconds: 3, context: 160, prefillChunk: 16 }, 9);
-  const keep = conv.keep;
-  t.ok(keep > 10 && keep < 40, `the system prompt takes ${keep} positions`);
-  const audio = userAudio(16000, 2, 4);
-  let before: Float32Array | null = null;
-  const layer = conv.backbone.k.findIndex((k) => k !== null);
-  for (let turn = 0; turn < 4; turn++) {
-    const s = (() => {
+t.test('a conversation past its context keeps answering; the system prompt stays (f32 and f16 KV)', async (t) => {
+  for (const kv of ['f32', 'f16'] as const) {
+    const { conv, model, domain } = open({ replySeconds: 3, context: 160, prefillChunk: 16, kv }, 9);
+    const keep = conv.keep;
+    t.ok(keep > 10 && keep < 40, `${kv}: the system prompt takes ${keep} positions`);
+    const audio = userAudio(16000, 2, 4);
+    let before: Float32Array | Uint16Array | null = null;
+    const layer = conv.backbone.k.findIndex((k) => k !== null);
+    t.equal(conv.backbone.k[layer]!.BYTES_PER_ELEMENT, kv === 'f16' ? 2 : 4, `${kv} cache`);
+    for (let turn = 0; turn < 4; turn++) {
       say(conv, audio);
       if (turn === 0) before = conv.backbone.k[layer]!.slice(0, keep * (conv.backbone.k[layer]!.length / conv.backbone.rows));
-      return conv.reply({});
-    })();
-    t.ok(s.audioFrames > 0 || s.textTokens > 0, `turn ${turn}: answered (${s.textTokens} text tokens, ${s.audioFrames} frames, ${conv.compactions} compactions so far)`);
-    t.ok(conv.backbone.position <= 160, `turn ${turn}: position ${conv.backbone.position} within the context`);
+      const s = conv.reply({});
+      t.ok(s.audioFrames > 0 || s.textTokens > 0, `${kv} turn ${turn}: answered (${s.textTokens} text tokens, ${s.audioFrames} frames, ${conv.compactions} compactions so far)`);
+      t.ok(conv.backbone.position <= 160, `${kv} turn ${turn}: position ${conv.backbone.position} within the context`);
+    }
+    t.ok(conv.compactions > 0 && conv.dropped > 0, `${kv}: ${conv.compactions} compactions forgot ${conv.dropped} positions`);
+    const now = conv.backbone.k[layer]!.subarray(0, before!.length);
+    t.ok(bitsEqual(Array.from(now), Array.from(before!)), `${kv}: the system prompt rows of the cache are untouched`);
+    t.equal(domain.snapshot().allocations.afterReadiness.attempts, 0, `${kv}: no allocation after readiness`);
+    t.equal(model.options.context, 160);
   }
-  t.ok(conv.compactions > 0 && conv.dropped > 0, `${conv.compactions} compactions forgot ${conv.dropped} positions`);
-  const now = conv.backbone.k[layer]!.subarray(0, before!.length);
-  t.ok(bitsEqual(Array.from(now), Array.from(before!)), 'the system prompt rows of the cache are untouched');
-  t.equal(domain.snapshot().allocations.afterReadiness.attempts, 0, 'no allocation after readiness');
-  t.ok(model.options.context === 160);
+});
+
+t.test('an f16 KV cache halves the cache and stays close to f32', async (t) => {
+  const audio = userAudio(16000, 1.5, 9);
+  const runs = (['f32', 'f16'] as const).map((kv) => {
+    const { conv, model } = open({ replySeconds: 1, context: 1024, kv, audio: { temperature: 0, topK: 1 } }, 3);
+    const cache = [...conv.backbone.k, ...conv.backbone.v].reduce((n, a) => n + (a?.byteLength ?? 0), 0);
+    return { kv, cache, bytes: model.domain.snapshot().owners.find((o) => o.name === 'conversation/0')!.held, ...record(conv, audio) };
+  });
+  const [a, b] = runs as [(typeof runs)[0], (typeof runs)[0]];
+  t.equal(b.cache * 2, a.cache, `KV cache ${a.cache} B in f32, ${b.cache} B in f16`);
+  t.equal(a.bytes - b.bytes >= b.cache - 65536, true, `conversation state ${a.bytes} B → ${b.bytes} B`);
+  let e = 0;
+  let s = 0;
+  const n = Math.min(a.hidden.length, b.hidden.length, 64 * 8);
+  for (let i = 0; i < n; i++) {
+    e += (a.hidden[i]! - b.hidden[i]!) ** 2;
+    s += a.hidden[i]! ** 2;
+  }
+  t.ok(e / s < 1e-4, `first generated hidden states: NMSE ${(e / s).toExponential(2)} between f16 and f32 caches`);
+  t.ok(e > 0, 'and they do differ (the f16 cache is in use)');
 });
 
 t.test('dropping positions rotates the kept keys to their new positions (float64 check)', async (t) => {
@@ -192,8 +214,8 @@ t.test('dropping positions rotates the kept keys to their new positions (float64
   const b = model.config.backbone;
   const kd = b.kvHeads * b.headDim;
   const l = s.k.findIndex((k) => k !== null);
-  const old = s.k[l]!.slice(0, s.position * kd);
-  const oldV = s.v[l]!.slice(0, s.position * kd);
+  const old = (s.k[l] as Float32Array).slice(0, s.position * kd);
+  const oldV = (s.v[l] as Float32Array).slice(0, s.position * kd);
   const pos = s.position;
   const keep = conv.keep;
   const drop = 13;
