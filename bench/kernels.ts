@@ -6,7 +6,7 @@
  * same shapes is reported beside it when python3 with numpy is available.
  */
 import { spawnSync } from 'node:child_process';
-import { attention, attentionScratchFloats, GEMM_PACK_FLOATS, gemm, gemv, kernelIsa } from '../src/model/kernels.js';
+import { attention, attentionScratchFloats, GEMM_PACK_FLOATS, gemm, gemv, gemvScratchFloats, kernelIsa, linear1, setComputeThreads } from '../src/model/kernels.js';
 import { quantize } from '../src/model/quant.js';
 import { native } from '../src/native.js';
 import { fastestSeconds as best, round } from './util.js';
@@ -86,6 +86,24 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
     const GBps = bytes / s / 1e9;
     gemvRows.push({ kind, rows, cols, bytes, GBps: round(GBps, 2), ofBandwidth: round(GBps / read, 3) });
   }
+  // The model's path for quantized weights: int8 activations (linear1), on one and two threads.
+  const scratchInt = new Float32Array(gemvScratchFloats(cols));
+  try {
+    for (const threads of [1, 2]) {
+      setComputeThreads(threads);
+      for (const [kind, weights, bytes] of [
+        [`q8 (int8 activations, ${threads} thread${threads > 1 ? 's' : ''})`, { kind: 'q8' as const, data: q8.data, scales: q8.scales, biases: q8.biases, group: 64, rows, cols }, q8.data.byteLength + 8 * q8.scales.length],
+        [`q4 (int8 activations, ${threads} thread${threads > 1 ? 's' : ''})`, { kind: 'q4' as const, data: q4.data, scales: q4.scales, biases: q4.biases, group: 64, rows, cols }, q4.data.byteLength + 8 * q4.scales.length],
+      ] as const) {
+        linear1(weights, x, y, scratchInt);
+        const s = best(repeats * 3, () => linear1(weights, x, y, scratchInt));
+        const GBps = bytes / s / 1e9;
+        gemvRows.push({ kind, rows, cols, bytes, GBps: round(GBps, 2), ofBandwidth: round(GBps / read, 3) });
+      }
+    }
+  } finally {
+    setComputeThreads(1);
+  }
   // Attention decode at the backbone's shape: one query (32 heads) over a cache of 8 KV heads × 64.
   const attentionRows: KernelsBenchResult['attention'] = [];
   const scratch = new Float32Array(attentionScratchFloats(1, 256, 64, 4));
@@ -117,7 +135,7 @@ export function format(r: KernelsBenchResult): string {
   ];
   for (const g of r.gemm) lines.push(`  T=${String(g.T).padStart(5)}  ${String(g.gflops).padStart(7)} GFLOP/s  ${(g.ofPeak * 100).toFixed(1).padStart(5)}% of peak   numpy (1 thread) ${g.numpyGflops ?? '-'}`);
   lines.push(`GEMV 2048×8192 (target ≥ ${r.targets.gemvOfBandwidth * 100}% of read bandwidth):`);
-  for (const g of r.gemv) lines.push(`  ${g.kind.padEnd(14)} ${String(g.GBps).padStart(7)} GB/s  ${(g.ofBandwidth * 100).toFixed(1).padStart(5)}% of bandwidth`);
+  for (const g of r.gemv) lines.push(`  ${g.kind.padEnd(40)} ${String(g.GBps).padStart(7)} GB/s  ${(g.ofBandwidth * 100).toFixed(1).padStart(5)}% of bandwidth`);
   lines.push('tiled attention, one decode step (32 query heads, 8 KV heads × 64):');
   for (const a of r.attention) lines.push(`  context ${String(a.context).padStart(6)}  ${String(a.tokensPerSecond).padStart(9)} tokens/s  ${a.gflops} GFLOP/s`);
   return lines.join('\n');
