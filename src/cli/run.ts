@@ -159,7 +159,7 @@ export function runCommand(r: RunRequest, log: (line: string) => void = (l) => p
       for (;;) {
         const n = j.reader.readMono(chunk, chunk.length);
         if (n === 0) break;
-        conv.listen(chunk, n);
+        if (conv.listen(chunk, n) < n) throw new BadInputError({ file: j.input, field: 'data' }, `longer than the longest user segment of ${segment} s (--segment)`);
       }
       const frames = conv.endSegment(
         dump === null

@@ -17,6 +17,11 @@
  * Context policy: when the next positions would pass the context, the oldest quarter of the
  * positions after the system prompt are forgotten (Lfm2Stack.dropPositions): the system prompt
  * and the most recent history stay, and the conversation keeps answering.
+ *
+ * Thread contract: a model and its conversations are used from the thread that loaded them,
+ * one call at a time (they share one pass slot). Loading and `conversation()` allocate; after
+ * `ready()`, `listen`, `endSegment` and `reply` allocate nothing (the sink may) and stage
+ * clocks read `performance.now()`.
  */
 import { ArgumentError, BadInputError } from '../memory/errors.js';
 import type { Arena } from '../memory/arena.js';
@@ -148,9 +153,9 @@ interface PassSlot {
   backbone: Backbone;
   depthformer: Depthformer;
   detokenizer: Detokenizer;
-  logits: Float32Array;
-  logitsScratch: Float32Array;
-  audioLogits: Float32Array;
+  logits: Float32Array; // [vocab] text logits of a step
+  logitsScratch: Float32Array; // int8 activations of the text head
+  audioLogits: Float32Array; // [codebooks][codes] Depthformer logits of a frame (inspection)
 }
 
 interface Prompts {
@@ -280,6 +285,10 @@ export class Conversation {
   #turns = 0;
   #started = false;
   #segmentSamples = 0;
+  readonly #maxSegment: number; // input samples in the longest segment
+  readonly #input: Float32Array; // one listen call's samples, non-finite ones zeroed
+  /** Non-finite input samples taken as silence so far. */
+  nonFinite = 0;
   #t0 = 0;
 
   constructor(model: SpeechModel, index: number, o: { seed: number; inputRate: number }) {
@@ -304,6 +313,7 @@ export class Conversation {
         mel,
         resampler,
         rows: a.carve('mel_rows', 'workspace.frontend', Float32Array, segRows * f.nMels),
+        input: a.carve('frontend.input', 'workspace.frontend', Float32Array, INPUT_CHUNK),
         resampled: a.carve('frontend.resampled', 'workspace.frontend', Float32Array, resampler.maxOutput(INPUT_CHUNK) + 1),
         pcm: a.carve('playback.pcm', 'playback.payload', Float32Array, model.slot.detokenizer.maxSamples(detokenizer)),
         codes: a.carve('codes', 'workspace.sampler', Int32Array, c.audio.codebooks),
@@ -316,6 +326,8 @@ export class Conversation {
     this.#resampler = value.resampler;
     this.#rows = value.rows;
     this.#resampled = value.resampled;
+    this.#input = value.input;
+    this.#maxSegment = Math.floor(model.options.segmentSeconds * this.inputRate);
     this.#pcm = value.pcm;
     this.#codes = value.codes;
     this.#sampler = new Sampler(o.seed);
@@ -331,9 +343,9 @@ export class Conversation {
     this.model.domain.ledger.seal(this.model.domain.owner('conversation', this.index));
   }
 
-  /** Seconds of user audio the open segment can still take. */
+  /** Input samples the open segment can still take. */
   get segmentRoom(): number {
-    return this.model.options.segmentSeconds - this.#segmentSamples / this.inputRate;
+    return this.#maxSegment - this.#segmentSamples;
   }
 
   #tic(): void {
@@ -345,20 +357,31 @@ export class Conversation {
     this.stageCount[stage] = (this.stageCount[stage] as number) + 1;
   }
 
-  /** Feeds user samples at the input rate (at most INPUT_CHUNK per call). */
-  listen(samples: Float32Array, count = samples.length): void {
+  /**
+   * Feeds user samples at the input rate, at most INPUT_CHUNK per call (more is a usage error).
+   * Returns how many were taken: fewer than `count` once the segment is full (end it then).
+   * Non-finite samples (NaN, ±Infinity) are taken as silence and counted in `nonFinite`.
+   * Real-time path: allocates nothing, never throws for the audio itself.
+   */
+  listen(samples: Float32Array, count = samples.length): number {
     if (count > INPUT_CHUNK) throw new ArgumentError(`listen takes at most ${INPUT_CHUNK} samples per call, got ${count}`);
-    if ((this.#segmentSamples + count) / this.inputRate > this.model.options.segmentSeconds + 1e-9) {
-      throw new ArgumentError(`the user segment would pass ${this.model.options.segmentSeconds} s (the configured longest segment)`);
-    }
-    for (let i = 0; i < count; i++) {
-      if (!Number.isFinite(samples[i] as number)) throw new ArgumentError(`sample ${this.#segmentSamples + i} of the user segment is ${samples[i]}`);
+    const n = Math.min(count, this.#maxSegment - this.#segmentSamples);
+    if (n <= 0) return 0;
+    const input = this.#input;
+    for (let i = 0; i < n; i++) {
+      const x = samples[i]!;
+      if (Number.isFinite(x)) input[i] = x;
+      else {
+        input[i] = 0;
+        this.nonFinite++;
+      }
     }
     this.#tic();
-    const n = this.#resampler.push(samples, this.#resampled, 0, count);
-    this.#mel.push(this.#resampled, this.#rows, n);
-    this.#segmentSamples += count;
+    const m = this.#resampler.push(input, this.#resampled, 0, n);
+    this.#mel.push(this.#resampled, this.#rows, m);
+    this.#segmentSamples += n;
     this.#toc(0);
+    return n;
   }
 
   /**

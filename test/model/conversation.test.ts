@@ -243,18 +243,26 @@ t.test('dropping positions rotates the kept keys to their new positions (float64
   t.throws(() => model.slot.backbone.stack.dropPositions(s, keep, s.position), /cannot drop/);
 });
 
-t.test('bad requests are refused with clear errors', async (t) => {
+t.test('listen: a full segment takes no more, non-finite samples are silence, misuse is refused', async (t) => {
   const { conv } = open({ replySeconds: 1, segmentSeconds: 1, context: 512 }, 1);
   t.throws(() => conv.listen(new Float32Array(Conversation.INPUT_CHUNK + 1)), /at most 4096 samples/);
-  const nan = new Float32Array(100);
-  nan[37] = Number.NaN;
-  t.throws(() => conv.listen(nan), /sample 37 of the user segment is NaN/);
-  const long = new Float32Array(4000);
-  t.throws(() => {
-    for (let i = 0; i < 5; i++) conv.listen(long);
-  }, /would pass 1 s/);
+  const odd = new Float32Array(100).fill(0.1);
+  odd[37] = Number.NaN;
+  odd[38] = Number.POSITIVE_INFINITY;
+  t.equal(conv.listen(odd), 100, 'all taken');
+  t.equal(conv.nonFinite, 2, 'two non-finite samples counted');
+  const chunk = new Float32Array(4000);
+  let taken = 100;
+  for (let i = 0; i < 5; i++) taken += conv.listen(chunk);
+  t.equal(taken, 16000, 'a 1 s segment takes exactly 16000 samples');
+  t.equal(conv.segmentRoom, 0);
+  t.equal(conv.listen(chunk), 0, 'then nothing more');
+  t.ok(conv.endSegment() > 0, 'and ends normally');
+  t.ok(conv.reply({}).audioFrames > 0);
   t.throws(() => open({ context: 20 }), /context of 20 positions is too small/);
   t.throws(() => open({ layout: 'other' as 'planned' }), /layout must be/);
+  t.throws(() => open({ kv: 'f8' as 'f16' }), /kv must be f32 or f16/);
+  t.throws(() => open({ threads: 9 }), /threads must be an integer from 1 to 8/);
 });
 
 t.test('q4 weights (int8 activations) and two compute threads: the same reply bits as one thread', async (t) => {
