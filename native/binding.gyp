@@ -7,7 +7,7 @@
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions"],
-      "cflags_cc": ["-std=c++17", "-O3", "-Wall", "-Wextra", "-pthread"],
+      "cflags_cc": ["-std=c++17", "-O3", "-ffp-contract=off", "-Wall", "-Wextra", "-pthread"],
       "ldflags": ["-pthread"],
       "xcode_settings": {
         "GCC_ENABLE_CPP_EXCEPTIONS": "YES",

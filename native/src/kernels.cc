@@ -501,6 +501,50 @@ VOXSLAB_VNNI void GemvIntVnni(bool q4, const uint8_t* w, const float* scales, co
   }
 }
 
+// Up to four activation rows against `mb` weight rows: each weight block is loaded and unpacked
+// once for all of them (two weight rows × na activations per pass). Per (weight row,
+// activation) the arithmetic is GemvIntVnni's, so the results are bit-identical to it.
+VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const float* scales, const float* biases, int group,
+                                   const int8_t* const* xq, const float* const* xs, const float* const* xsum,
+                                   float* const* y, int na, int64_t mb, int64_t K) {
+  const int64_t groups = K / group;
+  const int64_t rowBytes = q4 ? K / 2 : K;
+  const int64_t blocks = rowBytes / 32;
+  const int64_t per = q4 ? 64 : 32;
+  const __m256i nib = _mm256_set1_epi8(15);
+  int64_t m = 0;
+  for (; m + 2 <= mb; m += 2) {
+    __m256 acc[2][4];
+    for (int r = 0; r < 2; ++r)
+      for (int a = 0; a < 4; ++a) acc[r][a] = _mm256_setzero_ps();
+    const uint8_t* r0 = w + m * rowBytes;
+    const float* s0 = scales + m * groups;
+    for (int64_t b = 0; b < blocks; ++b) {
+      __m256i lo[2], hi[2];
+      for (int r = 0; r < 2; ++r) {
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + r * rowBytes + b * 32));
+        lo[r] = q4 ? _mm256_and_si256(wv, nib) : wv;
+        hi[r] = q4 ? _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib) : wv;
+      }
+      for (int a = 0; a < na; ++a) {
+        const int8_t* xb = xq[a] + b * per;
+        const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
+        const __m256i xh = q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
+        for (int r = 0; r < 2; ++r) {
+          __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo[r], xa);
+          if (q4) d = _mm256_dpbusd_epi32(d, hi[r], xh);
+          acc[r][a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), VnniScale(s0 + r * groups, xs[a], group, per, b), acc[r][a]);
+        }
+      }
+    }
+    for (int r = 0; r < 2; ++r)
+      for (int a = 0; a < na; ++a) y[a][m + r] = Hsum(acc[r][a]) + VnniBias(biases + (m + r) * groups, xsum[a], groups);
+  }
+  for (; m < mb; ++m)
+    for (int a = 0; a < na; ++a)
+      GemvIntVnni(q4, w + m * rowBytes, scales + m * groups, biases + m * groups, group, xq[a], xs[a], xsum[a], y[a] + m, 1, K);
+}
+
 // 6×16 micro-kernel: C[MR][16] (+)= A rows (stride lda) × packed W panel [kc][16]. The 12
 // accumulators are named variables so they stay in registers for the whole k loop.
 template <int MR>
@@ -1033,6 +1077,25 @@ void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
   for (int64_t m0 = r0; m0 < r1; m0 += kBlock) {
     const int64_t mb = std::min(kBlock, r1 - m0);
     const uint8_t* wsub = t.w + (q4 ? m0 * t.K / 2 : m0 * t.K * t.elemBytes);
+#ifdef VOXSLAB_X86
+    if (quant && t.K % 64 == 0 && kDispatch.gemvInt == GemvIntVnni) {
+      for (int64_t i0 = 0; i0 < t.n; i0 += 4) {
+        const int na = static_cast<int>(std::min<int64_t>(4, t.n - i0));
+        const int8_t* xq[4] = {};
+        const float* xs[4] = {};
+        const float* xsum[4] = {};
+        float* y[4] = {};
+        for (int a = 0; a < na; ++a) {
+          xsum[a] = reinterpret_cast<const float*>(t.scratch + (i0 + a) * t.per);
+          xs[a] = xsum[a] + groups;
+          xq[a] = reinterpret_cast<const int8_t*>(xs[a] + groups);
+          y[a] = t.Y + (i0 + a) * t.M + m0;
+        }
+        GemvIntVnniMulti(q4, wsub, t.scales + m0 * groups, t.biases + m0 * groups, t.group, xq, xs, xsum, y, na, mb, t.K);
+      }
+      continue;
+    }
+#endif
     for (int64_t i = 0; i < t.n; ++i) {
       if (quant) {
         const float* xsum = reinterpret_cast<const float*>(t.scratch + i * t.per);
