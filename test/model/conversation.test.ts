@@ -1,5 +1,5 @@
 import t from 'tap';
-import { mkdtempSync } from 'node:fs';
+import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MemoryDomain } from '../../src/memory/index.js';
@@ -9,6 +9,8 @@ import { computeThreads } from '../../src/model/kernels.js';
 import { Conversation, SpeechModel, type SpeechModelOptions } from '../../src/model/conversation.js';
 import { END_OF_AUDIO } from '../../src/model/depthformer.js';
 import { TOKENS } from '../../src/model/tokenizer.js';
+import { memorySource } from '../../src/dsp/wav.js';
+import { readSafetensorsHeader } from '../../src/model/safetensors.js';
 import { prng } from '../helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'voxslab-conv-'));
@@ -283,4 +285,50 @@ t.test('q4 weights (int8 activations) and two compute threads: the same reply bi
     t.ok(bitsEqual(a.state, b.state), `${name}: the same conversation state`);
   }
   t.equal(computeThreads(), 1);
+});
+
+t.test('end of audio: codebook 0 = 2048 ends the audio, the frame becomes all 2048 and text resumes', async (t) => {
+  // A checkpoint whose Depthformer always prefers code 2048 on codebook 0: slice 0 of
+  // depth_linear gets a large bias on one channel j, codebook 0's norm keeps only j, and its
+  // logits read channel j for code 2048 only.
+  const eoa = mkdtempSync(join(tmpdir(), 'voxslab-conv-eoa-'));
+  cpSync(dir, eoa, { recursive: true });
+  const file = join(eoa, 'model.safetensors');
+  const bytes = readFileSync(file);
+  const header = readSafetensorsHeader(memorySource(new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.length), file));
+  const view = (name: string): Float32Array => {
+    const e = header.tensors.get(name)!;
+    return new Float32Array(bytes.buffer, bytes.byteOffset + e.begin, (e.end - e.begin) / 4);
+  };
+  const j = 5;
+  view('depth_linear.bias')[j] = 1000;
+  const norm = view('depth_embeddings.0.embedding_norm.weight');
+  norm.fill(0);
+  norm[j] = 1;
+  for (const name of ['depth_embeddings.0.to_logits.weight', 'depth_embeddings.0.embedding.weight']) {
+    const w = view(name);
+    const dim = w.length / 2049;
+    w.fill(0);
+    w[2048 * dim + j] = 1;
+  }
+  writeFileSync(file, bytes);
+  const { conv } = open({ replySeconds: 2, context: 1024, audio: { temperature: 0, topK: 1 } }, 1, 16000, eoa);
+  say(conv, userAudio(16000, 1, 10));
+  const events: (number | number[])[] = [];
+  let samples = 0;
+  const s = conv.reply({ text: (tk) => events.push(tk), audio: (c) => events.push(Array.from(c)), pcm: (_, n) => (samples += n) });
+  const frames = events.filter((e): e is number[] => typeof e !== 'number');
+  t.ok(frames.length > 0, `${frames.length} audio frames`);
+  t.ok(frames.every((f) => f.every((c) => c === 2048)), 'every frame is the end-of-audio frame, all 8 codes 2048');
+  t.ok(s.endOfAudio, 'the summary says so');
+  t.equal(samples, 0, 'nothing is detokenized');
+  // After each end-of-audio frame the next event is text.
+  let resumed = 0;
+  events.forEach((e, i) => {
+    if (typeof e !== 'number' && i + 1 < events.length) {
+      t.type(events[i + 1], 'number', `event ${i + 1} after end of audio is text`);
+      resumed++;
+    }
+  });
+  t.ok(resumed > 0, `text resumed ${resumed} times`);
 });
