@@ -415,16 +415,25 @@ __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const vo
 
 #define VOXSLAB_VNNI __attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma")))
 
-// Lane scales s_g·xs_g of a 32-byte block b of a row: one group, or (q4, group 32) two groups
-// of four lanes each.
-VOXSLAB_VNNI inline __m256 VnniScale(const float* sc, const float* xs, int group, int64_t per, int64_t b) {
-  if (group >= per) {
-    const int64_t g = (b * per) / group;
-    return _mm256_set1_ps(sc[g] * xs[g]);
-  }
-  const int64_t g = 2 * b;
+// Lane scales s_g·xs_g of one 32-byte block: group g, or (q4, group 32) groups g and g + 1,
+// four lanes each.
+VOXSLAB_VNNI inline __m256 VnniScale(const float* sc, const float* xs, int64_t g, bool two) {
+  if (!two) return _mm256_set1_ps(sc[g] * xs[g]);
   return _mm256_setr_m128(_mm_set1_ps(sc[g] * xs[g]), _mm_set1_ps(sc[g + 1] * xs[g + 1]));
 }
+
+// Walks the groups of consecutive 32-byte blocks without dividing: `g` is the first group of
+// block b. Blocks hold `per` elements; groups are 32 elements (two per q4 block) or a multiple
+// of `per`.
+struct BlockGroups {
+  int64_t g = 0, k = 0, perGroup;
+  bool two;
+  BlockGroups(int group, int64_t per) : perGroup(group >= per ? group / per : 1), two(group < per) {}
+  void next() {
+    if (two) g += 2;
+    else if (++k == perGroup) k = 0, ++g;
+  }
+};
 
 // Integer dot products of one 32-byte weight block with the block's activations, per int32 lane.
 VOXSLAB_VNNI inline __m256 VnniDot(bool q4, const uint8_t* p, __m256i xa, __m256i xb) {
@@ -466,7 +475,8 @@ VOXSLAB_VNNI void GemvIntVnni(bool q4, const uint8_t* w, const float* scales, co
     __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     const uint8_t* r0 = w + m * rowBytes;
     const float* s0 = scales + m * groups;
-    for (int64_t b = 0; b < blocks; ++b) {
+    BlockGroups bg(group, per);
+    for (int64_t b = 0; b < blocks; ++b, bg.next()) {
       // The next four rows, one pass ahead: the stream outruns the hardware prefetcher otherwise.
       if ((b & 1) == 0) {
         const char* ahead = reinterpret_cast<const char*>(r0 + 4 * rowBytes + b * 32);
@@ -478,10 +488,10 @@ VOXSLAB_VNNI void GemvIntVnni(bool q4, const uint8_t* w, const float* scales, co
       const int8_t* xb = xq + b * per;
       const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
       const __m256i xh = q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
-      a0 = _mm256_fmadd_ps(VnniDot(q4, r0 + b * 32, xa, xh), VnniScale(s0, xs, group, per, b), a0);
-      a1 = _mm256_fmadd_ps(VnniDot(q4, r0 + rowBytes + b * 32, xa, xh), VnniScale(s0 + groups, xs, group, per, b), a1);
-      a2 = _mm256_fmadd_ps(VnniDot(q4, r0 + 2 * rowBytes + b * 32, xa, xh), VnniScale(s0 + 2 * groups, xs, group, per, b), a2);
-      a3 = _mm256_fmadd_ps(VnniDot(q4, r0 + 3 * rowBytes + b * 32, xa, xh), VnniScale(s0 + 3 * groups, xs, group, per, b), a3);
+      a0 = _mm256_fmadd_ps(VnniDot(q4, r0 + b * 32, xa, xh), VnniScale(s0, xs, bg.g, bg.two), a0);
+      a1 = _mm256_fmadd_ps(VnniDot(q4, r0 + rowBytes + b * 32, xa, xh), VnniScale(s0 + groups, xs, bg.g, bg.two), a1);
+      a2 = _mm256_fmadd_ps(VnniDot(q4, r0 + 2 * rowBytes + b * 32, xa, xh), VnniScale(s0 + 2 * groups, xs, bg.g, bg.two), a2);
+      a3 = _mm256_fmadd_ps(VnniDot(q4, r0 + 3 * rowBytes + b * 32, xa, xh), VnniScale(s0 + 3 * groups, xs, bg.g, bg.two), a3);
     }
     y[m] = Hsum(a0) + VnniBias(biases + m * groups, xsum, groups);
     y[m + 1] = Hsum(a1) + VnniBias(biases + (m + 1) * groups, xsum, groups);
@@ -491,11 +501,12 @@ VOXSLAB_VNNI void GemvIntVnni(bool q4, const uint8_t* w, const float* scales, co
   for (; m < M; ++m) {
     __m256 a = _mm256_setzero_ps();
     const uint8_t* r = w + m * rowBytes;
-    for (int64_t b = 0; b < blocks; ++b) {
+    BlockGroups bg(group, per);
+    for (int64_t b = 0; b < blocks; ++b, bg.next()) {
       const int8_t* xb = xq + b * per;
       const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
       const __m256i xh = q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
-      a = _mm256_fmadd_ps(VnniDot(q4, r + b * 32, xa, xh), VnniScale(scales + m * groups, xs, group, per, b), a);
+      a = _mm256_fmadd_ps(VnniDot(q4, r + b * 32, xa, xh), VnniScale(scales + m * groups, xs, bg.g, bg.two), a);
     }
     y[m] = Hsum(a) + VnniBias(biases + m * groups, xsum, groups);
   }
@@ -519,7 +530,8 @@ VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const float* scale
       for (int a = 0; a < 4; ++a) acc[r][a] = _mm256_setzero_ps();
     const uint8_t* r0 = w + m * rowBytes;
     const float* s0 = scales + m * groups;
-    for (int64_t b = 0; b < blocks; ++b) {
+    BlockGroups bg(group, per);
+    for (int64_t b = 0; b < blocks; ++b, bg.next()) {
       __m256i lo[2], hi[2];
       for (int r = 0; r < 2; ++r) {
         const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + r * rowBytes + b * 32));
@@ -533,7 +545,7 @@ VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const float* scale
         for (int r = 0; r < 2; ++r) {
           __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo[r], xa);
           if (q4) d = _mm256_dpbusd_epi32(d, hi[r], xh);
-          acc[r][a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), VnniScale(s0 + r * groups, xs[a], group, per, b), acc[r][a]);
+          acc[r][a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), VnniScale(s0 + r * groups, xs[a], bg.g, bg.two), acc[r][a]);
         }
       }
     }
@@ -998,6 +1010,12 @@ RowPool& Pool() {
   return pool;
 }
 
+// The vector kernels need whole 64-element blocks, each within one group (or, for q4, exactly
+// two groups of 32).
+bool VectorIntShape(bool q4, int group, int64_t K) {
+  return K % 64 == 0 && (q4 ? (group == 32 || group % 64 == 0) : group % 32 == 0);
+}
+
 struct IntTask {
   bool q4;
   const uint8_t* w;
@@ -1015,7 +1033,7 @@ void RunIntRows(const void* c, int64_t r0, int64_t r1) {
   const IntTask& t = *static_cast<const IntTask*>(c);
   const int64_t groups = t.K / t.group;
   const int64_t rowBytes = t.q4 ? t.K / 2 : t.K;
-  const auto fn = t.K % 64 == 0 ? kDispatch.gemvInt : GemvIntScalar;
+  const auto fn = VectorIntShape(t.q4, t.group, t.K) ? kDispatch.gemvInt : GemvIntScalar;
   fn(t.q4, t.w + r0 * rowBytes, t.scales + r0 * groups, t.biases + r0 * groups, t.group, t.xq, t.xs, t.xsum, t.y + r0, r1 - r0, t.K);
 }
 
@@ -1078,7 +1096,7 @@ void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
     const int64_t mb = std::min(kBlock, r1 - m0);
     const uint8_t* wsub = t.w + (q4 ? m0 * t.K / 2 : m0 * t.K * t.elemBytes);
 #ifdef VOXSLAB_X86
-    if (quant && t.K % 64 == 0 && kDispatch.gemvInt == GemvIntVnni) {
+    if (quant && VectorIntShape(q4, t.group, t.K) && kDispatch.gemvInt == GemvIntVnni) {
       for (int64_t i0 = 0; i0 < t.n; i0 += 4) {
         const int na = static_cast<int>(std::min<int64_t>(4, t.n - i0));
         const int8_t* xq[4] = {};
@@ -1101,7 +1119,7 @@ void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
         const float* xsum = reinterpret_cast<const float*>(t.scratch + i * t.per);
         const float* xs = xsum + groups;
         const int8_t* xq = reinterpret_cast<const int8_t*>(xs + groups);
-        const auto fn = t.K % 64 == 0 ? kDispatch.gemvInt : GemvIntScalar;
+        const auto fn = VectorIntShape(q4, t.group, t.K) ? kDispatch.gemvInt : GemvIntScalar;
         fn(q4, wsub, t.scales + m0 * groups, t.biases + m0 * groups, t.group, xq, xs, xsum, t.Y + i * t.M + m0, mb, t.K);
       } else {
         kDispatch.gemv(t.type, wsub, nullptr, nullptr, 0, t.X + i * t.K, t.Y + i * t.M + m0, mb, t.K, nullptr);
