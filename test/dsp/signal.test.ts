@@ -259,7 +259,7 @@ t.test('steady-state processing allocates nothing (buffers from a sealed arena)'
     frames++;
   });
   const after = domain.snapshot();
-  t.equal(probe.arrayBuffers, 0, 'no ArrayBuffer allocated');
+  t.ok(probe.arrayBuffers <= 0, `no ArrayBuffer growth (${probe.arrayBuffers} bytes; a backing store released meanwhile makes it negative)`);
   t.ok(probe.heap >= 0 && probe.heap < 1024, `JS heap growth over 300 chunks: ${probe.heap} bytes (window ${probe.windows})`);
   t.same(after.allocations, before.allocations, 'no carve or slab after readiness');
   t.ok(frames >= 1200);

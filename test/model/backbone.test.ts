@@ -123,5 +123,5 @@ t.test('a decode step allocates nothing in steady state', async (t) => {
     token = (token * 7 + 3) % config.backbone.vocab;
   });
   t.ok(probe.heap >= 0 && probe.heap < 1024, `JS heap growth over 40 steps: ${probe.heap} bytes (window ${probe.windows})`);
-  t.equal(probe.arrayBuffers, 0);
+  t.ok(probe.arrayBuffers <= 0, `no ArrayBuffer growth (${probe.arrayBuffers} bytes; a backing store released meanwhile makes it negative)`);
 });

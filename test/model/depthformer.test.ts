@@ -156,5 +156,5 @@ t.test('a frame allocates nothing in steady state', async (t) => {
   const sampler = new Sampler(9);
   const probe = allocationProbe(30, () => depth.frame(hidden, sampler, AUDIO_SAMPLING, codes));
   t.ok(probe.heap >= 0 && probe.heap < 1024, `JS heap growth over 30 frames: ${probe.heap} bytes (window ${probe.windows})`);
-  t.equal(probe.arrayBuffers, 0);
+  t.ok(probe.arrayBuffers <= 0, `no ArrayBuffer growth (${probe.arrayBuffers} bytes; a backing store released meanwhile makes it negative)`);
 });

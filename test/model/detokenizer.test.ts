@@ -99,5 +99,5 @@ t.test('a code frame allocates nothing in steady state', async (t) => {
     detok.frame(state, codes, out, 0);
   });
   t.ok(probe.heap >= 0 && probe.heap < 1024, `JS heap growth over 30 code frames: ${probe.heap} bytes (window ${probe.windows})`);
-  t.equal(probe.arrayBuffers, 0);
+  t.ok(probe.arrayBuffers <= 0, `no ArrayBuffer growth (${probe.arrayBuffers} bytes; a backing store released meanwhile makes it negative)`);
 });
