@@ -182,18 +182,16 @@ void GemvIntScalar(bool q4, const uint8_t* w, const float* scales, const float* 
     float acc = 0, bacc = 0;
     for (int64_t g = 0; g < groups; ++g) {
       int32_t dot = 0;
-      for (int i = 0; i < group; ++i) {
-        const int64_t k = g * group + i;
-        int q;
-        int64_t at = k;
-        if (q4) {
-          q = (k & 1) ? (r[k >> 1] >> 4) : (r[k >> 1] & 15);
-          const int64_t b = k & ~int64_t{63}, j = k - b;  // position in the permuted block
-          if (b + 64 <= K) at = b + ((j & 1) ? 32 + (j >> 1) : (j >> 1));
-        } else {
-          q = r[k];
+      if (q4) {
+        // Two elements per byte; inside whole 64-element blocks xq is stored evens then odds.
+        for (int64_t k = g * group; k < (g + 1) * group; k += 2) {
+          const int lo = r[k >> 1] & 15, hi = r[k >> 1] >> 4;
+          const int64_t b = k & ~int64_t{63};
+          if (b + 64 <= K) dot += lo * xq[b + ((k - b) >> 1)] + hi * xq[b + 32 + ((k - b) >> 1)];
+          else dot += lo * xq[k] + hi * xq[k + 1];
         }
-        dot += q * xq[at];
+      } else {
+        for (int64_t k = g * group; k < (g + 1) * group; ++k) dot += r[k] * xq[k];
       }
       acc += scales[m * groups + g] * xs[g] * static_cast<float>(dot);
       bacc += biases[m * groups + g] * xsum[g];
@@ -417,7 +415,7 @@ __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const vo
 
 // Lane scales s_g·xs_g of one 32-byte block: group g, or (q4, group 32) groups g and g + 1,
 // four lanes each.
-VOXSLAB_VNNI inline __m256 VnniScale(const float* sc, const float* xs, int64_t g, bool two) {
+__attribute__((target("avx2,fma"))) inline __m256 VnniScale(const float* sc, const float* xs, int64_t g, bool two) {
   if (!two) return _mm256_set1_ps(sc[g] * xs[g]);
   return _mm256_setr_m128(_mm_set1_ps(sc[g] * xs[g]), _mm_set1_ps(sc[g + 1] * xs[g + 1]));
 }
@@ -451,7 +449,7 @@ VOXSLAB_VNNI inline __m256 VnniDot(bool q4, const uint8_t* p, __m256i xa, __m256
 }
 
 // Σ_g b_g·xsum_g of one row.
-VOXSLAB_VNNI inline float VnniBias(const float* bi, const float* xsum, int64_t groups) {
+__attribute__((target("avx2,fma"))) inline float VnniBias(const float* bi, const float* xsum, int64_t groups) {
   __m256 bacc = _mm256_setzero_ps();
   int64_t g = 0;
   for (; g + 8 <= groups; g += 8) bacc = _mm256_fmadd_ps(_mm256_loadu_ps(bi + g), _mm256_loadu_ps(xsum + g), bacc);
@@ -507,6 +505,48 @@ VOXSLAB_VNNI void GemvIntVnni(bool q4, const uint8_t* w, const float* scales, co
       const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
       const __m256i xh = q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
       a = _mm256_fmadd_ps(VnniDot(q4, r + b * 32, xa, xh), VnniScale(scales + m * groups, xs, bg.g, bg.two), a);
+    }
+    y[m] = Hsum(a) + VnniBias(biases + m * groups, xsum, groups);
+  }
+}
+
+// The same integer lanes without VNNI: vpmaddubsw pairs bytes into 16 bits and vpmaddwd pairs
+// those into 32, so each int32 lane holds the same four products as vpdpbusd. q4 nibbles (≤ 15)
+// cannot saturate 16 bits; q8 bytes are recentred to q − 128 (|q − 128| · 127 · 2 < 2^15) and
+// 128·Σxq is added back.
+__attribute__((target("avx2,fma"))) inline __m256 Avx2IntDot(bool q4, const uint8_t* p, __m256i xa, __m256i xb) {
+  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  if (q4) {
+    const __m256i nib = _mm256_set1_epi8(15);
+    const __m256i lo = _mm256_and_si256(wv, nib);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib);
+    const __m256i d = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, xa), ones16), _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xb), ones16));
+    return _mm256_cvtepi32_ps(d);
+  }
+  const __m256i centred = _mm256_xor_si256(wv, _mm256_set1_epi8(static_cast<char>(0x80)));  // q − 128 as int8
+  const __m256i mag = _mm256_sign_epi8(centred, centred);                                      // |q − 128|
+  const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(xa, centred)), ones16);
+  const __m256i xsum4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), xa), ones16);
+  return _mm256_cvtepi32_ps(_mm256_add_epi32(dot, _mm256_slli_epi32(xsum4, 7)));
+}
+
+// Integer GEMV on AVX2 without VNNI, row by row; each row's arithmetic is GemvIntVnni's.
+__attribute__((target("avx2,fma"))) void GemvIntAvx2(bool q4, const uint8_t* w, const float* scales, const float* biases,
+                                                     int group, const int8_t* xq, const float* xs, const float* xsum,
+                                                     float* y, int64_t M, int64_t K) {
+  const int64_t groups = K / group;
+  const int64_t rowBytes = q4 ? K / 2 : K;
+  const int64_t per = q4 ? 64 : 32;
+  for (int64_t m = 0; m < M; ++m) {
+    __m256 a = _mm256_setzero_ps();
+    const uint8_t* r = w + m * rowBytes;
+    BlockGroups bg(group, per);
+    for (int64_t b = 0; b < rowBytes / 32; ++b, bg.next()) {
+      const int8_t* xb = xq + b * per;
+      const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
+      const __m256i xh = q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
+      a = _mm256_fmadd_ps(Avx2IntDot(q4, r + b * 32, xa, xh), VnniScale(scales + m * groups, xs, bg.g, bg.two), a);
     }
     y[m] = Hsum(a) + VnniBias(biases + m * groups, xsum, groups);
   }
@@ -897,9 +937,9 @@ Dispatch Choose() {
   const bool vnni = avx512 && __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bw") &&
                     __builtin_cpu_supports("avx512vnni");
   if (w != "scalar" && w != "avx2" && avx512) {
-    return {vnni ? "avx512f+vnni" : "avx512f", GemvAvx512, vnni ? GemvIntVnni : GemvIntScalar, GemmAvx512, FmaProbeAvx512, ReadProbeAvx2, 16};
+    return {vnni ? "avx512f+vnni" : "avx512f", GemvAvx512, vnni ? GemvIntVnni : GemvIntAvx2, GemmAvx512, FmaProbeAvx512, ReadProbeAvx2, 16};
   }
-  if (w != "scalar" && avx2) return {"avx2+fma", GemvAvx2, GemvIntScalar, GemmAvx2, FmaProbeAvx2, ReadProbeAvx2, 8};
+  if (w != "scalar" && avx2) return {"avx2+fma", GemvAvx2, GemvIntAvx2, GemmAvx2, FmaProbeAvx2, ReadProbeAvx2, 8};
 #endif
   return {"scalar", GemvScalar, GemvIntScalar, GemmScalar, FmaProbeScalar, ReadProbeScalar, 1};
 }
