@@ -597,6 +597,16 @@ VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const float* scale
       GemvIntVnni(q4, w + m * rowBytes, scales + m * groups, biases + m * groups, group, xq[a], xs[a], xsum[a], y[a] + m, 1, K);
 }
 
+// Writes a micro-kernel's accumulators (mr rows of `width`, first nr columns) into C: the
+// first k panel stores them (plus the bias), later panels add to what is there.
+inline void WriteTile(const float* tmp, int width, int mr, float* C, int64_t ldc, int64_t nr, bool first, const float* bias) {
+  for (int i = 0; i < mr; ++i) {
+    float* row = C + i * ldc;
+    const float* t = tmp + i * width;
+    for (int64_t j = 0; j < nr; ++j) row[j] = first ? t[j] + (bias != nullptr ? bias[j] : 0.0f) : row[j] + t[j];
+  }
+}
+
 // 6×16 micro-kernel: C[MR][16] (+)= A rows (stride lda) × packed W panel [kc][16]. The 12
 // accumulators are named variables so they stay in registers for the whole k loop.
 template <int MR>
@@ -655,10 +665,7 @@ __attribute__((target("avx2,fma"))) void Micro(const float* A, int64_t lda, cons
   _mm256_store_ps(tmp[4] + 8, c41);
   _mm256_store_ps(tmp[5], c50);
   _mm256_store_ps(tmp[5] + 8, c51);
-  for (int i = 0; i < MR; ++i) {
-    float* row = C + i * ldc;
-    for (int64_t j = 0; j < nr; ++j) row[j] = first ? tmp[i][j] + (bias != nullptr ? bias[j] : 0.0f) : row[j] + tmp[i][j];
-  }
+  WriteTile(tmp[0], 16, MR, C, ldc, nr, first, bias);
 }
 
 // Packs W[n0:n0+nc][k0:k0+kc], decoded to f32, into panels of NR outputs:
@@ -774,10 +781,7 @@ struct MicroAvx512 {
     _mm512_store_ps(tmp[4] + 16, c41);
     _mm512_store_ps(tmp[5], c50);
     _mm512_store_ps(tmp[5] + 16, c51);
-    for (int i = 0; i < MR; ++i) {
-      float* row = C + i * ldc;
-      for (int64_t j = 0; j < nr; ++j) row[j] = first ? tmp[i][j] + (bias != nullptr ? bias[j] : 0.0f) : row[j] + tmp[i][j];
-    }
+    WriteTile(tmp[0], 32, MR, C, ldc, nr, first, bias);
   }
 };
 
