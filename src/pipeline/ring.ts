@@ -1,0 +1,250 @@
+/**
+ * Single-producer single-consumer record rings over shared memory, and the doorbells that wake
+ * the threads waiting on them.
+ *
+ * A ring is a header of named Int32 slots and a data area of 32-bit words. A record is
+ * `[kind, length, payload × length]`, written whole or not at all, and may wrap around the end
+ * of the data area. Float payloads are copied through a Float32Array view of the same words.
+ *
+ * Memory order: the producer copies a record with plain stores, then publishes it with one
+ * `Atomics.store` of `kWrite`; the consumer reads `kWrite` with `Atomics.load`, copies, and
+ * releases the space with one `Atomics.store` of `kRead`. Seq-cst atomics make the plain
+ * stores before a publish visible to a reader that has loaded the published index.
+ *
+ * Thread contract: exactly one producer thread calls `write*`/`close`; exactly one consumer
+ * thread calls `peek*`/`read*`/`skip`. `available*` may be called from either side and can
+ * be stale (late) by the time it returns. Nothing here allocates or throws after construction.
+ */
+import { ArgumentError } from '../memory/errors.js';
+
+/** Header slots (Int32 indices). */
+export const kWrite = 0; // next word the producer writes (0 ≤ kWrite < capacity)
+export const kRead = 1; // next word the consumer reads
+export const kCapacity = 2; // data words
+export const kProducerBell = 3; // doorbell rung when space is released
+export const kConsumerBell = 4; // doorbell rung when a record is published
+export const kClosed = 5; // 1 once the producer will write no more
+export const kMaxUsed = 6; // most words ever in use (occupancy high-water)
+export const kRecords = 7; // records published (wraps at 2^31)
+export const kHeaderWords = 16;
+
+/** Words a record of `n` payload words takes. */
+export const RECORD_OVERHEAD = 2;
+
+/** Bytes of a ring with `capacity` data words. */
+export function ringBytes(capacity: number): number {
+  return 4 * (kHeaderWords + capacity);
+}
+
+/** What a thread hands another to open the same ring. */
+export interface SharedRing {
+  readonly buffer: SharedArrayBuffer;
+  readonly byteOffset: number;
+  readonly capacity: number;
+}
+
+/**
+ * Doorbells: one Int32 per waiting thread. `ring` bumps and notifies; a waiter reads the value
+ * first, checks its work, then waits for the value to change (so a ring between the check and
+ * the wait is never lost).
+ */
+export class Doorbells {
+  readonly words: Int32Array;
+
+  constructor(words: Int32Array) {
+    this.words = words;
+  }
+
+  ring(bell: number): void {
+    Atomics.add(this.words, bell, 1);
+    Atomics.notify(this.words, bell);
+  }
+
+  read(bell: number): number {
+    return Atomics.load(this.words, bell);
+  }
+
+  /** Blocks (worker threads only) until the bell moves past `seen` or `ms` pass. */
+  wait(bell: number, seen: number, ms: number): void {
+    Atomics.wait(this.words, bell, seen, ms);
+  }
+}
+
+export class RecordRing {
+  readonly header: Int32Array; // [kHeaderWords]
+  readonly i32: Int32Array; // [capacity] data words
+  readonly f32: Float32Array; // the same words as floats
+  readonly capacity: number;
+  readonly bells: Doorbells;
+  readonly #producerBell: number;
+  readonly #consumerBell: number;
+
+  /** Lays out a new ring in `buffer` at `byteOffset` (zeroed words expected). */
+  static init(shared: SharedRing, bells: Doorbells, producerBell: number, consumerBell: number): RecordRing {
+    const h = new Int32Array(shared.buffer, shared.byteOffset, kHeaderWords);
+    h[kCapacity] = shared.capacity;
+    h[kProducerBell] = producerBell;
+    h[kConsumerBell] = consumerBell;
+    return new RecordRing(shared, bells);
+  }
+
+  constructor(shared: SharedRing, bells: Doorbells) {
+    const { buffer, byteOffset, capacity } = shared;
+    if (!(buffer instanceof SharedArrayBuffer)) throw new ArgumentError('ring: buffer must be a SharedArrayBuffer');
+    if (!Number.isSafeInteger(capacity) || capacity < 4 || byteOffset % 4 !== 0 || byteOffset + ringBytes(capacity) > buffer.byteLength) {
+      throw new ArgumentError(`ring: ${capacity} words at byte ${byteOffset} do not fit a ${buffer.byteLength}-byte buffer`);
+    }
+    this.header = new Int32Array(buffer, byteOffset, kHeaderWords);
+    if (this.header[kCapacity] !== capacity) throw new ArgumentError(`ring: header says ${this.header[kCapacity]} words, expected ${capacity}`);
+    this.i32 = new Int32Array(buffer, byteOffset + 4 * kHeaderWords, capacity);
+    this.f32 = new Float32Array(buffer, byteOffset + 4 * kHeaderWords, capacity);
+    this.capacity = capacity;
+    this.bells = bells;
+    this.#producerBell = this.header[kProducerBell] as number;
+    this.#consumerBell = this.header[kConsumerBell] as number;
+  }
+
+  share(): SharedRing {
+    return { buffer: this.header.buffer as SharedArrayBuffer, byteOffset: this.header.byteOffset, capacity: this.capacity };
+  }
+
+  /** Words in use (either side; may be stale). One word always stays free. */
+  availableRead(): number {
+    const w = Atomics.load(this.header, kWrite);
+    const r = Atomics.load(this.header, kRead);
+    return w >= r ? w - r : w + this.capacity - r;
+  }
+
+  availableWrite(): number {
+    return this.capacity - 1 - this.availableRead();
+  }
+
+  /** Largest payload a record can have in this ring. */
+  get maxPayload(): number {
+    return this.capacity - 1 - RECORD_OVERHEAD;
+  }
+
+  // ---- producer side ----
+
+  /** Room for a record of `n` payload words now (it can only grow until the next write). */
+  canWrite(n: number): boolean {
+    return n + RECORD_OVERHEAD <= this.availableWrite();
+  }
+
+  /** Writes a record whose payload is `n` words of `src` from `at` (floats or ints), or nothing. */
+  write(kind: number, src: Float32Array | Int32Array | null, at: number, n: number): boolean {
+    if (n < 0 || n > this.maxPayload || !this.canWrite(n)) return false;
+    const cap = this.capacity;
+    let w = Atomics.load(this.header, kWrite);
+    const i32 = this.i32;
+    i32[w] = kind;
+    w = w + 1 === cap ? 0 : w + 1;
+    i32[w] = n;
+    w = w + 1 === cap ? 0 : w + 1;
+    if (n > 0 && src !== null) {
+      const dst = src instanceof Float32Array ? this.f32 : i32;
+      for (let i = 0; i < n; i++) {
+        dst[w] = src[at + i] as number;
+        w = w + 1 === cap ? 0 : w + 1;
+      }
+    } else {
+      w = (w + n) % cap;
+    }
+    this.#publish(w);
+    return true;
+  }
+
+  /** Writes a record of two int fields (a control record). */
+  write2(kind: number, a: number, b: number): boolean {
+    if (!this.canWrite(2)) return false;
+    const cap = this.capacity;
+    let w = Atomics.load(this.header, kWrite);
+    const i32 = this.i32;
+    i32[w] = kind;
+    w = w + 1 === cap ? 0 : w + 1;
+    i32[w] = 2;
+    w = w + 1 === cap ? 0 : w + 1;
+    i32[w] = a;
+    w = w + 1 === cap ? 0 : w + 1;
+    i32[w] = b;
+    w = w + 1 === cap ? 0 : w + 1;
+    this.#publish(w);
+    return true;
+  }
+
+  #publish(w: number): void {
+    Atomics.store(this.header, kWrite, w);
+    const used = this.availableRead();
+    if (used > (this.header[kMaxUsed] as number)) Atomics.store(this.header, kMaxUsed, used);
+    Atomics.store(this.header, kRecords, (((this.header[kRecords] as number) + 1) & 0x7fffffff) | 0);
+    this.bells.ring(this.#consumerBell);
+  }
+
+  /** Marks the end of the stream: the consumer sees `closed` once it has read everything. */
+  close(): void {
+    Atomics.store(this.header, kClosed, 1);
+    this.bells.ring(this.#consumerBell);
+  }
+
+  // ---- consumer side ----
+
+  /** Kind of the next record, or -1 when none is published. */
+  peekKind(): number {
+    const r = Atomics.load(this.header, kRead);
+    if (r === Atomics.load(this.header, kWrite)) return -1;
+    return this.i32[r] as number;
+  }
+
+  /** Payload words of the next record (call after peekKind() ≥ 0). */
+  peekLength(): number {
+    const r = Atomics.load(this.header, kRead);
+    return this.i32[r + 1 === this.capacity ? 0 : r + 1] as number;
+  }
+
+  /** Payload word `i` of the next record as an int. */
+  peekInt(i: number): number {
+    const r = Atomics.load(this.header, kRead);
+    return this.i32[(r + RECORD_OVERHEAD + i) % this.capacity] as number;
+  }
+
+  /** Copies the next record's payload into `dst` from `at` (floats or ints) and releases it. Returns its length. */
+  read(dst: Float32Array | Int32Array, at: number): number {
+    const cap = this.capacity;
+    let r = Atomics.load(this.header, kRead);
+    const n = this.i32[r + 1 === cap ? 0 : r + 1] as number;
+    r = (r + RECORD_OVERHEAD) % cap;
+    const src = dst instanceof Float32Array ? this.f32 : this.i32;
+    for (let i = 0; i < n; i++) {
+      dst[at + i] = src[r] as number;
+      r = r + 1 === cap ? 0 : r + 1;
+    }
+    this.#release(r);
+    return n;
+  }
+
+  /** Releases the next record without copying it. */
+  skip(): void {
+    const cap = this.capacity;
+    const r = Atomics.load(this.header, kRead);
+    const n = this.i32[r + 1 === cap ? 0 : r + 1] as number;
+    this.#release((r + RECORD_OVERHEAD + n) % cap);
+  }
+
+  #release(r: number): void {
+    Atomics.store(this.header, kRead, r);
+    this.bells.ring(this.#producerBell);
+  }
+
+  /** True once the producer closed the ring and every record was read. */
+  get drained(): boolean {
+    return Atomics.load(this.header, kClosed) === 1 && this.peekKind() < 0;
+  }
+
+  get maxUsed(): number {
+    return Atomics.load(this.header, kMaxUsed);
+  }
+
+  get records(): number {
+    return Atomics.load(this.header, kRecords);
+  }
+}

@@ -1,0 +1,72 @@
+import t from 'tap';
+import { Doorbells, RecordRing, ringBytes, kMaxUsed } from '../../src/pipeline/ring.js';
+import { runWorker } from '../helpers.js';
+import type { RingPeerData, RingPeerResult } from './workers/ring-peer.js';
+
+const peer = new URL('./workers/ring-peer.js', import.meta.url);
+
+function newRing(capacity: number) {
+  const buffer = new SharedArrayBuffer(ringBytes(capacity));
+  const bells = new SharedArrayBuffer(8);
+  RecordRing.init({ buffer, byteOffset: 0, capacity }, new Doorbells(new Int32Array(bells)), 0, 1);
+  return { ring: { buffer, byteOffset: 0, capacity }, bells };
+}
+
+async function pair(capacity: number, o: Partial<RingPeerData> & { records: number; maxPayload: number }, slow: 'producer' | 'consumer' | null) {
+  const { ring, bells } = newRing(capacity);
+  const base = { ring, bells, seed: 7, pauseEvery: 0, pauseMicros: 0, corruptAt: -1, ...o };
+  const pause = { pauseEvery: 997, pauseMicros: 300 };
+  const [p, c] = await Promise.all([
+    runWorker<RingPeerResult>(peer, { ...base, role: 'producer', bell: 0, ...(slow === 'producer' ? pause : {}) }),
+    runWorker<RingPeerResult>(peer, { ...base, role: 'consumer', bell: 1, corruptAt: -1, ...(slow === 'consumer' ? pause : {}) }),
+  ]);
+  return { p, c, maxUsed: new Int32Array(ring.buffer, 0, 16)[kMaxUsed] as number };
+}
+
+t.test('a record ring carries a million random-size records between two threads intact', async (t) => {
+  const { p, c, maxUsed } = await pair(4096, { records: 1_000_000, maxPayload: 64 }, null);
+  t.equal(c.records, 1_000_000);
+  t.equal(c.words, p.words, `${c.words} payload words`);
+  t.equal(c.bad, 0, c.firstBad ?? 'every record verified');
+  t.ok(maxUsed > 0 && maxUsed < 4096, `occupancy high-water ${maxUsed} of 4096 words`);
+});
+
+t.test('slow consumer (producer waits on its doorbell) and slow producer (consumer waits); records larger than half the ring', async (t) => {
+  const slowC = await pair(512, { records: 50_000, maxPayload: 300 }, 'consumer');
+  t.equal(slowC.c.bad, 0, slowC.c.firstBad ?? 'slow consumer: every record verified');
+  t.ok(slowC.p.waits > 0, `the producer found the ring full ${slowC.p.waits} times`);
+  const slowP = await pair(512, { records: 50_000, maxPayload: 300 }, 'producer');
+  t.equal(slowP.c.bad, 0, slowP.c.firstBad ?? 'slow producer: every record verified');
+  t.ok(slowP.c.waits > 0, `the consumer found the ring empty ${slowP.c.waits} times`);
+  t.equal(slowP.c.records, 50_000);
+});
+
+t.test('negative control: the verifier catches one corrupted word', async (t) => {
+  const { c } = await pair(1024, { records: 20_000, maxPayload: 40, corruptAt: 12_345 }, null);
+  t.equal(c.bad, 1, 'exactly one bad record');
+  t.match(c.firstBad, /^record 12345:/);
+});
+
+t.test('all-or-nothing writes, wrap-around, close and drain on one thread', async (t) => {
+  const { ring, bells } = newRing(16);
+  const r = new RecordRing(ring, new Doorbells(new Int32Array(bells)));
+  t.equal(r.maxPayload, 13);
+  t.notOk(r.write(1, new Int32Array(14), 0, 14), 'a record larger than the ring is refused');
+  const src = Int32Array.from({ length: 10 }, (_, i) => i + 1);
+  const dst = new Int32Array(10);
+  for (let round = 0; round < 20; round++) {
+    t.ok(r.write(2, src, 0, 7), 'fits');
+    t.notOk(r.write(3, src, 0, 7), 'no room for a second one: nothing written');
+    t.equal(r.peekKind(), 2);
+    t.equal(r.read(dst, 0), 7);
+    if (Array.from(dst.subarray(0, 7)).join() !== '1,2,3,4,5,6,7') t.fail(`round ${round}: payload ${dst.join()}`);
+  }
+  t.ok(r.write2(9, -5, 6));
+  t.equal(r.peekInt(0), -5);
+  t.equal(r.peekInt(1), 6);
+  r.skip();
+  t.equal(r.peekKind(), -1);
+  t.notOk(r.drained);
+  r.close();
+  t.ok(r.drained);
+});
