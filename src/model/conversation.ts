@@ -25,7 +25,8 @@
  */
 import { ArgumentError, BadInputError } from '../memory/errors.js';
 import type { Arena } from '../memory/arena.js';
-import { MemoryDomain } from '../memory/domain.js';
+import type { MemoryDomain } from '../memory/domain.js';
+import { sizedArenas as sized } from '../memory/sizing.js';
 import type { Owner } from '../memory/ledger.js';
 import { plan, separatePlan, type Planner } from '../memory/planner.js';
 import { arenaWorkspace, type Workspace } from '../dsp/workspace.js';
@@ -35,12 +36,13 @@ import { loadCheckpoint } from '../io/checkpoint.js';
 import type { ModelConfig } from './config.js';
 import type { LoadReport, WeightsImage } from './image.js';
 import { ConformerEncoder } from './encoder.js';
-import { Backbone, BackboneState, backboneStateSizes, type KvType } from './backbone.js';
-import { Depthformer, depthformerStateFloats, END_OF_AUDIO } from './depthformer.js';
+import { backboneStateSizes, type KvType, type BackboneState } from './backbone.js';
 import { Detokenizer, DetokenizerState } from './detokenizer.js';
-import { AUDIO_SAMPLING, Sampler, TEXT_SAMPLING, type SamplingOptions } from './sampler.js';
+import { AUDIO_SAMPLING, TEXT_SAMPLING, type SamplingOptions } from './sampler.js';
 import { TextTokenizer, TOKENS } from './tokenizer.js';
-import { computeThreads, gemvScratchFloats, setComputeThreads } from './kernels.js';
+export type { Prompts } from './dialogue.js';
+import { computeThreads, setComputeThreads } from './kernels.js';
+import { buildStepSlot, Dialogue, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_TEXT, type Prompts, type StepSlot } from './dialogue.js';
 import { DEFAULT_ENCODER_TILES, melRows, segmentSamples } from './plans.js';
 
 export const DEFAULT_SYSTEM_PROMPT = 'Respond with interleaved text and audio.';
@@ -133,36 +135,9 @@ function resolve(config: ModelConfig, o: SpeechModelOptions): Resolved {
   return r;
 }
 
-/** Builds arenas sized by a dry run: `build` runs once in a scratch domain, then for real. */
-function sized<T>(domain: MemoryDomain, arenas: { owner: Owner; name: string }[], bound: number, build: (arenas: Arena[]) => T): { value: T; arenas: Arena[] } {
-  const scratch = MemoryDomain.create({ limit: Number.MAX_SAFE_INTEGER, policy: domain.policy });
-  const dry = arenas.map((a) => scratch.createArena(scratch.owner(a.owner.kind, a.owner.index), a.name, { bytes: bound }));
-  build(dry);
-  const used = dry.map((a) => a.used);
-  for (const a of dry) scratch.releaseSlab(a.slab);
-  const real = arenas.map((a, i) => domain.createArena(a.owner, a.name, { bytes: used[i] as number }));
-  const value = build(real);
-  real.forEach((a, i) => {
-    if (a.used !== used[i]) throw new Error(`arena '${a.name}': carved ${a.used} bytes, the dry run carved ${used[i]}`);
-  });
-  return { value, arenas: real };
-}
-
-interface PassSlot {
+interface PassSlot extends StepSlot {
   encoder: ConformerEncoder;
-  backbone: Backbone;
-  depthformer: Depthformer;
   detokenizer: Detokenizer;
-  logits: Float32Array; // [vocab] text logits of a step
-  logitsScratch: Float32Array; // int8 activations of the text head
-  audioLogits: Float32Array; // [codebooks][codes] Depthformer logits of a frame (inspection)
-}
-
-interface Prompts {
-  system: Int32Array;
-  userOpen: Int32Array;
-  userClose: Int32Array;
-  replyClose: Int32Array;
 }
 
 export class SpeechModel {
@@ -215,19 +190,9 @@ export class SpeechModel {
       const prompts: Prompts = { system: meta('system', system), userOpen: meta('user_open', userOpen), userClose: meta('user_close', userClose), replyClose: meta('reply_close', replyClose) };
       const w = work!;
       const encoder = new ConformerEncoder(c, this.image, w, derived, { segmentSeconds: options.segmentSeconds, tiles: DEFAULT_ENCODER_TILES, planner: this.planner });
-      const backbone = new Backbone(c, this.image, w, derived, { chunk: options.prefillChunk, context: options.context, planner: this.planner });
-      const depthKv = w.carve('depth_kv', 'workspace.depthformer', Float32Array, depthformerStateFloats(c));
-      const depthformer = new Depthformer(c, this.image, w, derived, depthKv, this.planner);
+      const step = buildStepSlot(c, this.image, w, derived, { chunk: options.prefillChunk, context: options.context, planner: this.planner });
       const detokenizer = new Detokenizer(c, this.image, w, derived, { turnPositions: this.turnPositions, planner: this.planner });
-      const slot: PassSlot = {
-        encoder,
-        backbone,
-        depthformer,
-        detokenizer,
-        logits: w.carve('text.logits', 'workspace.sampler', Float32Array, c.backbone.vocab),
-        logitsScratch: w.carve('text.scratch', 'workspace.sampler', Float32Array, gemvScratchFloats(c.backbone.hidden)),
-        audioLogits: w.carve('audio.logits', 'workspace.depthformer', Float32Array, c.audio.codebooks * c.audio.codes),
-      };
+      const slot: PassSlot = { ...step, encoder, detokenizer };
       return { slot, prompts };
     });
     this.slot = value.slot;
@@ -263,27 +228,17 @@ export class Conversation {
   readonly model: SpeechModel;
   readonly index: number;
   readonly inputRate: number;
-  readonly backbone: BackboneState;
+  readonly dialogue: Dialogue;
   readonly detokenizer: DetokenizerState;
   readonly arena: Arena;
-  /** Positions of the system prompt (kept when the context is compacted). */
-  readonly keep: number;
   /** Wall milliseconds per stage (STAGES order) and the count of each. */
   readonly stageMs = new Float64Array(STAGES.length);
   readonly stageCount = new Float64Array(STAGES.length);
-  /** Positions forgotten by the context policy so far, and how many times. */
-  dropped = 0;
-  compactions = 0;
-  readonly #sampler: Sampler;
   readonly #mel: MelFrontend;
   readonly #rows: Float32Array; // the user segment's raw mel rows
   readonly #resampler: Resampler; // input rate → 16 kHz
   readonly #resampled: Float32Array;
   readonly #pcm: Float32Array; // one code frame (or the flush) at the device rate
-  readonly #codes: Int32Array;
-  #staged = 0;
-  #turns = 0;
-  #started = false;
   #segmentSamples = 0;
   readonly #maxSegment: number; // input samples in the longest segment
   readonly #input: Float32Array; // one listen call's samples, non-finite ones zeroed
@@ -297,18 +252,29 @@ export class Conversation {
     this.index = index;
     this.inputRate = checkInt('input rate', o.inputRate, 1000, 768000);
     const owner = model.domain.owner('conversation', index);
-    const segRows = melRows(c, segmentSamples(c, model.options.segmentSeconds));
-    const kvBytes = backboneStateSizes(c, model.options.context, model.options.kv).reduce((s, r) => s + r.bytes, 0);
+    const mo = model.options;
+    const segRows = melRows(c, segmentSamples(c, mo.segmentSeconds));
+    const kvBytes = backboneStateSizes(c, mo.context, mo.kv).reduce((s, r) => s + r.bytes, 0);
     const { value, arenas } = sized(model.domain, [{ owner, name: `conversation ${index} state` }], (1 << 28) + kvBytes, ([arena]) => {
       const a = arena!;
-      const backbone = new BackboneState(c, a, model.options.context, model.options.context, '', model.options.kv);
-      const detokenizer = new DetokenizerState(c, a, arenaWorkspace(a, 'recurrence', 'detok'), { turnPositions: model.turnPositions, outputRate: model.options.outputRate });
+      const dialogue = new Dialogue(c, a, {
+        context: mo.context,
+        kv: mo.kv,
+        prefillChunk: mo.prefillChunk,
+        maxFrames: model.maxFrames,
+        text: mo.text,
+        audio: mo.audio,
+        seed: o.seed,
+        prompts: model.prompts,
+        clocks: { ms: this.stageMs, count: this.stageCount },
+      });
+      const detokenizer = new DetokenizerState(c, a, arenaWorkspace(a, 'recurrence', 'detok'), { turnPositions: model.turnPositions, outputRate: mo.outputRate });
       const f = c.frontend;
       const front = arenaWorkspace(a, 'workspace.frontend', 'frontend');
       const mel = new MelFrontend({ sampleRate: f.sampleRate, nFft: f.nFft, winLength: f.winLength, hop: f.hop, nMels: f.nMels }, front);
       const resampler = new Resampler(this.inputRate, f.sampleRate, {}, front);
       return {
-        backbone,
+        dialogue,
         detokenizer,
         mel,
         resampler,
@@ -316,26 +282,41 @@ export class Conversation {
         input: a.carve('frontend.input', 'workspace.frontend', Float32Array, INPUT_CHUNK),
         resampled: a.carve('frontend.resampled', 'workspace.frontend', Float32Array, resampler.maxOutput(INPUT_CHUNK) + 1),
         pcm: a.carve('playback.pcm', 'playback.payload', Float32Array, model.slot.detokenizer.maxSamples(detokenizer)),
-        codes: a.carve('codes', 'workspace.sampler', Int32Array, c.audio.codebooks),
       };
     });
     this.arena = arenas[0]!;
-    this.backbone = value.backbone;
+    this.dialogue = value.dialogue;
     this.detokenizer = value.detokenizer;
     this.#mel = value.mel;
     this.#resampler = value.resampler;
     this.#rows = value.rows;
     this.#resampled = value.resampled;
     this.#input = value.input;
-    this.#maxSegment = Math.floor(model.options.segmentSeconds * this.inputRate);
+    this.#maxSegment = Math.floor(mo.segmentSeconds * this.inputRate);
     this.#pcm = value.pcm;
-    this.#codes = value.codes;
-    this.#sampler = new Sampler(o.seed);
-    this.keep = model.prompts.system.length;
   }
 
   /** Samples per `listen` call at most. */
   static readonly INPUT_CHUNK = INPUT_CHUNK;
+
+  /** The backbone state (KV cache, short-conv columns, position). */
+  get backbone(): BackboneState {
+    return this.dialogue.state;
+  }
+
+  /** Positions of the system prompt (kept when the context is compacted). */
+  get keep(): number {
+    return this.dialogue.keep;
+  }
+
+  /** Positions forgotten by the context policy so far, and how many times. */
+  get dropped(): number {
+    return this.dialogue.dropped;
+  }
+
+  get compactions(): number {
+    return this.dialogue.compactions;
+  }
 
   /** Readiness: seals this conversation's arena and owner. */
   ready(): void {
@@ -389,9 +370,7 @@ export class Conversation {
    * first, on the first turn). Returns the encoder frames. `onMel` and `onEncoded` are taps.
    */
   endSegment(taps: { mel?(rows: Float32Array, count: number): void; encoded?(encoder: Float32Array, adapter: Float32Array, frames: number): void } = {}): number {
-    const m = this.model;
-    const c = m.config;
-    const slot = m.slot;
+    const slot = this.model.slot;
     this.#tic();
     const tail = this.#resampler.finish(this.#resampled, 0);
     this.#mel.push(this.#resampled, this.#rows, tail);
@@ -404,153 +383,48 @@ export class Conversation {
     const frames = slot.encoder.frames(T);
     this.#toc(1);
     taps.encoded?.(slot.encoder.encoderOutput, adapter, frames);
-    this.#tic();
-    if (!this.#started) {
-      this.#stageTokens(m.prompts.system);
-      this.#started = true;
-    } else if (this.#turns > 0) {
-      this.#stageTokens(m.prompts.replyClose);
-    }
-    this.#stageTokens(m.prompts.userOpen);
-    const D = c.backbone.hidden;
-    for (let t = 0; t < frames; t++) {
-      const input = slot.backbone.stack.input;
-      const at = this.#staged * D;
-      for (let j = 0; j < D; j++) input[at + j] = adapter[t * D + j]!;
-      this.#staged++;
-      if (this.#staged === m.options.prefillChunk) this.#flush();
-    }
-    this.#stageTokens(m.prompts.userClose);
-    this.#toc(2);
+    this.dialogue.beginUser(slot);
+    this.dialogue.pushRows(slot, adapter, 0, frames);
+    this.dialogue.endUser(slot);
     this.#mel.reset();
     this.#resampler.reset();
     this.#segmentSamples = 0;
     return frames;
   }
 
-  #stageTokens(ids: Int32Array): void {
-    const bb = this.model.slot.backbone;
-    for (let i = 0; i < ids.length; i++) {
-      bb.embedText(ids[i]!, bb.stack.input, this.#staged);
-      this.#staged++;
-      if (this.#staged === this.model.options.prefillChunk) this.#flush();
-    }
-  }
-
-  /** Runs the staged rows; leaves the last row's hidden state in row 0 of the hidden plane. */
-  #flush(): Float32Array {
-    const n = this.#staged;
-    const stack = this.model.slot.backbone.stack;
-    this.#makeRoom(n);
-    const hidden = stack.forward(this.backbone, n);
-    const D = this.model.config.backbone.hidden;
-    if (n > 1) hidden.copyWithin(0, (n - 1) * D, n * D);
-    this.#staged = 0;
-    return hidden;
-  }
-
-  /** The context policy: forget the oldest quarter after the system prompt when `n` more would not fit. */
-  #makeRoom(n: number): void {
-    const s = this.backbone;
-    if (s.position + n <= s.context) return;
-    const drop = Math.min(s.position - this.keep, Math.max(n + s.position - s.context, Math.ceil((s.context - this.keep) / 4)));
-    this.model.slot.backbone.stack.dropPositions(s, this.keep, drop);
-    this.dropped += drop;
-    this.compactions++;
-  }
-
   /** Generates the assistant's reply to the prefilled user turn. */
   reply(sink: ReplySink = {}): ReplySummary {
-    const m = this.model;
-    const c = m.config;
-    const slot = m.slot;
-    const stack = slot.backbone.stack;
+    const slot = this.model.slot;
     const det = slot.detokenizer;
-    const codes = this.#codes;
-    const nText = c.interleave.text;
-    const nAudio = c.interleave.audio;
-    const vocab = c.backbone.vocab;
-    const taps = sink.hidden !== undefined || sink.textLogits !== undefined || sink.audioLogits !== undefined || sink.bins !== undefined;
-    let text = true;
-    let left = nText;
-    let textDone = false;
-    let textTokens = 0;
-    let frames = 0;
+    const d = this.dialogue;
+    const taps = sink.hidden !== undefined || sink.textLogits !== undefined || sink.audioLogits !== undefined || sink.bins !== undefined ? sink : null;
     let samples = 0;
-    let endOfAudio = false;
     let detokOpen = false;
-    let stop: ReplySummary['stop'] = 'length';
-    const maxSteps = 2 * m.maxFrames + 4 * nText + 64;
     this.detokenizer.startTurn();
-    // The first step runs the staged prompt rows (the rest of the user turn).
-    this.#tic();
-    let hidden = this.#flush();
-    let step = 0;
-    for (; step < maxSteps && frames < m.maxFrames; step++) {
-      if (step > 0) {
-        this.#tic();
-        this.#makeRoom(1);
-        hidden = stack.forward(this.backbone, 1);
+    for (;;) {
+      const e = d.step(slot, taps);
+      if (e === EMIT_DONE) break;
+      if (e === EMIT_TEXT) {
+        sink.text?.(d.token);
+        continue;
       }
-      left--;
-      if (text) {
-        slot.backbone.logits(hidden, slot.logits, slot.logitsScratch);
-        this.#toc(step === 0 ? 2 : 3);
-        if (taps) {
-          sink.hidden?.(hidden);
-          sink.textLogits?.(slot.logits);
-        }
-        const token = this.#sampler.sample(slot.logits, vocab, m.options.text);
-        if (token === TOKENS.imEnd) {
-          stop = 'end-of-turn';
-          break;
-        }
-        sink.text?.(token);
-        textTokens++;
-        if (token === TOKENS.textEnd) textDone = true;
-        if (left <= 0 || textDone) {
-          text = false;
-          left = nAudio;
-        }
-        slot.backbone.embedText(token, stack.input, 0);
-      } else {
-        this.#toc(step === 0 ? 2 : 4);
-        if (taps) sink.hidden?.(hidden);
-        this.#tic();
-        slot.depthformer.frame(hidden, this.#sampler, m.options.audio, codes, sink.audioLogits !== undefined ? slot.audioLogits : null);
-        this.#toc(5);
-        if (sink.audioLogits !== undefined) sink.audioLogits(slot.audioLogits);
-        frames++;
-        if (left <= 0 && !textDone) {
-          text = true;
-          left = nText;
-        }
-        if (codes[0] === END_OF_AUDIO) {
-          codes.fill(END_OF_AUDIO);
-          text = true;
-          endOfAudio = true;
-          sink.audio?.(codes);
-          if (detokOpen) samples += this.#finishAudio(sink);
-          detokOpen = false;
-        } else {
-          sink.audio?.(codes);
-          this.#tic();
-          if (!detokOpen) this.detokenizer.startTurn();
-          detokOpen = true;
-          const n = det.frame(this.detokenizer, codes, this.#pcm, 0);
-          this.#toc(6);
-          if (sink.bins !== undefined) sink.bins(det.bins);
-          sink.pcm?.(this.#pcm, n);
-          samples += n;
-        }
-        slot.backbone.embedAudio(codes, stack.input, 0);
+      sink.audio?.(d.codes);
+      if (e === EMIT_END_OF_AUDIO) {
+        if (detokOpen) samples += this.#finishAudio(sink);
+        detokOpen = false;
+        continue;
       }
+      this.#tic();
+      if (!detokOpen) this.detokenizer.startTurn();
+      detokOpen = true;
+      const n = det.frame(this.detokenizer, d.codes, this.#pcm, 0);
+      this.#toc(6);
+      if (sink.bins !== undefined) sink.bins(det.bins);
+      sink.pcm?.(this.#pcm, n);
+      samples += n;
     }
-    // The last emitted token or frame is staged in row 0: it runs first in the next turn.
-    if (stop === 'length') this.#staged = 1;
     if (detokOpen) samples += this.#finishAudio(sink);
-    this.#turns++;
-    return { textTokens, audioFrames: frames, samples, stop, endOfAudio };
+    return { textTokens: d.textTokens, audioFrames: d.frames, samples, stop: d.stop, endOfAudio: d.endOfAudio };
   }
 
   #finishAudio(sink: ReplySink): number {

@@ -1,0 +1,308 @@
+/**
+ * The backbone side of one conversation, one step at a time (MODEL.md, Prompt and generation):
+ * it stages the prompt and the user's adapter rows for prefill, then generates the reply as
+ * a sequence of `step()` calls, each one backbone position. Used the same way by the
+ * single-thread `Conversation` and by the pipeline's Depthformer stage, so both follow one
+ * copy of the rules.
+ *
+ * Generation (liquid-audio's interleaved rules): a counter decremented before each backbone
+ * step; text for 6 steps, then 12 audio frames, alternating; `<|text_end|>` ends text for the
+ * turn (audio continues); `<|im_end|>` ends the turn and is not emitted; end of audio is judged
+ * on codebook 0 = 2048, the whole frame becomes 2048, is fed back, and text resumes. Every
+ * emitted token or frame is fed back as the next position.
+ *
+ * Context policy: when the next positions would pass the context, the oldest quarter of the
+ * positions after the system prompt are forgotten (Lfm2Stack.dropPositions).
+ *
+ * A pass slot (`StepSlot`, ticket scratch) holds the staged rows and the last hidden state: a
+ * dialogue must keep the same slot from `beginUser` until `step` returns DONE. What must
+ * outlive the turn (the last emitted token or frame when a reply stops for length) is kept
+ * here and staged again at the next turn.
+ *
+ * Thread contract: one thread, one call at a time. After construction nothing allocates; the
+ * stage clocks read `performance.now()`.
+ */
+import type { Arena } from '../memory/arena.js';
+import type { Workspace } from '../dsp/workspace.js';
+import type { Planner } from '../memory/planner.js';
+import type { ModelConfig } from './config.js';
+import type { WeightsImage } from './image.js';
+import { Backbone, BackboneState, type KvType } from './backbone.js';
+import { Depthformer, depthformerStateFloats, END_OF_AUDIO } from './depthformer.js';
+import { Sampler, type SamplingOptions } from './sampler.js';
+import { TOKENS } from './tokenizer.js';
+import { gemvScratchFloats } from './kernels.js';
+
+/** What one `step()` produced. */
+export const EMIT_NONE = 0;
+export const EMIT_TEXT = 1; // `token`
+export const EMIT_FRAME = 2; // `codes`
+export const EMIT_END_OF_AUDIO = 3; // `codes`, all 2048
+export const EMIT_DONE = 4; // the turn is over: see `stop`
+
+/** Clock slots a dialogue adds to (indices into the owner's stage clocks). */
+export const CLOCK_PREFILL = 2;
+export const CLOCK_TEXT = 3;
+export const CLOCK_AUDIO = 4;
+export const CLOCK_DEPTHFORMER = 5;
+
+/** One pass slot's backbone-side scratch: the staged rows, the hidden plane, the logits. */
+export interface StepSlot {
+  backbone: Backbone;
+  depthformer: Depthformer;
+  logits: Float32Array; // [vocab] text logits of a step
+  logitsScratch: Float32Array; // int8 activations of the text head
+  audioLogits: Float32Array; // [codebooks][codes] Depthformer logits of a frame (inspection)
+}
+
+/** Carves a step slot's stage workspaces from `work` (ticket) and its tables from `derived` (model). */
+export function buildStepSlot(c: ModelConfig, image: WeightsImage, work: Arena, derived: Workspace, o: { chunk: number; context: number; planner: Planner }): StepSlot {
+  const backbone = new Backbone(c, image, work, derived, { chunk: o.chunk, context: o.context, planner: o.planner });
+  const depthKv = work.carve('depth_kv', 'workspace.depthformer', Float32Array, depthformerStateFloats(c));
+  const depthformer = new Depthformer(c, image, work, derived, depthKv, o.planner);
+  return {
+    backbone,
+    depthformer,
+    logits: work.carve('text.logits', 'workspace.sampler', Float32Array, c.backbone.vocab),
+    logitsScratch: work.carve('text.scratch', 'workspace.sampler', Float32Array, gemvScratchFloats(c.backbone.hidden)),
+    audioLogits: work.carve('audio.logits', 'workspace.depthformer', Float32Array, c.audio.codebooks * c.audio.codes),
+  };
+}
+
+export interface Prompts {
+  system: Int32Array;
+  userOpen: Int32Array;
+  userClose: Int32Array;
+  replyClose: Int32Array;
+}
+
+export interface DialogueOptions {
+  context: number;
+  kv: KvType;
+  prefillChunk: number;
+  /** Audio frames a reply may hold. */
+  maxFrames: number;
+  text: SamplingOptions;
+  audio: SamplingOptions;
+}
+
+/** Inspection taps of a step (slower: set them only to dump stages). */
+export interface StepTaps {
+  hidden?(row: Float32Array): void;
+  textLogits?(logits: Float32Array): void;
+  audioLogits?(logits: Float32Array): void;
+}
+
+export class Dialogue {
+  readonly config: ModelConfig;
+  readonly state: BackboneState;
+  readonly sampler: Sampler;
+  readonly codes: Int32Array; // [codebooks] the last frame
+  readonly prompts: Prompts;
+  readonly options: Readonly<DialogueOptions>;
+  /** Positions of the system prompt (kept when the context is compacted). */
+  readonly keep: number;
+  readonly #clockMs: Float64Array;
+  readonly #clockCount: Float64Array;
+  /** Positions forgotten by the context policy so far, and how many times. */
+  dropped = 0;
+  compactions = 0;
+  /** The last emitted text token (valid after EMIT_TEXT). */
+  token = 0;
+  // Turn state.
+  #staged = 0;
+  #started = false;
+  #turns = 0;
+  #pending = 0; // 1: `token`, 2: `codes` is fed first at the next turn
+  #text = true;
+  #left = 0;
+  #textDone = false;
+  #step = 0;
+  #maxSteps = 0;
+  /** The current (or last) reply's counts and how it ended. */
+  textTokens = 0;
+  frames = 0;
+  endOfAudio = false;
+  stop: 'end-of-turn' | 'length' = 'length';
+  #t0 = 0;
+
+  constructor(c: ModelConfig, arena: Arena, o: DialogueOptions & { seed: number; prompts: Prompts; clocks: { ms: Float64Array; count: Float64Array } }) {
+    this.config = c;
+    this.options = Object.freeze({ context: o.context, kv: o.kv, prefillChunk: o.prefillChunk, maxFrames: o.maxFrames, text: o.text, audio: o.audio });
+    this.state = new BackboneState(c, arena, o.context, o.context, '', o.kv);
+    this.codes = arena.carve('codes', 'workspace.sampler', Int32Array, c.audio.codebooks);
+    this.sampler = new Sampler(o.seed);
+    this.prompts = o.prompts;
+    this.keep = o.prompts.system.length;
+    this.#clockMs = o.clocks.ms;
+    this.#clockCount = o.clocks.count;
+  }
+
+  #tic(): void {
+    this.#t0 = performance.now();
+  }
+
+  #toc(clock: number): void {
+    this.#clockMs[clock] = (this.#clockMs[clock] as number) + (performance.now() - this.#t0);
+    this.#clockCount[clock] = (this.#clockCount[clock] as number) + 1;
+  }
+
+  /** Opens a user turn on `slot`: the system prompt (first turn) or the close of the last reply, then `<|im_start|>user\n`. */
+  beginUser(slot: StepSlot): void {
+    this.#tic();
+    const bb = slot.backbone;
+    this.#staged = 0;
+    if (this.#pending === 1) bb.embedText(this.token, bb.stack.input, this.#staged++);
+    else if (this.#pending === 2) bb.embedAudio(this.codes, bb.stack.input, this.#staged++);
+    this.#pending = 0;
+    if (!this.#started) {
+      this.#stageTokens(slot, this.prompts.system);
+      this.#started = true;
+    } else if (this.#turns > 0) {
+      this.#stageTokens(slot, this.prompts.replyClose);
+    }
+    this.#stageTokens(slot, this.prompts.userOpen);
+    this.#toc(CLOCK_PREFILL);
+  }
+
+  /** Stages `frames` adapter rows of `rows` (hidden wide) from row `at`; full chunks run at once. */
+  pushRows(slot: StepSlot, rows: Float32Array, at: number, frames: number): void {
+    this.#tic();
+    const D = this.config.backbone.hidden;
+    const input = slot.backbone.stack.input;
+    for (let t = 0; t < frames; t++) {
+      const dst = this.#staged * D;
+      const src = (at + t) * D;
+      for (let j = 0; j < D; j++) input[dst + j] = rows[src + j]!;
+      this.#staged++;
+      if (this.#staged === this.options.prefillChunk) this.#flush(slot);
+    }
+    this.#toc(CLOCK_PREFILL);
+  }
+
+  /** Closes the user turn (`<|im_end|>\n<|im_start|>assistant\n`) and readies the reply. */
+  endUser(slot: StepSlot): void {
+    this.#tic();
+    this.#stageTokens(slot, this.prompts.userClose);
+    this.#toc(CLOCK_PREFILL);
+    this.#text = true;
+    this.#left = this.config.interleave.text;
+    this.#textDone = false;
+    this.#step = 0;
+    this.#maxSteps = 2 * this.options.maxFrames + 4 * this.config.interleave.text + 64;
+    this.textTokens = 0;
+    this.frames = 0;
+    this.endOfAudio = false;
+    this.stop = 'length';
+  }
+
+  #stageTokens(slot: StepSlot, ids: Int32Array): void {
+    const bb = slot.backbone;
+    for (let i = 0; i < ids.length; i++) {
+      bb.embedText(ids[i]!, bb.stack.input, this.#staged);
+      this.#staged++;
+      if (this.#staged === this.options.prefillChunk) this.#flush(slot);
+    }
+  }
+
+  /** Runs the staged rows; leaves the last row's hidden state in row 0 of the hidden plane. */
+  #flush(slot: StepSlot): Float32Array {
+    const n = this.#staged;
+    const stack = slot.backbone.stack;
+    this.#makeRoom(slot, n);
+    const hidden = stack.forward(this.state, n);
+    const D = this.config.backbone.hidden;
+    if (n > 1) hidden.copyWithin(0, (n - 1) * D, n * D);
+    this.#staged = 0;
+    return hidden;
+  }
+
+  #makeRoom(slot: StepSlot, n: number): void {
+    const s = this.state;
+    if (s.position + n <= s.context) return;
+    const drop = Math.min(s.position - this.keep, Math.max(n + s.position - s.context, Math.ceil((s.context - this.keep) / 4)));
+    slot.backbone.stack.dropPositions(s, this.keep, drop);
+    this.dropped += drop;
+    this.compactions++;
+  }
+
+  /**
+   * One backbone position of the reply (the first runs the staged prompt rows). Returns what
+   * it emitted; EMIT_DONE once the turn is over (then the slot may be given back).
+   */
+  step(slot: StepSlot, taps: StepTaps | null = null): number {
+    if (this.#maxSteps === 0) return EMIT_DONE;
+    if (this.#step >= this.#maxSteps || this.frames >= this.options.maxFrames) return this.#done();
+    const c = this.config;
+    const stack = slot.backbone.stack;
+    this.#tic();
+    let hidden: Float32Array;
+    if (this.#step === 0) hidden = this.#flush(slot);
+    else {
+      this.#makeRoom(slot, 1);
+      hidden = stack.forward(this.state, 1);
+    }
+    const first = this.#step === 0;
+    this.#step++;
+    this.#left--;
+    if (this.#text) {
+      slot.backbone.logits(hidden, slot.logits, slot.logitsScratch);
+      this.#toc(first ? CLOCK_PREFILL : CLOCK_TEXT);
+      if (taps !== null) {
+        taps.hidden?.(hidden);
+        taps.textLogits?.(slot.logits);
+      }
+      const token = this.sampler.sample(slot.logits, c.backbone.vocab, this.options.text);
+      if (token === TOKENS.imEnd) {
+        this.stop = 'end-of-turn';
+        return this.#done();
+      }
+      this.token = token;
+      this.textTokens++;
+      if (token === TOKENS.textEnd) this.#textDone = true;
+      if (this.#left <= 0 || this.#textDone) {
+        this.#text = false;
+        this.#left = c.interleave.audio;
+      }
+      slot.backbone.embedText(token, stack.input, 0);
+      this.#pending = 1;
+      return EMIT_TEXT;
+    }
+    this.#toc(first ? CLOCK_PREFILL : CLOCK_AUDIO);
+    if (taps !== null) taps.hidden?.(hidden);
+    this.#tic();
+    const inspect = taps !== null && taps.audioLogits !== undefined;
+    slot.depthformer.frame(hidden, this.sampler, this.options.audio, this.codes, inspect ? slot.audioLogits : null);
+    this.#toc(CLOCK_DEPTHFORMER);
+    if (inspect) taps.audioLogits!(slot.audioLogits);
+    this.frames++;
+    if (this.#left <= 0 && !this.#textDone) {
+      this.#text = true;
+      this.#left = c.interleave.text;
+    }
+    let emitted = EMIT_FRAME;
+    if (this.codes[0] === END_OF_AUDIO) {
+      this.codes.fill(END_OF_AUDIO);
+      this.#text = true;
+      this.endOfAudio = true;
+      emitted = EMIT_END_OF_AUDIO;
+    }
+    slot.backbone.embedAudio(this.codes, stack.input, 0);
+    this.#pending = 2;
+    return emitted;
+  }
+
+  #done(): number {
+    // A reply stopped for length keeps its last token or frame pending; one ended by
+    // <|im_end|> has nothing left to feed back.
+    if (this.stop === 'end-of-turn') this.#pending = 0;
+    this.#turns++;
+    this.#step = this.#maxSteps = 0;
+    return EMIT_DONE;
+  }
+
+  /** Backbone positions in the cache. */
+  get position(): number {
+    return this.state.position;
+  }
+}
