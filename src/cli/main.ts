@@ -191,12 +191,16 @@ async function main(argv: string[]): Promise<number> {
           reply: { type: 'string' },
           threads: { type: 'string' },
           kv: { type: 'string' },
+          engine: { type: 'string' },
+          pin: { type: 'string' },
+          slots: { type: 'string' },
+          realtime: { type: 'boolean' },
         },
       });
       if (positionals.length > 0) throw new UsageError(`run: unexpected argument '${positionals[0]}'`);
       if (values.model === undefined || values.in === undefined || values.out === undefined) throw new UsageError('run: give --model DIR --in A.wav --out B.wav');
       const { model, in: inputs, out: outputs, ...rest2 } = values;
-      process.stdout.write(`${runCommand({ model, inputs, outputs, ...rest2 })}\n`);
+      process.stdout.write(`${await runCommand({ model, inputs, outputs, ...rest2 })}\n`);
       return 0;
     }
     case 'resample': {

@@ -1,5 +1,8 @@
 /**
  * `voxslab run`: one user segment per input WAV → the assistant's spoken (and text) reply.
+ * By default every conversation runs through the five-stage pipeline of pinned workers, all
+ * at once; `--engine single` runs them one after the other on this thread (the reference the
+ * pipeline must equal byte for byte, and the only engine with `--dump`'s inspection taps).
  * Every conversation's memory is carved and sealed before the first sample is read; the report
  * records the manifest, per-stage times, allocation counts, text tokens and audio codes, and
  * `--dump` writes every stage's outputs as .npy files with a JSON index.
@@ -15,6 +18,8 @@ import { encodeNpyFloat32, encodeNpyInt32 } from '../dsp/npy.js';
 import { MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, WavReader } from '../dsp/wav.js';
 import { BUILTIN_CONFIGS } from '../model/config.js';
 import { Conversation, SpeechModel, STAGES, type ReplySink, type ReplySummary } from '../model/conversation.js';
+import { Pipeline, type PinMap } from '../pipeline/coordinator.js';
+import { BELL_MAIN, REC_CODES, REC_END_OF_AUDIO, REC_END_SEGMENT, REC_PCM, REC_TEXT, REC_TURN_END, STAGE_NAMES, TURN_COMPACTIONS, TURN_DROPPED, TURN_END_OF_AUDIO, TURN_FIELDS, TURN_FRAMES, TURN_POSITIONS, TURN_STOP, TURN_USER_FRAMES, type StageName } from '../pipeline/protocol.js';
 
 export interface RunRequest {
   model: string;
@@ -29,6 +34,25 @@ export interface RunRequest {
   reply?: string | undefined;
   threads?: string | undefined;
   kv?: string | undefined;
+  engine?: string | undefined;
+  pin?: string | undefined;
+  slots?: string | undefined;
+  realtime?: boolean | undefined;
+}
+
+/** `--pin none` or `stage=cpu[+cpu],…` (unnamed stages keep the default placement). */
+export function parsePin(text: string | undefined): PinMap | 'none' | undefined {
+  if (text === undefined) return undefined;
+  if (text === 'none') return 'none';
+  const map: PinMap = {};
+  for (const part of text.split(',')) {
+    const m = /^([a-z]+)=(\d+(?:\+\d+)*)$/.exec(part);
+    if (m === null || !(STAGE_NAMES as readonly string[]).includes(m[1]!)) {
+      throw new UsageError(`--pin takes 'none' or stage=cpu[+cpu],… with stages ${STAGE_NAMES.join(', ')}; got '${part}'`);
+    }
+    map[m[1] as StageName] = m[2]!.split('+').map(Number);
+  }
+  return map;
 }
 
 function wholeNumber(flag: string, text: string | undefined, fallback: number, lo: number, hi: number): number {
@@ -109,7 +133,7 @@ interface Job {
   conversation?: Conversation;
 }
 
-export function runCommand(r: RunRequest, log: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): string {
+export async function runCommand(r: RunRequest, log: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): Promise<string> {
   if (r.inputs.length === 0 || r.inputs.length !== r.outputs.length) throw new UsageError('run: give --model DIR and one --out B.wav for every --in A.wav');
   const rate = wholeNumber('--rate', r.rate, 48000, MIN_SAMPLE_RATE, MAX_SAMPLE_RATE);
   const seed = wholeNumber('--seed', r.seed, 1, 0, 0xffffffff);
@@ -119,6 +143,12 @@ export function runCommand(r: RunRequest, log: (line: string) => void = (l) => p
   if (r.kv !== undefined && r.kv !== 'f32' && r.kv !== 'f16') throw new UsageError(`--kv must be f32 or f16, got '${r.kv}'`);
   const kv = r.kv === 'f16' ? ('f16' as const) : ('f32' as const);
   const context = r.context === undefined ? undefined : wholeNumber('--context', r.context, 0, 1, 1 << 30);
+  const engine = r.engine ?? (r.dump !== undefined ? 'single' : 'pipeline');
+  if (engine !== 'pipeline' && engine !== 'single') throw new UsageError(`--engine must be pipeline or single, got '${engine}'`);
+  if (engine === 'pipeline' && r.dump !== undefined) throw new UsageError('--dump needs --engine single (its inspection taps run on one thread)');
+  if (engine === 'single' && r.realtime === true) throw new UsageError('--realtime needs the pipeline engine');
+  const pin = parsePin(r.pin);
+  const slots = wholeNumber('--slots', r.slots, 2, 1, 8);
   // Inputs are checked before anything is loaded.
   const jobs: Job[] = [];
   try {
@@ -139,6 +169,11 @@ export function runCommand(r: RunRequest, log: (line: string) => void = (l) => p
     const domain = MemoryDomain.create();
     const options: Parameters<typeof SpeechModel.load>[2] = { segmentSeconds: segment, replySeconds: reply, outputRate: rate, threads, kv };
     if (context !== undefined) options.context = context;
+    if (engine === 'pipeline') {
+      const po: Parameters<typeof Pipeline.start>[2] = { ...options, slots };
+      if (pin !== undefined) po.pin = pin;
+      return await runPipeline({ dir, domain, options: po, jobs, rate, seed, segment, report: r.report, realtime: r.realtime === true, t0, log });
+    }
     const model = SpeechModel.load(dir, domain, options);
     jobs.forEach((j, i) => {
       j.conversation = model.conversation({ seed: seed + i, inputRate: j.reader.info.sampleRate });
@@ -257,5 +292,189 @@ export function runCommand(r: RunRequest, log: (line: string) => void = (l) => p
     return lines.join('\n');
   } finally {
     for (const j of jobs) j.close();
+  }
+}
+
+interface PipelineRun {
+  dir: string;
+  domain: MemoryDomain;
+  options: Parameters<typeof Pipeline.start>[2];
+  jobs: Job[];
+  rate: number;
+  seed: number;
+  segment: number;
+  report: string | undefined;
+  realtime: boolean;
+  t0: number;
+  log: (line: string) => void;
+}
+
+/** One conversation's file ends as the main thread drives them. */
+interface Flow {
+  job: Job;
+  chunk: Float32Array;
+  pending: number; // samples read, not yet in the ring
+  fed: number; // samples in the ring
+  eof: boolean;
+  ended: boolean; // end of segment sent
+  endAt: number; // when it was sent (ms)
+  firstAudioAt: number; // first reply samples received (ms), -1 = none yet
+  writer: WavFileWriter | null;
+  tokens: number[];
+  codes: number[][];
+  summary: Int32Array;
+  samples: number;
+  done: boolean;
+  started: number;
+}
+
+async function runPipeline(p: PipelineRun): Promise<string> {
+  const pipeline = await Pipeline.start(p.dir, p.domain, p.options);
+  try {
+    const flows: Flow[] = [];
+    for (const [i, job] of p.jobs.entries()) {
+      const conv = await pipeline.open({ seed: p.seed + i, inputRate: job.reader.info.sampleRate });
+      flows.push({ job, chunk: new Float32Array(conv.chunk), pending: 0, fed: 0, eof: false, ended: false, endAt: 0, firstAudioAt: -1, writer: null, tokens: [], codes: [], summary: new Int32Array(TURN_FIELDS), samples: 0, done: false, started: 0 });
+    }
+    await pipeline.ready();
+    const loadMs = performance.now() - p.t0;
+    const atReadiness = p.domain.snapshot().allocations;
+    const c = pipeline.config;
+    const pcm = new Float32Array(Math.max(...pipeline.conversations.map((v) => v.output.maxPayload)));
+    const frame = new Int32Array(c.audio.codebooks);
+    for (const f of flows) f.writer = new WavFileWriter(f.job.output, { sampleRate: p.rate, channels: 1, format: 'float32', extensible: false });
+    const started = performance.now();
+    try {
+      for (;;) {
+        if (pipeline.failure !== null) throw pipeline.failure;
+        const seen = pipeline.bells.read(BELL_MAIN);
+        let progress = false;
+        let open = 0;
+        let nextDue = Number.POSITIVE_INFINITY;
+        for (const [i, f] of flows.entries()) {
+          const conv = pipeline.conversations[i]!;
+          const now = performance.now() - started;
+          // Feed the input (at device pace with --realtime).
+          while (!f.ended) {
+            if (f.pending === 0 && !f.eof) {
+              if (p.realtime) {
+                const due = (1000 * f.fed) / conv.inputRate;
+                if (due > now) {
+                  nextDue = Math.min(nextDue, due - now);
+                  break;
+                }
+              }
+              f.pending = f.job.reader.readMono(f.chunk, f.chunk.length);
+              if (f.pending === 0) f.eof = true;
+            }
+            if (f.pending > 0) {
+              if (!conv.input.write(REC_PCM, f.chunk, 0, f.pending)) break;
+              f.fed += f.pending;
+              f.pending = 0;
+            } else if (f.eof) {
+              if (p.realtime && (1000 * f.fed) / conv.inputRate > now) {
+                nextDue = Math.min(nextDue, (1000 * f.fed) / conv.inputRate - now);
+                break;
+              }
+              if (!conv.input.write(REC_END_SEGMENT, null, 0, 0)) break;
+              f.ended = true;
+              f.endAt = performance.now();
+            }
+            progress = true;
+          }
+          // Text and frames.
+          for (let kind = conv.events.peekKind(); kind >= 0; kind = conv.events.peekKind()) {
+            if (kind === REC_TEXT) {
+              f.tokens.push(conv.events.peekInt(0));
+              conv.events.skip();
+            } else if (kind === REC_CODES || kind === REC_END_OF_AUDIO) {
+              conv.events.read(frame, 0);
+              f.codes.push(Array.from(frame));
+            } else if (kind === REC_TURN_END) conv.events.read(f.summary, 0);
+            else conv.events.skip();
+            progress = true;
+          }
+          // Reply samples.
+          for (let kind = conv.output.peekKind(); kind >= 0; kind = conv.output.peekKind()) {
+            if (kind === REC_PCM) {
+              const n = conv.output.read(pcm, 0);
+              if (n > 0) {
+                if (f.firstAudioAt < 0) f.firstAudioAt = performance.now();
+                f.writer!.write(pcm.subarray(0, n));
+                f.samples += n;
+              }
+            } else {
+              conv.output.skip();
+              if (kind === REC_TURN_END) f.done = true;
+            }
+            progress = true;
+          }
+          if (!f.done) open++;
+        }
+        if (open === 0) break;
+        if (!progress) await pipeline.wait(seen, Math.min(100, Math.max(1, nextDue)));
+      }
+    } finally {
+      for (const f of flows) f.writer?.close();
+    }
+    const wallMs = performance.now() - started;
+    const stats = await pipeline.stats();
+    const atEnd = p.domain.snapshot().allocations;
+    const lines: string[] = [];
+    const results: Record<string, unknown>[] = [];
+    for (const [i, f] of flows.entries()) {
+      const s = f.summary;
+      const text = pipeline.tokenizer.decode(f.tokens);
+      const timings: Record<string, { ms: number; count: number }> = {};
+      for (const name of STAGES) timings[name] = { ms: 0, count: 0 };
+      for (const st of stats) {
+        for (const [name, t] of Object.entries(st.clocks[i] ?? {})) {
+          const acc = timings[name]!;
+          acc.ms = Math.round((acc.ms + t.ms) * 1000) / 1000;
+          acc.count += t.count;
+        }
+      }
+      const audioSeconds = f.samples / p.rate;
+      const info = f.job.reader.info;
+      results.push({
+        input: { file: f.job.input, sampleRate: info.sampleRate, channels: info.channels, seconds: info.frames / info.sampleRate },
+        output: { file: f.job.output, sampleRate: p.rate, samples: f.samples, seconds: audioSeconds, format: 'float32' },
+        seed: p.seed + i,
+        encoderFrames: s[TURN_USER_FRAMES],
+        text,
+        textTokens: f.tokens,
+        audioFrames: s[TURN_FRAMES],
+        codes: f.codes,
+        stop: s[TURN_STOP] === 1 ? 'end-of-turn' : 'length',
+        endOfAudio: s[TURN_END_OF_AUDIO] === 1,
+        positions: s[TURN_POSITIONS],
+        compactions: s[TURN_COMPACTIONS],
+        droppedPositions: s[TURN_DROPPED],
+        timings,
+        firstAudioMs: f.firstAudioAt < 0 ? null : Math.round((f.firstAudioAt - f.endAt) * 1000) / 1000,
+        wallMs: Math.round(wallMs * 1000) / 1000,
+        realTimeFactor: audioSeconds > 0 ? wallMs / 1000 / audioSeconds : null,
+      });
+      lines.push(`${basename(f.job.input)} → ${f.job.output}: "${text}"`);
+      p.log(`${f.job.output}: ${audioSeconds.toFixed(2)} s at ${p.rate} Hz, ${s[TURN_FRAMES]} audio frames, ${f.tokens.length} text tokens, stop: ${s[TURN_STOP] === 1 ? 'end-of-turn' : 'length'}, first audio ${f.firstAudioAt < 0 ? '-' : `${(f.firstAudioAt - f.endAt).toFixed(1)} ms`} after the end of speech`);
+    }
+    p.log(`pipeline: ${flows.length} conversation(s) in ${(wallMs / 1000).toFixed(2)} s wall; ${pipeline.placement.map((w) => `${w.stage}@${w.affinity.join('+')}${w.pinError === null ? '' : ` (pin failed: ${w.pinError})`}`).join(', ')}`);
+    if (p.report !== undefined) {
+      const report = {
+        schema: 'voxslab.run/v1',
+        engine: 'pipeline',
+        model: { dir: resolve(p.dir), config: c.name, weightBytes: pipeline.report.weightBytes, options: pipeline.setup.options },
+        loadMs: Math.round(loadMs * 1000) / 1000,
+        conversations: results,
+        pipeline: { slots: pipeline.slots, placement: pipeline.placement, stages: stats, rings: pipeline.conversations.map((v) => Object.fromEntries(Object.entries(v.rings).map(([n, r]) => [n, { capacity: r.capacity, maxUsed: r.maxUsed, records: r.records }]))) },
+        allocations: { atReadiness, atEnd, afterReadinessAttempts: atEnd.afterReadiness.attempts },
+        manifest: p.domain.manifest(),
+      };
+      mkdirSync(dirname(resolve(p.report)), { recursive: true });
+      writeFileSync(p.report, `${JSON.stringify(report, null, 2)}\n`);
+    }
+    return lines.join('\n');
+  } finally {
+    await pipeline.close();
   }
 }

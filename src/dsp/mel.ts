@@ -86,6 +86,7 @@ export class MelFrontend {
   #received = 0; // samples pushed
   #last = 0; // last raw sample, for pre-emphasis
   #rows = 0; // rows emitted
+  #base = 0; // row written at out[0] in the current call
   #finished = false;
 
   constructor(o: MelOptions = {}, ws: Workspace = heapWorkspace) {
@@ -149,13 +150,15 @@ export class MelFrontend {
 
   /**
    * Feeds the first `count` samples of `pcm`; writes every row that is now complete into
-   * `out` (row-major, nMels wide) from row `this.rows`, up to `out`'s capacity. Returns rows
-   * written. Rows past the
-   * capacity are not computed (the caller closes the segment at its maximum length).
+   * `out` (row-major, nMels wide), row t at row t − `rowBase`, up to row `maxRows` (default:
+   * what `out` holds). Returns rows written. Rows past the cap are not computed (the caller
+   * closes the segment at its maximum length). A streaming caller passes `rowBase` = `rows`
+   * and an `out` with room for the rows `count` samples can complete (count / hop + 3).
    */
-  push(pcm: ArrayLike<number>, out: Float32Array, count = pcm.length): number {
+  push(pcm: ArrayLike<number>, out: Float32Array, count = pcm.length, rowBase = 0, maxRows = rowBase + Math.floor(out.length / this.nMels)): number {
     if (this.#finished) return 0;
-    const cap = Math.floor(out.length / this.nMels);
+    const cap = maxRows;
+    this.#base = rowBase;
     const before = this.#rows;
     const half = this.nFft / 2;
     // Frame t needs pre-emphasised samples up to t·hop − half + (last non-zero window tap).
@@ -176,10 +179,11 @@ export class MelFrontend {
   }
 
   /** Ends the segment: the remaining rows, with zeros past its end. Returns rows written. */
-  finish(out: Float32Array): number {
+  finish(out: Float32Array, rowBase = 0, maxRows = rowBase + Math.floor(out.length / this.nMels)): number {
     if (this.#finished) return 0;
     this.#finished = true;
-    const cap = Math.floor(out.length / this.nMels);
+    const cap = maxRows;
+    this.#base = rowBase;
     const total = Math.min(cap, this.rowsFor(this.#received));
     const before = this.#rows;
     while (this.#rows < total) {
@@ -207,7 +211,7 @@ export class MelFrontend {
       const im = s[2 * k + 1] as number;
       p[k] = re * re + im * im;
     }
-    const o = t * this.nMels;
+    const o = (t - this.#base) * this.nMels;
     for (let m = 0; m < this.nMels; m++) {
       const a = this.#fbRange[2 * m] as number;
       const b = this.#fbRange[2 * m + 1] as number;

@@ -84,14 +84,14 @@ export function makeCheckpoint(o: MakeCheckpointOptions): { files: string[]; byt
 }
 
 /** Loads a checkpoint folder into a weights image in `domain` (see model/image.ts). */
-export function loadCheckpoint(dir: string, domain: MemoryDomain, sealOwner = true): { config: ModelConfig; image: WeightsImage; report: LoadReport } {
+export function loadCheckpoint(dir: string, domain: MemoryDomain, sealOwner = true): { config: ModelConfig; image: WeightsImage; report: LoadReport; release(): void } {
   const config = loadConfig(dir);
   const main = openFileSource(join(dir, 'model.safetensors'));
   try {
     const det = openFileSource(join(dir, 'audio_detokenizer', 'model.safetensors'));
     try {
-      const { image, report } = buildWeightsImage(domain, config, { main, detokenizer: det }, sealOwner);
-      return { config, image, report };
+      const { image, report, release } = buildWeightsImage(domain, config, { main, detokenizer: det }, sealOwner);
+      return { config, image, report, release };
     } finally {
       det.close();
     }

@@ -98,6 +98,21 @@ export class BadInputError extends VoxslabError {
   }
 }
 
+/** A pipeline stage's worker thread exited or failed; its conversations end with this. Exit code 1. */
+export class WorkerError extends VoxslabError {
+  override readonly code = 'ERR_VOXSLAB_WORKER';
+  readonly stage: string;
+  constructor(stage: string, message: string, options?: ErrorOptions) {
+    super(`${stage} worker: ${message}`, options);
+    this.stage = stage;
+  }
+}
+
+/** A control call to a worker did not answer in time. Exit code 1. */
+export class ControlTimeoutError extends VoxslabError {
+  override readonly code = 'ERR_VOXSLAB_CONTROL_TIMEOUT';
+}
+
 /** The exit code a CLI should use for an error thrown by voxslab. */
 export function exitCodeOf(error: unknown): number {
   if (error !== null && typeof error === 'object' && 'exitCode' in error) {

@@ -74,7 +74,7 @@ export interface SpeechModelOptions {
   layout?: 'planned' | 'separate';
 }
 
-type Resolved = Required<Omit<SpeechModelOptions, 'text' | 'audio' | 'threads'>> & { text: SamplingOptions; audio: SamplingOptions; threads: number };
+export type ResolvedSpeechOptions = Required<Omit<SpeechModelOptions, 'text' | 'audio' | 'threads'>> & { text: SamplingOptions; audio: SamplingOptions; threads: number };
 
 /** Stages whose wall time a conversation accumulates. */
 export const STAGES = ['frontend', 'encoder', 'prefill', 'textStep', 'audioStep', 'depthformer', 'detokenizer'] as const;
@@ -114,8 +114,8 @@ function checkSampling(name: string, s: SamplingOptions): SamplingOptions {
   return Object.freeze({ temperature: s.temperature, topK: s.topK });
 }
 
-function resolve(config: ModelConfig, o: SpeechModelOptions): Resolved {
-  const r: Resolved = {
+export function resolveSpeechOptions(config: ModelConfig, o: SpeechModelOptions): ResolvedSpeechOptions {
+  const r: ResolvedSpeechOptions = {
     context: checkInt('context', o.context ?? Math.min(config.backbone.maxContext, 8192), 1, config.backbone.maxContext),
     segmentSeconds: o.segmentSeconds ?? 30,
     replySeconds: o.replySeconds ?? 30,
@@ -140,6 +140,36 @@ interface PassSlot extends StepSlot {
   detokenizer: Detokenizer;
 }
 
+/** The stage buffers as planned, or each in bytes of its own. */
+export function plannerFor(layout: 'planned' | 'separate'): Planner {
+  return layout === 'separate' ? (specs) => separatePlan(specs) : (specs) => plan(specs);
+}
+
+/** What the options and the tokenizer fix for every conversation with a model. */
+export interface SpeechSetup {
+  options: Readonly<ResolvedSpeechOptions>;
+  /** Audio frames a reply may hold, and detokenizer positions they need. */
+  maxFrames: number;
+  turnPositions: number;
+  /** Prompt token ids (MODEL.md, Prompt). */
+  prompts: { system: number[]; userOpen: number[]; userClose: number[]; replyClose: number[] };
+}
+
+/** Resolves the options against the configuration and tokenizes the prompt pieces. */
+export function speechSetup(c: ModelConfig, tokenizer: TextTokenizer, options: ResolvedSpeechOptions): SpeechSetup {
+  const maxFrames = Math.ceil(options.replySeconds * (c.detokenizer.sampleRate / (c.detokenizer.upsample * c.detokenizer.hop)));
+  const ids = (text: string): number[] => tokenizer.encode(text);
+  const system = ids(`<|startoftext|><|im_start|>system\n${options.systemPrompt}<|im_end|>\n`);
+  if (system[0] !== TOKENS.startOfText || system[1] !== TOKENS.imStart) throw new BadInputError({ file: tokenizer.file }, 'the chat special tokens do not tokenize as themselves');
+  const userOpen = ids('<|im_start|>user\n');
+  const userClose = ids('<|im_end|>\n<|im_start|>assistant\n');
+  const replyClose = ids('<|im_end|>\n');
+  if (system.length + 2 * options.prefillChunk + userOpen.length + userClose.length + replyClose.length > options.context) {
+    throw new ArgumentError(`context of ${options.context} positions is too small: the system prompt takes ${system.length} and a prefill chunk ${options.prefillChunk}`);
+  }
+  return { options, maxFrames, turnPositions: maxFrames * c.detokenizer.upsample, prompts: { system, userOpen, userClose, replyClose } };
+}
+
 export class SpeechModel {
   readonly dir: string;
   readonly config: ModelConfig;
@@ -147,7 +177,7 @@ export class SpeechModel {
   readonly report: LoadReport;
   readonly tokenizer: TextTokenizer;
   readonly domain: MemoryDomain;
-  readonly options: Readonly<Resolved>;
+  readonly options: Readonly<ResolvedSpeechOptions>;
   readonly planner: Planner;
   /** Audio frames a reply may hold, and detokenizer positions they need. */
   readonly maxFrames: number;
@@ -157,7 +187,7 @@ export class SpeechModel {
   readonly arenas: readonly Arena[];
   #conversations = 0;
 
-  private constructor(dir: string, domain: MemoryDomain, loaded: { config: ModelConfig; image: WeightsImage; report: LoadReport }, tokenizer: TextTokenizer, options: Resolved) {
+  private constructor(dir: string, domain: MemoryDomain, loaded: { config: ModelConfig; image: WeightsImage; report: LoadReport }, tokenizer: TextTokenizer, options: ResolvedSpeechOptions) {
     this.dir = dir;
     this.domain = domain;
     this.config = loaded.config;
@@ -165,19 +195,12 @@ export class SpeechModel {
     this.report = loaded.report;
     this.tokenizer = tokenizer;
     this.options = Object.freeze(options);
-    this.planner = options.layout === 'separate' ? (specs) => separatePlan(specs) : (specs) => plan(specs);
+    this.planner = plannerFor(options.layout);
     const c = this.config;
-    this.maxFrames = Math.ceil(options.replySeconds * (c.detokenizer.sampleRate / (c.detokenizer.upsample * c.detokenizer.hop)));
-    this.turnPositions = this.maxFrames * c.detokenizer.upsample;
-    const ids = (text: string): number[] => tokenizer.encode(text);
-    const system = ids(`<|startoftext|><|im_start|>system\n${options.systemPrompt}<|im_end|>\n`);
-    if (system[0] !== TOKENS.startOfText || system[1] !== TOKENS.imStart) throw new BadInputError({ file: tokenizer.file }, 'the chat special tokens do not tokenize as themselves');
-    const userOpen = ids('<|im_start|>user\n');
-    const userClose = ids('<|im_end|>\n<|im_start|>assistant\n');
-    const replyClose = ids('<|im_end|>\n');
-    if (system.length + 2 * options.prefillChunk + userOpen.length + userClose.length + replyClose.length > options.context) {
-      throw new ArgumentError(`context of ${options.context} positions is too small: the system prompt takes ${system.length} and a prefill chunk ${options.prefillChunk}`);
-    }
+    const setup = speechSetup(c, tokenizer, options);
+    this.maxFrames = setup.maxFrames;
+    this.turnPositions = setup.turnPositions;
+    const { system, userOpen, userClose, replyClose } = setup.prompts;
     const model = domain.owner('model', 0);
     const ticket = domain.owner('ticket', 0);
     const { value, arenas } = sized(domain, [{ owner: model, name: 'model derived' }, { owner: ticket, name: 'ticket 0 scratch' }], 1 << 30, ([derivedArena, work]) => {
@@ -203,7 +226,7 @@ export class SpeechModel {
   /** Loads a checkpoint folder (weights, configuration, tokenizer) and plans its workspaces. */
   static load(dir: string, domain: MemoryDomain, options: SpeechModelOptions = {}): SpeechModel {
     const loaded = loadCheckpoint(dir, domain, false);
-    const o = resolve(loaded.config, options);
+    const o = resolveSpeechOptions(loaded.config, options);
     setComputeThreads(o.threads);
     const tokenizer = TextTokenizer.load(dir, loaded.config.backbone.vocab);
     return new SpeechModel(dir, domain, loaded, tokenizer, o);

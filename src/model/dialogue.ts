@@ -119,6 +119,8 @@ export class Dialogue {
   #textDone = false;
   #step = 0;
   #maxSteps = 0;
+  /** Adapter rows of the current (or last) user turn. */
+  userFrames = 0;
   /** The current (or last) reply's counts and how it ended. */
   textTokens = 0;
   frames = 0;
@@ -152,6 +154,7 @@ export class Dialogue {
     this.#tic();
     const bb = slot.backbone;
     this.#staged = 0;
+    this.userFrames = 0;
     if (this.#pending === 1) bb.embedText(this.token, bb.stack.input, this.#staged++);
     else if (this.#pending === 2) bb.embedAudio(this.codes, bb.stack.input, this.#staged++);
     this.#pending = 0;
@@ -170,6 +173,7 @@ export class Dialogue {
     this.#tic();
     const D = this.config.backbone.hidden;
     const input = slot.backbone.stack.input;
+    this.userFrames += frames;
     for (let t = 0; t < frames; t++) {
       const dst = this.#staged * D;
       const src = (at + t) * D;

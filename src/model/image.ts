@@ -216,7 +216,7 @@ function check(entries: ReadonlyMap<string, TensorEntry>, specs: readonly Tensor
  * (owner `model`). Nothing is allocated if validation fails. The owner is sealed (ready) unless
  * `sealOwner` is false: a caller that carves more model-owned state seals it itself.
  */
-export function buildWeightsImage(domain: MemoryDomain, config: ModelConfig, sources: { main: ByteSource; detokenizer: ByteSource }, sealOwner = true): { image: WeightsImage; report: LoadReport } {
+export function buildWeightsImage(domain: MemoryDomain, config: ModelConfig, sources: { main: ByteSource; detokenizer: ByteSource }, sealOwner = true): { image: WeightsImage; report: LoadReport; release(): void } {
   const layout = checkpointLayout(config);
   const mainHeader = readSafetensorsHeader(sources.main);
   const detHeader = readSafetensorsHeader(sources.detokenizer);
@@ -332,6 +332,9 @@ export function buildWeightsImage(domain: MemoryDomain, config: ModelConfig, sou
   const derivedBytes = items.filter((i) => i.category === 'derived').reduce((a, i) => a + i.bytes, 0);
   return {
     image,
+    release: () => {
+      for (const a of arenas) a.release();
+    },
     report: Object.freeze({
       unexpected: [...main.unexpected, ...det.unexpected.map((n) => DETOKENIZER_PREFIX + n)],
       aliased: main.alias.map(([n]) => n),

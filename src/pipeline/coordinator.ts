@@ -1,0 +1,273 @@
+/**
+ * The coordinator: loads the weights image once, starts the five pinned stage workers on the
+ * shared memory domain, opens conversations (each worker carves what it keeps of one), seals
+ * everything at readiness, and gives the main thread the ends of each conversation's rings.
+ *
+ * Lifecycle: start (image, workers, their tables and pass slots) → open (rings charged to
+ * `session/<n>`, state in each worker charged to `conversation/<n>`) → ready (every arena and
+ * owner sealed) → run → close (workers stop and release their slabs; the cap and the ledger
+ * return to their baseline).
+ *
+ * Control calls go over comlink with a timeout; a worker that exits rejects every pending and
+ * later call with WorkerError, and `failure` holds that error for the data loops.
+ *
+ * Thread contract: the main thread only.
+ */
+import { Worker } from 'node:worker_threads';
+import * as Comlink from 'comlink';
+import type { Arena } from '../memory/arena.js';
+import type { MemoryDomain } from '../memory/domain.js';
+import { ArgumentError, ControlTimeoutError, WorkerError } from '../memory/errors.js';
+import { loadCheckpoint } from '../io/checkpoint.js';
+import type { ModelConfig } from '../model/config.js';
+import type { LoadReport, WeightsImage } from '../model/image.js';
+import { TextTokenizer } from '../model/tokenizer.js';
+import { resolveSpeechOptions, speechSetup, type SpeechModelOptions, type SpeechSetup } from '../model/conversation.js';
+import { setComputeThreads } from '../model/kernels.js';
+import { native } from '../native.js';
+import { nodeEndpoint } from './endpoint.js';
+import { Doorbells, RecordRing, ringBytes, type SharedRing } from './ring.js';
+import { CONTROL_WORDS, kAttention, kStop, BELL, BELL_MAIN, RING_ENDS, RING_NAMES, STAGE_NAMES, type RingName, type StageApi, type StageName, type StageReady, type StageStats } from './protocol.js';
+import { inputChunk, ringCapacities } from './stages.js';
+
+export type PinMap = Partial<Record<StageName, number[]>>;
+
+export interface PipelineOptions extends SpeechModelOptions {
+  /** Pass slots per compute stage. Default 2. */
+  slots?: number;
+  /** CPUs per stage, or 'none' to leave affinity alone. Default: `defaultPinMap` of the allowed CPUs. */
+  pin?: PinMap | 'none';
+  /** Milliseconds a control call may take. Default 120000 (building a large model's stages). */
+  callTimeoutMs?: number;
+  /** Test mode: workers count typed-array and buffer constructions after readiness. */
+  trapAllocations?: boolean;
+  /** Test hook: a stage's worker exits after handling this many records. */
+  exitAfterRecords?: Partial<Record<StageName, number>>;
+}
+
+/**
+ * The default placement: the Depthformer stage (the busiest: a backbone step and a Depthformer
+ * frame per 80 ms) gets a CPU of its own, then playback (detokenizer), then the Conformer;
+ * capture and frontend share the first CPU.
+ */
+export function defaultPinMap(cpus: readonly number[]): PinMap {
+  const n = cpus.length;
+  if (n === 0) return {};
+  const at = (i: number): number[] => [cpus[Math.max(0, Math.min(n - 1, i))]!];
+  if (n >= 5) return { capture: at(0), frontend: at(1), conformer: at(2), depthformer: at(3), playback: at(4) };
+  return { capture: at(0), frontend: at(0), conformer: at(n - 3), playback: at(n - 2), depthformer: at(n - 1) };
+}
+
+class StageWorker {
+  readonly name: StageName;
+  readonly worker: Worker;
+  readonly api: Comlink.Remote<StageApi>;
+  readonly #control: Int32Array;
+  readonly #timeoutMs: number;
+  failure: WorkerError | null = null;
+  readonly #died: Promise<never>;
+  exited = false;
+
+  constructor(name: StageName, control: Int32Array, timeoutMs: number, onFailure: (e: WorkerError) => void) {
+    this.name = name;
+    this.#control = control;
+    this.#timeoutMs = timeoutMs;
+    this.worker = new Worker(new URL(`../../workers/${name}.js`, import.meta.url));
+    this.api = Comlink.wrap<StageApi>(nodeEndpoint(this.worker as never));
+    this.#died = new Promise<never>((_, reject) => {
+      const fail = (e: WorkerError): void => {
+        if (this.failure === null) {
+          this.failure = e;
+          onFailure(e);
+        }
+        reject(e);
+      };
+      this.worker.once('error', (err) => fail(new WorkerError(name, `failed: ${err.message}`, { cause: err })));
+      this.worker.once('exit', (code) => {
+        this.exited = true;
+        fail(new WorkerError(name, `exited with code ${code}`));
+      });
+    });
+    this.#died.catch(() => undefined);
+  }
+
+  /** One control call: announced on the attention word, bounded by the timeout and by the worker's life. */
+  async call<K extends keyof StageApi>(method: K, ...args: Parameters<StageApi[K]>): Promise<Awaited<ReturnType<StageApi[K]>>> {
+    if (this.failure !== null) throw this.failure;
+    const slot = kAttention + BELL[this.name];
+    Atomics.add(this.#control, slot, 1);
+    Atomics.add(this.#control, BELL[this.name], 1);
+    Atomics.notify(this.#control, BELL[this.name]);
+    let timer: NodeJS.Timeout | undefined;
+    const timeout = new Promise<never>((_, reject) => {
+      timer = setTimeout(() => reject(new ControlTimeoutError(`${this.name} worker: '${String(method)}' did not answer in ${this.#timeoutMs} ms`)), this.#timeoutMs);
+    });
+    try {
+      const fn = this.api[method] as unknown as (...a: unknown[]) => Promise<Awaited<ReturnType<StageApi[K]>>>;
+      return await Promise.race([fn(...args), timeout, this.#died]);
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+/** The main thread's ends of one conversation's rings. */
+export class PipelineConversation {
+  readonly index: number;
+  readonly seed: number;
+  readonly inputRate: number;
+  /** Samples per input record. */
+  readonly chunk: number;
+  readonly input: RecordRing;
+  readonly events: RecordRing;
+  readonly output: RecordRing;
+  readonly rings: Readonly<Record<RingName, RecordRing>>;
+
+  constructor(index: number, seed: number, inputRate: number, rings: Record<RingName, RecordRing>) {
+    this.index = index;
+    this.seed = seed;
+    this.inputRate = inputRate;
+    this.chunk = inputChunk(inputRate);
+    this.rings = rings;
+    this.input = rings.input;
+    this.events = rings.events;
+    this.output = rings.output;
+  }
+}
+
+export class Pipeline {
+  readonly dir: string;
+  readonly domain: MemoryDomain;
+  readonly config: ModelConfig;
+  readonly image: WeightsImage;
+  readonly report: LoadReport;
+  readonly tokenizer: TextTokenizer;
+  readonly setup: SpeechSetup;
+  readonly slots: number;
+  readonly control: Int32Array;
+  readonly bells: Doorbells;
+  readonly workers: readonly StageWorker[];
+  readonly placement: StageReady[] = [];
+  readonly conversations: PipelineConversation[] = [];
+  readonly #arenas: Arena[] = [];
+  readonly #options: PipelineOptions;
+  readonly #releaseImage: () => void;
+  /** The first worker failure, if any: every data loop checks it. */
+  failure: WorkerError | null = null;
+  #ready = false;
+  #closed = false;
+
+  private constructor(dir: string, domain: MemoryDomain, options: PipelineOptions) {
+    const slots = options.slots ?? 2;
+    if (!Number.isSafeInteger(slots) || slots < 1 || slots > 8) throw new ArgumentError(`slots must be an integer from 1 to 8, got ${String(slots)}`);
+    const timeout = options.callTimeoutMs ?? 120_000;
+    if (!(timeout > 0)) throw new ArgumentError(`callTimeoutMs must be above 0, got ${String(timeout)}`);
+    this.dir = dir;
+    this.domain = domain;
+    this.slots = slots;
+    this.#options = options;
+    const loaded = loadCheckpoint(dir, domain, false);
+    this.config = loaded.config;
+    this.image = loaded.image;
+    this.report = loaded.report;
+    this.#releaseImage = loaded.release;
+    const resolved = resolveSpeechOptions(loaded.config, options);
+    setComputeThreads(resolved.threads);
+    this.tokenizer = TextTokenizer.load(dir, loaded.config.backbone.vocab);
+    this.setup = speechSetup(loaded.config, this.tokenizer, resolved);
+    const arena = domain.createArena(domain.owner('session', 0), 'pipeline control', { bytes: 4 * CONTROL_WORDS });
+    this.#arenas.push(arena);
+    this.control = arena.carve('control', 'metadata', Int32Array, CONTROL_WORDS);
+    this.bells = new Doorbells(this.control);
+    this.workers = STAGE_NAMES.map((name) => new StageWorker(name, this.control, timeout, (e) => this.#fail(e)));
+  }
+
+  #fail(e: WorkerError): void {
+    if (this.#closed) return;
+    this.failure ??= e;
+    // Wake the main thread's waits so the data loops see the failure at once.
+    this.bells.ring(BELL_MAIN);
+  }
+
+  /** Loads `dir` and starts the stage workers with their tables and pass slots carved. */
+  static async start(dir: string, domain: MemoryDomain, options: PipelineOptions = {}): Promise<Pipeline> {
+    const p = new Pipeline(dir, domain, options);
+    try {
+      const pin = options.pin === 'none' ? {} : { ...defaultPinMap(native.allowedCpus()), ...(options.pin ?? {}) };
+      const shared = { domain: domain.share(), image: p.image.share(), config: p.config, options: p.setup.options, maxFrames: p.setup.maxFrames, turnPositions: p.setup.turnPositions, prompts: p.setup.prompts, control: p.control.buffer as SharedArrayBuffer, slots: p.slots, trapAllocations: options.trapAllocations === true };
+      const placed = await Promise.all(p.workers.map((w) => w.call('init', { ...shared, stage: w.name, pin: pin[w.name] ?? [], exitAfterRecords: options.exitAfterRecords?.[w.name] ?? 0 })));
+      p.placement.push(...placed);
+    } catch (error) {
+      await p.close();
+      throw error;
+    }
+    return p;
+  }
+
+  /** Opens a conversation: its rings (owner `session/<n>`) and each stage's state for it. */
+  async open(o: { seed: number; inputRate: number }): Promise<PipelineConversation> {
+    if (this.#ready) throw new ArgumentError('open conversations before ready()');
+    if (!Number.isSafeInteger(o.inputRate) || o.inputRate < 1000 || o.inputRate > 768000) throw new ArgumentError(`input rate must be an integer from 1000 to 768000, got ${String(o.inputRate)}`);
+    const index = this.conversations.length;
+    const caps = ringCapacities(this.config, this.setup.options.outputRate);
+    const bytes = RING_NAMES.reduce((s, n) => s + ringBytes(caps[n]) + 64, 0);
+    const arena = this.domain.createArena(this.domain.owner('session', index), `conversation ${index} rings`, { bytes });
+    this.#arenas.push(arena);
+    const shared = {} as Record<RingName, SharedRing>;
+    const rings = {} as Record<RingName, RecordRing>;
+    for (const name of RING_NAMES) {
+      const view = arena.carve(`ring.${name}`, 'ring', Int32Array, ringBytes(caps[name]) / 4);
+      const s: SharedRing = { buffer: view.buffer as unknown as SharedArrayBuffer, byteOffset: view.byteOffset, capacity: caps[name] };
+      const [producer, consumer] = RING_ENDS[name];
+      rings[name] = RecordRing.init(s, this.bells, producer, consumer);
+      shared[name] = s;
+    }
+    for (const w of this.workers) await w.call('open', { index, seed: o.seed, inputRate: o.inputRate, rings: shared });
+    const conv = new PipelineConversation(index, o.seed, o.inputRate, rings);
+    this.conversations.push(conv);
+    return conv;
+  }
+
+  /** Readiness: every worker seals its arenas, then every owner is sealed; the stages start. */
+  async ready(): Promise<void> {
+    for (const w of this.workers) await w.call('ready');
+    for (const a of this.#arenas) a.seal();
+    const l = this.domain.ledger;
+    l.seal(this.domain.owner('model', 0));
+    for (let i = 0; i < this.slots; i++) l.seal(this.domain.owner('ticket', i));
+    for (const c of this.conversations) {
+      l.seal(this.domain.owner('conversation', c.index));
+      l.seal(this.domain.owner('session', c.index));
+    }
+    this.#ready = true;
+    for (const w of this.workers) await w.call('start');
+  }
+
+  /** Each stage's clocks, pass-slot use and allocation trap counts. */
+  async stats(): Promise<StageStats[]> {
+    return Promise.all(this.workers.map((w) => w.call('stats')));
+  }
+
+  /**
+   * Waits (without blocking the event loop) until the main doorbell moves past `seen` or
+   * `ms` pass. Read `seen` with `bells.read(BELL_MAIN)` before checking the rings.
+   */
+  async wait(seen: number, ms: number): Promise<void> {
+    const r = (Atomics as unknown as { waitAsync(a: Int32Array, i: number, v: number, t: number): { async: boolean; value: Promise<string> | string } }).waitAsync(this.control, BELL_MAIN, seen, ms);
+    if (r.async) await r.value;
+  }
+
+  /** Stops every stage; each worker returns its slabs to the cap; the workers end. */
+  async close(): Promise<void> {
+    if (this.#closed) return;
+    this.#closed = true;
+    Atomics.store(this.control, kStop, 1);
+    for (const w of this.workers) {
+      for (let b = 0; b < CONTROL_WORDS; b++) Atomics.notify(this.control, b);
+      if (!w.exited && w.failure === null) await w.call('stop').catch(() => undefined);
+    }
+    await Promise.all(this.workers.map((w) => w.worker.terminate()));
+    for (const a of this.#arenas) this.domain.releaseSlab(a.slab);
+    this.#releaseImage();
+  }
+}

@@ -1,0 +1,140 @@
+/**
+ * The worker side of a stage: exposes the control calls over comlink, pins the thread, builds
+ * the stage on the shared memory domain and weights image, and runs its loop.
+ *
+ * The loop polls the stage and, when there is nothing to do, sleeps in `Atomics.wait` on the
+ * stage's doorbell (no allocation, no event-loop turn). A control call is announced by the
+ * coordinator through the stage's attention word: the loop then returns to the event loop so
+ * comlink can deliver the message, and resumes after it.
+ *
+ * Worker threads only.
+ */
+import v8 from 'node:v8';
+import { parentPort } from 'node:worker_threads';
+import * as Comlink from 'comlink';
+import { nodeEndpoint } from './endpoint.js';
+import { MemoryDomain } from '../memory/domain.js';
+import { ArgumentError } from '../memory/errors.js';
+import { WeightsImage } from '../model/image.js';
+import { native } from '../native.js';
+import { BELL, kAttention, kStop, type StageApi, type StageInit, type StageName, type StageOpen, type StageReady, type StageStats } from './protocol.js';
+import { Doorbells } from './ring.js';
+import { createStage, type Stage } from './stages.js';
+
+const TRAPPED = ['ArrayBuffer', 'SharedArrayBuffer', 'Float32Array', 'Float64Array', 'Int32Array', 'Uint32Array', 'Int16Array', 'Uint16Array', 'Int8Array', 'Uint8Array', 'Uint8ClampedArray', 'BigInt64Array', 'BigUint64Array'] as const;
+
+export function serveStage(expected: StageName): void {
+  if (parentPort === null) throw new ArgumentError('a stage runs in a worker thread');
+  let stage: Stage<unknown> | null = null;
+  let domain: MemoryDomain | null = null;
+  let init: StageInit | null = null;
+  let control: Int32Array<ArrayBufferLike> = new Int32Array(1);
+  let bells: Doorbells | null = null;
+  let me = 0;
+  let running = false;
+  let stopped = false;
+  let trapped = 0;
+  const originals = new Map<string, unknown>();
+  let heapAtReady = 0;
+  let busyMs = 0;
+
+  const g = globalThis as unknown as Record<string, unknown>;
+  function trap(): void {
+    for (const name of TRAPPED) {
+      const original = g[name] as new (...args: unknown[]) => object;
+      originals.set(name, original);
+      g[name] = new Proxy(original, {
+        construct(target, args, newTarget) {
+          trapped++;
+          return Reflect.construct(target, args, newTarget) as object;
+        },
+      });
+    }
+  }
+  function untrap(): void {
+    for (const [name, original] of originals) g[name] = original;
+    originals.clear();
+  }
+
+  function attended(): void {
+    Atomics.sub(control, kAttention + me, 1);
+  }
+
+  function loop(): void {
+    const s = stage!;
+    const b = bells!;
+    const exitAfter = init!.exitAfterRecords;
+    while (!stopped && Atomics.load(control, kStop) === 0) {
+      if (Atomics.load(control, kAttention + me) > 0) {
+        setImmediate(loop);
+        return;
+      }
+      const seen = b.read(me);
+      const t0 = performance.now();
+      if (s.poll()) {
+        busyMs += performance.now() - t0;
+        if (exitAfter > 0 && s.records >= exitAfter) process.exit(70);
+        continue;
+      }
+      b.wait(me, seen, 50);
+    }
+    running = false;
+  }
+
+  const api: StageApi = {
+    init(i: StageInit): StageReady {
+      if (i.stage !== expected) throw new ArgumentError(`this worker runs the ${expected} stage, not '${i.stage}'`);
+      init = i;
+      me = BELL[expected];
+      control = new Int32Array(i.control);
+      attended();
+      bells = new Doorbells(control);
+      let pinError: string | null = null;
+      if (i.pin.length > 0) {
+        const r = native.pinThread(i.pin);
+        if (!r.ok) pinError = `${r.message ?? 'pinning failed'} (errno ${r.errno ?? '?'})`;
+      }
+      domain = MemoryDomain.attach(i.domain);
+      stage = createStage({ domain, image: WeightsImage.attach(i.image), init: i, bells });
+      return { stage: expected, affinity: native.allowedCpus(), cpu: native.currentCpu(), pinError };
+    },
+    open(o: StageOpen): void {
+      attended();
+      stage!.open(o);
+    },
+    ready(): void {
+      attended();
+      stage!.ready();
+      heapAtReady = v8.getHeapStatistics().used_heap_size;
+      if (init!.trapAllocations) trap();
+    },
+    start(): void {
+      attended();
+      if (running) return;
+      running = true;
+      setImmediate(loop);
+    },
+    stats(): StageStats {
+      attended();
+      const s = stage!;
+      return {
+        stage: expected,
+        clocks: s.clockReport(),
+        records: s.records,
+        slots: s.slotStats(),
+        allocationsAfterReady: trapped,
+        heapDelta: v8.getHeapStatistics().used_heap_size - heapAtReady,
+        nonFinite: s.nonFinite,
+        busyMs: Math.round(busyMs * 1000) / 1000,
+      };
+    },
+    stop(): void {
+      attended();
+      stopped = true;
+      untrap();
+      // Return this worker's slabs to the cap (the ledger is shared, the slabs are ours).
+      for (const a of stage?.arenas ?? []) domain!.releaseSlab(a.slab);
+    },
+  };
+  Comlink.expose(api, nodeEndpoint(parentPort));
+}

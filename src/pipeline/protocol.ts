@@ -1,0 +1,120 @@
+/**
+ * The typed boundary between the coordinator and the stage workers: stage names and their
+ * doorbells, record kinds on the data rings, the control calls (over comlink) and what they
+ * carry. Control is setup and inspection only; audio, mel rows, embeddings, tokens and codes
+ * travel through the rings (ring.ts), never through postMessage.
+ */
+import type { SharedMemoryDomain } from '../memory/domain.js';
+import type { SharedWeightsImage } from '../model/image.js';
+import type { ModelConfig } from '../model/config.js';
+import type { ResolvedSpeechOptions } from '../model/conversation.js';
+import type { SharedRing } from './ring.js';
+
+export const STAGE_NAMES = ['capture', 'frontend', 'conformer', 'depthformer', 'playback'] as const;
+export type StageName = (typeof STAGE_NAMES)[number];
+
+/** Doorbell of each thread in the control block. */
+export const BELL_MAIN = 0;
+export const BELL: Readonly<Record<StageName, number>> = Object.freeze({ capture: 1, frontend: 2, conformer: 3, depthformer: 4, playback: 5 });
+/** Control block (Int32 words): doorbells, then one attention word per stage (a control call waits). */
+export const kAttention = 8;
+export const kStop = 16; // 1: every stage leaves its loop
+export const CONTROL_WORDS = 24;
+
+/** Record kinds. Payloads: floats for PCM/MEL/EMBED, ints otherwise. */
+export const REC_PCM = 1; // samples
+export const REC_END_SEGMENT = 2; // [] the user segment is closed
+export const REC_MEL = 3; // [rows][nMels] raw log-mel rows
+export const REC_EMBED = 4; // [rows][hidden] adapter rows
+export const REC_TURN_START = 5; // [] an assistant turn starts
+export const REC_TEXT = 6; // [token]
+export const REC_CODES = 7; // [codebooks] one audio frame
+export const REC_END_OF_AUDIO = 8; // [codebooks] all 2048
+export const REC_TURN_END = 9; // TURN_FIELDS
+
+/** Fields of a TURN_END record on the event ring. */
+export const TURN_TEXT_TOKENS = 0;
+export const TURN_FRAMES = 1;
+export const TURN_STOP = 2; // 0 length, 1 end of turn
+export const TURN_END_OF_AUDIO = 3;
+export const TURN_POSITIONS = 4;
+export const TURN_COMPACTIONS = 5;
+export const TURN_DROPPED = 6;
+export const TURN_USER_FRAMES = 7;
+export const TURN_FIELDS = 8;
+
+/** The rings of one conversation, in pipeline order. */
+export const RING_NAMES = ['input', 'pcm16', 'mel', 'embed', 'codes', 'events', 'output'] as const;
+export type RingName = (typeof RING_NAMES)[number];
+/** Producer and consumer bell of each ring. */
+export const RING_ENDS: Readonly<Record<RingName, readonly [number, number]>> = Object.freeze({
+  input: [BELL_MAIN, BELL.capture],
+  pcm16: [BELL.capture, BELL.frontend],
+  mel: [BELL.frontend, BELL.conformer],
+  embed: [BELL.conformer, BELL.depthformer],
+  codes: [BELL.depthformer, BELL.playback],
+  events: [BELL.depthformer, BELL_MAIN],
+  output: [BELL.playback, BELL_MAIN],
+});
+
+/** Everything a stage worker needs to build its stage (sent once). */
+export interface StageInit {
+  stage: StageName;
+  domain: SharedMemoryDomain;
+  image: SharedWeightsImage;
+  config: ModelConfig;
+  options: ResolvedSpeechOptions;
+  maxFrames: number;
+  turnPositions: number;
+  prompts: { system: number[]; userOpen: number[]; userClose: number[]; replyClose: number[] };
+  control: SharedArrayBuffer;
+  /** Pass slots of the compute stages. */
+  slots: number;
+  /** CPUs to pin this worker to; empty = leave the affinity as it is. */
+  pin: number[];
+  /** Test mode: count typed-array and buffer constructions once the stage is ready. */
+  trapAllocations: boolean;
+  /** Test hook: exit the worker when this many records have been handled (0 = never). */
+  exitAfterRecords: number;
+}
+
+export interface StageReady {
+  stage: StageName;
+  /** CPUs the worker may run on after pinning, and the one it ran on then. */
+  affinity: number[];
+  cpu: number;
+  pinError: string | null;
+}
+
+/** One conversation as a stage sees it. */
+export interface StageOpen {
+  index: number;
+  seed: number;
+  inputRate: number;
+  rings: Readonly<Record<RingName, SharedRing>>;
+}
+
+export interface StageStats {
+  stage: StageName;
+  /** Per conversation: wall ms and count of each clock this stage ran (names as STAGES). */
+  clocks: Record<string, { ms: number; count: number }>[];
+  records: number;
+  /** Pass slots: most held at once, passes that began while another slot was held. */
+  slots: { count: number; maxBusy: number; overlapped: number };
+  /** Constructor calls trapped after readiness (test mode), JS heap change over the run. */
+  allocationsAfterReady: number;
+  heapDelta: number;
+  nonFinite: number;
+  /** Wall ms the loop spent in polls that made progress. */
+  busyMs: number;
+}
+
+/** The control surface each stage worker exposes over comlink. */
+export interface StageApi {
+  init(init: StageInit): StageReady;
+  open(o: StageOpen): void;
+  ready(): void;
+  start(): void;
+  stats(): StageStats;
+  stop(): void;
+}

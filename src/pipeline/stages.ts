@@ -1,0 +1,694 @@
+/**
+ * The five pipeline stages. Each is built once in its worker (tables and pass slots carved and
+ * sealed before the first record), opens conversations (their state carved in the worker that
+ * uses it), and then `poll()`s: it handles every record its input rings hold and its output
+ * rings have room for, and returns whether it made progress. A stage never blocks inside
+ * `poll`; a full output ring leaves the input record where it is.
+ *
+ *   capture      input PCM (any rate) → 16 kHz PCM; non-finite samples become silence
+ *   frontend     16 kHz PCM → raw log-mel rows as the audio arrives; the segment's end
+ *   conformer    mel rows of a segment → normalisation, encoder, adapter → embedding rows
+ *   depthformer  embedding rows → backbone prefill; then one backbone position per poll and
+ *                conversation (text tokens and Depthformer frames out)
+ *   playback     frames → detokenizer, ISTFT and resampling straight into the output ring
+ *
+ * Thread contract: a stage lives in one worker thread. After `ready()`, `poll()` allocates
+ * nothing and never throws for the data (bad audio was refused at the edge).
+ */
+import type { Arena } from '../memory/arena.js';
+import type { MemoryDomain } from '../memory/domain.js';
+import type { OwnerKind } from '../memory/layout.js';
+import { BadInputError, VoxslabError } from '../memory/errors.js';
+import { sizedArenas } from '../memory/sizing.js';
+import { arenaWorkspace, type Workspace } from '../dsp/workspace.js';
+import { MelFrontend } from '../dsp/mel.js';
+import { Resampler } from '../dsp/resample.js';
+import type { ModelConfig } from '../model/config.js';
+import type { WeightsImage } from '../model/image.js';
+import { ConformerEncoder } from '../model/encoder.js';
+import { backboneStateSizes } from '../model/backbone.js';
+import { Detokenizer, DetokenizerState } from '../model/detokenizer.js';
+import { buildStepSlot, Dialogue, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_TEXT, type Prompts, type StepSlot } from '../model/dialogue.js';
+import { plannerFor, STAGES } from '../model/conversation.js';
+import { DEFAULT_ENCODER_TILES, melRows, segmentSamples } from '../model/plans.js';
+import { Doorbells, RecordRing, RECORD_OVERHEAD } from './ring.js';
+import {
+  REC_CODES,
+  REC_EMBED,
+  REC_END_OF_AUDIO,
+  REC_END_SEGMENT,
+  REC_MEL,
+  REC_PCM,
+  REC_TEXT,
+  REC_TURN_END,
+  REC_TURN_START,
+  TURN_COMPACTIONS,
+  TURN_DROPPED,
+  TURN_END_OF_AUDIO,
+  TURN_FIELDS,
+  TURN_FRAMES,
+  TURN_POSITIONS,
+  TURN_STOP,
+  TURN_TEXT_TOKENS,
+  TURN_USER_FRAMES,
+  type RingName,
+  type StageInit,
+  type StageName,
+  type StageOpen,
+} from './protocol.js';
+import { TicketPool } from './tickets.js';
+
+/** Samples per input record (the capture stage's unit), by input rate: about 64 ms of 16 kHz output. */
+export function inputChunk(inputRate: number): number {
+  return Math.max(1, Math.min(4096, Math.floor((1024 * inputRate) / 16000)));
+}
+
+/** Adapter rows per embedding record. */
+export const EMBED_ROWS = 4;
+
+/** Data words of each ring of a conversation, from the configuration and options. */
+export function ringCapacities(c: ModelConfig, outputRate: number): Record<RingName, number> {
+  const frameSamples = Math.ceil((outputRate * c.detokenizer.upsample * c.detokenizer.hop) / c.detokenizer.sampleRate);
+  return {
+    input: 4 * (4096 + RECORD_OVERHEAD) + 4,
+    pcm16: 16384,
+    mel: 16384,
+    embed: 4 * EMBED_ROWS * (c.backbone.hidden + RECORD_OVERHEAD) + 4,
+    codes: 64 * (c.audio.codebooks + RECORD_OVERHEAD),
+    events: 4096,
+    output: 4 * (frameSamples + 4096) + 4,
+  };
+}
+
+interface Environment {
+  domain: MemoryDomain;
+  image: WeightsImage;
+  init: StageInit;
+  bells: Doorbells;
+}
+
+/** What every stage shares: its clocks, its arenas, and the conversations it serves. */
+export abstract class Stage<C> {
+  readonly name: StageName;
+  readonly env: Environment;
+  readonly config: ModelConfig;
+  /** Per conversation: wall ms and count per clock, in STAGES order (as the single-thread run). */
+  readonly clocks: { ms: Float64Array; count: Float64Array }[] = [];
+  readonly arenas: Arena[] = [];
+  readonly conversations: C[] = [];
+  records = 0;
+  nonFinite = 0;
+  #t0 = 0;
+
+  constructor(name: StageName, env: Environment) {
+    this.name = name;
+    this.env = env;
+    this.config = env.init.config;
+  }
+
+  /** The clocks of conversation `index` (made when it opens). */
+  protected clocksFor(index: number): { ms: Float64Array; count: Float64Array } {
+    const c = { ms: new Float64Array(STAGES.length), count: new Float64Array(STAGES.length) };
+    this.clocks[index] = c;
+    return c;
+  }
+
+  protected tic(): void {
+    this.#t0 = performance.now();
+  }
+
+  protected toc(conversation: number, clock: number): void {
+    const c = this.clocks[conversation]!;
+    c.ms[clock] = (c.ms[clock] as number) + (performance.now() - this.#t0);
+    c.count[clock] = (c.count[clock] as number) + 1;
+  }
+
+  protected ring(o: StageOpen, name: RingName): RecordRing {
+    return new RecordRing(o.rings[name], this.env.bells);
+  }
+
+  /** Carves `build`'s regions in arenas sized exactly by a dry run, kept for sealing. */
+  protected carve<T>(arenas: { owner: { kind: OwnerKind; index: number }; name: string }[], bound: number, build: (a: Arena[]) => T): T {
+    const d = this.env.domain;
+    const { value, arenas: real } = sizedArenas(
+      d,
+      arenas.map((a) => ({ owner: d.owner(a.owner.kind, a.owner.index), name: a.name })),
+      bound,
+      build,
+    );
+    this.arenas.push(...real);
+    return value;
+  }
+
+  /** Pass slots, each carved in its own `ticket/<n>` arena; the stage's tables in `model`. */
+  protected slots<T>(bound: number, build: (work: Arena, derived: Workspace, slot: number) => T): TicketPool<T> {
+    const n = this.env.init.slots;
+    const out: T[] = [];
+    const specs: { owner: { kind: OwnerKind; index: number }; name: string }[] = [{ owner: { kind: 'model', index: 0 }, name: `model derived ${this.name}` }];
+    for (let i = 0; i < n; i++) specs.push({ owner: { kind: 'ticket' as const, index: i }, name: `ticket ${i} ${this.name}` });
+    const built = this.carve(specs, bound, (arenas) => {
+      const derived = sharedTables(arenaWorkspace(arenas[0]!, 'derived', this.name));
+      const list: T[] = [];
+      for (let i = 0; i < n; i++) list.push(build(arenas[i + 1]!, derived.next(), i));
+      return list;
+    });
+    out.push(...built);
+    return new TicketPool(out);
+  }
+
+  abstract open(o: StageOpen): void;
+  abstract poll(): boolean;
+
+  ready(): void {
+    for (const a of this.arenas) a.seal();
+  }
+
+  /** Per conversation, the clocks this stage ran (STAGES names). */
+  clockReport(): Record<string, { ms: number; count: number }>[] {
+    return this.clocks.map((c) => {
+      const r: Record<string, { ms: number; count: number }> = {};
+      STAGES.forEach((n, i) => {
+        if ((c.count[i] as number) > 0) r[n] = { ms: c.ms[i] as number, count: c.count[i] as number };
+      });
+      return r;
+    });
+  }
+
+  slotStats(): { count: number; maxBusy: number; overlapped: number } {
+    return { count: 0, maxBusy: 0, overlapped: 0 };
+  }
+}
+
+/**
+ * Formula tables shared by every pass slot: the first slot's build carves them; each later
+ * slot's build asks for tables by the same names and gets the first slot's views (and writes
+ * the same values into them, at setup). Charged once, to `model`.
+ */
+function sharedTables(ws: Workspace): { next(): Workspace } {
+  const made = new Map<string, ReturnType<Workspace>[]>();
+  let round = 0;
+  return {
+    next(): Workspace {
+      const r = round++;
+      const seen = new Map<string, number>();
+      return ((name, type, length) => {
+        const k = seen.get(name) ?? 0;
+        seen.set(name, k + 1);
+        const list = made.get(name) ?? [];
+        made.set(name, list);
+        if (r === 0) {
+          const view = ws(name, type, length);
+          list.push(view);
+          return view;
+        }
+        const view = list[k];
+        if (view === undefined || view.length !== length || !(view instanceof type)) {
+          throw new VoxslabError(`pass slot ${r} asked for table '${name}' that slot 0 did not build`);
+        }
+        return view;
+      }) as Workspace;
+    },
+  };
+}
+
+// ---------------------------------------------------------------------------------------------
+
+interface CaptureConv {
+  index: number;
+  input: RecordRing;
+  out: RecordRing;
+  resampler: Resampler;
+  buf: Float32Array; // one input record
+  res: Float32Array; // its 16 kHz samples, or the segment's tail
+}
+
+export class CaptureStage extends Stage<CaptureConv> {
+  constructor(env: Environment) {
+    super('capture', env);
+  }
+
+  open(o: StageOpen): void {
+    const chunk = inputChunk(o.inputRate);
+    const rate = this.config.frontend.sampleRate;
+    const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} capture` }], 1 << 24, ([a]) => {
+      const resampler = new Resampler(o.inputRate, rate, {}, arenaWorkspace(a!, 'workspace.frontend', 'capture'));
+      const res = a!.carve('capture.resampled', 'workspace.frontend', Float32Array, resampler.maxOutput(chunk) + resampler.taps + 2);
+      return { index: o.index, input: this.ring(o, 'input'), out: this.ring(o, 'pcm16'), resampler, buf: a!.carve('capture.input', 'workspace.frontend', Float32Array, chunk), res };
+    });
+    this.clocksFor(o.index);
+    if (conv.res.length > conv.out.maxPayload) throw new BadInputError({ field: 'inputRate' }, `the capture ring cannot hold a record at ${o.inputRate} Hz`);
+    this.conversations[o.index] = conv;
+  }
+
+  poll(): boolean {
+    let progress = false;
+    for (const c of this.conversations) {
+      if (c === undefined) continue;
+      for (;;) {
+        const kind = c.input.peekKind();
+        if (kind < 0 || !c.out.canWrite(c.res.length + 2 * RECORD_OVERHEAD)) break;
+        this.tic();
+        if (kind === REC_PCM) {
+          const n = Math.min(c.input.peekLength(), c.buf.length);
+          c.input.read(c.buf, 0);
+          for (let i = 0; i < n; i++) {
+            if (!Number.isFinite(c.buf[i]!)) {
+              c.buf[i] = 0;
+              this.nonFinite++;
+            }
+          }
+          const m = c.resampler.push(c.buf, c.res, 0, n);
+          if (m > 0) c.out.write(REC_PCM, c.res, 0, m);
+        } else {
+          c.input.skip();
+          if (kind === REC_END_SEGMENT) {
+            const m = c.resampler.finish(c.res, 0);
+            if (m > 0) c.out.write(REC_PCM, c.res, 0, m);
+            c.resampler.reset();
+            c.out.write(REC_END_SEGMENT, null, 0, 0);
+          }
+        }
+        this.toc(c.index, 0);
+        this.records++;
+        progress = true;
+      }
+    }
+    return progress;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+interface FrontendConv {
+  index: number;
+  input: RecordRing;
+  out: RecordRing;
+  mel: MelFrontend;
+  pcm: Float32Array; // one 16 kHz record
+  rows: Float32Array; // the rows one record completes
+  maxRows: number; // rows of the longest segment
+}
+
+export class FrontendStage extends Stage<FrontendConv> {
+  constructor(env: Environment) {
+    super('frontend', env);
+  }
+
+  open(o: StageOpen): void {
+    const c = this.config;
+    const f = c.frontend;
+    const input = this.ring(o, 'pcm16');
+    const out = this.ring(o, 'mel');
+    const maxIn = input.maxPayload;
+    const rowsPer = Math.min(Math.floor(out.maxPayload / f.nMels), Math.ceil(maxIn / f.hop) + 4);
+    const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} frontend` }], 1 << 24, ([a]) => {
+      const ws = arenaWorkspace(a!, 'workspace.frontend', 'frontend');
+      const mel = new MelFrontend({ sampleRate: f.sampleRate, nFft: f.nFft, winLength: f.winLength, hop: f.hop, nMels: f.nMels }, ws);
+      return {
+        index: o.index,
+        input,
+        out,
+        mel,
+        pcm: a!.carve('frontend.pcm', 'workspace.frontend', Float32Array, maxIn),
+        rows: a!.carve('frontend.rows', 'workspace.frontend', Float32Array, rowsPer * f.nMels),
+        maxRows: melRows(c, segmentSamples(c, this.env.init.options.segmentSeconds)),
+      };
+    });
+    this.clocksFor(o.index);
+    this.conversations[o.index] = conv;
+  }
+
+  poll(): boolean {
+    let progress = false;
+    const nMels = this.config.frontend.nMels;
+    for (const c of this.conversations) {
+      if (c === undefined) continue;
+      for (;;) {
+        const kind = c.input.peekKind();
+        if (kind < 0 || !c.out.canWrite(c.rows.length + 2 * RECORD_OVERHEAD)) break;
+        this.tic();
+        if (kind === REC_PCM) {
+          const n = c.input.read(c.pcm, 0);
+          const base = c.mel.rows;
+          const rows = c.mel.push(c.pcm, c.rows, n, base, Math.min(c.maxRows, base + c.rows.length / nMels));
+          if (rows > 0) c.out.write(REC_MEL, c.rows, 0, rows * nMels);
+        } else {
+          c.input.skip();
+          if (kind === REC_END_SEGMENT) {
+            const base = c.mel.rows;
+            const rows = c.mel.finish(c.rows, base, Math.min(c.maxRows, base + c.rows.length / nMels));
+            if (rows > 0) c.out.write(REC_MEL, c.rows, 0, rows * nMels);
+            c.mel.reset();
+            c.out.write(REC_END_SEGMENT, null, 0, 0);
+          }
+        }
+        this.toc(c.index, 0);
+        this.records++;
+        progress = true;
+      }
+    }
+    return progress;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+interface ConformerConv {
+  index: number;
+  input: RecordRing;
+  out: RecordRing;
+  rows: Float32Array; // [segment rows][nMels] the open segment
+  count: number; // rows received
+  slot: number; // held pass slot, -1 = none
+  adapter: Float32Array | null; // the encoded segment being sent
+  frames: number;
+  sent: number;
+}
+
+export class ConformerStage extends Stage<ConformerConv> {
+  readonly tickets: TicketPool<ConformerEncoder>;
+
+  constructor(env: Environment) {
+    super('conformer', env);
+    const c = this.config;
+    const o = env.init.options;
+    const planner = plannerFor(o.layout);
+    this.tickets = this.slots(1 << 30, (work, derived) => new ConformerEncoder(c, env.image, work, derived, { segmentSeconds: o.segmentSeconds, tiles: DEFAULT_ENCODER_TILES, planner }));
+  }
+
+  open(o: StageOpen): void {
+    const c = this.config;
+    const segRows = melRows(c, segmentSamples(c, this.env.init.options.segmentSeconds));
+    const rows = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} conformer` }], 1 << 28, ([a]) =>
+      a!.carve('mel_rows', 'workspace.frontend', Float32Array, segRows * c.frontend.nMels),
+    );
+    this.clocksFor(o.index);
+    this.conversations[o.index] = { index: o.index, input: this.ring(o, 'mel'), out: this.ring(o, 'embed'), rows, count: 0, slot: -1, adapter: null, frames: 0, sent: 0 };
+  }
+
+  override slotStats() {
+    return { count: this.tickets.slots.length, maxBusy: this.tickets.maxBusy, overlapped: this.tickets.overlapped };
+  }
+
+  poll(): boolean {
+    let progress = false;
+    const nMels = this.config.frontend.nMels;
+    const D = this.config.backbone.hidden;
+    for (const c of this.conversations) {
+      if (c === undefined) continue;
+      if (c.adapter !== null) {
+        // Send the encoded segment as ring room allows.
+        while (c.sent < c.frames) {
+          const k = Math.min(EMBED_ROWS, c.frames - c.sent);
+          if (!c.out.write(REC_EMBED, c.adapter, c.sent * D, k * D)) break;
+          c.sent += k;
+          progress = true;
+        }
+        if (c.sent < c.frames || !c.out.write(REC_END_SEGMENT, null, 0, 0)) continue;
+        c.adapter = null;
+        this.tickets.release(c.slot);
+        c.slot = -1;
+        progress = true;
+      }
+      for (;;) {
+        const kind = c.input.peekKind();
+        if (kind < 0) break;
+        if (kind === REC_MEL) {
+          // The frontend never sends more rows than the longest segment holds.
+          c.count += c.input.read(c.rows, c.count * nMels) / nMels;
+        } else if (kind === REC_END_SEGMENT) {
+          const slot = this.tickets.acquire(c.index);
+          if (slot < 0) break;
+          c.input.skip();
+          c.slot = slot;
+          const encoder = this.tickets.slots[slot]!;
+          this.tic();
+          c.adapter = encoder.encode(c.rows, c.count);
+          c.frames = encoder.frames(c.count);
+          this.toc(c.index, 1);
+          c.sent = 0;
+          c.count = 0;
+          this.records++;
+          progress = true;
+          break;
+        } else c.input.skip();
+        this.records++;
+        progress = true;
+      }
+    }
+    return progress;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+interface DepthSlot extends StepSlot {
+  rowsIn: Float32Array; // [EMBED_ROWS][hidden] one embedding record
+}
+
+interface DepthConv {
+  index: number;
+  input: RecordRing;
+  codes: RecordRing;
+  events: RecordRing;
+  dialogue: Dialogue;
+  slot: number;
+  phase: number; // 0 idle, 1 prefill, 2 reply
+  summary: Int32Array; // [TURN_FIELDS]
+}
+
+const PHASE_IDLE = 0;
+const PHASE_PREFILL = 1;
+const PHASE_REPLY = 2;
+
+export class DepthformerStage extends Stage<DepthConv> {
+  readonly tickets: TicketPool<DepthSlot>;
+  readonly prompts: Prompts;
+
+  constructor(env: Environment) {
+    super('depthformer', env);
+    const c = this.config;
+    const o = env.init.options;
+    const planner = plannerFor(o.layout);
+    let prompts: Prompts | null = null;
+    this.tickets = this.slots(1 << 30, (work, derived, i) => {
+      if (i === 0) {
+        const ids = env.init.prompts;
+        const meta = (name: string, v: number[]): Int32Array => {
+          const a = derived(`prompt.${name}`, Int32Array, v.length);
+          a.set(v);
+          return a;
+        };
+        prompts = { system: meta('system', ids.system), userOpen: meta('user_open', ids.userOpen), userClose: meta('user_close', ids.userClose), replyClose: meta('reply_close', ids.replyClose) };
+      }
+      const step = buildStepSlot(c, env.image, work, derived, { chunk: o.prefillChunk, context: o.context, planner });
+      return { ...step, rowsIn: work.carve('embed.in', 'workspace.prefill', Float32Array, EMBED_ROWS * c.backbone.hidden) };
+    });
+    this.prompts = prompts!;
+  }
+
+  override slotStats() {
+    return { count: this.tickets.slots.length, maxBusy: this.tickets.maxBusy, overlapped: this.tickets.overlapped };
+  }
+
+  open(o: StageOpen): void {
+    const c = this.config;
+    const so = this.env.init.options;
+    const kvBytes = backboneStateSizes(c, so.context, so.kv).reduce((s, r) => s + r.bytes, 0);
+    const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} depthformer` }], (1 << 24) + kvBytes, ([a]) => ({
+      dialogue: new Dialogue(c, a!, {
+        context: so.context,
+        kv: so.kv,
+        prefillChunk: so.prefillChunk,
+        maxFrames: this.env.init.maxFrames,
+        text: so.text,
+        audio: so.audio,
+        seed: o.seed,
+        prompts: this.prompts,
+        clocks: this.clocksFor(o.index),
+      }),
+      summary: a!.carve('turn.summary', 'metadata', Int32Array, TURN_FIELDS),
+    }));
+    this.conversations[o.index] = { index: o.index, input: this.ring(o, 'embed'), codes: this.ring(o, 'codes'), events: this.ring(o, 'events'), slot: -1, phase: PHASE_IDLE, ...conv };
+  }
+
+  poll(): boolean {
+    let progress = false;
+    const cb = this.config.audio.codebooks;
+    for (const c of this.conversations) {
+      if (c === undefined) continue;
+      // Prefill: take every embedding record that has arrived.
+      while (c.phase !== PHASE_REPLY) {
+        const kind = c.input.peekKind();
+        if (kind < 0) break;
+        if (c.phase === PHASE_IDLE) {
+          const slot = this.tickets.acquire(c.index);
+          if (slot < 0) break;
+          c.slot = slot;
+          c.dialogue.beginUser(this.tickets.slots[slot]!);
+          c.phase = PHASE_PREFILL;
+        }
+        const s = this.tickets.slots[c.slot]!;
+        if (kind === REC_EMBED) {
+          const n = c.input.read(s.rowsIn, 0);
+          c.dialogue.pushRows(s, s.rowsIn, 0, n / this.config.backbone.hidden);
+        } else {
+          if (kind === REC_END_SEGMENT && !c.codes.canWrite(0)) break;
+          c.input.skip();
+          if (kind === REC_END_SEGMENT) {
+            c.dialogue.endUser(s);
+            c.codes.write(REC_TURN_START, null, 0, 0);
+            c.phase = PHASE_REPLY;
+          }
+        }
+        this.records++;
+        progress = true;
+      }
+      // Reply: one backbone position when both output rings can take what it may emit.
+      if (c.phase !== PHASE_REPLY) continue;
+      if (!c.codes.canWrite(cb + RECORD_OVERHEAD + 2) || !c.events.canWrite(cb + TURN_FIELDS + 2 * RECORD_OVERHEAD)) continue;
+      const d = c.dialogue;
+      const e = d.step(this.tickets.slots[c.slot]!);
+      progress = true;
+      if (e === EMIT_TEXT) {
+        c.events.write2(REC_TEXT, d.token, 0);
+      } else if (e === EMIT_DONE) {
+        const sm = c.summary;
+        sm[TURN_TEXT_TOKENS] = d.textTokens;
+        sm[TURN_FRAMES] = d.frames;
+        sm[TURN_STOP] = d.stop === 'end-of-turn' ? 1 : 0;
+        sm[TURN_END_OF_AUDIO] = d.endOfAudio ? 1 : 0;
+        sm[TURN_POSITIONS] = d.position;
+        sm[TURN_COMPACTIONS] = d.compactions;
+        sm[TURN_DROPPED] = d.dropped;
+        sm[TURN_USER_FRAMES] = d.userFrames;
+        c.codes.write(REC_TURN_END, null, 0, 0);
+        c.events.write(REC_TURN_END, sm, 0, TURN_FIELDS);
+        this.tickets.release(c.slot);
+        c.slot = -1;
+        c.phase = PHASE_IDLE;
+      } else {
+        const kind = e === EMIT_END_OF_AUDIO ? REC_END_OF_AUDIO : REC_CODES;
+        c.codes.write(kind, d.codes, 0, cb);
+        c.events.write(kind, d.codes, 0, cb);
+      }
+      this.records++;
+    }
+    return progress;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+
+interface PlaybackConv {
+  index: number;
+  input: RecordRing;
+  out: RecordRing;
+  state: DetokenizerState;
+  pcm: Float32Array; // one frame (or the flush) at the device rate
+  codes: Int32Array;
+  slot: number;
+  open: boolean;
+}
+
+export class PlaybackStage extends Stage<PlaybackConv> {
+  readonly tickets: TicketPool<Detokenizer>;
+
+  constructor(env: Environment) {
+    super('playback', env);
+    const c = this.config;
+    const planner = plannerFor(env.init.options.layout);
+    this.tickets = this.slots(1 << 30, (work, derived) => new Detokenizer(c, env.image, work, derived, { turnPositions: env.init.turnPositions, planner }));
+  }
+
+  override slotStats() {
+    return { count: this.tickets.slots.length, maxBusy: this.tickets.maxBusy, overlapped: this.tickets.overlapped };
+  }
+
+  open(o: StageOpen): void {
+    const c = this.config;
+    const det = this.tickets.slots[0]!;
+    const out = this.ring(o, 'output');
+    const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} playback` }], 1 << 28, ([a]) => {
+      const state = new DetokenizerState(c, a!, arenaWorkspace(a!, 'recurrence', 'detok'), { turnPositions: this.env.init.turnPositions, outputRate: this.env.init.options.outputRate });
+      return {
+        state,
+        pcm: a!.carve('playback.pcm', 'playback.payload', Float32Array, det.maxSamples(state)),
+        codes: a!.carve('playback.codes', 'workspace.detokenizer', Int32Array, c.audio.codebooks),
+      };
+    });
+    this.clocksFor(o.index);
+    if (conv.pcm.length > out.maxPayload) throw new BadInputError({ field: 'outputRate' }, `the playback ring cannot hold a frame at ${this.env.init.options.outputRate} Hz`);
+    this.conversations[o.index] = { index: o.index, input: this.ring(o, 'codes'), out, slot: -1, open: false, ...conv };
+  }
+
+  #flush(c: PlaybackConv, det: Detokenizer): void {
+    this.tic();
+    const n = det.finish(c.state, c.pcm, 0);
+    this.toc(c.index, 6);
+    if (n > 0) c.out.write(REC_PCM, c.pcm, 0, n);
+    c.open = false;
+  }
+
+  poll(): boolean {
+    let progress = false;
+    for (const c of this.conversations) {
+      if (c === undefined) continue;
+      for (;;) {
+        const kind = c.input.peekKind();
+        if (kind < 0 || !c.out.canWrite(c.pcm.length + 2 * RECORD_OVERHEAD)) break;
+        if (kind === REC_TURN_START) {
+          const slot = this.tickets.acquire(c.index);
+          if (slot < 0) break;
+          c.slot = slot;
+          c.state.startTurn();
+          c.open = false;
+          c.input.skip();
+        } else {
+          const det = this.tickets.slots[c.slot]!;
+          if (kind === REC_CODES) {
+            c.input.read(c.codes, 0);
+            this.tic();
+            if (!c.open) c.state.startTurn();
+            c.open = true;
+            const n = det.frame(c.state, c.codes, c.pcm, 0);
+            this.toc(c.index, 6);
+            if (n > 0) c.out.write(REC_PCM, c.pcm, 0, n);
+          } else if (kind === REC_END_OF_AUDIO) {
+            c.input.skip();
+            if (c.open) this.#flush(c, det);
+          } else {
+            c.input.skip();
+            if (kind === REC_TURN_END) {
+              if (c.open) this.#flush(c, det);
+              c.out.write(REC_TURN_END, null, 0, 0);
+              this.tickets.release(c.slot);
+              c.slot = -1;
+            }
+          }
+        }
+        this.records++;
+        progress = true;
+      }
+    }
+    return progress;
+  }
+}
+
+/** Builds the stage a worker runs. */
+export function createStage(env: Environment): Stage<unknown> {
+  switch (env.init.stage) {
+    case 'capture':
+      return new CaptureStage(env);
+    case 'frontend':
+      return new FrontendStage(env);
+    case 'conformer':
+      return new ConformerStage(env);
+    case 'depthformer':
+      return new DepthformerStage(env);
+    case 'playback':
+      return new PlaybackStage(env);
+  }
+}
+
+export type { Environment as StageEnvironment };

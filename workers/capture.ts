@@ -1,0 +1,4 @@
+// The capture stage's worker thread (see src/pipeline/stages.ts).
+import { serveStage } from '../src/pipeline/host.js';
+
+serveStage('capture');
