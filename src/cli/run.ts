@@ -38,6 +38,8 @@ export interface RunRequest {
   pin?: string | undefined;
   slots?: string | undefined;
   realtime?: boolean | undefined;
+  /** For tests of the built artifact: a domain to run in, and the pipeline's test hooks. */
+  hooks?: { domain?: MemoryDomain; trapAllocations?: boolean; exitAfterRecords?: Partial<Record<StageName, number>> };
 }
 
 /** `--pin none` or `stage=cpu[+cpu],…` (unnamed stages keep the default placement). */
@@ -166,12 +168,14 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
     }
     const dir = resolveModel(r.model, log);
     const t0 = performance.now();
-    const domain = MemoryDomain.create();
+    const domain = r.hooks?.domain ?? MemoryDomain.create();
     const options: Parameters<typeof SpeechModel.load>[2] = { segmentSeconds: segment, replySeconds: reply, outputRate: rate, threads, kv };
     if (context !== undefined) options.context = context;
     if (engine === 'pipeline') {
       const po: Parameters<typeof Pipeline.start>[2] = { ...options, slots };
       if (pin !== undefined) po.pin = pin;
+      if (r.hooks?.trapAllocations !== undefined) po.trapAllocations = r.hooks.trapAllocations;
+      if (r.hooks?.exitAfterRecords !== undefined) po.exitAfterRecords = r.hooks.exitAfterRecords;
       return await runPipeline({ dir, domain, options: po, jobs, rate, seed, segment, report: r.report, realtime: r.realtime === true, t0, log });
     }
     const model = SpeechModel.load(dir, domain, options);

@@ -7,7 +7,7 @@ import { kLimit, type OwnerKind } from './layout.js';
 import { Ledger, type Owner } from './ledger.js';
 import { AllocationLimit, limitFromEnvironment } from './limit.js';
 import { toManifest, type MemoryManifest, type PlanSummary } from './manifest.js';
-import { type Allocator, type PageLocker, Slab, sharedArrayBufferAllocator } from './slab.js';
+import { type Allocator, type PageLocker, releaseSlabRecord, Slab, type SlabRecord, sharedArrayBufferAllocator } from './slab.js';
 import type { MemorySnapshot } from './snapshot.js';
 import { parseByteSize } from './sizes.js';
 import { native } from '../native.js';
@@ -195,6 +195,14 @@ export class MemoryDomain {
   releaseSlab(slab: Slab): void {
     slab.release();
     this.#slabs.delete(slab);
+  }
+
+  /**
+   * Returns to the cap the charges of a slab created by a thread that has exited (its Slab
+   * object went with it). Call it once per record, only after that thread is gone.
+   */
+  releaseOrphan(record: SlabRecord): void {
+    releaseSlabRecord(this.ledger, this.limit, record);
   }
 
   /** Resident bytes (mincore) of the live slabs this thread created. */

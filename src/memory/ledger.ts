@@ -248,6 +248,23 @@ export class Ledger {
     }
   }
 
+  /**
+   * Ends an owner's readiness once it holds nothing (everything it had was released), so the
+   * same owner can be set up again. Refused while it still holds bytes.
+   */
+  unseal(owner: Owner): void {
+    this.#check(owner);
+    const c = this.counters;
+    c.beginWrite();
+    try {
+      const held = c.get(ownerBase(owner.slot) + kOwnerHeld);
+      if (held !== 0) throw new ArgumentError(`owner '${owner.name}' still holds ${held} bytes; release them before it is set up again`);
+      c.set(ownerBase(owner.slot) + kOwnerSealed, 0);
+    } finally {
+      c.endWrite();
+    }
+  }
+
   isSealed(owner: Owner): boolean {
     this.#check(owner);
     return this.counters.get(ownerBase(owner.slot) + kOwnerSealed) === 1;

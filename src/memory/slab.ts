@@ -74,6 +74,35 @@ interface Charge {
 }
 
 /**
+ * A slab's charges as plain data, so another thread can return them to the cap if the thread
+ * that created the slab dies (MemoryDomain.releaseOrphan).
+ */
+export interface SlabRecord {
+  owner: { kind: OwnerKind; index: number };
+  kind: HoldKind;
+  bytes: number;
+  label: string;
+  charges: [Category, Charge][];
+}
+
+/** Reverses every charge and returns `bytes` to the cap, in one write section. */
+function uncharge(ledger: Ledger, limit: AllocationLimit, owner: Owner, kind: HoldKind, bytes: number, charges: Iterable<[Category, Charge]>): void {
+  const counters = ledger.counters;
+  counters.beginWrite();
+  try {
+    for (const [category, c] of charges) ledger.uncharge(owner, category, c.requested, c.footprint, c.regions);
+    limit.release(owner, kind, bytes);
+  } finally {
+    counters.endWrite();
+  }
+}
+
+/** Releases the charges of a slab whose creating thread is gone (no memory is touched). */
+export function releaseSlabRecord(ledger: Ledger, limit: AllocationLimit, r: SlabRecord): void {
+  uncharge(ledger, limit, ledger.owner(r.owner.kind, r.owner.index), r.kind, r.bytes, r.charges);
+}
+
+/**
  * One SharedArrayBuffer held under the cap and charged to one owner. Regions carved from it
  * move bytes from the owner's slack into a category; `release()` reverses every charge and
  * returns the bytes to the cap in one atomic step. The memory itself is reclaimed by the
@@ -143,17 +172,13 @@ export class Slab {
       const r = this.#locker.unlock(new Uint8Array(this.buffer, 0, this.bytes));
       if (!r.ok) throw new AllocationError(`slab '${this.label}': munlock failed: ${r.message}`);
     }
-    const counters = this.#ledger.counters;
-    counters.beginWrite();
-    try {
-      for (const [category, c] of this.#charges) {
-        this.#ledger.uncharge(this.owner, category, c.requested, c.footprint, c.regions);
-      }
-      this.#limit.release(this.owner, this.kind, this.bytes);
-    } finally {
-      counters.endWrite();
-    }
+    uncharge(this.#ledger, this.#limit, this.owner, this.kind, this.bytes, this.#charges);
     this.#charges.clear();
     this.#released = true;
+  }
+
+  /** Its charges as plain data (see SlabRecord). */
+  record(): SlabRecord {
+    return { owner: { kind: this.owner.kind, index: this.owner.index }, kind: this.kind, bytes: this.bytes, label: this.label, charges: [...this.#charges].map(([k, c]) => [k, { ...c }]) };
   }
 }

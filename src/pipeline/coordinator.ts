@@ -17,6 +17,8 @@ import { Worker } from 'node:worker_threads';
 import * as Comlink from 'comlink';
 import type { Arena } from '../memory/arena.js';
 import type { MemoryDomain } from '../memory/domain.js';
+import type { Owner } from '../memory/ledger.js';
+import type { SlabRecord } from '../memory/slab.js';
 import { ArgumentError, ControlTimeoutError, WorkerError } from '../memory/errors.js';
 import { loadCheckpoint } from '../io/checkpoint.js';
 import type { ModelConfig } from '../model/config.js';
@@ -65,6 +67,8 @@ class StageWorker {
   readonly #control: Int32Array;
   readonly #timeoutMs: number;
   failure: WorkerError | null = null;
+  /** Slabs the worker created: released by the worker on stop, by the coordinator if it died. */
+  slabs: SlabRecord[] = [];
   readonly #died: Promise<never>;
   exited = false;
 
@@ -194,9 +198,10 @@ export class Pipeline {
     const p = new Pipeline(dir, domain, options);
     try {
       const pin = options.pin === 'none' ? {} : { ...defaultPinMap(native.allowedCpus()), ...(options.pin ?? {}) };
-      const shared = { domain: domain.share(), image: p.image.share(), config: p.config, options: p.setup.options, maxFrames: p.setup.maxFrames, turnPositions: p.setup.turnPositions, prompts: p.setup.prompts, control: p.control.buffer as SharedArrayBuffer, slots: p.slots, trapAllocations: options.trapAllocations === true };
+      const shared = { domain: domain.share(), image: p.image.share(), config: p.config, options: p.setup.options, maxFrames: p.setup.maxFrames, turnPositions: p.setup.turnPositions, prompts: p.setup.prompts, control: { buffer: p.control.buffer as unknown as SharedArrayBuffer, byteOffset: p.control.byteOffset }, slots: p.slots, trapAllocations: options.trapAllocations === true };
       const placed = await Promise.all(p.workers.map((w) => w.call('init', { ...shared, stage: w.name, pin: pin[w.name] ?? [], exitAfterRecords: options.exitAfterRecords?.[w.name] ?? 0 })));
       p.placement.push(...placed);
+      placed.forEach((r, i) => p.workers[i]!.slabs.push(...r.slabs));
     } catch (error) {
       await p.close();
       throw error;
@@ -222,7 +227,7 @@ export class Pipeline {
       rings[name] = RecordRing.init(s, this.bells, producer, consumer);
       shared[name] = s;
     }
-    for (const w of this.workers) await w.call('open', { index, seed: o.seed, inputRate: o.inputRate, rings: shared });
+    for (const w of this.workers) w.slabs.push(...(await w.call('open', { index, seed: o.seed, inputRate: o.inputRate, rings: shared })));
     const conv = new PipelineConversation(index, o.seed, o.inputRate, rings);
     this.conversations.push(conv);
     return conv;
@@ -232,13 +237,7 @@ export class Pipeline {
   async ready(): Promise<void> {
     for (const w of this.workers) await w.call('ready');
     for (const a of this.#arenas) a.seal();
-    const l = this.domain.ledger;
-    l.seal(this.domain.owner('model', 0));
-    for (let i = 0; i < this.slots; i++) l.seal(this.domain.owner('ticket', i));
-    for (const c of this.conversations) {
-      l.seal(this.domain.owner('conversation', c.index));
-      l.seal(this.domain.owner('session', c.index));
-    }
+    for (const o of this.#owners()) this.domain.ledger.seal(o);
     this.#ready = true;
     for (const w of this.workers) await w.call('start');
   }
@@ -264,10 +263,26 @@ export class Pipeline {
     Atomics.store(this.control, kStop, 1);
     for (const w of this.workers) {
       for (let b = 0; b < CONTROL_WORDS; b++) Atomics.notify(this.control, b);
-      if (!w.exited && w.failure === null) await w.call('stop').catch(() => undefined);
+      if (!w.exited && w.failure === null) {
+        const stopped = await w.call('stop').then(() => true, () => false);
+        if (stopped) w.slabs = [];
+      }
     }
     await Promise.all(this.workers.map((w) => w.worker.terminate()));
+    // A worker that died (or could not stop) took its Slab objects with it: return its charges.
+    for (const w of this.workers) {
+      for (const r of w.slabs) this.domain.releaseOrphan(r);
+      w.slabs = [];
+    }
     for (const a of this.#arenas) this.domain.releaseSlab(a.slab);
     this.#releaseImage();
+    // Every owner this pipeline set up holds nothing now: it may be set up again.
+    if (this.#ready) for (const o of this.#owners()) this.domain.ledger.unseal(o);
+  }
+
+  /** The owners a pipeline sets up and seals. */
+  #owners(): Owner[] {
+    const d = this.domain;
+    return [d.owner('model', 0), ...Array.from({ length: this.slots }, (_, i) => d.owner('ticket', i)), ...this.conversations.flatMap((c) => [d.owner('conversation', c.index), d.owner('session', c.index)])];
   }
 }

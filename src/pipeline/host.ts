@@ -14,14 +14,22 @@ import { parentPort } from 'node:worker_threads';
 import * as Comlink from 'comlink';
 import { nodeEndpoint } from './endpoint.js';
 import { MemoryDomain } from '../memory/domain.js';
+import type { SlabRecord } from '../memory/slab.js';
 import { ArgumentError } from '../memory/errors.js';
 import { WeightsImage } from '../model/image.js';
 import { native } from '../native.js';
-import { BELL, kAttention, kStop, type StageApi, type StageInit, type StageName, type StageOpen, type StageReady, type StageStats } from './protocol.js';
+import { BELL, CONTROL_WORDS, kAttention, kStop, type StageApi, type StageInit, type StageName, type StageOpen, type StageReady, type StageStats } from './protocol.js';
 import { Doorbells } from './ring.js';
 import { createStage, type Stage } from './stages.js';
+import { installConstructorTrap, type ConstructorTrap } from './trap.js';
 
-const TRAPPED = ['ArrayBuffer', 'SharedArrayBuffer', 'Float32Array', 'Float64Array', 'Int32Array', 'Uint32Array', 'Int16Array', 'Uint16Array', 'Int8Array', 'Uint8Array', 'Uint8ClampedArray', 'BigInt64Array', 'BigUint64Array'] as const;
+function firstDamage(s: Stage<unknown>): string | null {
+  for (const a of s.arenas) {
+    const f = a.checkRedZones();
+    if (f !== null) return `arena '${a.name}': red zone between '${f.before}' and '${f.after}' overwritten at offset ${f.offset}`;
+  }
+  return null;
+}
 
 export function serveStage(expected: StageName): void {
   if (parentPort === null) throw new ArgumentError('a stage runs in a worker thread');
@@ -33,28 +41,9 @@ export function serveStage(expected: StageName): void {
   let me = 0;
   let running = false;
   let stopped = false;
-  let trapped = 0;
-  const originals = new Map<string, unknown>();
+  let trap: ConstructorTrap | null = null;
   let heapAtReady = 0;
   let busyMs = 0;
-
-  const g = globalThis as unknown as Record<string, unknown>;
-  function trap(): void {
-    for (const name of TRAPPED) {
-      const original = g[name] as new (...args: unknown[]) => object;
-      originals.set(name, original);
-      g[name] = new Proxy(original, {
-        construct(target, args, newTarget) {
-          trapped++;
-          return Reflect.construct(target, args, newTarget) as object;
-        },
-      });
-    }
-  }
-  function untrap(): void {
-    for (const [name, original] of originals) g[name] = original;
-    originals.clear();
-  }
 
   function attended(): void {
     Atomics.sub(control, kAttention + me, 1);
@@ -86,7 +75,7 @@ export function serveStage(expected: StageName): void {
       if (i.stage !== expected) throw new ArgumentError(`this worker runs the ${expected} stage, not '${i.stage}'`);
       init = i;
       me = BELL[expected];
-      control = new Int32Array(i.control);
+      control = new Int32Array(i.control.buffer, i.control.byteOffset, CONTROL_WORDS);
       attended();
       bells = new Doorbells(control);
       let pinError: string | null = null;
@@ -96,17 +85,19 @@ export function serveStage(expected: StageName): void {
       }
       domain = MemoryDomain.attach(i.domain);
       stage = createStage({ domain, image: WeightsImage.attach(i.image), init: i, bells });
-      return { stage: expected, affinity: native.allowedCpus(), cpu: native.currentCpu(), pinError };
+      return { stage: expected, affinity: native.allowedCpus(), cpu: native.currentCpu(), pinError, slabs: stage.arenas.map((a) => a.slab.record()) };
     },
-    open(o: StageOpen): void {
+    open(o: StageOpen): SlabRecord[] {
       attended();
+      const before = stage!.arenas.length;
       stage!.open(o);
+      return stage!.arenas.slice(before).map((a) => a.slab.record());
     },
     ready(): void {
       attended();
       stage!.ready();
       heapAtReady = v8.getHeapStatistics().used_heap_size;
-      if (init!.trapAllocations) trap();
+      if (init!.trapAllocations) trap = installConstructorTrap();
     },
     start(): void {
       attended();
@@ -122,16 +113,17 @@ export function serveStage(expected: StageName): void {
         clocks: s.clockReport(),
         records: s.records,
         slots: s.slotStats(),
-        allocationsAfterReady: trapped,
+        allocationsAfterReady: trap?.count ?? 0,
         heapDelta: v8.getHeapStatistics().used_heap_size - heapAtReady,
         nonFinite: s.nonFinite,
+        canary: firstDamage(s),
         busyMs: Math.round(busyMs * 1000) / 1000,
       };
     },
     stop(): void {
       attended();
       stopped = true;
-      untrap();
+      trap?.uninstall();
       // Return this worker's slabs to the cap (the ledger is shared, the slabs are ours).
       for (const a of stage?.arenas ?? []) domain!.releaseSlab(a.slab);
     },

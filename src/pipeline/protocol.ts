@@ -9,6 +9,7 @@ import type { SharedWeightsImage } from '../model/image.js';
 import type { ModelConfig } from '../model/config.js';
 import type { ResolvedSpeechOptions } from '../model/conversation.js';
 import type { SharedRing } from './ring.js';
+import type { SlabRecord } from '../memory/slab.js';
 
 export const STAGE_NAMES = ['capture', 'frontend', 'conformer', 'depthformer', 'playback'] as const;
 export type StageName = (typeof STAGE_NAMES)[number];
@@ -67,7 +68,8 @@ export interface StageInit {
   maxFrames: number;
   turnPositions: number;
   prompts: { system: number[]; userOpen: number[]; userClose: number[]; replyClose: number[] };
-  control: SharedArrayBuffer;
+  /** The control block (CONTROL_WORDS Int32 words at `byteOffset`). */
+  control: { buffer: SharedArrayBuffer; byteOffset: number };
   /** Pass slots of the compute stages. */
   slots: number;
   /** CPUs to pin this worker to; empty = leave the affinity as it is. */
@@ -84,6 +86,8 @@ export interface StageReady {
   affinity: number[];
   cpu: number;
   pinError: string | null;
+  /** The slabs the worker created (returned to the cap by the coordinator if it dies). */
+  slabs: SlabRecord[];
 }
 
 /** One conversation as a stage sees it. */
@@ -105,6 +109,8 @@ export interface StageStats {
   allocationsAfterReady: number;
   heapDelta: number;
   nonFinite: number;
+  /** The first damaged red zone among the stage's arenas, or null (always null without red zones). */
+  canary: string | null;
   /** Wall ms the loop spent in polls that made progress. */
   busyMs: number;
 }
@@ -112,7 +118,8 @@ export interface StageStats {
 /** The control surface each stage worker exposes over comlink. */
 export interface StageApi {
   init(init: StageInit): StageReady;
-  open(o: StageOpen): void;
+  /** Returns the records of the slabs it created. */
+  open(o: StageOpen): SlabRecord[];
   ready(): void;
   start(): void;
   stats(): StageStats;

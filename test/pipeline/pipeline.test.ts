@@ -1,0 +1,137 @@
+import t from 'tap';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { makeCheckpoint } from '../../src/io/checkpoint.js';
+import { encodeWav } from '../../src/dsp/wav.js';
+import { openFileSource } from '../../src/io/files.js';
+import { WavReader } from '../../src/dsp/wav.js';
+import { MemoryDomain } from '../../src/memory/index.js';
+import { runCommand } from '../../src/cli/run.js';
+import { defaultPinMap } from '../../src/pipeline/coordinator.js';
+import { installConstructorTrap } from '../../src/pipeline/trap.js';
+import { native } from '../../src/native.js';
+
+const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
+const work = mkdtempSync(join(tmpdir(), 'voxslab-pipeline-'));
+const model = join(work, 'tiny');
+makeCheckpoint({ config: 'tiny', seed: 3, out: model, dtype: 'f32' });
+const quiet = (): void => undefined;
+
+// A second, shorter input at another rate: the first 1.2 s of the fixture, every other sample.
+const shortWav = join(work, 'short.wav');
+{
+  const src = openFileSource(fixture);
+  const r = new WavReader(src, 4096);
+  const all = new Float32Array(r.info.frames);
+  let n = 0;
+  for (let k = r.readMono(all.subarray(n), 4096); k > 0; k = r.readMono(all.subarray(n), 4096)) n += k;
+  src.close();
+  const rate = r.info.sampleRate;
+  const take = Math.floor(1.2 * rate);
+  const half = new Float32Array(Math.floor(take / 2)).map((_, i) => all[2 * i]!);
+  writeFileSync(shortWav, encodeWav({ sampleRate: Math.floor(rate / 2), channels: 1, format: 'pcm16', extensible: false }, half));
+}
+
+interface Conv { text: string; textTokens: number[]; codes: number[][]; output: { samples: number }; stop: string }
+interface Stage { stage: string; slots: { count: number; maxBusy: number; overlapped: number }; allocationsAfterReady: number; canary: string | null; records: number }
+interface Report {
+  engine?: string;
+  conversations: Conv[];
+  pipeline: { stages: Stage[]; placement: { stage: string; affinity: number[]; pinError: string | null }[] };
+  allocations: { afterReadinessAttempts: number; atReadiness: { beforeReadiness: number }; atEnd: { beforeReadiness: number } };
+  manifest: { owners: Record<string, { held: number; sealed: boolean }>; totals: { slab: number } };
+}
+const readReport = (f: string) => JSON.parse(readFileSync(f, 'utf8')) as Report;
+
+t.test('two conversations of different lengths at once give exactly the bytes each gives alone on one thread', async (t) => {
+  const domain = MemoryDomain.create({ policy: { redZone: 64 } });
+  const pa = join(work, 'pa.wav');
+  const pb = join(work, 'pb.wav');
+  const rep = join(work, 'pipeline.json');
+  await runCommand({ model, inputs: [fixture, shortWav], outputs: [pa, pb], reply: '3', seed: '5', report: rep, hooks: { domain, trapAllocations: true } }, quiet);
+  const sa = join(work, 'sa.wav');
+  const sb = join(work, 'sb.wav');
+  const ra = join(work, 'sa.json');
+  const rb = join(work, 'sb.json');
+  await runCommand({ model, inputs: [fixture], outputs: [sa], reply: '3', seed: '5', report: ra, engine: 'single' }, quiet);
+  await runCommand({ model, inputs: [shortWav], outputs: [sb], reply: '3', seed: '6', report: rb, engine: 'single' }, quiet);
+  const p = readReport(rep);
+  const alone = [readReport(ra).conversations[0]!, readReport(rb).conversations[0]!];
+  t.equal(p.engine, 'pipeline');
+  for (const [i, c] of p.conversations.entries()) {
+    t.same(c.textTokens, alone[i]!.textTokens, `conversation ${i}: the same text tokens (${c.textTokens.length})`);
+    t.same(c.codes, alone[i]!.codes, `conversation ${i}: the same ${c.codes.length} audio frames`);
+  }
+  t.ok(readFileSync(pa).equals(readFileSync(sa)), 'reply A: the same WAV bytes');
+  t.ok(readFileSync(pb).equals(readFileSync(sb)), 'reply B: the same WAV bytes');
+  t.notOk(readFileSync(pa).equals(readFileSync(pb)), 'the two replies differ (different inputs and seeds)');
+  const stage = (n: string) => p.pipeline.stages.find((s) => s.stage === n)!;
+  for (const n of ['conformer', 'depthformer', 'playback']) {
+    t.equal(stage(n).slots.count, 2, `${n}: two pass slots`);
+  }
+  for (const n of ['depthformer', 'playback']) {
+    t.equal(stage(n).slots.maxBusy, 2, `${n}: both pass slots held at once`);
+    t.ok(stage(n).slots.overlapped >= 1, `${n}: ${stage(n).slots.overlapped} pass(es) began while the other slot was held`);
+  }
+  for (const s of p.pipeline.stages) {
+    t.equal(s.allocationsAfterReady, 0, `${s.stage}: no buffer or typed array constructed after readiness`);
+    t.equal(s.canary, null, `${s.stage}: every red zone intact`);
+    t.ok(s.records > 0, `${s.stage}: handled ${s.records} records`);
+  }
+  t.equal(p.allocations.afterReadinessAttempts, 0);
+  t.equal(p.allocations.atEnd.beforeReadiness, p.allocations.atReadiness.beforeReadiness, 'no slab created during the run');
+  const owners = Object.values(p.manifest.owners);
+  t.equal(owners.reduce((a, o) => a + o.held, 0), p.manifest.totals.slab, 'owners add up to the slab total (shared storage charged once)');
+  t.ok(owners.every((o) => o.sealed), 'every owner sealed');
+  t.ok(['model/0', 'ticket/0', 'ticket/1', 'conversation/0', 'conversation/1', 'session/0', 'session/1'].every((o) => p.manifest.owners[o] !== undefined), 'model, both tickets, both conversations and sessions charged');
+  t.equal(domain.snapshot().held.total, 0, 'closing the pipeline returned every byte');
+});
+
+t.test('each worker runs where the pin map puts it', async (t) => {
+  if (!native.affinitySupported()) {
+    t.pass('skipped: this OS has no thread affinity call');
+    return;
+  }
+  const rep = join(work, 'pin.json');
+  await runCommand({ model, inputs: [shortWav], outputs: [join(work, 'pin.wav')], reply: '1', report: rep }, quiet);
+  const want = defaultPinMap(native.allowedCpus());
+  for (const w of readReport(rep).pipeline.placement) {
+    t.equal(w.pinError, null, `${w.stage}: pinned`);
+    t.same(w.affinity, want[w.stage as keyof typeof want], `${w.stage}: affinity ${w.affinity.join('+')}`);
+  }
+  await runCommand({ model, inputs: [shortWav], outputs: [join(work, 'nopin.wav')], reply: '1', report: rep, pin: 'none' }, quiet);
+  const all = native.allowedCpus();
+  t.ok(readReport(rep).pipeline.placement.every((w) => w.affinity.length === all.length), '--pin none leaves every CPU allowed');
+});
+
+t.test('a stage worker that dies mid-pass ends the run with a typed error; every byte comes back; the next run works', async (t) => {
+  const domain = MemoryDomain.create();
+  await t.rejects(
+    runCommand({ model, inputs: [fixture, shortWav], outputs: [join(work, 'k1.wav'), join(work, 'k2.wav')], reply: '3', hooks: { domain, exitAfterRecords: { depthformer: 25 } } }, quiet),
+    { name: 'WorkerError', code: 'ERR_VOXSLAB_WORKER', stage: 'depthformer' },
+  );
+  const s = domain.snapshot();
+  t.equal(s.held.total, 0, 'held bytes back to 0 (the dead worker’s slabs returned by the coordinator)');
+  t.equal(s.reserved, 0, 'nothing left reserved');
+  const out = join(work, 'after.wav');
+  const text = await runCommand({ model, inputs: [shortWav], outputs: [out], reply: '1', hooks: { domain } }, quiet);
+  t.match(text, /short\.wav → /, 'a new conversation runs in the same process and domain');
+  t.equal(domain.snapshot().held.total, 0);
+});
+
+t.test('the constructor trap counts constructions and nothing else (the zero-allocation probe can fail)', async (t) => {
+  const trap = installConstructorTrap();
+  try {
+    const a = new Float32Array(8);
+    const view = a.subarray(2, 4);
+    const sab = new SharedArrayBuffer(16);
+    t.ok(view.length === 2 && sab.byteLength === 16);
+    t.equal(trap.count, 2, 'two constructions counted, the view is not');
+    t.ok(new Float32Array(2) instanceof Float32Array, 'instances still pass instanceof');
+  } finally {
+    trap.uninstall();
+  }
+  t.equal(globalThis.Float32Array.name, 'Float32Array');
+});
