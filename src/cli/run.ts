@@ -39,7 +39,7 @@ export interface RunRequest {
   slots?: string | undefined;
   realtime?: boolean | undefined;
   /** For tests of the built artifact: a domain to run in, and the pipeline's test hooks. */
-  hooks?: { domain?: MemoryDomain; trapAllocations?: boolean; exitAfterRecords?: Partial<Record<StageName, number>> };
+  hooks?: { domain?: MemoryDomain; trapAllocations?: boolean; exitAfterRecords?: Partial<Record<StageName, number>>; gateReplies?: number };
 }
 
 /** `--pin none` or `stage=cpu[+cpu],…` (unnamed stages keep the default placement). */
@@ -176,6 +176,7 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
       if (pin !== undefined) po.pin = pin;
       if (r.hooks?.trapAllocations !== undefined) po.trapAllocations = r.hooks.trapAllocations;
       if (r.hooks?.exitAfterRecords !== undefined) po.exitAfterRecords = r.hooks.exitAfterRecords;
+      if (r.hooks?.gateReplies !== undefined) po.gateReplies = r.hooks.gateReplies;
       return await runPipeline({ dir, domain, options: po, jobs, rate, seed, segment, report: r.report, realtime: r.realtime === true, t0, log });
     }
     const model = SpeechModel.load(dir, domain, options);

@@ -45,6 +45,8 @@ export interface PipelineOptions extends SpeechModelOptions {
   trapAllocations?: boolean;
   /** Test hook: a stage's worker exits after handling this many records. */
   exitAfterRecords?: Partial<Record<StageName, number>>;
+  /** Test hook: the Depthformer stage holds every reply until this many conversations have one ready. */
+  gateReplies?: number;
 }
 
 /**
@@ -199,7 +201,7 @@ export class Pipeline {
     try {
       const pin = options.pin === 'none' ? {} : { ...defaultPinMap(native.allowedCpus()), ...(options.pin ?? {}) };
       const shared = { domain: domain.share(), image: p.image.share(), config: p.config, options: p.setup.options, maxFrames: p.setup.maxFrames, turnPositions: p.setup.turnPositions, prompts: p.setup.prompts, control: { buffer: p.control.buffer as unknown as SharedArrayBuffer, byteOffset: p.control.byteOffset }, slots: p.slots, trapAllocations: options.trapAllocations === true };
-      const placed = await Promise.all(p.workers.map((w) => w.call('init', { ...shared, stage: w.name, pin: pin[w.name] ?? [], exitAfterRecords: options.exitAfterRecords?.[w.name] ?? 0 })));
+      const placed = await Promise.all(p.workers.map((w) => w.call('init', { ...shared, stage: w.name, pin: pin[w.name] ?? [], exitAfterRecords: options.exitAfterRecords?.[w.name] ?? 0, gateReplies: options.gateReplies ?? 0 })));
       p.placement.push(...placed);
       placed.forEach((r, i) => p.workers[i]!.slabs.push(...r.slabs));
     } catch (error) {

@@ -78,6 +78,8 @@ export interface StageInit {
   trapAllocations: boolean;
   /** Test hook: exit the worker when this many records have been handled (0 = never). */
   exitAfterRecords: number;
+  /** Test hook (Depthformer stage): hold every reply until this many conversations have one ready (0 = never). */
+  gateReplies: number;
 }
 
 export interface StageReady {

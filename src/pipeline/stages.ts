@@ -464,6 +464,7 @@ const PHASE_REPLY = 2;
 export class DepthformerStage extends Stage<DepthConv> {
   readonly tickets: TicketPool<DepthSlot>;
   readonly prompts: Prompts;
+  #gate: number;
 
   constructor(env: Environment) {
     super('depthformer', env);
@@ -485,6 +486,17 @@ export class DepthformerStage extends Stage<DepthConv> {
       return { ...step, rowsIn: work.carve('embed.in', 'workspace.prefill', Float32Array, EMBED_ROWS * c.backbone.hidden) };
     });
     this.prompts = prompts!;
+    this.#gate = env.init.gateReplies;
+  }
+
+  /** The test gate: false until `gateReplies` conversations have a reply ready, then always true. */
+  #open(): boolean {
+    if (this.#gate === 0) return true;
+    let ready = 0;
+    for (const c of this.conversations) if (c !== undefined && c.phase === PHASE_REPLY) ready++;
+    if (ready < this.#gate) return false;
+    this.#gate = 0;
+    return true;
   }
 
   override slotStats() {
@@ -545,7 +557,7 @@ export class DepthformerStage extends Stage<DepthConv> {
         progress = true;
       }
       // Reply: one backbone position when both output rings can take what it may emit.
-      if (c.phase !== PHASE_REPLY) continue;
+      if (c.phase !== PHASE_REPLY || !this.#open()) continue;
       if (!c.codes.canWrite(cb + RECORD_OVERHEAD + 2) || !c.events.canWrite(cb + TURN_FIELDS + 2 * RECORD_OVERHEAD)) continue;
       const d = c.dialogue;
       const e = d.step(this.tickets.slots[c.slot]!);

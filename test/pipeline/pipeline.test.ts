@@ -45,12 +45,14 @@ interface Report {
 }
 const readReport = (f: string) => JSON.parse(readFileSync(f, 'utf8')) as Report;
 
+// The gate holds both replies until both are ready, so both pass slots are busy at once on
+// any machine; results never depend on scheduling (that is the claim under test).
 t.test('two conversations of different lengths at once give exactly the bytes each gives alone on one thread', async (t) => {
   const domain = MemoryDomain.create({ policy: { redZone: 64 } });
   const pa = join(work, 'pa.wav');
   const pb = join(work, 'pb.wav');
   const rep = join(work, 'pipeline.json');
-  await runCommand({ model, inputs: [fixture, shortWav], outputs: [pa, pb], reply: '3', seed: '5', report: rep, hooks: { domain, trapAllocations: true } }, quiet);
+  await runCommand({ model, inputs: [fixture, shortWav], outputs: [pa, pb], reply: '3', seed: '5', report: rep, hooks: { domain, trapAllocations: true, gateReplies: 2 } }, quiet);
   const sa = join(work, 'sa.wav');
   const sb = join(work, 'sb.wav');
   const ra = join(work, 'sa.json');
