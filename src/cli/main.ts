@@ -45,7 +45,7 @@ usage:
 Memory sizes accept 512MiB, 2GiB or plain bytes; VOXSLAB_MEMORY_LIMIT sets the cap.
 Exit codes: 0 ok, 1 internal fault, 2 usage, 3 memory limit refused, 4 bad input.`;
 
-const BENCHES = ['memory', 'planner', 'dsp', 'kernels', 'model'] as const;
+const BENCHES = ['memory', 'planner', 'dsp', 'kernels', 'model', 'pipeline'] as const;
 
 function version(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };

@@ -330,7 +330,16 @@ interface Flow {
   summary: Int32Array;
   samples: number;
   done: boolean;
-  started: number;
+  arrivals: number[]; // when each block of reply samples reached this thread (ms)
+  lateMs: number; // the longest a player started at the first sample would have starved
+}
+
+/** p50, p99 and max of the gaps between consecutive arrivals, ms. */
+function gaps(times: number[]): { p50: number; p99: number; max: number } | null {
+  if (times.length < 2) return null;
+  const d = times.slice(1).map((t, i) => t - times[i]!).sort((a, b) => a - b);
+  const at = (q: number) => Math.round(d[Math.min(d.length - 1, Math.floor(q * d.length))]! * 1000) / 1000;
+  return { p50: at(0.5), p99: at(0.99), max: Math.round(d[d.length - 1]! * 1000) / 1000 };
 }
 
 async function runPipeline(p: PipelineRun): Promise<string> {
@@ -339,7 +348,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
     const flows: Flow[] = [];
     for (const [i, job] of p.jobs.entries()) {
       const conv = await pipeline.open({ seed: p.seed + i, inputRate: job.reader.info.sampleRate });
-      flows.push({ job, chunk: new Float32Array(conv.chunk), pending: 0, fed: 0, eof: false, ended: false, endAt: 0, firstAudioAt: -1, writer: null, tokens: [], codes: [], summary: new Int32Array(TURN_FIELDS), samples: 0, done: false, started: 0 });
+      flows.push({ job, chunk: new Float32Array(conv.chunk), pending: 0, fed: 0, eof: false, ended: false, endAt: 0, firstAudioAt: -1, writer: null, tokens: [], codes: [], summary: new Int32Array(TURN_FIELDS), samples: 0, done: false, arrivals: [], lateMs: 0 });
     }
     await pipeline.ready();
     const loadMs = performance.now() - p.t0;
@@ -404,7 +413,11 @@ async function runPipeline(p: PipelineRun): Promise<string> {
             if (kind === REC_PCM) {
               const n = conv.output.read(pcm, 0);
               if (n > 0) {
-                if (f.firstAudioAt < 0) f.firstAudioAt = performance.now();
+                const now = performance.now();
+                if (f.firstAudioAt < 0) f.firstAudioAt = now;
+                f.arrivals.push(now);
+                // A player that began at the first sample has played this much by now.
+                f.lateMs = Math.max(f.lateMs, now - f.firstAudioAt - (1000 * f.samples) / p.rate);
                 f.writer!.write(pcm.subarray(0, n));
                 f.samples += n;
               }
@@ -457,6 +470,10 @@ async function runPipeline(p: PipelineRun): Promise<string> {
         droppedPositions: s[TURN_DROPPED],
         timings,
         firstAudioMs: f.firstAudioAt < 0 ? null : Math.round((f.firstAudioAt - f.endAt) * 1000) / 1000,
+        /** Gaps between blocks of reply samples (one per audio frame) as they reached the main thread. */
+        frameIntervalMs: gaps(f.arrivals),
+        /** The longest a player started at the first reply sample would have waited for the next (0 = never starved). */
+        underrunMs: Math.round(f.lateMs * 1000) / 1000,
         wallMs: Math.round(wallMs * 1000) / 1000,
         realTimeFactor: audioSeconds > 0 ? wallMs / 1000 / audioSeconds : null,
       });

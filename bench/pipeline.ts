@@ -1,0 +1,208 @@
+/**
+ * `voxslab bench pipeline`: the five-stage pipeline as `voxslab run` runs it, beside the
+ * single-thread engine in the same run.
+ *
+ * - Per checkpoint (tiny, small): one conversation on one thread (the peer) and through the
+ *   pipeline, then two at once through the pipeline: wall time per generated frame, the ratio
+ *   of two conversations to one, real-time factor, first audio after the end of speech (fed
+ *   at device pace with --realtime), gaps between reply frames at the main thread (p50, p99),
+ *   per-stage ms per call, ring occupancy, each worker's busy time, and the process RSS next
+ *   to the accounted bytes.
+ * - Capacity: the most simultaneous conversations (1, 2, 4, 8; a pass slot each) whose replies
+ *   never starve a player that starts at each reply's first sample (underrun 0 ms), with the
+ *   p99 gap between reply frames beside it.
+ * - Wake latency: a record answered across two threads through rings and doorbells
+ *   (Atomics.wait), p50/p99 of one way, beside postMessage in the same run.
+ */
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { runCommand, resolveModel } from '../src/cli/run.js';
+import { Doorbells, RecordRing, ringBytes } from '../src/pipeline/ring.js';
+import { round } from './util.js';
+
+const FIXTURE = fileURLToPath(new URL('../../test/fixtures/hello.wav', import.meta.url));
+
+interface RunConv {
+  wallMs: number;
+  audioFrames: number;
+  realTimeFactor: number | null;
+  firstAudioMs: number | null;
+  frameIntervalMs: { p50: number; p99: number; max: number } | null;
+  underrunMs: number;
+  timings: Record<string, { ms: number; count: number }>;
+}
+interface RunReport {
+  conversations: RunConv[];
+  pipeline?: { stages: { stage: string; busyMs: number }[]; rings: Record<string, { capacity: number; maxUsed: number }>[] };
+  manifest: { totals: { slab: number; resident: number } };
+}
+
+async function runOnce(model: string, n: number, o: { engine?: string; realtime?: boolean; slots?: number; reply?: string }): Promise<{ report: RunReport; rssMiB: number; wallMs: number }> {
+  const dir = mkdtempSync(join(tmpdir(), 'voxslab-bench-'));
+  try {
+    const rep = join(dir, 'r.json');
+    const t0 = performance.now();
+    await runCommand(
+      {
+        model,
+        inputs: Array.from({ length: n }, () => FIXTURE),
+        outputs: Array.from({ length: n }, (_, i) => join(dir, `${i}.wav`)),
+        reply: o.reply ?? '4',
+        report: rep,
+        ...(o.engine !== undefined ? { engine: o.engine } : {}),
+        ...(o.realtime === true ? { realtime: true } : {}),
+        ...(o.slots !== undefined ? { slots: String(o.slots) } : {}),
+      },
+      () => undefined,
+    );
+    const wallMs = performance.now() - t0;
+    return { report: JSON.parse(readFileSync(rep, 'utf8')) as RunReport, rssMiB: process.memoryUsage().rss / 2 ** 20, wallMs };
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** Wall ms per generated frame of a run (all its conversations' frames; conversations overlap). */
+function msPerFrame(r: RunReport): number {
+  const frames = r.conversations.reduce((a, c) => a + c.audioFrames, 0);
+  return Math.max(...r.conversations.map((c) => c.wallMs)) / frames;
+}
+
+function perCall(t: Record<string, { ms: number; count: number }>): Record<string, number> {
+  return Object.fromEntries(Object.entries(t).filter(([, v]) => v.count > 0).map(([k, v]) => [k, round(v.ms / v.count, 3)]));
+}
+
+async function best(times: number, f: () => Promise<{ report: RunReport; rssMiB: number; wallMs: number }>): Promise<{ report: RunReport; rssMiB: number; wallMs: number }> {
+  let b: Awaited<ReturnType<typeof f>> | null = null;
+  for (let i = 0; i < times; i++) {
+    const r = await f();
+    if (b === null || msPerFrame(r.report) < msPerFrame(b.report)) b = r;
+  }
+  return b!;
+}
+
+export interface PipelineBenchRow {
+  checkpoint: string;
+  singleMsPerFrame: number;
+  pipelineMsPerFrame: number;
+  /** Pipeline over single thread, one conversation (below 1: the stages overlap). */
+  pipelineOverSingle: number;
+  twoMsPerFrame: number;
+  /** Wall time of two conversations at once over one conversation's (2.0 = no overlap at all). */
+  twoOverOne: number;
+  realTimeFactor: number;
+  realtimeFirstAudioMs: number | null;
+  frameGapMs: { p50: number; p99: number } | null;
+  stageMsPerCall: Record<string, number>;
+  busyMs: Record<string, number>;
+  ringMaxUsed: Record<string, string>;
+  rssMiB: number;
+  accountedMiB: number;
+  capacity: { conversations: number; p99GapMs: number; underrunMs: number }[];
+  capacityRealTime: number;
+}
+
+async function wake(rounds: number): Promise<{ ring: { p50: number; p99: number }; message: { p50: number; p99: number } }> {
+  const url = new URL('./workers/pingpong.js', import.meta.url);
+  const q = (xs: number[], p: number) => round(xs.sort((a, b) => a - b)[Math.floor(p * (xs.length - 1))]! / 2, 2);
+  // Rings: main writes ping (bell 1 = worker), waits on pong (bell 0 = main).
+  const cap = 64;
+  const buf = new SharedArrayBuffer(2 * ringBytes(cap));
+  const bellsBuf = new SharedArrayBuffer(8);
+  const bells = new Doorbells(new Int32Array(bellsBuf));
+  const ping = RecordRing.init({ buffer: buf, byteOffset: 0, capacity: cap }, bells, 0, 1);
+  const pong = RecordRing.init({ buffer: buf, byteOffset: ringBytes(cap), capacity: cap }, bells, 1, 0);
+  const w = new Worker(url, { workerData: { mode: 'ring', ping: ping.share(), pong: pong.share(), bells: bellsBuf, rounds } });
+  await new Promise((r) => w.once('online', r));
+  const one = new Int32Array(1);
+  const ringUs: number[] = [];
+  for (let i = 0; i < rounds; i++) {
+    const t0 = process.hrtime.bigint();
+    ping.write(1, one, 0, 1);
+    for (;;) {
+      const seen = bells.read(0);
+      if (pong.peekKind() >= 0) break;
+      // The main thread of this bench may block: it is a benchmark, not the event loop of a server.
+      Atomics.wait(bells.words, 0, seen, 1000);
+    }
+    pong.read(one, 0);
+    ringUs.push(Number(process.hrtime.bigint() - t0) / 1000);
+  }
+  await new Promise((r) => w.once('exit', r));
+  const m = new Worker(url, { workerData: { mode: 'message', rounds } });
+  await new Promise((r) => m.once('online', r));
+  const msgUs: number[] = [];
+  for (let i = 0; i < rounds; i++) {
+    const t0 = process.hrtime.bigint();
+    await new Promise<void>((resolve) => {
+      m.once('message', () => resolve());
+      m.postMessage(i);
+    });
+    msgUs.push(Number(process.hrtime.bigint() - t0) / 1000);
+  }
+  await new Promise((r) => m.once('exit', r));
+  return { ring: { p50: q(ringUs, 0.5), p99: q(ringUs, 0.99) }, message: { p50: q(msgUs, 0.5), p99: q(msgUs, 0.99) } };
+}
+
+export async function run(o: { quick: boolean }): Promise<{ rows: PipelineBenchRow[]; wakeMicros: Awaited<ReturnType<typeof wake>> }> {
+  const names = o.quick ? ['tiny'] : ['tiny', 'small'];
+  const repeats = o.quick ? 1 : 2;
+  const rows: PipelineBenchRow[] = [];
+  for (const name of names) {
+    const model = resolveModel(name, (l) => process.stderr.write(`${l}\n`));
+    const single = await best(repeats, () => runOnce(model, 1, { engine: 'single' }));
+    const one = await best(repeats, () => runOnce(model, 1, {}));
+    const two = await best(repeats, () => runOnce(model, 2, {}));
+    const rt = await runOnce(model, 1, { realtime: true, reply: '1' });
+    const capacity: { conversations: number; p99GapMs: number; underrunMs: number }[] = [];
+    for (const n of o.quick ? [1, 2] : [1, 2, 4, 8]) {
+      const r = await runOnce(model, n, { slots: n, reply: '4' });
+      const p99 = Math.max(...r.report.conversations.map((c) => c.frameIntervalMs?.p99 ?? Number.POSITIVE_INFINITY));
+      const late = Math.max(...r.report.conversations.map((c) => c.underrunMs));
+      capacity.push({ conversations: n, p99GapMs: round(p99, 2), underrunMs: round(late, 2) });
+      if (late > 0) break;
+    }
+    const c0 = one.report.conversations[0]!;
+    const stages = one.report.pipeline!.stages;
+    rows.push({
+      checkpoint: name,
+      singleMsPerFrame: round(msPerFrame(single.report), 3),
+      pipelineMsPerFrame: round(msPerFrame(one.report), 3),
+      pipelineOverSingle: round(msPerFrame(one.report) / msPerFrame(single.report), 3),
+      twoMsPerFrame: round(msPerFrame(two.report), 3),
+      twoOverOne: round(Math.max(...two.report.conversations.map((c) => c.wallMs)) / c0.wallMs, 3),
+      realTimeFactor: round(c0.realTimeFactor ?? 0, 4),
+      realtimeFirstAudioMs: rt.report.conversations[0]!.firstAudioMs,
+      frameGapMs: c0.frameIntervalMs === null ? null : { p50: c0.frameIntervalMs.p50, p99: c0.frameIntervalMs.p99 },
+      stageMsPerCall: perCall(c0.timings),
+      busyMs: Object.fromEntries(stages.map((s) => [s.stage, round(s.busyMs, 1)])),
+      ringMaxUsed: Object.fromEntries(Object.entries(one.report.pipeline!.rings[0]!).map(([k, v]) => [k, `${v.maxUsed}/${v.capacity}`])),
+      rssMiB: round(one.rssMiB, 1),
+      accountedMiB: round(one.report.manifest.totals.slab / 2 ** 20, 1),
+      capacity,
+      capacityRealTime: Math.max(0, ...capacity.filter((c) => c.underrunMs === 0).map((c) => c.conversations)),
+    });
+  }
+  return { rows, wakeMicros: await wake(o.quick ? 2000 : 20000) };
+}
+
+export function format(r: Awaited<ReturnType<typeof run>>): string {
+  const lines = ['pipeline (voxslab run, fixture hello.wav, reply 4 s); single = the one-thread engine in the same run'];
+  for (const x of r.rows) {
+    lines.push(
+      `${x.checkpoint}: ${x.singleMsPerFrame} ms/frame single, ${x.pipelineMsPerFrame} pipeline (×${x.pipelineOverSingle}); two at once ${x.twoMsPerFrame} ms/frame, wall ×${x.twoOverOne} of one; RTF ${x.realTimeFactor}`,
+      `  first audio after end of speech (device pace): ${x.realtimeFirstAudioMs ?? '-'} ms; frame gaps p50 ${x.frameGapMs?.p50 ?? '-'} / p99 ${x.frameGapMs?.p99 ?? '-'} ms`,
+      `  per call (ms): ${Object.entries(x.stageMsPerCall).map(([k, v]) => `${k} ${v}`).join(', ')}`,
+      `  worker busy (ms): ${Object.entries(x.busyMs).map(([k, v]) => `${k} ${v}`).join(', ')}`,
+      `  rings max used: ${Object.entries(x.ringMaxUsed).map(([k, v]) => `${k} ${v}`).join(', ')}`,
+      `  RSS ${x.rssMiB} MiB (process, model image included), accounted ${x.accountedMiB} MiB`,
+      `  capacity: ${x.capacity.map((c) => `${c.conversations} → underrun ${c.underrunMs} ms, p99 gap ${c.p99GapMs} ms`).join('; ')} ⇒ ${x.capacityRealTime} real-time`,
+    );
+  }
+  const w = r.wakeMicros;
+  lines.push(`wake latency one way (µs): rings+doorbells p50 ${w.ring.p50} / p99 ${w.ring.p99}; postMessage p50 ${w.message.p50} / p99 ${w.message.p99}`);
+  return lines.join('\n');
+}
