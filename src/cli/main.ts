@@ -28,14 +28,17 @@ usage:
   voxslab run --model <DIR|tiny|small> --in A.wav --out B.wav [--in C.wav --out D.wav]
               [--rate HZ] [--report R.json] [--dump DIR] [--seed N] [--context T]
               [--segment SECONDS] [--reply SECONDS] [--threads N] [--kv f32|f16]
+              [--engine pipeline|single] [--pin none|STAGE=CPU[+CPU],...] [--slots N] [--realtime]
                                             answer each user segment with speech (float32 WAV at
                                             --rate, default 48000) and print the text reply; a
-                                            built-in name is generated on first use
+                                            built-in name is generated on first use; all inputs
+                                            at once through the pinned five-stage pipeline
+                                            (--engine single: one after the other, one thread)
   voxslab resample --in A.wav --rate HZ --out B.wav
                                             band-limited resampling, every channel kept
   voxslab mel --in A.wav --out M.npy [--raw]
                                             log-mel features of 16 kHz audio, float32 [frames, 128]
-  voxslab bench <memory|planner|dsp|kernels|model> [--json] [--quick]
+  voxslab bench <memory|planner|dsp|kernels|model|pipeline> [--json] [--quick]
   voxslab bench model [--production] [--model DIR]...
                                             --production adds lfm2-audio-1.5b at q4 and q8
                                             (generated once into the checkpoint cache)
