@@ -50,6 +50,8 @@ export interface NativeAddon {
   pinThread(cpus: number[]): PinResult;
   allowedCpus(): number[];
   currentCpu(): number;
+  /** Writes monotonic milliseconds (any origin) into out[index]; nothing is left on the JS heap. */
+  clockInto(out: Float64Array, index: number): void;
   affinitySupported(): boolean;
   configuredCpus(): number;
   pageSize(): number;

@@ -198,6 +198,17 @@ Napi::Value ConfiguredCpus(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), voxslab::ConfiguredCpus());
 }
 
+// Monotonic milliseconds written into out[index]: a clock read that leaves nothing on the JS
+// heap (a returned double would be boxed when the call is not inlined).
+Napi::Value ClockInto(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 2, "clockInto");
+  View<double> out = TypedArg<double>(info, 0, napi_float64_array, "clockInto", "out");
+  const int64_t index = CountArg(info, 1, "clockInto", "index");
+  if (static_cast<uint64_t>(index) >= out.length) ThrowRange(info.Env(), "clockInto: index is past the end of out");
+  out.data[index] = voxslab::MonotonicMs();
+  return info.Env().Undefined();
+}
+
 Napi::Value PageSize(const Napi::CallbackInfo& info) {
   ExpectArgs(info, 0, "pageSize");
   return Napi::Number::New(info.Env(), static_cast<double>(voxslab::PageSize()));
@@ -774,6 +785,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("pinThread", Napi::Function::New(env, PinThread, "pinThread"));
   exports.Set("allowedCpus", Napi::Function::New(env, AllowedCpus, "allowedCpus"));
   exports.Set("currentCpu", Napi::Function::New(env, CurrentCpu, "currentCpu"));
+  exports.Set("clockInto", Napi::Function::New(env, ClockInto, "clockInto"));
   exports.Set("affinitySupported", Napi::Function::New(env, AffinitySupported, "affinitySupported"));
   exports.Set("configuredCpus", Napi::Function::New(env, ConfiguredCpus, "configuredCpus"));
   exports.Set("pageSize", Napi::Function::New(env, PageSize, "pageSize"));

@@ -1,6 +1,7 @@
 #include "system.h"
 
 #include <cerrno>
+#include <chrono>
 
 #if defined(__linux__)
 #include <pthread.h>
@@ -21,6 +22,11 @@ namespace {
 uintptr_t PageFloor(uintptr_t p, size_t page) { return p - (p % page); }
 
 }  // namespace
+
+double MonotonicMs() {
+  const auto now = std::chrono::steady_clock::now().time_since_epoch();
+  return std::chrono::duration<double, std::milli>(now).count();
+}
 
 bool AffinitySupported() {
 #if defined(__linux__)

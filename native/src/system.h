@@ -22,6 +22,9 @@ struct CpuFeatures {
 };
 
 // True where pinning and CPU queries are implemented (Linux).
+// Milliseconds on a monotonic clock (any origin).
+double MonotonicMs();
+
 bool AffinitySupported();
 // Pins the calling thread to the given CPUs; returns 0 or an errno value.
 int PinCallingThread(const std::vector<int>& cpus);

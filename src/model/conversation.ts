@@ -23,6 +23,7 @@
  * `ready()`, `listen`, `endSegment` and `reply` allocate nothing (the sink may) and stage
  * clocks read `performance.now()`.
  */
+import { native } from '../native.js';
 import { ArgumentError, BadInputError } from '../memory/errors.js';
 import type { Arena } from '../memory/arena.js';
 import type { MemoryDomain } from '../memory/domain.js';
@@ -267,7 +268,7 @@ export class Conversation {
   readonly #input: Float32Array; // one listen call's samples, non-finite ones zeroed
   /** Non-finite input samples taken as silence so far. */
   nonFinite = 0;
-  #t0 = 0;
+  readonly #t = new Float64Array(2); // [start, now] ms: performance.now() would leave a boxed double per call
 
   constructor(model: SpeechModel, index: number, o: { seed: number; inputRate: number }) {
     const c = model.config;
@@ -353,11 +354,12 @@ export class Conversation {
   }
 
   #tic(): void {
-    this.#t0 = performance.now();
+    native.clockInto(this.#t, 0);
   }
 
   #toc(stage: number): void {
-    this.stageMs[stage] = (this.stageMs[stage] as number) + (performance.now() - this.#t0);
+    native.clockInto(this.#t, 1);
+    this.stageMs[stage] = (this.stageMs[stage] as number) + ((this.#t[1] as number) - (this.#t[0] as number));
     this.stageCount[stage] = (this.stageCount[stage] as number) + 1;
   }
 

@@ -22,6 +22,7 @@
  * Thread contract: one thread, one call at a time. After construction nothing allocates; the
  * stage clocks read `performance.now()`.
  */
+import { native } from '../native.js';
 import type { Arena } from '../memory/arena.js';
 import type { Workspace } from '../dsp/workspace.js';
 import type { Planner } from '../memory/planner.js';
@@ -126,7 +127,7 @@ export class Dialogue {
   frames = 0;
   endOfAudio = false;
   stop: 'end-of-turn' | 'length' = 'length';
-  #t0 = 0;
+  readonly #t = new Float64Array(2); // [start, now] ms: performance.now() would leave a boxed double per call
 
   constructor(c: ModelConfig, arena: Arena, o: DialogueOptions & { seed: number; prompts: Prompts; clocks: { ms: Float64Array; count: Float64Array } }) {
     this.config = c;
@@ -141,11 +142,12 @@ export class Dialogue {
   }
 
   #tic(): void {
-    this.#t0 = performance.now();
+    native.clockInto(this.#t, 0);
   }
 
   #toc(clock: number): void {
-    this.#clockMs[clock] = (this.#clockMs[clock] as number) + (performance.now() - this.#t0);
+    native.clockInto(this.#t, 1);
+    this.#clockMs[clock] = (this.#clockMs[clock] as number) + ((this.#t[1] as number) - (this.#t[0] as number));
     this.#clockCount[clock] = (this.#clockCount[clock] as number) + 1;
   }
 

@@ -70,6 +70,36 @@ export class Doorbells {
   }
 }
 
+// One monomorphic copy per element type and direction: a loop shared by Float32Array and
+// Int32Array would be polymorphic, and a deoptimised copy boxes every element it moves.
+function copyFloats(src: Float32Array, at: number, dst: Float32Array, w: number, n: number, cap: number): void {
+  for (let i = 0; i < n; i++) {
+    dst[w] = src[at + i] as number;
+    w = w + 1 === cap ? 0 : w + 1;
+  }
+}
+
+function copyInts(src: Int32Array, at: number, dst: Int32Array, w: number, n: number, cap: number): void {
+  for (let i = 0; i < n; i++) {
+    dst[w] = src[at + i] as number;
+    w = w + 1 === cap ? 0 : w + 1;
+  }
+}
+
+function copyOutFloats(src: Float32Array, r: number, dst: Float32Array, at: number, n: number, cap: number): void {
+  for (let i = 0; i < n; i++) {
+    dst[at + i] = src[r] as number;
+    r = r + 1 === cap ? 0 : r + 1;
+  }
+}
+
+function copyOutInts(src: Int32Array, r: number, dst: Int32Array, at: number, n: number, cap: number): void {
+  for (let i = 0; i < n; i++) {
+    dst[at + i] = src[r] as number;
+    r = r + 1 === cap ? 0 : r + 1;
+  }
+}
+
 export class RecordRing {
   readonly header: Int32Array; // [kHeaderWords]
   readonly i32: Int32Array; // [capacity] data words
@@ -142,14 +172,10 @@ export class RecordRing {
     i32[w] = n;
     w = w + 1 === cap ? 0 : w + 1;
     if (n > 0 && src !== null) {
-      const dst = src instanceof Float32Array ? this.f32 : i32;
-      for (let i = 0; i < n; i++) {
-        dst[w] = src[at + i] as number;
-        w = w + 1 === cap ? 0 : w + 1;
-      }
-    } else {
-      w = (w + n) % cap;
+      if (src instanceof Float32Array) copyFloats(src, at, this.f32, w, n, cap);
+      else copyInts(src, at, i32, w, n, cap);
     }
+    w = (w + n) % cap;
     this.#publish(w);
     return true;
   }
@@ -213,12 +239,9 @@ export class RecordRing {
     let r = Atomics.load(this.header, kRead);
     const n = this.i32[r + 1 === cap ? 0 : r + 1] as number;
     r = (r + RECORD_OVERHEAD) % cap;
-    const src = dst instanceof Float32Array ? this.f32 : this.i32;
-    for (let i = 0; i < n; i++) {
-      dst[at + i] = src[r] as number;
-      r = r + 1 === cap ? 0 : r + 1;
-    }
-    this.#release(r);
+    if (dst instanceof Float32Array) copyOutFloats(this.f32, r, dst, at, n, cap);
+    else copyOutInts(this.i32, r, dst, at, n, cap);
+    this.#release((r + n) % cap);
     return n;
   }
 

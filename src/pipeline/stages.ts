@@ -15,6 +15,7 @@
  * Thread contract: a stage lives in one worker thread. After `ready()`, `poll()` allocates
  * nothing and never throws for the data (bad audio was refused at the edge).
  */
+import { native } from '../native.js';
 import type { Arena } from '../memory/arena.js';
 import type { MemoryDomain } from '../memory/domain.js';
 import type { OwnerKind } from '../memory/layout.js';
@@ -98,7 +99,7 @@ export abstract class Stage<C> {
   readonly conversations: C[] = [];
   records = 0;
   nonFinite = 0;
-  #t0 = 0;
+  readonly #t = new Float64Array(2); // [start, now] ms: performance.now() would leave a boxed double per call
 
   constructor(name: StageName, env: Environment) {
     this.name = name;
@@ -114,12 +115,13 @@ export abstract class Stage<C> {
   }
 
   protected tic(): void {
-    this.#t0 = performance.now();
+    native.clockInto(this.#t, 0);
   }
 
   protected toc(conversation: number, clock: number): void {
     const c = this.clocks[conversation]!;
-    c.ms[clock] = (c.ms[clock] as number) + (performance.now() - this.#t0);
+    native.clockInto(this.#t, 1);
+    c.ms[clock] = (c.ms[clock] as number) + ((this.#t[1] as number) - (this.#t[0] as number));
     c.count[clock] = (c.count[clock] as number) + 1;
   }
 
@@ -242,7 +244,9 @@ export class CaptureStage extends Stage<CaptureConv> {
 
   poll(): boolean {
     let progress = false;
-    for (const c of this.conversations) {
+    // Indexed, not for-of: an iterator would allocate whenever this code runs unoptimised.
+    for (let k = 0; k < this.conversations.length; k++) {
+      const c = this.conversations[k];
       if (c === undefined) continue;
       for (;;) {
         const kind = c.input.peekKind();
@@ -321,7 +325,9 @@ export class FrontendStage extends Stage<FrontendConv> {
   poll(): boolean {
     let progress = false;
     const nMels = this.config.frontend.nMels;
-    for (const c of this.conversations) {
+    // Indexed, not for-of: an iterator would allocate whenever this code runs unoptimised.
+    for (let k = 0; k < this.conversations.length; k++) {
+      const c = this.conversations[k];
       if (c === undefined) continue;
       for (;;) {
         const kind = c.input.peekKind();
@@ -394,7 +400,9 @@ export class ConformerStage extends Stage<ConformerConv> {
     let progress = false;
     const nMels = this.config.frontend.nMels;
     const D = this.config.backbone.hidden;
-    for (const c of this.conversations) {
+    // Indexed, not for-of: an iterator would allocate whenever this code runs unoptimised.
+    for (let k = 0; k < this.conversations.length; k++) {
+      const c = this.conversations[k];
       if (c === undefined) continue;
       if (c.adapter !== null) {
         // Send the encoded segment as ring room allows.
@@ -493,7 +501,7 @@ export class DepthformerStage extends Stage<DepthConv> {
   #open(): boolean {
     if (this.#gate === 0) return true;
     let ready = 0;
-    for (const c of this.conversations) if (c !== undefined && c.phase === PHASE_REPLY) ready++;
+    for (let k = 0; k < this.conversations.length; k++) if (this.conversations[k]?.phase === PHASE_REPLY) ready++;
     if (ready < this.#gate) return false;
     this.#gate = 0;
     return true;
@@ -527,7 +535,9 @@ export class DepthformerStage extends Stage<DepthConv> {
   poll(): boolean {
     let progress = false;
     const cb = this.config.audio.codebooks;
-    for (const c of this.conversations) {
+    // Indexed, not for-of: an iterator would allocate whenever this code runs unoptimised.
+    for (let k = 0; k < this.conversations.length; k++) {
+      const c = this.conversations[k];
       if (c === undefined) continue;
       // Prefill: take every embedding record that has arrived.
       while (c.phase !== PHASE_REPLY) {
@@ -644,7 +654,9 @@ export class PlaybackStage extends Stage<PlaybackConv> {
 
   poll(): boolean {
     let progress = false;
-    for (const c of this.conversations) {
+    // Indexed, not for-of: an iterator would allocate whenever this code runs unoptimised.
+    for (let k = 0; k < this.conversations.length; k++) {
+      const c = this.conversations[k];
       if (c === undefined) continue;
       for (;;) {
         const kind = c.input.peekKind();

@@ -1,0 +1,112 @@
+// Worker for the stage allocation probes: builds one stage on a tiny checkpoint with real
+// rings (one stage per thread, as in the pipeline), drives its poll and reports the probe.
+import { parentPort, workerData } from 'node:worker_threads';
+import { loadCheckpoint } from '../../../src/io/checkpoint.js';
+import { MemoryDomain } from '../../../src/memory/index.js';
+import { TextTokenizer } from '../../../src/model/tokenizer.js';
+import { resolveSpeechOptions, speechSetup } from '../../../src/model/conversation.js';
+import { Doorbells, RecordRing, ringBytes, type SharedRing } from '../../../src/pipeline/ring.js';
+import { REC_CODES, REC_EMBED, REC_END_SEGMENT, REC_MEL, REC_PCM, REC_TURN_START, RING_ENDS, RING_NAMES, type RingName, type StageInit, type StageName } from '../../../src/pipeline/protocol.js';
+import { createStage, ringCapacities } from '../../../src/pipeline/stages.js';
+import { allocationProbe, prng } from '../../helpers.js';
+
+const { dir, stage } = workerData as { dir: string; stage: StageName };
+const domain = MemoryDomain.create({ limit: '1GiB' });
+const { config, image } = loadCheckpoint(dir, domain, false);
+const options = resolveSpeechOptions(config, { replySeconds: 600 });
+const setup = speechSetup(config, TextTokenizer.load(dir, config.backbone.vocab), options);
+const control = new SharedArrayBuffer(96);
+const bells = new Doorbells(new Int32Array(control));
+const init: StageInit = {
+  stage,
+  domain: domain.share(),
+  image: image.share(),
+  config,
+  options,
+  maxFrames: setup.maxFrames,
+  turnPositions: setup.turnPositions,
+  prompts: setup.prompts,
+  control: { buffer: control, byteOffset: 0 },
+  slots: 2,
+  pin: [],
+  trapAllocations: false,
+  exitAfterRecords: 0,
+  gateReplies: 0,
+};
+const caps = ringCapacities(config, options.outputRate);
+const rings = {} as Record<RingName, RecordRing>;
+const shared = {} as Record<RingName, SharedRing>;
+for (const n of RING_NAMES) {
+  const s = { buffer: new SharedArrayBuffer(ringBytes(caps[n])), byteOffset: 0, capacity: caps[n] };
+  rings[n] = RecordRing.init(s, bells, ...RING_ENDS[n]);
+  shared[n] = s;
+}
+const st = createStage({ domain, image, init, bells });
+st.open({ index: 0, seed: 1, inputRate: stage === 'capture' ? 22050 : 16000, rings: shared });
+st.ready();
+
+// Every input is made up front: the probe must see the stage's allocations only.
+const r = prng(9);
+const sink = new Float32Array(1 << 16);
+const ints = new Int32Array(1 << 12);
+const drain = (ring: RecordRing): void => {
+  while (ring.peekKind() >= 0) ring.read(sink, 0);
+};
+const drainInts = (ring: RecordRing): void => {
+  while (ring.peekKind() >= 0) ring.read(ints, 0);
+};
+let n = 0;
+let body: () => void;
+const calls = 100;
+if (stage === 'capture' || stage === 'frontend') {
+  const input = stage === 'capture' ? rings.input : rings.pcm16;
+  const output = stage === 'capture' ? rings.pcm16 : rings.mel;
+  const pcm = Float32Array.from({ length: 1000 }, () => r() - 0.5);
+  body = () => {
+    if (++n % 300 === 0) input.write(REC_END_SEGMENT, null, 0, 0);
+    else input.write(REC_PCM, pcm, 0, 1000);
+    st.poll();
+    drain(output);
+  };
+} else if (stage === 'conformer') {
+  // Rows only: the encode at a segment's end is not part of this probe.
+  const rows = Float32Array.from({ length: 4 * config.frontend.nMels }, () => r() * 4 - 8);
+  body = () => {
+    rings.mel.write(REC_MEL, rows, 0, rows.length);
+    st.poll();
+    if (++n % 200 === 0) {
+      rings.mel.write(REC_END_SEGMENT, null, 0, 0);
+      while (st.poll()) drain(rings.embed);
+    }
+  };
+} else if (stage === 'depthformer') {
+  const D = config.backbone.hidden;
+  const row = Float32Array.from({ length: 4 * D }, () => r() - 0.5);
+  // A reply may end early (<|im_end|>): then the next user turn arrives, so every call steps.
+  const turn = (): void => {
+    rings.embed.write(REC_EMBED, row, 0, 4 * D);
+    rings.embed.write(REC_END_SEGMENT, null, 0, 0);
+  };
+  turn();
+  body = () => {
+    if (!st.poll()) {
+      turn();
+      st.poll();
+    }
+    drainInts(rings.codes);
+    drainInts(rings.events);
+  };
+} else {
+  rings.codes.write(REC_TURN_START, null, 0, 0);
+  const table = Int32Array.from({ length: 8 * 4096 }, () => Math.floor(r() * 2048));
+  const codes = new Int32Array(8);
+  body = () => {
+    const at = 8 * (n++ % 4096);
+    for (let k = 0; k < 8; k++) codes[k] = table[at + k]!;
+    rings.codes.write(REC_CODES, codes, 0, 8);
+    st.poll();
+    drain(rings.output);
+  };
+}
+const result = allocationProbe(calls, body);
+parentPort!.postMessage({ stage, records: st.records, ...result });
