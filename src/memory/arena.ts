@@ -1,4 +1,4 @@
-import { AllocationError, ArgumentError, CorruptionError, ReadinessError } from './errors.js';
+import { AllocationError, ArgumentError, CorruptionError, ReadinessError, VoxslabError } from './errors.js';
 import { alignUp, checkSize, type FootprintPolicy } from './footprint.js';
 import { CATEGORIES, type Category } from './layout.js';
 import type { Ledger } from './ledger.js';
@@ -19,6 +19,7 @@ export type TypedArray =
 
 export interface TypedArrayConstructor<T extends TypedArray> {
   new (buffer: SharedArrayBuffer, byteOffset: number, length: number): T;
+  new (length: number): T;
   readonly BYTES_PER_ELEMENT: number;
   readonly name: string;
 }
@@ -61,6 +62,18 @@ export function canaryByte(i: number): number {
   return (0xa5 ^ Math.imul(i, 0x9e) ^ (i >>> 8)) & 0xff;
 }
 
+/** Regions of an unbacked arena up to this size get heap views (constructors fill their tables); larger ones, empty views. */
+export const UNBACKED_VIEW_LIMIT = 1 << 20;
+
+function unbackedView<T extends TypedArray>(type: TypedArrayConstructor<T>, length: number): T {
+  return new type(length * type.BYTES_PER_ELEMENT <= UNBACKED_VIEW_LIMIT ? length : 0);
+}
+
+/** The offset of a carved plan region (its last region), backed or not. */
+function region0(arena: Arena, bytes: Uint8Array): number {
+  return arena.backed ? bytes.byteOffset : (arena.regions[arena.regions.length - 1] as Region).offset;
+}
+
 /**
  * Regions carved in order from one slab, each exposed as a typed view made once at carve time.
  * With a red zone in the policy, a guard band filled with a canary pattern sits at the arena
@@ -68,6 +81,10 @@ export function canaryByte(i: number): number {
  *
  * `seal()` is readiness: any later carve is refused with ReadinessError and counted as a
  * post-readiness attempt in the ledger.
+ *
+ * An unbacked arena (MemoryDomain.createUnbackedArena) sizes without memory: offsets, footprints
+ * and charges are computed exactly as for a real one, but its views are heap arrays (empty
+ * above UNBACKED_VIEW_LIMIT) that no one keeps.
  *
  * Thread contract: carve/seal from the creating thread during setup (they allocate the view
  * objects). The views may be used from any thread holding the slab's buffer.
@@ -80,6 +97,7 @@ export class Arena {
   readonly #regions: Region[] = [];
   readonly #names = new Set<string>();
   readonly #bytes: Uint8Array;
+  readonly #backed: boolean;
   #cursor: number;
   #sealed = false;
 
@@ -89,7 +107,8 @@ export class Arena {
     this.slab = slab;
     this.policy = policy;
     this.#ledger = ledger;
-    this.#bytes = new Uint8Array(slab.buffer, 0, slab.bytes);
+    this.#backed = slab.buffer.byteLength >= slab.bytes;
+    this.#bytes = this.#backed ? new Uint8Array(slab.buffer, 0, slab.bytes) : new Uint8Array(0);
     this.#cursor = 0;
     const guard = policy.guardBytes;
     if (guard > 0) {
@@ -146,7 +165,7 @@ export class Arena {
         `arena '${this.name}': region '${name}' needs ${next - start} bytes but ${this.slab.bytes - start} are left`,
       );
     }
-    const view = new type(this.slab.buffer, start, length);
+    const view = this.#backed ? new type(this.slab.buffer, start, length) : unbackedView(type, length);
     if (this.policy.guardBytes > 0) {
       // Alignment padding belongs to the guard band so an overrun into it is caught too.
       this.#fillGuard(start + bytes, next);
@@ -185,14 +204,14 @@ export class Arena {
     const views: Record<string, TypedArray> = {};
     for (const b of plan.buffers) {
       const type = types[b.name] ?? Float32Array;
-      if (b.bytes % type.BYTES_PER_ELEMENT !== 0 || (bytes.byteOffset + b.offset) % type.BYTES_PER_ELEMENT !== 0) {
+      if (b.bytes % type.BYTES_PER_ELEMENT !== 0 || (region0(this, bytes) + b.offset) % type.BYTES_PER_ELEMENT !== 0) {
         throw new ArgumentError(`arena '${this.name}': buffer '${b.name}' (${b.bytes} bytes at ${b.offset}) cannot be a ${type.name}`);
       }
-      views[b.name] = new type(this.slab.buffer, bytes.byteOffset + b.offset, b.bytes / type.BYTES_PER_ELEMENT);
+      views[b.name] = this.#backed ? new type(this.slab.buffer, bytes.byteOffset + b.offset, b.bytes / type.BYTES_PER_ELEMENT) : unbackedView(type, b.bytes / type.BYTES_PER_ELEMENT);
     }
     const region = this.#regions[this.#regions.length - 1] as Region;
     if (region.bytes !== plan.highWater) {
-      throw new Error(`arena '${this.name}': carved ${region.bytes} bytes for plan '${name}', high-water ${plan.highWater}`);
+      throw new VoxslabError(`arena '${this.name}': carved ${region.bytes} bytes for plan '${name}', high-water ${plan.highWater}`);
     }
     return Object.freeze({
       name,
@@ -210,7 +229,7 @@ export class Arena {
 
   /** The first damaged guard band, or null when every canary is intact. */
   checkRedZones(): RedZoneFault | null {
-    if (this.policy.guardBytes === 0) return null;
+    if (this.policy.guardBytes === 0 || !this.#backed) return null;
     let from = 0;
     let before = ARENA_START;
     for (let r = 0; r <= this.#regions.length; r++) {
@@ -248,7 +267,13 @@ export class Arena {
     this.slab.release();
   }
 
+  /** False for an unbacked (sizing) arena: offsets and charges are real, views are not. */
+  get backed(): boolean {
+    return this.#backed;
+  }
+
   #fillGuard(from: number, to: number): void {
+    if (!this.#backed) return;
     for (let i = from; i < to; i++) this.#bytes[i] = canaryByte(i);
   }
 }

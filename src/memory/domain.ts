@@ -79,6 +79,8 @@ function checkLocker(l: unknown): PageLocker {
  *
  * Thread contract: one MemoryDomain object per thread; setup-time methods may allocate.
  */
+const UNBACKED = new SharedArrayBuffer(0);
+
 export class MemoryDomain {
   readonly policy: FootprintPolicy;
   readonly ledger: Ledger;
@@ -188,6 +190,19 @@ export class MemoryDomain {
     const slabOptions: SlabOptions = { label: options.label ?? name };
     if (options.pinned !== undefined) slabOptions.pinned = options.pinned;
     const slab = this.createSlab(owner, Math.max(options.bytes, 1), slabOptions);
+    return new Arena(name, slab, this.policy, this.ledger);
+  }
+
+  /**
+   * An arena that sizes without memory: up to `bytes` of regions whose offsets, footprints and
+   * charges (to this domain's ledger and cap) are exactly a real arena's, but no slab is
+   * allocated (see Arena). For dry runs that learn what a constructor carves.
+   */
+  createUnbackedArena(owner: Owner, name: string, bytes: number): Arena {
+    const footprint = this.policy.slabFootprint(Math.max(bytes, 1), `arena '${name}'`);
+    this.limit.reserve(owner, footprint);
+    this.limit.commit(owner, 'slab', footprint);
+    const slab = new Slab({ buffer: UNBACKED, bytes: footprint, owner, kind: 'slab', label: name, ledger: this.ledger, limit: this.limit, locker: undefined });
     return new Arena(name, slab, this.policy, this.ledger);
   }
 

@@ -1,7 +1,7 @@
 /**
- * Arenas sized exactly by a dry run: `build` runs once over scratch arenas in a private
- * uncapped domain to learn what it carves, then once more over arenas of exactly that size.
- * The dry run's slabs are released before the real ones are created.
+ * Arenas sized exactly by a dry run: `build` runs once over unbacked arenas in a private
+ * uncapped domain (no slab is allocated: see MemoryDomain.createUnbackedArena) to learn what it
+ * carves, then once more over arenas of exactly that size in `domain`.
  */
 import type { Arena } from './arena.js';
 import { MemoryDomain } from './domain.js';
@@ -10,10 +10,9 @@ import type { Owner } from './ledger.js';
 
 export function sizedArenas<T>(domain: MemoryDomain, arenas: { owner: Owner; name: string }[], bound: number, build: (arenas: Arena[]) => T): { value: T; arenas: Arena[] } {
   const scratch = MemoryDomain.create({ limit: Number.MAX_SAFE_INTEGER, policy: domain.policy });
-  const dry = arenas.map((a) => scratch.createArena(scratch.owner(a.owner.kind, a.owner.index), a.name, { bytes: bound }));
+  const dry = arenas.map((a) => scratch.createUnbackedArena(scratch.owner(a.owner.kind, a.owner.index), a.name, bound));
   build(dry);
   const used = dry.map((a) => a.used);
-  for (const a of dry) scratch.releaseSlab(a.slab);
   const real = arenas.map((a, i) => domain.createArena(a.owner, a.name, { bytes: used[i] as number }));
   const value = build(real);
   real.forEach((a, i) => {

@@ -132,6 +132,8 @@ export class BackboneState {
   readonly k: (Float32Array | Uint16Array | null)[]; // per layer: [rows][kv heads × head dim]
   readonly v: (Float32Array | Uint16Array | null)[];
   readonly conv: (Float32Array | null)[]; // per layer: [kernel − 1][hidden]
+  /** Views of the key caches past the kept prefix, made at the first compaction and reused. */
+  readonly tails: (Float32Array | undefined)[] = [];
 
   constructor(config: ModelConfig | Lfm2Dims, arena: Arena, context: number, rows = context, prefix = '', kv: KvType = 'f32') {
     if (kv !== 'f32' && kv !== 'f16') throw new ArgumentError(`KV cache type must be f32 or f16, got '${String(kv)}'`);
@@ -237,6 +239,15 @@ export class Lfm2Stack {
     this.#shiftRow = derived(`${o.name}:rope.shift.row`, Float32Array, dims.kvHeads * dims.headDim);
   }
 
+  /** K's rows from `from` on, a view kept per state and layer (compaction keeps the same prefix every time). */
+  #tail(state: BackboneState, layer: number, K: Float32Array, from: number): Float32Array {
+    const cached = state.tails[layer];
+    if (cached !== undefined && cached.byteOffset === K.byteOffset + 4 * from) return cached;
+    const view = K.subarray(from);
+    state.tails[layer] = view;
+    return view;
+  }
+
   /**
    * The context policy of a full-attention stack: forgets `drop` positions after the first
    * `keep` (the system prompt), moves the later cache rows down and rotates their keys by −drop
@@ -266,7 +277,7 @@ export class Lfm2Stack {
       V.copyWithin(keep * kd, (keep + drop) * kd, state.position * kd);
       if (moved === 0) continue;
       if (K instanceof Float32Array) {
-        rope(K.subarray(keep * kd, (keep + moved) * kd), this.#shiftCos, this.#shiftSin, 1, moved * b.kvHeads, b.headDim, 0, false);
+        rope(this.#tail(state, l, K, keep * kd), this.#shiftCos, this.#shiftSin, 1, moved * b.kvHeads, b.headDim, 0, false);
         continue;
       }
       // f16 rows: widen, rotate, narrow, one row at a time.

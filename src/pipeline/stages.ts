@@ -187,7 +187,8 @@ export abstract class Stage<C> {
  * the same values into them, at setup). Charged once, to `model`.
  */
 function sharedTables(ws: Workspace): { next(): Workspace } {
-  const made = new Map<string, ReturnType<Workspace>[]>();
+  // By name, in request order: what slot 0 asked for (a sizing run's views may be empty).
+  const made = new Map<string, { type: unknown; length: number; view: ReturnType<Workspace> }[]>();
   let round = 0;
   return {
     next(): Workspace {
@@ -200,14 +201,14 @@ function sharedTables(ws: Workspace): { next(): Workspace } {
         made.set(name, list);
         if (r === 0) {
           const view = ws(name, type, length);
-          list.push(view);
+          list.push({ type, length, view });
           return view;
         }
-        const view = list[k];
-        if (view === undefined || view.length !== length || !(view instanceof type)) {
+        const m = list[k];
+        if (m === undefined || m.length !== length || m.type !== type) {
           throw new VoxslabError(`pass slot ${r} asked for table '${name}' that slot 0 did not build`);
         }
-        return view;
+        return m.view;
       }) as Workspace;
     },
   };

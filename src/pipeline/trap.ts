@@ -11,6 +11,8 @@ const TRAPPED = ['ArrayBuffer', 'SharedArrayBuffer', 'Float32Array', 'Float64Arr
 export interface ConstructorTrap {
   /** Constructions counted so far. */
   readonly count: number;
+  /** Constructions of one global (e.g. 'SharedArrayBuffer') counted so far. */
+  countOf(name: (typeof TRAPPED)[number]): number;
   uninstall(): void;
 }
 
@@ -18,12 +20,14 @@ export function installConstructorTrap(): ConstructorTrap {
   const g = globalThis as unknown as Record<string, unknown>;
   const originals = new Map<string, unknown>();
   let count = 0;
+  const counts = new Map<string, number>();
   for (const name of TRAPPED) {
     const original = g[name] as new (...args: unknown[]) => object;
     originals.set(name, original);
     g[name] = new Proxy(original, {
       construct(target, args, newTarget) {
         count++;
+        counts.set(name, (counts.get(name) ?? 0) + 1);
         return Reflect.construct(target, args, newTarget === g[name] ? target : newTarget) as object;
       },
     });
@@ -31,6 +35,9 @@ export function installConstructorTrap(): ConstructorTrap {
   return {
     get count() {
       return count;
+    },
+    countOf(name) {
+      return counts.get(name) ?? 0;
     },
     uninstall() {
       for (const [name, original] of originals) g[name] = original;
