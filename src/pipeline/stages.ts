@@ -216,32 +216,20 @@ function sharedTables(ws: Workspace): { next(): Workspace } {
 
 // ---------------------------------------------------------------------------------------------
 
-interface CaptureConv {
+/** A stage that turns a stream of PCM records into another stream, segment by segment. */
+interface StreamConv {
   index: number;
   input: RecordRing;
   out: RecordRing;
-  resampler: Resampler;
-  buf: Float32Array; // one input record
-  res: Float32Array; // its 16 kHz samples, or the segment's tail
+  /** Output words one input record (or the segment's end) may need. */
+  room: number;
 }
 
-export class CaptureStage extends Stage<CaptureConv> {
-  constructor(env: Environment) {
-    super('capture', env);
-  }
-
-  open(o: StageOpen): void {
-    const chunk = inputChunk(o.inputRate);
-    const rate = this.config.frontend.sampleRate;
-    const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} capture` }], 1 << 24, ([a]) => {
-      const resampler = new Resampler(o.inputRate, rate, {}, arenaWorkspace(a!, 'workspace.frontend', 'capture'));
-      const res = a!.carve('capture.resampled', 'workspace.frontend', Float32Array, resampler.maxOutput(chunk) + resampler.taps + 2);
-      return { index: o.index, input: this.ring(o, 'input'), out: this.ring(o, 'pcm16'), resampler, buf: a!.carve('capture.input', 'workspace.frontend', Float32Array, chunk), res };
-    });
-    this.clocksFor(o.index);
-    if (conv.res.length > conv.out.maxPayload) throw new BadInputError({ field: 'inputRate' }, `the capture ring cannot hold a record at ${o.inputRate} Hz`);
-    this.conversations[o.index] = conv;
-  }
+abstract class StreamStage<C extends StreamConv> extends Stage<C> {
+  /** Reads one PCM record of `c.input` and writes what it completes. */
+  protected abstract take(c: C): void;
+  /** The segment ended: writes what is left and gets ready for the next one. */
+  protected abstract flush(c: C): void;
 
   poll(): boolean {
     let progress = false;
@@ -251,25 +239,13 @@ export class CaptureStage extends Stage<CaptureConv> {
       if (c === undefined) continue;
       for (;;) {
         const kind = c.input.peekKind();
-        if (kind < 0 || !c.out.canWrite(c.res.length + 2 * RECORD_OVERHEAD)) break;
+        if (kind < 0 || !c.out.canWrite(c.room)) break;
         this.tic();
-        if (kind === REC_PCM) {
-          const n = Math.min(c.input.peekLength(), c.buf.length);
-          c.input.read(c.buf, 0);
-          for (let i = 0; i < n; i++) {
-            if (!Number.isFinite(c.buf[i]!)) {
-              c.buf[i] = 0;
-              this.nonFinite++;
-            }
-          }
-          const m = c.resampler.push(c.buf, c.res, 0, n);
-          if (m > 0) c.out.write(REC_PCM, c.res, 0, m);
-        } else {
+        if (kind === REC_PCM) this.take(c);
+        else {
           c.input.skip();
           if (kind === REC_END_SEGMENT) {
-            const m = c.resampler.finish(c.res, 0);
-            if (m > 0) c.out.write(REC_PCM, c.res, 0, m);
-            c.resampler.reset();
+            this.flush(c);
             c.out.write(REC_END_SEGMENT, null, 0, 0);
           }
         }
@@ -282,19 +258,61 @@ export class CaptureStage extends Stage<CaptureConv> {
   }
 }
 
+interface CaptureConv extends StreamConv {
+  resampler: Resampler;
+  buf: Float32Array; // one input record
+  res: Float32Array; // its 16 kHz samples, or the segment's tail
+}
+
+export class CaptureStage extends StreamStage<CaptureConv> {
+  constructor(env: Environment) {
+    super('capture', env);
+  }
+
+  open(o: StageOpen): void {
+    const chunk = inputChunk(o.inputRate);
+    const rate = this.config.frontend.sampleRate;
+    const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} capture` }], 1 << 24, ([a]) => {
+      const resampler = new Resampler(o.inputRate, rate, {}, arenaWorkspace(a!, 'workspace.frontend', 'capture'));
+      const res = a!.carve('capture.resampled', 'workspace.frontend', Float32Array, resampler.maxOutput(chunk) + resampler.taps + 2);
+      const buf = a!.carve('capture.input', 'workspace.frontend', Float32Array, chunk);
+      return { index: o.index, input: this.ring(o, 'input'), out: this.ring(o, 'pcm16'), room: res.length + 2 * RECORD_OVERHEAD, resampler, buf, res };
+    });
+    this.clocksFor(o.index);
+    if (conv.res.length > conv.out.maxPayload) throw new BadInputError({ field: 'inputRate' }, `the capture ring cannot hold a record at ${o.inputRate} Hz`);
+    this.conversations[o.index] = conv;
+  }
+
+  protected take(c: CaptureConv): void {
+    const n = Math.min(c.input.peekLength(), c.buf.length);
+    c.input.read(c.buf, 0);
+    for (let i = 0; i < n; i++) {
+      if (!Number.isFinite(c.buf[i]!)) {
+        c.buf[i] = 0;
+        this.nonFinite++;
+      }
+    }
+    const m = c.resampler.push(c.buf, c.res, 0, n);
+    if (m > 0) c.out.write(REC_PCM, c.res, 0, m);
+  }
+
+  protected flush(c: CaptureConv): void {
+    const m = c.resampler.finish(c.res, 0);
+    if (m > 0) c.out.write(REC_PCM, c.res, 0, m);
+    c.resampler.reset();
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 
-interface FrontendConv {
-  index: number;
-  input: RecordRing;
-  out: RecordRing;
+interface FrontendConv extends StreamConv {
   mel: MelFrontend;
   pcm: Float32Array; // one 16 kHz record
   rows: Float32Array; // the rows one record completes
   maxRows: number; // rows of the longest segment
 }
 
-export class FrontendStage extends Stage<FrontendConv> {
+export class FrontendStage extends StreamStage<FrontendConv> {
   constructor(env: Environment) {
     super('frontend', env);
   }
@@ -313,6 +331,7 @@ export class FrontendStage extends Stage<FrontendConv> {
         index: o.index,
         input,
         out,
+        room: rowsPer * f.nMels + 2 * RECORD_OVERHEAD,
         mel,
         pcm: a!.carve('frontend.pcm', 'workspace.frontend', Float32Array, maxIn),
         rows: a!.carve('frontend.rows', 'workspace.frontend', Float32Array, rowsPer * f.nMels),
@@ -323,38 +342,20 @@ export class FrontendStage extends Stage<FrontendConv> {
     this.conversations[o.index] = conv;
   }
 
-  poll(): boolean {
-    let progress = false;
+  protected take(c: FrontendConv): void {
     const nMels = this.config.frontend.nMels;
-    // Indexed, not for-of: an iterator would allocate whenever this code runs unoptimised.
-    for (let k = 0; k < this.conversations.length; k++) {
-      const c = this.conversations[k];
-      if (c === undefined) continue;
-      for (;;) {
-        const kind = c.input.peekKind();
-        if (kind < 0 || !c.out.canWrite(c.rows.length + 2 * RECORD_OVERHEAD)) break;
-        this.tic();
-        if (kind === REC_PCM) {
-          const n = c.input.read(c.pcm, 0);
-          const base = c.mel.rows;
-          const rows = c.mel.push(c.pcm, c.rows, n, base, Math.min(c.maxRows, base + c.rows.length / nMels));
-          if (rows > 0) c.out.write(REC_MEL, c.rows, 0, rows * nMels);
-        } else {
-          c.input.skip();
-          if (kind === REC_END_SEGMENT) {
-            const base = c.mel.rows;
-            const rows = c.mel.finish(c.rows, base, Math.min(c.maxRows, base + c.rows.length / nMels));
-            if (rows > 0) c.out.write(REC_MEL, c.rows, 0, rows * nMels);
-            c.mel.reset();
-            c.out.write(REC_END_SEGMENT, null, 0, 0);
-          }
-        }
-        this.toc(c.index, 0);
-        this.records++;
-        progress = true;
-      }
-    }
-    return progress;
+    const n = c.input.read(c.pcm, 0);
+    const base = c.mel.rows;
+    const rows = c.mel.push(c.pcm, c.rows, n, base, Math.min(c.maxRows, base + c.rows.length / nMels));
+    if (rows > 0) c.out.write(REC_MEL, c.rows, 0, rows * nMels);
+  }
+
+  protected flush(c: FrontendConv): void {
+    const nMels = this.config.frontend.nMels;
+    const base = c.mel.rows;
+    const rows = c.mel.finish(c.rows, base, Math.min(c.maxRows, base + c.rows.length / nMels));
+    if (rows > 0) c.out.write(REC_MEL, c.rows, 0, rows * nMels);
+    c.mel.reset();
   }
 }
 
