@@ -123,6 +123,8 @@ export class ConformerEncoder {
     const views = this.#v;
     const fromPlan: Workspace = ((name: string, type: { BYTES_PER_ELEMENT: number }, length: number) => {
       const v = views[name];
+      // A sizing (unbacked) arena's large views are empty: the subsampler's planes are then too.
+      if (v !== undefined && v.byteLength === 0 && !arena.backed) return new (type as unknown as new (n: number) => never)(0);
       if (v === undefined || v.byteLength < length * type.BYTES_PER_ELEMENT) throw new ArgumentError(`encoder plan has no buffer '${name}' of ${length} elements`);
       return new (type as unknown as new (b: ArrayBufferLike, o: number, n: number) => never)(v.buffer, v.byteOffset, length);
     }) as Workspace;

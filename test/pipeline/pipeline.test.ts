@@ -137,3 +137,13 @@ t.test('the constructor trap counts constructions and nothing else (the zero-all
   }
   t.equal(globalThis.Float32Array.name, 'Float32Array');
 });
+
+t.test('small (planes past the sizing run’s view limit): the pipeline equals one thread, byte for byte', async (t) => {
+  const small = join(work, 'small');
+  makeCheckpoint({ config: 'small', seed: 4, out: small, dtype: 'f32' });
+  const p = join(work, 'small-p.wav');
+  const s = join(work, 'small-s.wav');
+  await runCommand({ model: small, inputs: [shortWav], outputs: [p], reply: '1' }, quiet);
+  await runCommand({ model: small, inputs: [shortWav], outputs: [s], reply: '1', engine: 'single' }, quiet);
+  t.ok(readFileSync(p).length > 1000 && readFileSync(p).equals(readFileSync(s)), 'the same WAV bytes');
+});
