@@ -130,13 +130,47 @@ class Dump {
 interface Job {
   input: string;
   output: string;
+  /** Where the reply is written until the run succeeds (then renamed to `output`). */
+  staging: string;
   reader: WavReader;
   close(): void;
   conversation?: Conversation;
 }
 
+/** A temporary name beside `file`, renamed into place only when everything succeeded. */
+function stagingName(file: string): string {
+  return join(dirname(file), `.${basename(file)}.${process.pid}.partial`);
+}
+
+/** Writes `text` to `file` through a temporary name, so a failure leaves no partial file. */
+function writeWhole(file: string, text: string): void {
+  mkdirSync(dirname(resolve(file)), { recursive: true });
+  const tmp = stagingName(file);
+  try {
+    writeFileSync(tmp, text);
+    renameSync(tmp, file);
+  } catch (error) {
+    rmSync(tmp, { force: true });
+    throw error;
+  }
+}
+
+/** Refuses, before anything is opened for writing, an output that is an input or another output. */
+function checkOutputs(r: RunRequest): void {
+  const seen = new Map<string, string>();
+  for (const f of r.inputs) seen.set(resolve(f), `input '${f}'`);
+  for (const [flag, files] of [['--out', r.outputs], ['--report', r.report === undefined ? [] : [r.report]]] as const) {
+    for (const f of files) {
+      const other = seen.get(resolve(f));
+      if (other !== undefined) throw new UsageError(`${flag} '${f}' is also ${other}: refusing to overwrite it`);
+      seen.set(resolve(f), `${flag} '${f}'`);
+    }
+  }
+}
+
 export async function runCommand(r: RunRequest, log: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): Promise<string> {
   if (r.inputs.length === 0 || r.inputs.length !== r.outputs.length) throw new UsageError('run: give --model DIR and one --out B.wav for every --in A.wav');
+  checkOutputs(r);
   const rate = wholeNumber('--rate', r.rate, 48000, MIN_SAMPLE_RATE, MAX_SAMPLE_RATE);
   const seed = wholeNumber('--seed', r.seed, 1, 0, 0xffffffff);
   const segment = seconds('--segment', r.segment, 30, 600);
@@ -160,7 +194,8 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
         const reader = new WavReader(src, Conversation.INPUT_CHUNK);
         const secs = reader.info.frames / reader.info.sampleRate;
         if (secs > segment) throw new BadInputError({ file: input, field: 'data' }, `${secs.toFixed(2)} s of audio; the longest user segment is ${segment} s (--segment)`);
-        jobs.push({ input, output: r.outputs[i] as string, reader, close: () => src.close() });
+        const output = r.outputs[i] as string;
+        jobs.push({ input, output, staging: stagingName(output), reader, close: () => src.close() });
       } catch (error) {
         src.close();
         throw error;
@@ -177,7 +212,9 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
       if (r.hooks?.trapAllocations !== undefined) po.trapAllocations = r.hooks.trapAllocations;
       if (r.hooks?.exitAfterRecords !== undefined) po.exitAfterRecords = r.hooks.exitAfterRecords;
       if (r.hooks?.gateReplies !== undefined) po.gateReplies = r.hooks.gateReplies;
-      return await runPipeline({ dir, domain, options: po, jobs, rate, seed, segment, report: r.report, realtime: r.realtime === true, t0, log });
+      const text = await runPipeline({ dir, domain, options: po, jobs, rate, seed, segment, report: r.report, realtime: r.realtime === true, t0, log });
+      for (const j of jobs) renameSync(j.staging, j.output);
+      return text;
     }
     const model = SpeechModel.load(dir, domain, options);
     jobs.forEach((j, i) => {
@@ -212,7 +249,7 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
               },
             },
       );
-      const writer = new WavFileWriter(j.output, { sampleRate: rate, channels: 1, format: 'float32', extensible: false });
+      const writer = new WavFileWriter(j.staging, { sampleRate: rate, channels: 1, format: 'float32', extensible: false });
       const tokens: number[] = [];
       const codes: number[][] = [];
       const D = c.backbone.hidden;
@@ -291,12 +328,16 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
         },
         manifest: domain.manifest({ plans }),
       };
-      mkdirSync(dirname(resolve(r.report)), { recursive: true });
-      writeFileSync(r.report, `${JSON.stringify(report, null, 2)}\n`);
+      writeWhole(r.report, `${JSON.stringify(report, null, 2)}\n`);
     }
+    for (const j of jobs) renameSync(j.staging, j.output);
     return lines.join('\n');
   } finally {
-    for (const j of jobs) j.close();
+    for (const j of jobs) {
+      j.close();
+      // After a failure nothing partial is left behind (after success the staging names are gone).
+      rmSync(j.staging, { force: true });
+    }
   }
 }
 
@@ -356,7 +397,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
     const c = pipeline.config;
     const pcm = new Float32Array(Math.max(...pipeline.conversations.map((v) => v.output.maxPayload)));
     const frame = new Int32Array(c.audio.codebooks);
-    for (const f of flows) f.writer = new WavFileWriter(f.job.output, { sampleRate: p.rate, channels: 1, format: 'float32', extensible: false });
+    for (const f of flows) f.writer = new WavFileWriter(f.job.staging, { sampleRate: p.rate, channels: 1, format: 'float32', extensible: false });
     const started = performance.now();
     try {
       for (;;) {
@@ -492,8 +533,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
         allocations: { atReadiness, atEnd, afterReadinessAttempts: atEnd.afterReadiness.attempts },
         manifest: p.domain.manifest(),
       };
-      mkdirSync(dirname(resolve(p.report)), { recursive: true });
-      writeFileSync(p.report, `${JSON.stringify(report, null, 2)}\n`);
+      writeWhole(p.report, `${JSON.stringify(report, null, 2)}\n`);
     }
     return lines.join('\n');
   } finally {

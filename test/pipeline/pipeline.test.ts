@@ -147,3 +147,14 @@ t.test('small (planes past the sizing run’s view limit): the pipeline equals o
   await runCommand({ model: small, inputs: [shortWav], outputs: [s], reply: '1', engine: 'single' }, quiet);
   t.ok(readFileSync(p).length > 1000 && readFileSync(p).equals(readFileSync(s)), 'the same WAV bytes');
 });
+
+t.test('outputs: an output that is an input is refused before anything is written; a failed run leaves no partial reply', async (t) => {
+  const copy = join(work, 'copy.wav');
+  writeFileSync(copy, readFileSync(shortWav));
+  await t.rejects(runCommand({ model, inputs: [copy], outputs: [copy], reply: '1' }, quiet), { name: 'UsageError', message: /--out '.*copy\.wav' is also input/ });
+  t.ok(readFileSync(copy).equals(readFileSync(shortWav)), 'the input is untouched');
+  const out = join(work, 'never.wav');
+  await t.rejects(runCommand({ model, inputs: [shortWav], outputs: [out], reply: '3', hooks: { exitAfterRecords: { playback: 10 } } }, quiet), { name: 'WorkerError' });
+  const { readdirSync } = await import('node:fs');
+  t.notOk(readdirSync(work).some((f) => f.includes('never.wav')), 'no reply file and no partial file left');
+});
