@@ -256,8 +256,8 @@ export class Conversation {
   readonly detokenizer: DetokenizerState;
   readonly arena: Arena;
   /** Wall milliseconds per stage (STAGES order) and the count of each. */
-  readonly stageMs = new Float64Array(STAGES.length);
-  readonly stageCount = new Float64Array(STAGES.length);
+  readonly stageMs: Float64Array; // [STAGES]
+  readonly stageCount: Float64Array; // [STAGES]
   readonly #mel: MelFrontend;
   readonly #rows: Float32Array; // the user segment's raw mel rows
   readonly #resampler: Resampler; // input rate → 16 kHz
@@ -281,6 +281,7 @@ export class Conversation {
     const kvBytes = backboneStateSizes(c, mo.context, mo.kv).reduce((s, r) => s + r.bytes, 0);
     const { value, arenas } = sized(model.domain, [{ owner, name: `conversation ${index} state` }], (1 << 28) + kvBytes, ([arena]) => {
       const a = arena!;
+      const clocks = { ms: a.carve('clock.ms', 'metadata', Float64Array, STAGES.length), count: a.carve('clock.count', 'metadata', Float64Array, STAGES.length) };
       const dialogue = new Dialogue(c, a, {
         context: mo.context,
         kv: mo.kv,
@@ -290,7 +291,7 @@ export class Conversation {
         audio: mo.audio,
         seed: o.seed,
         prompts: model.prompts,
-        clocks: { ms: this.stageMs, count: this.stageCount },
+        clocks,
       });
       const detokenizer = new DetokenizerState(c, a, arenaWorkspace(a, 'recurrence', 'detok'), { turnPositions: model.turnPositions, outputRate: mo.outputRate });
       const f = c.frontend;
@@ -298,6 +299,7 @@ export class Conversation {
       const mel = new MelFrontend({ sampleRate: f.sampleRate, nFft: f.nFft, winLength: f.winLength, hop: f.hop, nMels: f.nMels }, front);
       const resampler = new Resampler(this.inputRate, f.sampleRate, {}, front);
       return {
+        clocks,
         dialogue,
         detokenizer,
         mel,
@@ -309,6 +311,8 @@ export class Conversation {
       };
     });
     this.arena = arenas[0]!;
+    this.stageMs = value.clocks.ms;
+    this.stageCount = value.clocks.count;
     this.dialogue = value.dialogue;
     this.detokenizer = value.detokenizer;
     this.#mel = value.mel;

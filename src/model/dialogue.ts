@@ -24,7 +24,7 @@
  */
 import { native } from '../native.js';
 import type { Arena } from '../memory/arena.js';
-import type { Workspace } from '../dsp/workspace.js';
+import { arenaWorkspace, type Workspace } from '../dsp/workspace.js';
 import type { Planner } from '../memory/planner.js';
 import type { ModelConfig } from './config.js';
 import type { WeightsImage } from './image.js';
@@ -134,7 +134,7 @@ export class Dialogue {
     this.options = Object.freeze({ context: o.context, kv: o.kv, prefillChunk: o.prefillChunk, maxFrames: o.maxFrames, text: o.text, audio: o.audio });
     this.state = new BackboneState(c, arena, o.context, o.context, '', o.kv);
     this.codes = arena.carve('codes', 'workspace.sampler', Int32Array, c.audio.codebooks);
-    this.sampler = new Sampler(o.seed);
+    this.sampler = new Sampler(o.seed, arenaWorkspace(arena, 'workspace.sampler', 'dialogue'));
     this.prompts = o.prompts;
     this.keep = o.prompts.system.length;
     this.#clockMs = o.clocks.ms;

@@ -4,6 +4,7 @@
  * the lowest index). One index may be masked (the end-of-audio code for codebooks 1–7).
  * Allocation-free after construction.
  */
+import { heapWorkspace, type Workspace } from '../dsp/workspace.js';
 import { ArgumentError } from '../memory/errors.js';
 
 export interface SamplingOptions {
@@ -18,13 +19,17 @@ export const MAX_TOP_K = 256;
 export class Sampler {
   // mulberry32 state kept inline (the same sequence as memory/prng): a closure call returning
   // a double would box it on every draw.
-  readonly #state = new Uint32Array(1);
+  readonly #state: Uint32Array;
   readonly #seed: number;
-  readonly #idx = new Int32Array(MAX_TOP_K);
-  readonly #val = new Float64Array(MAX_TOP_K);
+  readonly #idx: Int32Array; // [MAX_TOP_K] the top-k so far
+  readonly #val: Float64Array; // [MAX_TOP_K] their logits
 
-  constructor(seed: number) {
+  /** `ws` places the state (a conversation's arena; the heap by default). */
+  constructor(seed: number, ws: Workspace = heapWorkspace) {
     if (!Number.isSafeInteger(seed) || seed < 0) throw new ArgumentError(`sampler seed must be a non-negative integer, got ${seed}`);
+    this.#state = ws('sampler.state', Uint32Array, 1);
+    this.#idx = ws('sampler.top_index', Int32Array, MAX_TOP_K);
+    this.#val = ws('sampler.top_value', Float64Array, MAX_TOP_K);
     this.#seed = seed;
     this.#state[0] = seed >>> 0;
   }

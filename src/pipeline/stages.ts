@@ -107,9 +107,9 @@ export abstract class Stage<C> {
     this.config = env.init.config;
   }
 
-  /** The clocks of conversation `index` (made when it opens). */
-  protected clocksFor(index: number): { ms: Float64Array; count: Float64Array } {
-    const c = { ms: new Float64Array(STAGES.length), count: new Float64Array(STAGES.length) };
+  /** The clocks of conversation `index`, carved in its arena when it opens. */
+  protected clocksFor(index: number, arena: Arena): { ms: Float64Array; count: Float64Array } {
+    const c = { ms: arena.carve(`${this.name}.clock.ms`, 'metadata', Float64Array, STAGES.length), count: arena.carve(`${this.name}.clock.count`, 'metadata', Float64Array, STAGES.length) };
     this.clocks[index] = c;
     return c;
   }
@@ -273,12 +273,12 @@ export class CaptureStage extends StreamStage<CaptureConv> {
     const chunk = inputChunk(o.inputRate);
     const rate = this.config.frontend.sampleRate;
     const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} capture` }], 1 << 24, ([a]) => {
+      this.clocksFor(o.index, a!);
       const resampler = new Resampler(o.inputRate, rate, {}, arenaWorkspace(a!, 'workspace.frontend', 'capture'));
       const res = a!.carve('capture.resampled', 'workspace.frontend', Float32Array, resampler.maxOutput(chunk) + resampler.taps + 2);
       const buf = a!.carve('capture.input', 'workspace.frontend', Float32Array, chunk);
       return { index: o.index, input: this.ring(o, 'input'), out: this.ring(o, 'pcm16'), room: res.length + 2 * RECORD_OVERHEAD, resampler, buf, res };
     });
-    this.clocksFor(o.index);
     if (conv.res.length > conv.out.maxPayload) throw new BadInputError({ field: 'inputRate' }, `the capture ring cannot hold a record at ${o.inputRate} Hz`);
     this.conversations[o.index] = conv;
   }
@@ -325,6 +325,7 @@ export class FrontendStage extends StreamStage<FrontendConv> {
     const maxIn = input.maxPayload;
     const rowsPer = Math.min(Math.floor(out.maxPayload / f.nMels), Math.ceil(maxIn / f.hop) + 4);
     const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} frontend` }], 1 << 24, ([a]) => {
+      this.clocksFor(o.index, a!);
       const ws = arenaWorkspace(a!, 'workspace.frontend', 'frontend');
       const mel = new MelFrontend({ sampleRate: f.sampleRate, nFft: f.nFft, winLength: f.winLength, hop: f.hop, nMels: f.nMels }, ws);
       return {
@@ -338,7 +339,6 @@ export class FrontendStage extends StreamStage<FrontendConv> {
         maxRows: melRows(c, segmentSamples(c, this.env.init.options.segmentSeconds)),
       };
     });
-    this.clocksFor(o.index);
     this.conversations[o.index] = conv;
   }
 
@@ -387,10 +387,10 @@ export class ConformerStage extends Stage<ConformerConv> {
   open(o: StageOpen): void {
     const c = this.config;
     const segRows = melRows(c, segmentSamples(c, this.env.init.options.segmentSeconds));
-    const rows = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} conformer` }], 1 << 28, ([a]) =>
-      a!.carve('mel_rows', 'workspace.frontend', Float32Array, segRows * c.frontend.nMels),
-    );
-    this.clocksFor(o.index);
+    const rows = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} conformer` }], 1 << 28, ([a]) => {
+      this.clocksFor(o.index, a!);
+      return a!.carve('mel_rows', 'workspace.frontend', Float32Array, segRows * c.frontend.nMels);
+    });
     this.conversations[o.index] = { index: o.index, input: this.ring(o, 'mel'), out: this.ring(o, 'embed'), rows, count: 0, slot: -1, adapter: null, frames: 0, sent: 0 };
   }
 
@@ -527,7 +527,7 @@ export class DepthformerStage extends Stage<DepthConv> {
         audio: so.audio,
         seed: o.seed,
         prompts: this.prompts,
-        clocks: this.clocksFor(o.index),
+        clocks: this.clocksFor(o.index, a!),
       }),
       summary: a!.carve('turn.summary', 'metadata', Int32Array, TURN_FIELDS),
     }));
@@ -634,6 +634,7 @@ export class PlaybackStage extends Stage<PlaybackConv> {
     const det = this.tickets.slots[0]!;
     const out = this.ring(o, 'output');
     const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} playback` }], 1 << 28, ([a]) => {
+      this.clocksFor(o.index, a!);
       const state = new DetokenizerState(c, a!, arenaWorkspace(a!, 'recurrence', 'detok'), { turnPositions: this.env.init.turnPositions, outputRate: this.env.init.options.outputRate });
       return {
         state,
@@ -641,7 +642,6 @@ export class PlaybackStage extends Stage<PlaybackConv> {
         codes: a!.carve('playback.codes', 'workspace.detokenizer', Int32Array, c.audio.codebooks),
       };
     });
-    this.clocksFor(o.index);
     if (conv.pcm.length > out.maxPayload) throw new BadInputError({ field: 'outputRate' }, `the playback ring cannot hold a frame at ${this.env.init.options.outputRate} Hz`);
     this.conversations[o.index] = { index: o.index, input: this.ring(o, 'codes'), out, slot: -1, open: false, ...conv };
   }

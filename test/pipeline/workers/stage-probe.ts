@@ -110,5 +110,5 @@ if (stage === 'capture' || stage === 'frontend') {
     drain(rings.output);
   };
 }
-const result = allocationProbe(calls, body);
+const result = allocationProbe(calls, body, 1024, 20_000);
 parentPort!.postMessage({ stage, records: st.records, ...result });
