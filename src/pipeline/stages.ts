@@ -216,7 +216,11 @@ function sharedTables(ws: Workspace): { next(): Workspace } {
 
 // ---------------------------------------------------------------------------------------------
 
-/** A stage that turns a stream of PCM records into another stream, segment by segment. */
+/**
+ * A conversation of a stage that turns a stream of PCM records into another stream, segment by
+ * segment. Capture and frontend each keep their own copy of the loop: a shared poll calling
+ * per-stage methods was measured to leave boxed values on the heap for every record.
+ */
 interface StreamConv {
   index: number;
   input: RecordRing;
@@ -225,46 +229,13 @@ interface StreamConv {
   room: number;
 }
 
-abstract class StreamStage<C extends StreamConv> extends Stage<C> {
-  /** Reads one PCM record of `c.input` and writes what it completes. */
-  protected abstract take(c: C): void;
-  /** The segment ended: writes what is left and gets ready for the next one. */
-  protected abstract flush(c: C): void;
-
-  poll(): boolean {
-    let progress = false;
-    // Indexed, not for-of: an iterator would allocate whenever this code runs unoptimised.
-    for (let k = 0; k < this.conversations.length; k++) {
-      const c = this.conversations[k];
-      if (c === undefined) continue;
-      for (;;) {
-        const kind = c.input.peekKind();
-        if (kind < 0 || !c.out.canWrite(c.room)) break;
-        this.tic();
-        if (kind === REC_PCM) this.take(c);
-        else {
-          c.input.skip();
-          if (kind === REC_END_SEGMENT) {
-            this.flush(c);
-            c.out.write(REC_END_SEGMENT, null, 0, 0);
-          }
-        }
-        this.toc(c.index, 0);
-        this.records++;
-        progress = true;
-      }
-    }
-    return progress;
-  }
-}
-
 interface CaptureConv extends StreamConv {
   resampler: Resampler;
   buf: Float32Array; // one input record
   res: Float32Array; // its 16 kHz samples, or the segment's tail
 }
 
-export class CaptureStage extends StreamStage<CaptureConv> {
+export class CaptureStage extends Stage<CaptureConv> {
   constructor(env: Environment) {
     super('capture', env);
   }
@@ -283,23 +254,42 @@ export class CaptureStage extends StreamStage<CaptureConv> {
     this.conversations[o.index] = conv;
   }
 
-  protected take(c: CaptureConv): void {
-    const n = Math.min(c.input.peekLength(), c.buf.length);
-    c.input.read(c.buf, 0);
-    for (let i = 0; i < n; i++) {
-      if (!Number.isFinite(c.buf[i]!)) {
-        c.buf[i] = 0;
-        this.nonFinite++;
+  poll(): boolean {
+    let progress = false;
+    // Indexed, not for-of: an iterator would allocate whenever this code runs unoptimised.
+    for (let k = 0; k < this.conversations.length; k++) {
+      const c = this.conversations[k];
+      if (c === undefined) continue;
+      for (;;) {
+        const kind = c.input.peekKind();
+        if (kind < 0 || !c.out.canWrite(c.room)) break;
+        this.tic();
+        if (kind === REC_PCM) {
+          const n = Math.min(c.input.peekLength(), c.buf.length);
+          c.input.read(c.buf, 0);
+          for (let i = 0; i < n; i++) {
+            if (!Number.isFinite(c.buf[i]!)) {
+              c.buf[i] = 0;
+              this.nonFinite++;
+            }
+          }
+          const m = c.resampler.push(c.buf, c.res, 0, n);
+          if (m > 0) c.out.write(REC_PCM, c.res, 0, m);
+        } else {
+          c.input.skip();
+          if (kind === REC_END_SEGMENT) {
+            const m = c.resampler.finish(c.res, 0);
+            if (m > 0) c.out.write(REC_PCM, c.res, 0, m);
+            c.resampler.reset();
+            c.out.write(REC_END_SEGMENT, null, 0, 0);
+          }
+        }
+        this.toc(c.index, 0);
+        this.records++;
+        progress = true;
       }
     }
-    const m = c.resampler.push(c.buf, c.res, 0, n);
-    if (m > 0) c.out.write(REC_PCM, c.res, 0, m);
-  }
-
-  protected flush(c: CaptureConv): void {
-    const m = c.resampler.finish(c.res, 0);
-    if (m > 0) c.out.write(REC_PCM, c.res, 0, m);
-    c.resampler.reset();
+    return progress;
   }
 }
 
@@ -310,9 +300,10 @@ interface FrontendConv extends StreamConv {
   pcm: Float32Array; // one 16 kHz record
   rows: Float32Array; // the rows one record completes
   maxRows: number; // rows of the longest segment
+  rowsPer: number; // rows `rows` holds
 }
 
-export class FrontendStage extends StreamStage<FrontendConv> {
+export class FrontendStage extends Stage<FrontendConv> {
   constructor(env: Environment) {
     super('frontend', env);
   }
@@ -333,6 +324,7 @@ export class FrontendStage extends StreamStage<FrontendConv> {
         input,
         out,
         room: rowsPer * f.nMels + 2 * RECORD_OVERHEAD,
+        rowsPer,
         mel,
         pcm: a!.carve('frontend.pcm', 'workspace.frontend', Float32Array, maxIn),
         rows: a!.carve('frontend.rows', 'workspace.frontend', Float32Array, rowsPer * f.nMels),
@@ -342,20 +334,38 @@ export class FrontendStage extends StreamStage<FrontendConv> {
     this.conversations[o.index] = conv;
   }
 
-  protected take(c: FrontendConv): void {
+  poll(): boolean {
+    let progress = false;
     const nMels = this.config.frontend.nMels;
-    const n = c.input.read(c.pcm, 0);
-    const base = c.mel.rows;
-    const rows = c.mel.push(c.pcm, c.rows, n, base, Math.min(c.maxRows, base + c.rows.length / nMels));
-    if (rows > 0) c.out.write(REC_MEL, c.rows, 0, rows * nMels);
-  }
-
-  protected flush(c: FrontendConv): void {
-    const nMels = this.config.frontend.nMels;
-    const base = c.mel.rows;
-    const rows = c.mel.finish(c.rows, base, Math.min(c.maxRows, base + c.rows.length / nMels));
-    if (rows > 0) c.out.write(REC_MEL, c.rows, 0, rows * nMels);
-    c.mel.reset();
+    // Indexed, not for-of: an iterator would allocate whenever this code runs unoptimised.
+    for (let k = 0; k < this.conversations.length; k++) {
+      const c = this.conversations[k];
+      if (c === undefined) continue;
+      for (;;) {
+        const kind = c.input.peekKind();
+        if (kind < 0 || !c.out.canWrite(c.room)) break;
+        this.tic();
+        if (kind === REC_PCM) {
+          const n = c.input.read(c.pcm, 0);
+          const base = c.mel.rows;
+          const rows = c.mel.push(c.pcm, c.rows, n, base, Math.min(c.maxRows, base + c.rowsPer));
+          if (rows > 0) c.out.write(REC_MEL, c.rows, 0, rows * nMels);
+        } else {
+          c.input.skip();
+          if (kind === REC_END_SEGMENT) {
+            const base = c.mel.rows;
+            const rows = c.mel.finish(c.rows, base, Math.min(c.maxRows, base + c.rowsPer));
+            if (rows > 0) c.out.write(REC_MEL, c.rows, 0, rows * nMels);
+            c.mel.reset();
+            c.out.write(REC_END_SEGMENT, null, 0, 0);
+          }
+        }
+        this.toc(c.index, 0);
+        this.records++;
+        progress = true;
+      }
+    }
+    return progress;
   }
 }
 
