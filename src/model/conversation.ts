@@ -5,23 +5,18 @@
  * workspaces — encoder, backbone chunk, Depthformer, detokenizer, text logits (owner `ticket`).
  * A `Conversation` holds one conversation's state (owner `conversation`): backbone KV cache and
  * short-conv columns, detokenizer caches and streams, the user segment's mel rows and the
- * input/output buffers. Every arena is sized exactly by a dry run of the same constructors in a
- * scratch domain, then carved for real and sealed: once ready nothing is allocated.
+ * input/output buffers. Every arena is sized exactly by a dry run of the same constructors over
+ * unbacked arenas (memory/sizing.ts), then carved for real and sealed: once ready nothing is
+ * allocated.
  *
- * Generation (liquid-audio's interleaved rules): a counter decremented before each backbone
- * step; text for 6 steps, then 12 audio frames, alternating; `<|text_end|>` ends text for the
- * turn (audio continues); `<|im_end|>` ends the turn and is not emitted; end of audio is judged
- * on codebook 0 = 2048, the whole frame becomes 2048, is fed back, and text resumes. Every
- * emitted token or frame is fed back as the next position.
- *
- * Context policy: when the next positions would pass the context, the oldest quarter of the
- * positions after the system prompt are forgotten (Lfm2Stack.dropPositions): the system prompt
- * and the most recent history stay, and the conversation keeps answering.
+ * This is the single-thread engine, the reference the pipeline (src/pipeline) must equal byte for
+ * byte. The generation rules and the context policy live in `Dialogue` (dialogue.ts), which both
+ * engines drive.
  *
  * Thread contract: a model and its conversations are used from the thread that loaded them,
  * one call at a time (they share one pass slot). Loading and `conversation()` allocate; after
  * `ready()`, `listen`, `endSegment` and `reply` allocate nothing (the sink may) and stage
- * clocks read `performance.now()`.
+ * clocks read the native monotonic clock.
  */
 import { native } from '../native.js';
 import { ArgumentError, BadInputError } from '../memory/errors.js';
