@@ -959,8 +959,9 @@ inline void CpuRelax() {
 }
 
 // Helper threads that split a kernel's output rows with the calling thread. Each row is
-// computed exactly as on one thread, so results do not depend on the thread count. One caller
-// at a time: a call that finds the pool busy (another JS thread) runs alone.
+// computed exactly as on one thread, so results do not depend on the thread count. Every JS
+// thread has its own pool (a pipeline stage's helpers are its own: two stages computing at once
+// never share or resize one); a reentrant call that finds the pool busy runs alone.
 class RowPool {
  public:
   using Fn = void (*)(const void* ctx, int64_t r0, int64_t r1);
@@ -1050,7 +1051,7 @@ class RowPool {
 };
 
 RowPool& Pool() {
-  static RowPool pool;
+  static thread_local RowPool pool;
   return pool;
 }
 

@@ -63,7 +63,7 @@ export interface SpeechModelOptions {
   audio?: SamplingOptions;
   /**
    * Threads sharing each row-by-row linear layer (steps, Depthformer, detokenizer), 1–8.
-   * Process-wide (see setComputeThreads); results do not depend on it. Default: leave as is (1).
+   * For the calling thread (see setComputeThreads); results do not depend on it. Default: leave as is (1).
    */
   threads?: number;
   /** Stage buffers as planned (default), or each in bytes of its own (the comparison layout). */

@@ -25,7 +25,6 @@ import type { ModelConfig } from '../model/config.js';
 import type { LoadReport, WeightsImage } from '../model/image.js';
 import { TextTokenizer } from '../model/tokenizer.js';
 import { resolveSpeechOptions, speechSetup, type SpeechModelOptions, type SpeechSetup } from '../model/conversation.js';
-import { setComputeThreads } from '../model/kernels.js';
 import { native } from '../native.js';
 import { nodeEndpoint } from './endpoint.js';
 import { Doorbells, RecordRing, ringBytes, type SharedRing } from './ring.js';
@@ -178,7 +177,6 @@ export class Pipeline {
     this.report = loaded.report;
     this.#releaseImage = loaded.release;
     const resolved = resolveSpeechOptions(loaded.config, options);
-    setComputeThreads(resolved.threads);
     this.tokenizer = TextTokenizer.load(dir, loaded.config.backbone.vocab);
     this.setup = speechSetup(loaded.config, this.tokenizer, resolved);
     const arena = domain.createArena(domain.owner('session', 0), 'pipeline control', { bytes: 4 * CONTROL_WORDS });

@@ -158,3 +158,12 @@ t.test('outputs: an output that is an input is refused before anything is writte
   const { readdirSync } = await import('node:fs');
   t.notOk(readdirSync(work).some((f) => f.includes('never.wav')), 'no reply file and no partial file left');
 });
+
+t.test('--threads 2: each heavy stage computes with helpers of its own, and the bytes do not change', async (t) => {
+  const a = join(work, 'th1.wav');
+  const b = join(work, 'th2.wav');
+  await runCommand({ model, inputs: [fixture, shortWav], outputs: [a, join(work, 'th1b.wav')], reply: '2', threads: '1' }, quiet);
+  await runCommand({ model, inputs: [fixture, shortWav], outputs: [b, join(work, 'th2b.wav')], reply: '2', threads: '2' }, quiet);
+  t.ok(readFileSync(a).equals(readFileSync(b)), 'conversation A: the same WAV bytes with 1 and 2 threads per stage');
+  t.ok(readFileSync(join(work, 'th1b.wav')).equals(readFileSync(join(work, 'th2b.wav'))), 'conversation B: the same WAV bytes');
+});
