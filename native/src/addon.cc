@@ -379,6 +379,21 @@ View<float> F32Arg(const Napi::CallbackInfo& info, size_t i, const char* fn, con
   return v;
 }
 
+// copyF32(src, srcAt, dst, dstAt, n): a float copy that boxes nothing however cold the caller's
+// code is (an unoptimised JS loop over floats leaves a heap number per element).
+Napi::Value CopyF32Value(const Napi::CallbackInfo& info) {
+  const char* fn = "copyF32";
+  ExpectArgs(info, 5, fn);
+  const int64_t sa = CountArg(info, 1, fn, "srcAt");
+  const int64_t da = CountArg(info, 3, fn, "dstAt");
+  const int64_t n = CountArg(info, 4, fn, "n");
+  if (sa > (int64_t{1} << 40) || da > (int64_t{1} << 40) || n > (int64_t{1} << 40)) ThrowRange(info.Env(), "copyF32: offsets and count must be below 2^40");
+  auto src = F32Arg(info, 0, fn, "src", static_cast<size_t>(sa + n));
+  auto dst = F32Arg(info, 2, fn, "dst", static_cast<size_t>(da + n));
+  if (n > 0) std::memmove(dst.data + da, src.data + sa, static_cast<size_t>(n) * sizeof(float));
+  return info.Env().Undefined();
+}
+
 // gemv(type, w, scales | null, biases | null, group, x, y, M, K, xsum | null)
 Napi::Value GemvValue(const Napi::CallbackInfo& info) {
   const char* fn = "gemv";
@@ -786,6 +801,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("allowedCpus", Napi::Function::New(env, AllowedCpus, "allowedCpus"));
   exports.Set("currentCpu", Napi::Function::New(env, CurrentCpu, "currentCpu"));
   exports.Set("clockInto", Napi::Function::New(env, ClockInto, "clockInto"));
+  exports.Set("copyF32", Napi::Function::New(env, CopyF32Value, "copyF32"));
   exports.Set("affinitySupported", Napi::Function::New(env, AffinitySupported, "affinitySupported"));
   exports.Set("configuredCpus", Napi::Function::New(env, ConfiguredCpus, "configuredCpus"));
   exports.Set("pageSize", Napi::Function::New(env, PageSize, "pageSize"));

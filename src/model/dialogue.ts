@@ -177,9 +177,8 @@ export class Dialogue {
     const input = slot.backbone.stack.input;
     this.userFrames += frames;
     for (let t = 0; t < frames; t++) {
-      const dst = this.#staged * D;
-      const src = (at + t) * D;
-      for (let j = 0; j < D; j++) input[dst + j] = rows[src + j]!;
+      // A native copy: this runs a few times per turn, often in unoptimised code.
+      native.copyF32(rows, (at + t) * D, input, this.#staged * D, D);
       this.#staged++;
       if (this.#staged === this.options.prefillChunk) this.#flush(slot);
     }
