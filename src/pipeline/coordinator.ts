@@ -155,7 +155,6 @@ export class Pipeline {
   readonly placement: StageReady[] = [];
   readonly conversations: PipelineConversation[] = [];
   readonly #arenas: Arena[] = [];
-  readonly #options: PipelineOptions;
   readonly #releaseImage: () => void;
   /** The first worker failure, if any: every data loop checks it. */
   failure: WorkerError | null = null;
@@ -170,7 +169,6 @@ export class Pipeline {
     this.dir = dir;
     this.domain = domain;
     this.slots = slots;
-    this.#options = options;
     const loaded = loadCheckpoint(dir, domain, false);
     this.config = loaded.config;
     this.image = loaded.image;

@@ -727,4 +727,3 @@ export function createStage(env: Environment): Stage<unknown> {
   }
 }
 
-export type { Environment as StageEnvironment };
