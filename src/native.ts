@@ -4,6 +4,7 @@
  */
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
+import { InternalError } from './errors.js';
 
 export interface NativeResult {
   ok: boolean;
@@ -153,7 +154,7 @@ function load(): NativeAddon {
   try {
     return require(path) as NativeAddon;
   } catch (cause) {
-    throw new Error(
+    throw new InternalError(
       `voxslab: the native addon is not built (${path}); run 'npm install' or 'npm run build:native'`,
       { cause },
     );

@@ -1,19 +1,18 @@
 /** `voxslab resample` and `voxslab mel`. */
 import { writeFileSync } from 'node:fs';
-import { BadInputError, UsageError } from '../memory/errors.js';
+import { BadInputError, UsageError } from '../errors.js';
 import { openFileSource, WavFileWriter } from '../io/files.js';
 import { MelFrontend, normaliseRows } from '../dsp/mel.js';
 import { encodeNpyFloat32 } from '../dsp/npy.js';
 import { Resampler } from '../dsp/resample.js';
-import { MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, WavReader } from '../dsp/wav.js';
+import { WavReader } from '../dsp/wav.js';
+import { parseFlag } from '../options.js';
 
 const CHUNK = 8192;
 
 /** Resamples every channel of a WAV file to `rate`; the output keeps the input's sample format. */
 export function resampleFile(input: string, rateText: string, output: string): string {
-  if (!/^\d+$/.test(rateText)) throw new UsageError(`--rate must be a whole number of Hz, got '${rateText}'`);
-  const rate = Number(rateText);
-  if (rate < MIN_SAMPLE_RATE || rate > MAX_SAMPLE_RATE) throw new UsageError(`--rate must be from ${MIN_SAMPLE_RATE} to ${MAX_SAMPLE_RATE} Hz, got ${rate}`);
+  const rate = parseFlag('resampleRate', rateText) as number;
   const src = openFileSource(input);
   try {
     const reader = new WavReader(src, CHUNK);

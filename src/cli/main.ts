@@ -1,236 +1,221 @@
 #!/usr/bin/env node
-/** The `voxslab` command. Exit codes: 0 ok, 1 internal fault, 2 usage, 3 memory limit, 4 bad input. */
+/**
+ * The `voxslab` command: parses, calls the library, maps errors to exit codes (0 ok, 1 internal
+ * fault, 2 usage, 3 memory limit, 4 bad input). Every flag and its help line come from the
+ * options table (src/options.ts).
+ */
 import { parseArgs } from 'node:util';
-import { readFileSync } from 'node:fs';
-import { UsageError, exitCodeOf } from '../memory/errors.js';
-import { planConfig, planIntervals } from './plan.js';
-import { melFile, resampleFile } from './audio.js';
-import { runCommand } from './run.js';
-import { makeCheckpoint, type FloatDtype } from '../io/checkpoint.js';
-import { quantizeCheckpoint } from '../io/quantize.js';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { UsageError, exitCodeOf } from '../errors.js';
+import { defaultOf, flagOf, optionHelp, parseArgsOptions, parseFlag, wrap, type OptionKey } from '../options.js';
+import { PLAN_KEYS, planConfig, planIntervals } from './plan.js';
+import { melFile, resampleFile } from './audio.js';
+import { runCommand } from './run.js';
+import { registeredBenches, type Bench } from './benches.js';
+import { makeCheckpoint, type FloatDtype } from '../io/checkpoint.js';
+import { quantizeCheckpoint } from '../io/quantize.js';
 
-const HELP = `voxslab — full-duplex speech runtime with planned, capped and accounted memory
+type Values = Record<string, string | string[] | boolean | undefined>;
 
-usage:
-  voxslab plan --config <tiny|small|lfm2-audio-1.5b|FILE|DIR> [--conversations N] [--context T]
-               [--segment SECONDS] [--kv f32|f16] [--slots N] [--json]
-                                            memory manifest of a configuration (nothing allocated)
-  voxslab plan --intervals FILE.csv [--align N] [--json]
-                                            plan a CSV of buffers (header id,lower,upper,size;
-                                            live from op lower up to, not including, upper)
-  voxslab make-checkpoint --config <tiny|small|lfm2-audio-1.5b> --seed N --out DIR [--dtype f32|f16|bf16|q8|q4]
-                                            deterministic synthetic checkpoint in the public layout
-  voxslab quantize --in DIR --out DIR --bits 4|8 [--group 32|64]
-                                            affine group quantization of a checkpoint (all cores)
-  voxslab run --model <DIR|tiny|small> --in A.wav --out B.wav [--in C.wav --out D.wav]
-              [--rate HZ] [--report R.json] [--dump DIR] [--seed N] [--context T]
-              [--segment SECONDS] [--reply SECONDS] [--threads N] [--kv f32|f16]
-              [--engine pipeline|single] [--pin none|STAGE=CPU[+CPU],...] [--slots N] [--realtime]
-                                            answer each user segment with speech (float32 WAV at
-                                            --rate, default 48000) and print the text reply; a
-                                            built-in name is generated on first use; all inputs
-                                            at once through the pinned five-stage pipeline
-                                            (--engine single: one after the other, one thread)
-  voxslab resample --in A.wav --rate HZ --out B.wav
-                                            band-limited resampling, every channel kept
-  voxslab mel --in A.wav --out M.npy [--raw]
-                                            log-mel features of 16 kHz audio, float32 [frames, 128]
-  voxslab bench <memory|planner|dsp|kernels|model|pipeline> [--json] [--quick]
-  voxslab bench model [--production] [--model DIR]...
-                                            --production adds lfm2-audio-1.5b at q4 and q8
-                                            (generated once into the checkpoint cache)
-  voxslab version
-  voxslab help
+interface Command {
+  usage: string;
+  summary: string;
+  keys: readonly OptionKey[];
+  /** Options that must be given. */
+  required?: readonly OptionKey[];
+  /** Positional arguments it takes (bench takes the benchmark's name). */
+  positionals?: number;
+  run(values: Values, positionals: string[]): Promise<void>;
+}
 
-Memory sizes accept 512MiB, 2GiB or plain bytes; VOXSLAB_MEMORY_LIMIT sets the cap.
-Exit codes: 0 ok, 1 internal fault, 2 usage, 3 memory limit refused, 4 bad input.`;
+const log = (line: string): void => {
+  process.stderr.write(`${line}\n`);
+};
+const text = (v: Values, key: OptionKey): string | undefined => v[flagOf(key)] as string | undefined;
 
-const BENCHES = ['memory', 'planner', 'dsp', 'kernels', 'model', 'pipeline'] as const;
+const COMMANDS: Record<string, Command> = {
+  plan: {
+    usage: 'voxslab plan --config <tiny|small|lfm2-audio-1.5b|FILE|DIR> [options] | --intervals FILE.csv [--align N] [--json]',
+    summary: 'memory manifest of a configuration, or a plan of a CSV of buffers (nothing allocated)',
+    keys: ['config', ...PLAN_KEYS, 'intervals', 'align', 'json'],
+    async run(v) {
+      const json = v.json === true;
+      if ((v.intervals === undefined) === (v.config === undefined)) throw new UsageError('plan: give either --config <name|file> or --intervals FILE.csv');
+      if (v.intervals !== undefined) {
+        process.stdout.write(`${planIntervals(v.intervals as string, text(v, 'align'), json)}\n`);
+        return;
+      }
+      const values: Partial<Record<(typeof PLAN_KEYS)[number], string>> = {};
+      for (const k of PLAN_KEYS) {
+        const t = text(v, k);
+        if (t !== undefined) values[k] = t;
+      }
+      process.stdout.write(`${planConfig({ config: v.config as string, values, json })}\n`);
+    },
+  },
+  'make-checkpoint': {
+    usage: 'voxslab make-checkpoint --config <tiny|small|lfm2-audio-1.5b> --seed N --out DIR [--dtype f32|f16|bf16|q8|q4]',
+    summary: 'deterministic synthetic checkpoint in the public layout',
+    keys: ['config', 'seed', 'output', 'dtype'],
+    required: ['config', 'seed', 'output'],
+    async run(v) {
+      const seed = parseFlag('seed', text(v, 'seed')) as number;
+      const dtype = (parseFlag('dtype', text(v, 'dtype')) ?? defaultOf('dtype')) as string;
+      const config = v.config as string;
+      const out = (v.out as string[]).at(-1) as string;
+      if (dtype === 'q8' || dtype === 'q4') {
+        // Generate in f32, then quantize with the same tool users run on real checkpoints.
+        const tmp = mkdtempSync(join(tmpdir(), 'voxslab-make-'));
+        try {
+          makeCheckpoint({ config, seed, out: tmp, dtype: 'f32' });
+          const r = await quantizeCheckpoint({ input: tmp, output: out, bits: dtype === 'q8' ? 8 : 4, group: 64 });
+          log(`wrote ${out}: ${r.quantized} tensors quantized to ${dtype} (group 64), ${r.kept} kept`);
+        } finally {
+          rmSync(tmp, { recursive: true, force: true });
+        }
+        return;
+      }
+      const r = makeCheckpoint({ config, seed, out, dtype: dtype as FloatDtype });
+      log(`wrote ${r.files.length} files, ${r.bytes} bytes, to ${out}`);
+    },
+  },
+  quantize: {
+    usage: 'voxslab quantize --in DIR --out DIR --bits 4|8 [--group 32|64]',
+    summary: 'affine group quantization of a checkpoint (all cores)',
+    keys: ['input', 'output', 'bits', 'group'],
+    required: ['input', 'output', 'bits'],
+    async run(v) {
+      const bits = Number(parseFlag('bits', text(v, 'bits'))) as 4 | 8;
+      const group = Number(parseFlag('group', text(v, 'group')) ?? defaultOf('group'));
+      const [input, output] = [(v.in as string[]).at(-1) as string, (v.out as string[]).at(-1) as string];
+      const r = await quantizeCheckpoint({ input, output, bits, group });
+      log(`wrote ${output}: ${r.quantized} tensors quantized, ${r.kept} kept`);
+    },
+  },
+  run: {
+    usage: 'voxslab run --model <DIR|tiny|small> --in A.wav --out B.wav [--in C.wav --out D.wav] [options]',
+    summary:
+      'answer each user segment with speech (float32 WAV) and print the text reply; all inputs at once through the pinned five-stage pipeline (--engine single: one after the other, on one thread)',
+    keys: ['model', 'input', 'output', 'outputRate', 'report', 'dump', 'seed', 'context', 'segmentSeconds', 'replySeconds', 'threads', 'kv', 'engine', 'pin', 'slots', 'realtime'],
+    required: ['model', 'input', 'output'],
+    async run(v) {
+      const request: Parameters<typeof runCommand>[0] = { model: v.model as string, inputs: v.in as string[], outputs: v.out as string[], realtime: v.realtime === true };
+      const fields = { rate: 'outputRate', report: 'report', dump: 'dump', seed: 'seed', context: 'context', segment: 'segmentSeconds', reply: 'replySeconds', threads: 'threads', kv: 'kv', engine: 'engine', pin: 'pin', slots: 'slots' } as const;
+      for (const [field, key] of Object.entries(fields)) request[field as keyof typeof fields] = text(v, key);
+      process.stdout.write(`${await runCommand(request)}\n`);
+    },
+  },
+  resample: {
+    usage: 'voxslab resample --in A.wav --rate HZ --out B.wav',
+    summary: 'band-limited resampling, every channel kept',
+    keys: ['input', 'resampleRate', 'output'],
+    required: ['input', 'resampleRate', 'output'],
+    async run(v) {
+      log(resampleFile((v.in as string[]).at(-1) as string, text(v, 'resampleRate') as string, (v.out as string[]).at(-1) as string));
+    },
+  },
+  mel: {
+    usage: 'voxslab mel --in A.wav --out M.npy [--raw]',
+    summary: 'log-mel features of 16 kHz audio, float32 [frames, 128]',
+    keys: ['input', 'output', 'raw'],
+    required: ['input', 'output'],
+    async run(v) {
+      log(melFile((v.in as string[]).at(-1) as string, (v.out as string[]).at(-1) as string, v.raw === true));
+    },
+  },
+  bench: {
+    usage: 'voxslab bench <name> [--json] [--quick]   (bench model also takes --production and --model DIR, repeatable)',
+    summary: 'benchmarks, measured as ratios against a peer or the machine in the same run',
+    keys: ['json', 'quick', 'production', 'benchModels'],
+    positionals: 1,
+    async run(v, positionals) {
+      const benches = await loadBenches();
+      const name = positionals[0];
+      const names = [...benches.keys()].join(', ');
+      if (name === undefined) throw new UsageError(`bench: name one benchmark (${names})`);
+      const b = benches.get(name);
+      if (b === undefined) throw new UsageError(`bench: unknown benchmark '${name}' (available: ${names})`);
+      if (name !== 'model' && (v.production === true || v.model !== undefined)) throw new UsageError('bench: --production and --model are options of bench model');
+      const models = (v.model as string[] | undefined) ?? [];
+      const result = await b.run({ quick: v.quick === true, production: v.production === true, models });
+      process.stdout.write(v.json === true ? `${JSON.stringify(result, null, 2)}\n` : `${b.format(result as never)}\n`);
+    },
+  },
+};
+
+/** The benchmarks register themselves when the `voxslab/bench` entry is installed. */
+async function loadBenches(): Promise<ReadonlyMap<string, Bench>> {
+  try {
+    const entry: string = 'voxslab/bench';
+    await import(entry);
+  } catch (cause) {
+    throw new UsageError("bench: the benchmarks are not installed (the package's 'voxslab/bench' entry)", { cause });
+  }
+  return registeredBenches();
+}
+
+async function overview(): Promise<string> {
+  const benches = await loadBenches().then(
+    (b) => `<${[...b.keys()].join('|')}>`,
+    () => '<name> (not installed)',
+  );
+  const lines = ['voxslab — full-duplex speech runtime with planned, capped and accounted memory', '', 'usage:'];
+  for (const c of Object.values(COMMANDS)) lines.push(`  ${c.usage.replace('<name>', benches)}`, ...wrap(c.summary, 90).map((l) => `      ${l}`));
+  lines.push(
+    '  voxslab version',
+    '  voxslab help | voxslab <command> --help',
+    '',
+    'Memory sizes accept 512MiB, 2GiB or plain bytes; VOXSLAB_MEMORY_LIMIT sets the cap.',
+    'Exit codes: 0 ok, 1 internal fault, 2 usage, 3 memory limit refused, 4 bad input.',
+  );
+  return lines.join('\n');
+}
+
+async function commandHelp(c: Command): Promise<string> {
+  const usage = c === COMMANDS.bench ? c.usage.replace('<name>', `<${[...(await loadBenches()).keys()].join('|')}>`) : c.usage;
+  return [`usage: ${usage}`, '', ...wrap(c.summary, 96), '', 'options:', optionHelp(c.keys)].join('\n');
+}
 
 function version(): string {
   const pkg = JSON.parse(readFileSync(new URL('../../../package.json', import.meta.url), 'utf8')) as { version: string };
   return pkg.version;
 }
 
-async function bench(args: string[]): Promise<void> {
-  const { values, positionals } = parseArgs({
-    args,
-    allowPositionals: true,
-    options: {
-      json: { type: 'boolean', default: false },
-      quick: { type: 'boolean', default: false },
-      production: { type: 'boolean', default: false },
-      model: { type: 'string', multiple: true },
-    },
-  });
-  const name = positionals[0];
-  if (name === undefined || positionals.length !== 1) {
-    throw new UsageError(`bench: name one benchmark (${BENCHES.join(', ')})`);
-  }
-  if (!(BENCHES as readonly string[]).includes(name)) {
-    throw new UsageError(`bench: unknown benchmark '${name}' (available: ${BENCHES.join(', ')})`);
-  }
-  if (name !== 'model' && (values.production === true || values.model !== undefined)) throw new UsageError('bench: --production and --model are options of bench model');
-  const mod = (await import(`../../bench/${name}.js`)) as {
-    run: (o: { quick: boolean; production: boolean; models: string[] }) => Promise<unknown>;
-    format: (r: never) => string;
-  };
-  const result = await mod.run({ quick: values.quick === true, production: values.production === true, models: values.model ?? [] });
-  process.stdout.write(values.json === true ? `${JSON.stringify(result, null, 2)}\n` : `${mod.format(result as never)}\n`);
-}
-
-function planCommand(args: string[]): void {
-  const { values, positionals } = parseArgs({
-    args,
-    allowPositionals: true,
-    options: {
-      intervals: { type: 'string' },
-      align: { type: 'string' },
-      config: { type: 'string' },
-      conversations: { type: 'string' },
-      context: { type: 'string' },
-      segment: { type: 'string' },
-      kv: { type: 'string' },
-      slots: { type: 'string' },
-      json: { type: 'boolean', default: false },
-    },
-  });
-  if (positionals.length > 0) throw new UsageError(`plan: unexpected argument '${positionals[0]}'`);
-  const json = values.json === true;
-  if ((values.intervals === undefined) === (values.config === undefined)) {
-    throw new UsageError('plan: give either --config <name|file> or --intervals FILE.csv');
-  }
-  if (values.intervals !== undefined) {
-    process.stdout.write(`${planIntervals(values.intervals, values.align, json)}\n`);
-    return;
-  }
-  const request: Parameters<typeof planConfig>[0] = { config: values.config as string, json };
-  for (const k of ['conversations', 'context', 'segment', 'kv', 'slots'] as const) {
-    const v = values[k];
-    if (v !== undefined) request[k] = v;
-  }
-  process.stdout.write(`${planConfig(request)}\n`);
-}
-
 async function main(argv: string[]): Promise<number> {
-  const [command, ...rest] = argv;
-  switch (command) {
-    case undefined:
-    case 'help':
-    case '--help':
-    case '-h':
-      process.stdout.write(`${HELP}\n`);
-      return command === undefined ? 2 : 0;
-    case 'version':
-    case '--version':
-      process.stdout.write(`${version()}\n`);
-      return 0;
-    case 'bench':
-      await bench(rest);
-      return 0;
-    case 'plan':
-      planCommand(rest);
-      return 0;
-    case 'make-checkpoint': {
-      const { values, positionals } = parseArgs({
-        args: rest,
-        allowPositionals: true,
-        options: { config: { type: 'string' }, seed: { type: 'string' }, out: { type: 'string' }, dtype: { type: 'string', default: 'f32' } },
-      });
-      if (positionals.length > 0) throw new UsageError(`make-checkpoint: unexpected argument '${positionals[0]}'`);
-      if (values.config === undefined || values.seed === undefined || values.out === undefined) {
-        throw new UsageError('make-checkpoint: give --config <name> --seed N --out DIR');
-      }
-      if (!/^\d+$/.test(values.seed) || Number(values.seed) > 0xffffffff) throw new UsageError(`--seed must be an integer from 0 to 4294967295, got '${values.seed}'`);
-      const dtype = values.dtype as string;
-      if (!['f32', 'f16', 'bf16', 'q8', 'q4'].includes(dtype)) throw new UsageError(`--dtype must be f32, f16, bf16, q8 or q4, got '${dtype}'`);
-      if (dtype === 'q8' || dtype === 'q4') {
-        // Generate in f32, then quantize with the same tool users run on real checkpoints.
-        const tmp = mkdtempSync(join(tmpdir(), 'voxslab-make-'));
-        try {
-          makeCheckpoint({ config: values.config, seed: Number(values.seed), out: tmp, dtype: 'f32' });
-          const r = await quantizeCheckpoint({ input: tmp, output: values.out, bits: dtype === 'q8' ? 8 : 4, group: 64 });
-          process.stderr.write(`wrote ${values.out}: ${r.quantized} tensors quantized to ${dtype} (group 64), ${r.kept} kept\n`);
-        } finally {
-          rmSync(tmp, { recursive: true, force: true });
-        }
-        return 0;
-      }
-      const r = makeCheckpoint({ config: values.config, seed: Number(values.seed), out: values.out, dtype: dtype as FloatDtype });
-      process.stderr.write(`wrote ${r.files.length} files, ${r.bytes} bytes, to ${values.out}\n`);
-      return 0;
-    }
-    case 'quantize': {
-      const { values, positionals } = parseArgs({
-        args: rest,
-        allowPositionals: true,
-        options: { in: { type: 'string' }, out: { type: 'string' }, bits: { type: 'string' }, group: { type: 'string', default: '64' } },
-      });
-      if (positionals.length > 0) throw new UsageError(`quantize: unexpected argument '${positionals[0]}'`);
-      if (values.in === undefined || values.out === undefined || values.bits === undefined) throw new UsageError('quantize: give --in DIR --out DIR --bits 4|8');
-      if (values.bits !== '4' && values.bits !== '8') throw new UsageError(`--bits must be 4 or 8, got '${values.bits}'`);
-      if (values.group !== '32' && values.group !== '64') throw new UsageError(`--group must be 32 or 64, got '${values.group}'`);
-      const r = await quantizeCheckpoint({ input: values.in, output: values.out, bits: Number(values.bits) as 4 | 8, group: Number(values.group) });
-      process.stderr.write(`wrote ${values.out}: ${r.quantized} tensors quantized, ${r.kept} kept\n`);
-      return 0;
-    }
-    case 'run': {
-      const { values, positionals } = parseArgs({
-        args: rest,
-        allowPositionals: true,
-        options: {
-          model: { type: 'string' },
-          in: { type: 'string', multiple: true },
-          out: { type: 'string', multiple: true },
-          rate: { type: 'string' },
-          report: { type: 'string' },
-          dump: { type: 'string' },
-          seed: { type: 'string' },
-          context: { type: 'string' },
-          segment: { type: 'string' },
-          reply: { type: 'string' },
-          threads: { type: 'string' },
-          kv: { type: 'string' },
-          engine: { type: 'string' },
-          pin: { type: 'string' },
-          slots: { type: 'string' },
-          realtime: { type: 'boolean' },
-        },
-      });
-      if (positionals.length > 0) throw new UsageError(`run: unexpected argument '${positionals[0]}'`);
-      if (values.model === undefined || values.in === undefined || values.out === undefined) throw new UsageError('run: give --model DIR --in A.wav --out B.wav');
-      const { model, in: inputs, out: outputs, ...rest2 } = values;
-      process.stdout.write(`${await runCommand({ model, inputs, outputs, ...rest2 })}\n`);
-      return 0;
-    }
-    case 'resample': {
-      const { values, positionals } = parseArgs({
-        args: rest,
-        allowPositionals: true,
-        options: { in: { type: 'string' }, rate: { type: 'string' }, out: { type: 'string' } },
-      });
-      if (positionals.length > 0) throw new UsageError(`resample: unexpected argument '${positionals[0]}'`);
-      if (values.in === undefined || values.rate === undefined || values.out === undefined) throw new UsageError('resample: give --in A.wav --rate HZ --out B.wav');
-      process.stderr.write(`${resampleFile(values.in, values.rate, values.out)}\n`);
-      return 0;
-    }
-    case 'mel': {
-      const { values, positionals } = parseArgs({
-        args: rest,
-        allowPositionals: true,
-        options: { in: { type: 'string' }, out: { type: 'string' }, raw: { type: 'boolean', default: false } },
-      });
-      if (positionals.length > 0) throw new UsageError(`mel: unexpected argument '${positionals[0]}'`);
-      if (values.in === undefined || values.out === undefined) throw new UsageError('mel: give --in A.wav --out M.npy');
-      process.stderr.write(`${melFile(values.in, values.out, values.raw === true)}\n`);
-      return 0;
-    }
-    default:
-      throw new UsageError(`unknown command '${command}'; run 'voxslab help'`);
+  const [name, ...rest] = argv;
+  if (name === undefined || name === 'help' || name === '--help' || name === '-h') {
+    process.stdout.write(`${await overview()}\n`);
+    return name === undefined ? 2 : 0;
   }
+  if (name === 'version' || name === '--version') {
+    process.stdout.write(`${version()}\n`);
+    return 0;
+  }
+  const command = COMMANDS[name];
+  if (command === undefined) throw new UsageError(`unknown command '${name}'; run 'voxslab help'`);
+  const { values, positionals } = parseArgs({
+    args: rest,
+    allowPositionals: true,
+    options: { ...parseArgsOptions(command.keys), help: { type: 'boolean', short: 'h' } },
+  });
+  if (values.help === true) {
+    process.stdout.write(`${await commandHelp(command)}\n`);
+    return 0;
+  }
+  if (positionals.length > (command.positionals ?? 0)) throw new UsageError(`${name}: unexpected argument '${positionals[command.positionals ?? 0]}'`);
+  const given = values as Values;
+  const missing = (command.required ?? []).filter((k) => given[flagOf(k)] === undefined);
+  if (missing.length > 0) throw new UsageError(`${name}: give ${missing.map((k) => `--${flagOf(k)}`).join(', ')} (see voxslab ${name} --help)`);
+  await command.run(given, positionals);
+  return 0;
+}
+
+/** parseArgs rejects unknown options, missing values and values given to boolean flags: usage errors. */
+function isParseError(error: unknown): boolean {
+  const code = (error as { code?: unknown } | null)?.code;
+  return typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS_');
 }
 
 main(process.argv.slice(2)).then(
@@ -238,10 +223,11 @@ main(process.argv.slice(2)).then(
     process.exitCode = code;
   },
   (error: unknown) => {
-    const code = error instanceof TypeError && !('exitCode' in error) && (error as { code?: string }).code === 'ERR_PARSE_ARGS_UNKNOWN_OPTION' ? 2 : exitCodeOf(error);
-    const message = error instanceof Error ? error.message : String(error);
+    const code = isParseError(error) ? 2 : exitCodeOf(error);
+    const raw = error instanceof Error ? error.message : String(error);
+    const message = code === 1 ? raw : raw.replace(/\s*\n\s*/g, ' ');
     process.stderr.write(`voxslab: ${message}\n`);
-    if (code === 1 && error instanceof Error && error.stack !== undefined) process.stderr.write(`${error.stack}\n`);
+    if (code === 1) process.stderr.write(`voxslab: internal fault; please report it with this trace:\n${error instanceof Error ? (error.stack ?? '') : ''}\n`);
     process.exitCode = code;
   },
 );

@@ -1,6 +1,7 @@
 import { readFileSync } from 'node:fs';
 import { totalmem } from 'node:os';
-import { ArgumentError, BadInputError, UsageError } from '../memory/errors.js';
+import { ArgumentError, BadInputError, UsageError } from '../errors.js';
+import { defaultOf, parseFlag, type OptionKey } from '../options.js';
 import { limitFromEnvironment } from '../memory/limit.js';
 import { loadConfig } from '../model/config.js';
 import { type MemoryPlanOptions, planManifest, planMemory } from '../model/memory.js';
@@ -20,13 +21,7 @@ export function readText(file: string, what: string): string {
 
 /** `voxslab plan --intervals FILE.csv [--align N] [--json]` */
 export function planIntervals(file: string, align: string | undefined, json: boolean): string {
-  let alignment = 1;
-  if (align !== undefined) {
-    alignment = Number(align);
-    if (!/^\d+$/.test(align) || !Number.isSafeInteger(alignment) || alignment < 1 || (alignment & (alignment - 1)) !== 0 || alignment > 2 ** 30) {
-      throw new UsageError(`--align must be a power of two from 1 to 2^30, got '${align}'`);
-    }
-  }
+  const alignment = (parseFlag('align', align) ?? defaultOf('align')) as number;
   const specs = parseIntervalsCsv(readText(file, 'interval CSV'), file);
   const p = plan(specs, { alignment });
   if (json) {
@@ -57,44 +52,28 @@ export function planIntervals(file: string, align: string | undefined, json: boo
   ].join('\n');
 }
 
+/** The options of `voxslab plan --config`: every option that changes what is carved. */
+export const PLAN_KEYS = ['conversations', 'context', 'segmentSeconds', 'replySeconds', 'kv', 'slots', 'prefillChunk', 'outputRate'] as const satisfies readonly (OptionKey & keyof MemoryPlanOptions)[];
+
 export interface PlanConfigArgs {
   config: string;
-  conversations?: string;
-  context?: string;
-  segment?: string;
-  kv?: string;
-  slots?: string;
+  /** Flag texts by option key. */
+  values: Partial<Record<(typeof PLAN_KEYS)[number], string>>;
   json: boolean;
-}
-
-function intArg(flag: string, text: string | undefined): number | undefined {
-  if (text === undefined) return undefined;
-  if (!/^\d+$/.test(text)) throw new UsageError(`${flag} must be a whole number, got '${text}'`);
-  return Number(text);
 }
 
 /** `voxslab plan --config <name|file> [--conversations N] [--context T] [--segment S] [--kv f32|f16] [--slots N] [--json]` */
 export function planConfig(a: PlanConfigArgs): string {
   const config = loadConfig(a.config);
-  const options: MemoryPlanOptions = {};
-  const conversations = intArg('--conversations', a.conversations);
-  const context = intArg('--context', a.context);
-  const slots = intArg('--slots', a.slots);
-  if (conversations !== undefined) options.conversations = conversations;
-  if (context !== undefined) options.context = context;
-  if (slots !== undefined) options.slots = slots;
-  if (a.segment !== undefined) {
-    const s = Number(a.segment);
-    if (a.segment.trim() === '' || !Number.isFinite(s)) throw new UsageError(`--segment must be a number of seconds, got '${a.segment}'`);
-    options.segmentSeconds = s;
-  }
-  if (a.kv !== undefined) {
-    if (a.kv !== 'f32' && a.kv !== 'f16') throw new UsageError(`--kv must be f32 or f16, got '${a.kv}'`);
-    options.kv = a.kv;
+  const options: Record<string, number | string> = {};
+  const limits = { maxContext: config.backbone.maxContext };
+  for (const k of PLAN_KEYS) {
+    const v = parseFlag(k, a.values[k], limits);
+    if (v !== undefined) options[k] = v;
   }
   let mp;
   try {
-    mp = planMemory(config, options);
+    mp = planMemory(config, options as MemoryPlanOptions);
   } catch (e) {
     if (e instanceof ArgumentError) throw new UsageError(e.message, { cause: e });
     throw e;

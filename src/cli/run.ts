@@ -10,12 +10,13 @@
 import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { homedir } from 'node:os';
 import { basename, dirname, join, resolve } from 'node:path';
-import { BadInputError, UsageError } from '../memory/errors.js';
+import { BadInputError, UsageError } from '../errors.js';
 import { MemoryDomain } from '../memory/domain.js';
 import { openFileSource, WavFileWriter } from '../io/files.js';
 import { makeCheckpoint } from '../io/checkpoint.js';
 import { encodeNpyFloat32, encodeNpyInt32 } from '../dsp/npy.js';
-import { MAX_SAMPLE_RATE, MIN_SAMPLE_RATE, WavReader } from '../dsp/wav.js';
+import { WavReader } from '../dsp/wav.js';
+import { defaultOf, parseFlag, type OptionKey } from '../options.js';
 import { BUILTIN_CONFIGS } from '../model/config.js';
 import { Conversation, SpeechModel, STAGES, type ReplySink, type ReplySummary } from '../model/conversation.js';
 import { Pipeline, type PinMap } from '../pipeline/coordinator.js';
@@ -57,17 +58,9 @@ export function parsePin(text: string | undefined): PinMap | 'none' | undefined 
   return map;
 }
 
-function wholeNumber(flag: string, text: string | undefined, fallback: number, lo: number, hi: number): number {
-  if (text === undefined) return fallback;
-  if (!/^\d+$/.test(text) || Number(text) < lo || Number(text) > hi) throw new UsageError(`${flag} must be a whole number from ${lo} to ${hi}, got '${text}'`);
-  return Number(text);
-}
-
-function seconds(flag: string, text: string | undefined, fallback: number, hi: number): number {
-  if (text === undefined) return fallback;
-  const v = Number(text);
-  if (!/^\d+(\.\d+)?$/.test(text) || !(v > 0) || v > hi) throw new UsageError(`${flag} must be a number of seconds above 0 and at most ${hi}, got '${text}'`);
-  return v;
+/** A flag's value parsed and checked against the options table, or its default. */
+function flagValue<T extends number | string>(key: OptionKey, text: string | undefined): T {
+  return (parseFlag(key, text) ?? defaultOf(key)) as T;
 }
 
 /** Where built-in synthetic checkpoints are generated on first use. */
@@ -171,20 +164,19 @@ function checkOutputs(r: RunRequest): void {
 export async function runCommand(r: RunRequest, log: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): Promise<string> {
   if (r.inputs.length === 0 || r.inputs.length !== r.outputs.length) throw new UsageError('run: give --model DIR and one --out B.wav for every --in A.wav');
   checkOutputs(r);
-  const rate = wholeNumber('--rate', r.rate, 48000, MIN_SAMPLE_RATE, MAX_SAMPLE_RATE);
-  const seed = wholeNumber('--seed', r.seed, 1, 0, 0xffffffff);
-  const segment = seconds('--segment', r.segment, 30, 600);
-  const reply = seconds('--reply', r.reply, 30, 3600);
-  const threads = wholeNumber('--threads', r.threads, 1, 1, 8);
-  if (r.kv !== undefined && r.kv !== 'f32' && r.kv !== 'f16') throw new UsageError(`--kv must be f32 or f16, got '${r.kv}'`);
-  const kv = r.kv === 'f16' ? ('f16' as const) : ('f32' as const);
-  const context = r.context === undefined ? undefined : wholeNumber('--context', r.context, 0, 1, 1 << 30);
-  const engine = r.engine ?? (r.dump !== undefined ? 'single' : 'pipeline');
-  if (engine !== 'pipeline' && engine !== 'single') throw new UsageError(`--engine must be pipeline or single, got '${engine}'`);
+  const rate = flagValue<number>('outputRate', r.rate);
+  const seed = flagValue<number>('seed', r.seed);
+  const segment = flagValue<number>('segmentSeconds', r.segment);
+  const reply = flagValue<number>('replySeconds', r.reply);
+  const threads = flagValue<number>('threads', r.threads);
+  const kv = flagValue<'f32' | 'f16'>('kv', r.kv);
+  // The context's range depends on the checkpoint: checked again when the model is loaded.
+  const context = parseFlag('context', r.context) as number | undefined;
+  const engine = r.engine === undefined && r.dump !== undefined ? 'single' : flagValue<'pipeline' | 'single'>('engine', r.engine);
   if (engine === 'pipeline' && r.dump !== undefined) throw new UsageError('--dump needs --engine single (its inspection taps run on one thread)');
   if (engine === 'single' && r.realtime === true) throw new UsageError('--realtime needs the pipeline engine');
   const pin = parsePin(r.pin);
-  const slots = wholeNumber('--slots', r.slots, 2, 1, 8);
+  const slots = flagValue<number>('slots', r.slots);
   // Inputs are checked before anything is loaded.
   const jobs: Job[] = [];
   try {

@@ -8,7 +8,7 @@
  *
  * Written here rather than taken from fft.js, which handles powers of two only.
  */
-import { ArgumentError } from '../memory/errors.js';
+import { ArgumentError } from '../errors.js';
 import { heapWorkspace, type Workspace } from './workspace.js';
 import { native } from '../native.js';
 

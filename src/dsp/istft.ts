@@ -11,7 +11,7 @@
  *
  * Thread contract: one per conversation, one thread; pushFrame/finish allocate nothing.
  */
-import { ArgumentError } from '../memory/errors.js';
+import { ArgumentError } from '../errors.js';
 import { RealFFT } from './fft.js';
 import { heapWorkspace, type Workspace } from './workspace.js';
 

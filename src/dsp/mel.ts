@@ -10,7 +10,7 @@
  * Thread contract: one frontend per conversation, used by one thread; push/finish allocate
  * nothing and never throw.
  */
-import { ArgumentError } from '../memory/errors.js';
+import { ArgumentError } from '../errors.js';
 import { RealFFT } from './fft.js';
 import { heapWorkspace, type Workspace } from './workspace.js';
 

@@ -1,8 +1,9 @@
 /** NumPy .npy (format 1.0) encoding for float32 and int32 arrays. */
+import { ArgumentError } from '../errors.js';
 
 function encodeNpy(data: Float32Array | Int32Array, shape: readonly number[], descr: '<f4' | '<i4'): Uint8Array {
   const count = shape.reduce((a, b) => a * b, 1);
-  if (count !== data.length) throw new RangeError(`npy: shape [${shape.join(', ')}] holds ${count} values, data has ${data.length}`);
+  if (count !== data.length) throw new ArgumentError(`npy: shape [${shape.join(', ')}] holds ${count} values, data has ${data.length}`);
   const dims = shape.length === 1 ? `${shape[0]},` : shape.join(', ');
   let header = `{'descr': '${descr}', 'fortran_order': False, 'shape': (${dims}), }`;
   // Magic (6) + version (2) + length (2) + header, padded with spaces to a multiple of 64, ending in \n.

@@ -15,7 +15,8 @@
  *
  * Thread contract: one instance per stream, one thread; push/finish never throw.
  */
-import { ArgumentError } from '../memory/errors.js';
+import { ArgumentError } from '../errors.js';
+import { WAV_MAX_HZ, WAV_MIN_HZ } from '../options.js';
 import { heapWorkspace, type Workspace } from './workspace.js';
 import { native } from '../native.js';
 
@@ -71,7 +72,7 @@ export class Resampler {
 
   constructor(inRate: number, outRate: number, o: ResamplerOptions = {}, ws: Workspace = heapWorkspace) {
     for (const [name, r] of [['input rate', inRate], ['output rate', outRate]] as const) {
-      if (!Number.isSafeInteger(r) || r < 1000 || r > 768000) throw new ArgumentError(`resampler ${name} must be an integer from 1000 to 768000 Hz, got ${r}`);
+      if (!Number.isSafeInteger(r) || r < WAV_MIN_HZ || r > WAV_MAX_HZ) throw new ArgumentError(`resampler ${name} must be an integer from ${WAV_MIN_HZ} to ${WAV_MAX_HZ} Hz, got ${r}`);
     }
     const att = o.attenuation ?? 110;
     const pass = o.passband ?? 0.45;

@@ -6,7 +6,8 @@
  *
  * Pure computation over a `ByteSource`; files are opened at the edge (io/files).
  */
-import { BadInputError } from '../memory/errors.js';
+import { BadInputError } from '../errors.js';
+import { WAV_MAX_HZ, WAV_MIN_HZ } from '../options.js';
 
 /** Random-access bytes: a file, or memory. */
 export interface ByteSource {
@@ -53,8 +54,8 @@ const WAVE_FORMAT_PCM = 1;
 const WAVE_FORMAT_IEEE_FLOAT = 3;
 const WAVE_FORMAT_EXTENSIBLE = 0xfffe;
 /** Rates outside this range are refused as absurd. */
-export const MIN_SAMPLE_RATE = 1000;
-export const MAX_SAMPLE_RATE = 768000;
+export const MIN_SAMPLE_RATE = WAV_MIN_HZ;
+export const MAX_SAMPLE_RATE = WAV_MAX_HZ;
 const MAX_CHANNELS = 256;
 
 const formatOf = (tag: number, bits: number): SampleFormat | null => {

@@ -8,7 +8,7 @@ import { openFileSource } from './files.js';
 import { checkpointLayout, DTYPE_BYTES, type Dtype, type TensorSpec } from '../model/layout.js';
 import { encodeSafetensorsHeader } from '../model/safetensors.js';
 import { encodeValues, TensorStream } from '../model/synth.js';
-import { UsageError } from '../memory/errors.js';
+import { UsageError } from '../errors.js';
 import { Progress } from './progress.js';
 import { syntheticTokenizer } from '../model/tokenizer.js';
 

@@ -1,6 +1,6 @@
 /** Files at the edge: byte sources and sinks for the pure codecs in dsp/. */
 import { closeSync, fstatSync, openSync, readSync, writeSync } from 'node:fs';
-import { BadInputError } from '../memory/errors.js';
+import { BadInputError } from '../errors.js';
 import type { ByteSource, WavFormat } from '../dsp/wav.js';
 import { bytesPerSample, encodeSamples, wavHeader } from '../dsp/wav.js';
 

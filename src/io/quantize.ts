@@ -9,7 +9,7 @@ import { closeSync, copyFileSync, mkdirSync, openSync, readFileSync, writeFileSy
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { Piscina } from 'piscina';
-import { BadInputError, UsageError } from '../memory/errors.js';
+import { BadInputError, UsageError } from '../errors.js';
 import type { Dtype } from '../model/layout.js';
 import { type Bits, isQuantizable, QUANT_METADATA_KEY } from '../model/quant.js';
 import type { QuantResult, QuantTask } from '../model/quant-task.js';

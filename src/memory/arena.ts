@@ -1,4 +1,4 @@
-import { AllocationError, ArgumentError, CorruptionError, ReadinessError, VoxslabError } from './errors.js';
+import { AllocationError, ArgumentError, CorruptionError, InternalError, ReadinessError } from '../errors.js';
 import { alignUp, checkSize, type FootprintPolicy } from './footprint.js';
 import { CATEGORIES, type Category } from './layout.js';
 import type { Ledger } from './ledger.js';
@@ -211,7 +211,7 @@ export class Arena {
     }
     const region = this.#regions[this.#regions.length - 1] as Region;
     if (region.bytes !== plan.highWater) {
-      throw new VoxslabError(`arena '${this.name}': carved ${region.bytes} bytes for plan '${name}', high-water ${plan.highWater}`);
+      throw new InternalError(`arena '${this.name}': carved ${region.bytes} bytes for plan '${name}', high-water ${plan.highWater}`);
     }
     return Object.freeze({
       name,

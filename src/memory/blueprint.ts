@@ -1,6 +1,6 @@
 import type { MemoryDomain } from './domain.js';
 import type { FootprintPolicy } from './footprint.js';
-import { ArgumentError } from './errors.js';
+import { ArgumentError } from '../errors.js';
 import { CATEGORIES, type Category, OWNER_KINDS, type OwnerKind } from './layout.js';
 import { ownerName } from './ledger.js';
 import { toManifest, type MemoryManifest, type PlanSummary } from './manifest.js';

@@ -1,4 +1,4 @@
-import { ArgumentError, SharedStateError } from './errors.js';
+import { ArgumentError, SharedStateError } from '../errors.js';
 
 /** Header words of a counter block (Int32 slots). */
 const kLock = 0; // 0 free, 1 held, 2 held with waiters

@@ -1,6 +1,6 @@
 import { totalmem } from 'node:os';
 import { Arena } from './arena.js';
-import { AllocationError, ArgumentError, ReadinessError } from './errors.js';
+import { AllocationError, ArgumentError, ReadinessError } from '../errors.js';
 import { FootprintPolicy, type FootprintOptions, type FootprintSettings } from './footprint.js';
 import { SharedCounters } from './counters.js';
 import { kLimit, type OwnerKind } from './layout.js';
@@ -155,7 +155,7 @@ export class MemoryDomain {
     try {
       buffer = this.#allocator.allocate(footprint);
       if (!(buffer instanceof SharedArrayBuffer) || buffer.byteLength < footprint) {
-        throw new TypeError(`allocator returned ${buffer instanceof SharedArrayBuffer ? `${buffer.byteLength} bytes` : 'no SharedArrayBuffer'}`);
+        throw new AllocationError(`allocator returned ${buffer instanceof SharedArrayBuffer ? `${buffer.byteLength} bytes` : 'no SharedArrayBuffer'}`);
       }
     } catch (cause) {
       this.limit.refund(footprint);

@@ -1,5 +1,5 @@
 import { constants as bufferConstants } from 'node:buffer';
-import { ArgumentError } from './errors.js';
+import { ArgumentError } from '../errors.js';
 import { native } from '../native.js';
 
 export interface FootprintOptions {

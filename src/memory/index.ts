@@ -1,4 +1,4 @@
-export * from './errors.js';
+export * from '../errors.js';
 export * from './sizes.js';
 export * from './footprint.js';
 export * from './counters.js';

@@ -1,4 +1,4 @@
-import { BadInputError } from './errors.js';
+import { BadInputError } from '../errors.js';
 import type { BufferSpec } from './planner.js';
 
 /**

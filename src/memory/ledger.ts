@@ -1,4 +1,4 @@
-import { ArgumentError, VoxslabError } from './errors.js';
+import { ArgumentError, InternalError, SharedStateError } from '../errors.js';
 import { checkSize } from './footprint.js';
 import { SharedCounters } from './counters.js';
 import {
@@ -121,7 +121,7 @@ export class Ledger {
       }
       if (slot < 0) {
         if (n >= this.ownerCapacity) {
-          throw new VoxslabError(`ledger is full: ${this.ownerCapacity} owners registered, cannot add '${name}'`);
+          throw new SharedStateError(`ledger is full: ${this.ownerCapacity} owners registered, cannot add '${name}'`);
         }
         slot = n;
         c.set(ownerBase(slot) + kOwnerKind, k + 1);
@@ -175,7 +175,7 @@ export class Ledger {
       const slack = categorySlot(owner.slot, 0, kFootprint);
       const free = c.get(slack);
       if (free < footprint) {
-        throw new VoxslabError(
+        throw new InternalError(
           `charge of ${footprint} bytes to '${owner.name}/${category}' exceeds its ${free} uncarved slab bytes`,
         );
       }

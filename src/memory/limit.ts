@@ -1,4 +1,4 @@
-import { ArgumentError, BadInputError, MemoryLimitError, VoxslabError } from './errors.js';
+import { ArgumentError, BadInputError, InternalError, MemoryLimitError } from '../errors.js';
 import { checkSize } from './footprint.js';
 import {
   categorySlot,
@@ -134,7 +134,7 @@ export class AllocationLimit {
       const slot = kind === 'pinned' ? kPinnedHeld : kSlabHeld;
       const slack = categorySlot(owner.slot, 0, kFootprint);
       if (c.get(slot) < bytes || c.get(slack) < bytes) {
-        throw new VoxslabError(`release of ${bytes} ${kind} bytes by '${owner.name}' exceeds what it holds`);
+        throw new InternalError(`release of ${bytes} ${kind} bytes by '${owner.name}' exceeds what it holds`);
       }
       c.add(slot, -bytes);
       c.add(slack, -bytes);
@@ -148,7 +148,7 @@ export class AllocationLimit {
   #takeReservation(bytes: number): void {
     const c = this.#ledger.counters;
     const reserved = c.get(kReserved);
-    if (reserved < bytes) throw new VoxslabError(`no reservation of ${bytes} bytes outstanding (${reserved} reserved)`);
+    if (reserved < bytes) throw new InternalError(`no reservation of ${bytes} bytes outstanding (${reserved} reserved)`);
     c.set(kReserved, reserved - bytes);
   }
 }

@@ -1,4 +1,4 @@
-import { ArgumentError } from './errors.js';
+import { ArgumentError } from '../errors.js';
 import type { BufferSpec } from './planner.js';
 
 export interface WriteSpec {

@@ -1,5 +1,5 @@
 import { alignUp } from './footprint.js';
-import { ArgumentError } from './errors.js';
+import { ArgumentError, InternalError } from '../errors.js';
 import { prng } from './prng.js';
 
 /** One buffer of a pass: live from op `firstUse` through op `lastUse` (inclusive). */
@@ -439,10 +439,10 @@ export function plan(specs: readonly BufferSpec[], options: PlanOptions = {}): P
     });
   });
   const fault = checkNoOverlap(placed, alignment);
-  if (fault !== null) throw new Error(`planner produced an unsafe plan (internal fault): ${fault}`);
+  if (fault !== null) throw new InternalError(`planner produced an unsafe plan (internal fault): ${fault}`);
   let end = 0;
   for (const p of placed) end = Math.max(end, p.offset + p.bytes);
-  if (alignUp(end, alignment) !== high) throw new Error(`planner high-water ${high} disagrees with placed end ${end}`);
+  if (alignUp(end, alignment) !== high) throw new InternalError(`planner high-water ${high} disagrees with placed end ${end}`);
   return Object.freeze({
     buffers: Object.freeze(placed),
     alignment,

@@ -1,4 +1,4 @@
-import { ArgumentError, BadInputError } from './errors.js';
+import { ArgumentError, BadInputError } from '../errors.js';
 
 const UNITS: Record<string, number> = {
   '': 1,

@@ -5,7 +5,7 @@
  */
 import type { Arena } from './arena.js';
 import { MemoryDomain } from './domain.js';
-import { VoxslabError } from './errors.js';
+import { InternalError } from '../errors.js';
 import type { Owner } from './ledger.js';
 
 export function sizedArenas<T>(domain: MemoryDomain, arenas: { owner: Owner; name: string }[], bound: number, build: (arenas: Arena[]) => T): { value: T; arenas: Arena[] } {
@@ -16,7 +16,7 @@ export function sizedArenas<T>(domain: MemoryDomain, arenas: { owner: Owner; nam
   const real = arenas.map((a, i) => domain.createArena(a.owner, a.name, { bytes: used[i] as number }));
   const value = build(real);
   real.forEach((a, i) => {
-    if (a.used !== used[i]) throw new VoxslabError(`arena '${a.name}': carved ${a.used} bytes, the dry run carved ${used[i]}`);
+    if (a.used !== used[i]) throw new InternalError(`arena '${a.name}': carved ${a.used} bytes, the dry run carved ${used[i]}`);
   });
   return { value, arenas: real };
 }

@@ -1,4 +1,4 @@
-import { AllocationError, ArgumentError, VoxslabError } from './errors.js';
+import { AllocationError, ArgumentError, InternalError } from '../errors.js';
 import type { Category, OwnerKind } from './layout.js';
 import type { Ledger, Owner } from './ledger.js';
 import type { AllocationLimit, HoldKind } from './limit.js';
@@ -53,7 +53,7 @@ export class CountingAllocator implements Allocator {
     if (this.#failNext > 0 || (this.#failWhen?.(bytes, this.calls) ?? false)) {
       if (this.#failNext > 0) this.#failNext -= 1;
       this.failures += 1;
-      throw new RangeError(`injected allocation failure (call ${this.calls}, ${bytes} bytes)`);
+      throw new AllocationError(`injected allocation failure (call ${this.calls}, ${bytes} bytes)`);
     }
     const sab = this.#inner.allocate(bytes);
     this.bytes += bytes;
@@ -154,7 +154,7 @@ export class Slab {
 
   /** Moves `footprint` bytes of this slab from slack into `category` (one region). */
   charge(category: Category, requested: number, footprint: number): void {
-    if (this.#released) throw new VoxslabError(`slab '${this.label}' was released`);
+    if (this.#released) throw new InternalError(`slab '${this.label}' was released`);
     this.#ledger.charge(this.owner, category, requested, footprint);
     const c = this.#charges.get(category);
     if (c === undefined) this.#charges.set(category, { requested, footprint, regions: 1 });

@@ -11,7 +11,7 @@
  * logits use the tied `lfm.embed_tokens`.
  */
 import type { Arena, PlannedRegion } from '../memory/arena.js';
-import { ArgumentError } from '../memory/errors.js';
+import { ArgumentError } from '../errors.js';
 import { PassBuilder, plan, type Planner } from '../memory/index.js';
 import type { Workspace } from '../dsp/workspace.js';
 import type { Lfm2Shape, ModelConfig } from './config.js';

@@ -8,7 +8,7 @@
 import { existsSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { z } from 'zod';
-import { BadInputError } from '../memory/errors.js';
+import { BadInputError } from '../errors.js';
 
 const posInt = z.number().int().positive();
 const posNum = z.number().positive();

@@ -19,7 +19,8 @@
  * clocks read the native monotonic clock.
  */
 import { native } from '../native.js';
-import { ArgumentError, BadInputError } from '../memory/errors.js';
+import { ArgumentError, BadInputError } from '../errors.js';
+import { optionValue } from '../options.js';
 import type { Arena } from '../memory/arena.js';
 import type { MemoryDomain } from '../memory/domain.js';
 import { sizedArenas as sized } from '../memory/sizing.js';
@@ -37,36 +38,27 @@ import { Detokenizer, DetokenizerState } from './detokenizer.js';
 import { AUDIO_SAMPLING, TEXT_SAMPLING, type SamplingOptions } from './sampler.js';
 import { TextTokenizer, TOKENS } from './tokenizer.js';
 export type { Prompts } from './dialogue.js';
-import { computeThreads, setComputeThreads } from './kernels.js';
+import { setComputeThreads } from './kernels.js';
 import { buildStepSlot, Dialogue, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_TEXT, type Prompts, type StepSlot } from './dialogue.js';
-import { DEFAULT_ENCODER_TILES, melRows, segmentSamples } from './plans.js';
+import { DEFAULT_ENCODER_TILES, melRows, replyFrames, segmentSamples } from './plans.js';
 
 export const DEFAULT_SYSTEM_PROMPT = 'Respond with interleaved text and audio.';
 
 export interface SpeechModelOptions {
-  /** Backbone positions per conversation (KV cache rows). Default: the configuration's maximum, at most 8192. */
+  // Defaults and ranges of these options: src/options.ts.
   context?: number;
-  /** Longest user segment, seconds. Default 30. */
   segmentSeconds?: number;
-  /** Longest reply audio per turn, seconds. Default 30. */
   replySeconds?: number;
-  /** Backbone KV cache element type: f32 (default) or f16 (half the bytes). */
   kv?: KvType;
-  /** Backbone prefill chunk (positions per pass). Default 64. */
   prefillChunk?: number;
-  /** Device output rate, Hz. Default 48000. */
   outputRate?: number;
   /** System prompt. Default MODEL.md's. */
   systemPrompt?: string;
   /** Sampling. Default text greedy, audio temperature 1 top-k 4. */
   text?: SamplingOptions;
   audio?: SamplingOptions;
-  /**
-   * Threads sharing each row-by-row linear layer (steps, Depthformer, detokenizer), 1–8.
-   * For the calling thread (see setComputeThreads); results do not depend on it. Default: leave as is (1).
-   */
+  /** Threads sharing each row-by-row linear layer of the calling thread (see setComputeThreads). */
   threads?: number;
-  /** Stage buffers as planned (default), or each in bytes of its own (the comparison layout). */
   layout?: 'planned' | 'separate';
 }
 
@@ -98,11 +90,6 @@ export interface ReplySummary {
   endOfAudio: boolean;
 }
 
-function checkInt(name: string, v: number, lo: number, hi: number): number {
-  if (!Number.isSafeInteger(v) || v < lo || v > hi) throw new ArgumentError(`${name} must be an integer from ${lo} to ${hi}, got ${String(v)}`);
-  return v;
-}
-
 function checkSampling(name: string, s: SamplingOptions): SamplingOptions {
   if (s === null || typeof s !== 'object' || !(s.temperature >= 0) || !Number.isFinite(s.temperature) || !Number.isSafeInteger(s.topK) || s.topK < 1) {
     throw new ArgumentError(`${name} sampling needs a temperature ≥ 0 and a whole top-k ≥ 1`);
@@ -111,24 +98,21 @@ function checkSampling(name: string, s: SamplingOptions): SamplingOptions {
 }
 
 export function resolveSpeechOptions(config: ModelConfig, o: SpeechModelOptions): ResolvedSpeechOptions {
-  const r: ResolvedSpeechOptions = {
-    context: checkInt('context', o.context ?? Math.min(config.backbone.maxContext, 8192), 1, config.backbone.maxContext),
-    segmentSeconds: o.segmentSeconds ?? 30,
-    replySeconds: o.replySeconds ?? 30,
-    prefillChunk: checkInt('prefill chunk', o.prefillChunk ?? 64, 2, 4096),
-    kv: o.kv ?? 'f32',
-    outputRate: checkInt('output rate', o.outputRate ?? 48000, 8000, 384000),
+  const c = { maxContext: config.backbone.maxContext };
+  if (o.systemPrompt !== undefined && typeof o.systemPrompt !== 'string') throw new ArgumentError('systemPrompt must be a string');
+  return {
+    context: optionValue('context', o.context, c),
+    segmentSeconds: optionValue('segmentSeconds', o.segmentSeconds),
+    replySeconds: optionValue('replySeconds', o.replySeconds),
+    prefillChunk: optionValue('prefillChunk', o.prefillChunk),
+    kv: optionValue('kv', o.kv),
+    outputRate: optionValue('outputRate', o.outputRate),
     systemPrompt: o.systemPrompt ?? DEFAULT_SYSTEM_PROMPT,
     text: checkSampling('text', o.text ?? TEXT_SAMPLING),
     audio: checkSampling('audio', o.audio ?? AUDIO_SAMPLING),
-    layout: o.layout ?? 'planned',
-    threads: checkInt('threads', o.threads ?? computeThreads(), 1, 8),
+    layout: optionValue('layout', o.layout),
+    threads: optionValue('threads', o.threads),
   };
-  if (!(r.segmentSeconds > 0 && r.segmentSeconds <= 600)) throw new ArgumentError(`segment must be more than 0 and at most 600 seconds, got ${String(r.segmentSeconds)}`);
-  if (!(r.replySeconds > 0 && r.replySeconds <= 3600)) throw new ArgumentError(`reply must be more than 0 and at most 3600 seconds, got ${String(r.replySeconds)}`);
-  if (r.kv !== 'f32' && r.kv !== 'f16') throw new ArgumentError(`kv must be f32 or f16, got '${String(r.kv)}'`);
-  if (r.layout !== 'planned' && r.layout !== 'separate') throw new ArgumentError(`layout must be 'planned' or 'separate', got '${String(r.layout)}'`);
-  return r;
 }
 
 interface PassSlot extends StepSlot {
@@ -153,7 +137,7 @@ export interface SpeechSetup {
 
 /** Resolves the options against the configuration and tokenizes the prompt pieces. */
 export function speechSetup(c: ModelConfig, tokenizer: TextTokenizer, options: ResolvedSpeechOptions): SpeechSetup {
-  const maxFrames = Math.ceil(options.replySeconds * (c.detokenizer.sampleRate / (c.detokenizer.upsample * c.detokenizer.hop)));
+  const maxFrames = replyFrames(c, options.replySeconds);
   const ids = (text: string): number[] => tokenizer.encode(text);
   const system = ids(`<|startoftext|><|im_start|>system\n${options.systemPrompt}<|im_end|>\n`);
   if (system[0] !== TOKENS.startOfText || system[1] !== TOKENS.imStart) throw new BadInputError({ file: tokenizer.file }, 'the chat special tokens do not tokenize as themselves');
@@ -269,7 +253,7 @@ export class Conversation {
     const c = model.config;
     this.model = model;
     this.index = index;
-    this.inputRate = checkInt('input rate', o.inputRate, 1000, 768000);
+    this.inputRate = optionValue('inputRate', o.inputRate);
     const owner = model.domain.owner('conversation', index);
     const mo = model.options;
     const segRows = melRows(c, segmentSamples(c, mo.segmentSeconds));

@@ -13,6 +13,7 @@ import type { ModelConfig } from './config.js';
 import type { WeightsImage } from './image.js';
 import { attentionScratchFloats, gemvScratchFloats, linear1, rmsNorm, rope, ropeTables, rowInto, swiglu, weightRows, type Weights } from './kernels.js';
 import type { Sampler, SamplingOptions } from './sampler.js';
+import { ArgumentError } from '../errors.js';
 import { native } from '../native.js';
 
 const EPS = 1e-5;
@@ -113,7 +114,7 @@ export class Depthformer {
     this.#cos = derived('depth:rope.cos', Float32Array, cb * half);
     this.#sin = derived('depth:rope.sin', Float32Array, cb * half);
     ropeTables(cb, f.headDim, config.backbone.ropeTheta, this.#cos, this.#sin);
-    if (state.length < depthformerStateFloats(config)) throw new RangeError('depthformer state is too small');
+    if (state.length < depthformerStateFloats(config)) throw new ArgumentError('depthformer state is too small');
     this.#kv = state;
     this.#scale = 1 / Math.sqrt(f.headDim);
   }

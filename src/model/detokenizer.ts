@@ -8,7 +8,7 @@
  * interruptions within a turn.
  */
 import type { Arena, PlannedRegion } from '../memory/arena.js';
-import { ArgumentError } from '../memory/errors.js';
+import { ArgumentError } from '../errors.js';
 import type { Workspace } from '../dsp/workspace.js';
 import type { Planner } from '../memory/planner.js';
 import { StreamingISTFT } from '../dsp/istft.js';

@@ -12,7 +12,7 @@
  * position table per call) and is deterministic.
  */
 import type { Arena, PlannedRegion } from '../memory/arena.js';
-import { ArgumentError } from '../memory/errors.js';
+import { ArgumentError } from '../errors.js';
 import { plan, type Planner } from '../memory/planner.js';
 import type { Workspace } from '../dsp/workspace.js';
 import type { ModelConfig } from './config.js';

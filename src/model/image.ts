@@ -10,7 +10,7 @@
  * the folded f32 weight and bias are new tensors, charged as retained-derived bytes.
  */
 import type { ByteSource } from '../dsp/wav.js';
-import { BadInputError } from '../memory/errors.js';
+import { BadInputError } from '../errors.js';
 import type { MemoryDomain } from '../memory/domain.js';
 import type { Arena } from '../memory/arena.js';
 import type { Category } from '../memory/layout.js';

@@ -4,6 +4,7 @@
  * and gives the same bits for the same inputs on any thread. Misuse throws TypeError or
  * RangeError at the call; set buffers up once, before readiness.
  */
+import { ArgumentError } from '../errors.js';
 import { native } from '../native.js';
 import { bf16ToF32, f16ToF32 } from './dtype.js';
 
@@ -223,7 +224,7 @@ export function weightRows(w: Weights, r0: number, r1: number): Weights {
   const cols = w.cols;
   if (w.kind === 'f32') return { kind: 'f32', data: w.data.subarray(r0 * cols, r1 * cols), rows: r1 - r0, cols };
   if (w.kind === 'f16' || w.kind === 'bf16') return { kind: w.kind, data: w.data.subarray(r0 * cols, r1 * cols), rows: r1 - r0, cols };
-  if (w.kind !== 'q8' && w.kind !== 'q4') throw new RangeError('unknown weight encoding');
+  if (w.kind !== 'q8' && w.kind !== 'q4') throw new ArgumentError(`unknown weight encoding '${String((w as { kind: unknown }).kind)}'`);
   const per = w.kind === 'q8' ? cols : cols / 2;
   const groups = cols / w.group;
   return {

@@ -4,9 +4,9 @@
  * its manifest; nothing is allocated.
  */
 import { type Blueprint, blueprintManifest, FootprintPolicy, type MemoryManifest, type RegionBlueprint } from '../memory/index.js';
-import { ArgumentError } from '../memory/errors.js';
+import { optionValue } from '../options.js';
 import type { ModelConfig } from './config.js';
-import { DEFAULT_ENCODER_TILES, encoderDerived, frontendDerived, frontendState, planEncoder, planFrontend, type StagePlan } from './plans.js';
+import { DEFAULT_ENCODER_TILES, replyFrames, encoderDerived, frontendDerived, frontendState, planEncoder, planFrontend, type StagePlan } from './plans.js';
 import { backboneDims, backboneStateSizes, detokenizerDims, lfm2Pass } from './backbone.js';
 import { depthformerPass, depthformerStateFloats } from './depthformer.js';
 import { DetokenizerState } from './detokenizer.js';
@@ -14,22 +14,16 @@ import { gemvScratchFloats } from './kernels.js';
 import { measureWorkspace } from '../dsp/workspace.js';
 import { plan } from '../memory/planner.js';
 
+/** Defaults and ranges: src/options.ts, the same the runtime resolves through. */
 export interface MemoryPlanOptions {
-  /** Simultaneous conversations. Default 1. */
   conversations?: number;
-  /** Backbone context per conversation (KV cache rows). Default: the configuration's maximum. */
   context?: number;
-  /** Longest user segment, seconds. Default 30. */
   segmentSeconds?: number;
-  /** KV cache element type. Default f32. */
   kv?: 'f32' | 'f16';
-  /** Pass (ticket) slots. Default 2. */
   slots?: number;
-  /** Backbone prefill chunk (positions per pass). Default 64. */
   prefillChunk?: number;
-  /** Longest assistant turn the detokenizer plans for, seconds. Default 600. */
-  turnSeconds?: number;
-  /** Device output rate. Default 48000. */
+  /** Longest reply audio per turn: the detokenizer's caches are planned for it. */
+  replySeconds?: number;
   outputRate?: number;
 }
 
@@ -48,23 +42,18 @@ export const PENDING = Object.freeze([
   'capture and playback rings',
 ]);
 
-function intIn(name: string, v: number, lo: number, hi: number): number {
-  if (!Number.isSafeInteger(v) || v < lo || v > hi) throw new ArgumentError(`${name} must be an integer from ${lo} to ${hi}, got ${String(v)}`);
-  return v;
-}
-
 /**
  * Per-conversation persistent state (recurrence) regions, sized by the same functions the
  * compute carves them with: backbone KV caches and short-conv columns, and the detokenizer's
  * sliding-window caches, ISTFT overlap and resampler.
  */
-export function conversationState(config: ModelConfig, context: number, kvBytes: number, o: { turnSeconds: number; outputRate: number }): RegionBlueprint[] {
+export function conversationState(config: ModelConfig, context: number, kvBytes: number, o: { replySeconds: number; outputRate: number }): RegionBlueprint[] {
   const out: RegionBlueprint[] = backboneStateSizes(config, context).map((r) => ({
     name: `backbone.${r.name}`,
     category: 'recurrence' as const,
     bytes: r.name.startsWith('kv.') ? (r.bytes / 4) * kvBytes : r.bytes,
   }));
-  const turnPositions = Math.ceil(o.turnSeconds * (config.detokenizer.sampleRate / config.detokenizer.hop));
+  const turnPositions = replyFrames(config, o.replySeconds) * config.detokenizer.upsample;
   for (const [i, bytes] of DetokenizerState.lfmBytes(config, turnPositions).entries()) out.push({ name: `detok.${i}`, category: 'recurrence', bytes });
   // The ISTFT and resampler buffers, measured by building them.
   const m = measureWorkspace(new FootprintPolicy({ alignment: 1, pageSize: 4096 }));
@@ -74,19 +63,17 @@ export function conversationState(config: ModelConfig, context: number, kvBytes:
 }
 
 export function planMemory(config: ModelConfig, options: MemoryPlanOptions = {}): MemoryPlan {
+  const c = { maxContext: config.backbone.maxContext };
   const o: Required<MemoryPlanOptions> = {
-    conversations: intIn('conversations', options.conversations ?? 1, 1, 32),
-    context: intIn('context', options.context ?? config.backbone.maxContext, 1, config.backbone.maxContext),
-    segmentSeconds: options.segmentSeconds ?? 30,
-    kv: options.kv ?? 'f32',
-    slots: intIn('slots', options.slots ?? 2, 1, 16),
-    prefillChunk: intIn('prefillChunk', options.prefillChunk ?? 64, 1, 4096),
-    turnSeconds: options.turnSeconds ?? 600,
-    outputRate: intIn('outputRate', options.outputRate ?? 48000, 8000, 384000),
+    conversations: optionValue('conversations', options.conversations),
+    context: optionValue('context', options.context, c),
+    segmentSeconds: optionValue('segmentSeconds', options.segmentSeconds),
+    kv: optionValue('kv', options.kv),
+    slots: optionValue('slots', options.slots),
+    prefillChunk: optionValue('prefillChunk', options.prefillChunk),
+    replySeconds: optionValue('replySeconds', options.replySeconds),
+    outputRate: optionValue('outputRate', options.outputRate),
   };
-  if (!(o.turnSeconds > 0 && o.turnSeconds <= 3600)) throw new ArgumentError(`turn must be more than 0 and at most 3600 seconds, got ${String(o.turnSeconds)}`);
-  if (!(o.segmentSeconds > 0 && o.segmentSeconds <= 600)) throw new ArgumentError(`segment must be more than 0 and at most 600 seconds, got ${String(o.segmentSeconds)}`);
-  if (o.kv !== 'f32' && o.kv !== 'f16') throw new ArgumentError(`kv must be f32 or f16, got '${String(o.kv)}'`);
   const frontend = planFrontend(config);
   const conformer = planEncoder(config, { segmentSeconds: o.segmentSeconds, tiles: DEFAULT_ENCODER_TILES });
   const reference = planEncoder(config, { segmentSeconds: o.segmentSeconds, tiles: false });

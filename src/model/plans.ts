@@ -20,6 +20,12 @@ export function segmentSamples(config: ModelConfig, seconds: number): number {
   return Math.round(seconds * config.frontend.sampleRate);
 }
 
+/** Audio frames (12.5 Hz codes) a reply of `seconds` may hold. */
+export function replyFrames(config: ModelConfig, seconds: number): number {
+  const d = config.detokenizer;
+  return Math.ceil(seconds * (d.sampleRate / (d.upsample * d.hop)));
+}
+
 /** Mel rows NeMo computes for L samples: 1 + L // hop. */
 export function melRows(config: ModelConfig, samples: number): number {
   return 1 + Math.floor(samples / config.frontend.hop);

@@ -5,7 +5,7 @@
  * The matrix–vector product computes Σ_g s_g·Σ q_i x_i + b_g·Σ x_i; the Σ x_i of the bias term
  * is accumulated in f32 from f32 operands (summing narrow operands first loses precision).
  */
-import { ArgumentError } from '../memory/errors.js';
+import { ArgumentError } from '../errors.js';
 
 export type Bits = 4 | 8;
 

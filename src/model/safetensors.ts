@@ -6,7 +6,7 @@
  * offsets inside the data, shape × dtype = byte length, no overlaps, no holes, nothing after.
  * Pure computation over a ByteSource.
  */
-import { BadInputError } from '../memory/errors.js';
+import { BadInputError } from '../errors.js';
 import type { ByteSource } from '../dsp/wav.js';
 import { DTYPE_BYTES, type Dtype } from './layout.js';
 

@@ -5,7 +5,7 @@
  * Allocation-free after construction.
  */
 import { heapWorkspace, type Workspace } from '../dsp/workspace.js';
-import { ArgumentError } from '../memory/errors.js';
+import { ArgumentError } from '../errors.js';
 
 export interface SamplingOptions {
   temperature: number;

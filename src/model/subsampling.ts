@@ -10,7 +10,7 @@ import type { ModelConfig } from './config.js';
 import { GEMM_PACK_FLOATS, gemm } from './kernels.js';
 import { native } from '../native.js';
 import { heapWorkspace, type Workspace } from '../dsp/workspace.js';
-import { ArgumentError } from '../memory/errors.js';
+import { ArgumentError } from '../errors.js';
 
 export interface SubsamplingWeights {
   conv0: { w: Float32Array; b: Float32Array }; // [C][1][3][3], [C]

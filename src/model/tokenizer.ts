@@ -8,7 +8,7 @@
 import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
-import { BadInputError } from '../memory/errors.js';
+import { ArgumentError, BadInputError } from '../errors.js';
 
 /** Special token ids (MODEL.md, Prompt and generation). */
 export const TOKENS = Object.freeze({
@@ -77,7 +77,7 @@ function corpusWords(chars: string[]): string[][] {
  */
 export function syntheticTokenizer(vocab: number): { tokenizer: object; config: object } {
   const top = Math.max(...Object.keys(SPECIALS).map(Number));
-  if (!Number.isSafeInteger(vocab) || vocab <= top + 100) throw new RangeError(`a synthetic tokenizer needs a vocabulary above ${top + 100}, got ${vocab}`);
+  if (!Number.isSafeInteger(vocab) || vocab <= top + 100) throw new ArgumentError(`a synthetic tokenizer needs a vocabulary above ${top + 100}, got ${vocab}`);
   const chars = byteChars();
   const ids = new Map<string, number>();
   const added: { id: number; content: string }[] = Object.entries(SPECIALS).map(([id, content]) => ({ id: Number(id), content }));
@@ -192,13 +192,14 @@ export class TextTokenizer {
     const file = join(dir, 'tokenizer.json');
     if (!existsSync(file)) throw new BadInputError({ file }, 'the checkpoint has no tokenizer.json (voxslab make-checkpoint writes one)');
     const read = (f: string): object => {
+      let v: unknown;
       try {
-        const v = JSON.parse(readFileSync(f, 'utf8')) as unknown;
-        if (v === null || typeof v !== 'object') throw new Error('not a JSON object');
-        return v;
+        v = JSON.parse(readFileSync(f, 'utf8')) as unknown;
       } catch (cause) {
         throw new BadInputError({ file: f }, `not valid JSON: ${(cause as Error).message}`, { cause });
       }
+      if (v === null || typeof v !== 'object') throw new BadInputError({ file: f }, 'not valid JSON: not a JSON object');
+      return v;
     };
     const cfgFile = join(dir, 'tokenizer_config.json');
     return new TextTokenizer(file, read(file), existsSync(cfgFile) ? read(cfgFile) : {}, vocab);

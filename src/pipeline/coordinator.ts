@@ -19,7 +19,8 @@ import type { Arena } from '../memory/arena.js';
 import type { MemoryDomain } from '../memory/domain.js';
 import type { Owner } from '../memory/ledger.js';
 import type { SlabRecord } from '../memory/slab.js';
-import { ArgumentError, ControlTimeoutError, WorkerError } from '../memory/errors.js';
+import { ArgumentError, ControlTimeoutError, WorkerError } from '../errors.js';
+import { optionValue } from '../options.js';
 import { loadCheckpoint } from '../io/checkpoint.js';
 import type { ModelConfig } from '../model/config.js';
 import type { LoadReport, WeightsImage } from '../model/image.js';
@@ -162,8 +163,7 @@ export class Pipeline {
   #closed = false;
 
   private constructor(dir: string, domain: MemoryDomain, options: PipelineOptions) {
-    const slots = options.slots ?? 2;
-    if (!Number.isSafeInteger(slots) || slots < 1 || slots > 8) throw new ArgumentError(`slots must be an integer from 1 to 8, got ${String(slots)}`);
+    const slots = optionValue('slots', options.slots);
     const timeout = options.callTimeoutMs ?? 120_000;
     if (!(timeout > 0)) throw new ArgumentError(`callTimeoutMs must be above 0, got ${String(timeout)}`);
     this.dir = dir;
@@ -210,7 +210,7 @@ export class Pipeline {
   /** Opens a conversation: its rings (owner `session/<n>`) and each stage's state for it. */
   async open(o: { seed: number; inputRate: number }): Promise<PipelineConversation> {
     if (this.#ready) throw new ArgumentError('open conversations before ready()');
-    if (!Number.isSafeInteger(o.inputRate) || o.inputRate < 1000 || o.inputRate > 768000) throw new ArgumentError(`input rate must be an integer from 1000 to 768000, got ${String(o.inputRate)}`);
+    optionValue('inputRate', o.inputRate);
     const index = this.conversations.length;
     const caps = ringCapacities(this.config, this.setup.options.outputRate);
     const bytes = RING_NAMES.reduce((s, n) => s + ringBytes(caps[n]) + 64, 0);

@@ -15,7 +15,7 @@ import * as Comlink from 'comlink';
 import { nodeEndpoint } from './endpoint.js';
 import { MemoryDomain } from '../memory/domain.js';
 import type { SlabRecord } from '../memory/slab.js';
-import { ArgumentError } from '../memory/errors.js';
+import { ArgumentError } from '../errors.js';
 import { WeightsImage } from '../model/image.js';
 import { setComputeThreads } from '../model/kernels.js';
 import { native } from '../native.js';

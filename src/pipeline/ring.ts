@@ -15,7 +15,7 @@
  * thread calls `peek*`/`read*`/`skip`. `available*` may be called from either side and can
  * be stale (late) by the time it returns. Nothing here allocates or throws after construction.
  */
-import { ArgumentError } from '../memory/errors.js';
+import { ArgumentError } from '../errors.js';
 
 /** Header slots (Int32 indices). */
 export const kWrite = 0; // next word the producer writes (0 ≤ kWrite < capacity)

@@ -19,7 +19,7 @@ import { native } from '../native.js';
 import type { Arena } from '../memory/arena.js';
 import type { MemoryDomain } from '../memory/domain.js';
 import type { OwnerKind } from '../memory/layout.js';
-import { BadInputError, VoxslabError } from '../memory/errors.js';
+import { BadInputError, InternalError } from '../errors.js';
 import { sizedArenas } from '../memory/sizing.js';
 import { arenaWorkspace, type Workspace } from '../dsp/workspace.js';
 import { MelFrontend } from '../dsp/mel.js';
@@ -206,7 +206,7 @@ function sharedTables(ws: Workspace): { next(): Workspace } {
         }
         const m = list[k];
         if (m === undefined || m.length !== length || m.type !== type) {
-          throw new VoxslabError(`pass slot ${r} asked for table '${name}' that slot 0 did not build`);
+          throw new InternalError(`pass slot ${r} asked for table '${name}' that slot 0 did not build`);
         }
         return m.view;
       }) as Workspace;

@@ -2,7 +2,7 @@ import t from 'tap';
 import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BadInputError } from '../../src/memory/errors.js';
+import { BadInputError } from '../../src/errors.js';
 import { encodeWav, memorySource, readWavInfo, readWavMono, type SampleFormat, WavReader } from '../../src/dsp/wav.js';
 import { openFileSource, WavFileWriter } from '../../src/io/files.js';
 import { prng } from '../helpers.js';

@@ -8,6 +8,7 @@ export const BASELINES: Record<string, { config: string; options: MemoryPlanOpti
   tiny: { config: 'tiny', options: {} },
   small: { config: 'small', options: {} },
   'lfm2-audio-1.5b': { config: 'lfm2-audio-1.5b', options: {} },
+  'lfm2-audio-1.5b.full-context': { config: 'lfm2-audio-1.5b', options: { context: 128000 } },
   'lfm2-audio-1.5b.two-conversations.60s.f16': { config: 'lfm2-audio-1.5b', options: { conversations: 2, segmentSeconds: 60, kv: 'f16' } },
 };
 

@@ -1,6 +1,7 @@
 import t from 'tap';
 import {
   ArgumentError,
+  VoxslabError,
   FootprintPolicy,
   MemoryDomain,
   type TypedArray,
@@ -51,7 +52,9 @@ t.test('nonsense sizes are rejected before anything is allocated', async (t) => 
   t.throws(() => p.slabFootprint(0), /at least one byte/);
   t.throws(() => p.slabFootprint(p.maxSlabBytes + 1), /exceeds the largest slab/);
   t.throws(() => p.regionFootprint(p.maxSlabBytes), /exceeds the largest slab/);
-  t.ok(new ArgumentError('x') instanceof TypeError, 'argument errors are TypeErrors');
+  t.ok(new ArgumentError('x') instanceof VoxslabError, 'argument errors are voxslab errors');
+  t.equal(new ArgumentError('x').code, 'ERR_VOXSLAB_ARGUMENT');
+  t.equal(new ArgumentError('x').exitCode, 2);
 });
 
 t.test('slab footprint is whole pages and never below the request', async (t) => {

@@ -3,7 +3,7 @@ import { createHash } from 'node:crypto';
 import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BadInputError } from '../../src/memory/errors.js';
+import { BadInputError } from '../../src/errors.js';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
 import { loadConfig } from '../../src/model/config.js';

@@ -1,6 +1,7 @@
 /**
- * The one catalogue of voxslab error classes. Each has a stable `code`; the CLI maps
- * `exitCode` to its process exit status (0 ok, 1 internal, 2 usage, 3 memory limit, 4 bad input).
+ * The one catalogue of voxslab error classes. Every error voxslab throws is a `VoxslabError`
+ * with a stable `code` and the process exit status the CLI maps it to (0 ok, 1 internal fault,
+ * 2 usage, 3 memory limit, 4 bad input). This module imports nothing, so every layer may use it.
  */
 
 export interface ErrorOptions {
@@ -16,14 +17,15 @@ export class VoxslabError extends Error {
   }
 }
 
+/** A broken invariant inside voxslab: a bug, never the caller's fault. Exit code 1. */
+export class InternalError extends VoxslabError {
+  override readonly code = 'ERR_VOXSLAB_INTERNAL';
+}
+
 /** A caller passed a value of the wrong type or out of range. Exit code 2. */
-export class ArgumentError extends TypeError {
-  readonly code = 'ERR_VOXSLAB_ARGUMENT';
-  readonly exitCode = 2;
-  constructor(message: string, options?: ErrorOptions) {
-    super(message, options);
-    this.name = 'ArgumentError';
-  }
+export class ArgumentError extends VoxslabError {
+  override readonly code = 'ERR_VOXSLAB_ARGUMENT';
+  override readonly exitCode = 2;
 }
 
 /** The command line was used wrongly. Exit code 2. */

@@ -1,0 +1,26 @@
+/**
+ * The benchmarks `voxslab bench` can run. Shipped code does not import the benchmarks: the
+ * `voxslab/bench` entry (bench/index.ts) registers them here when it is installed.
+ */
+export interface BenchOptions {
+  quick: boolean;
+  production: boolean;
+  models: string[];
+}
+
+export interface Bench {
+  /** One line for `voxslab bench --help`. */
+  summary: string;
+  run(options: BenchOptions): Promise<unknown>;
+  format(result: never): string;
+}
+
+const registry = new Map<string, Bench>();
+
+export function registerBench(name: string, bench: Bench): void {
+  registry.set(name, bench);
+}
+
+export function registeredBenches(): ReadonlyMap<string, Bench> {
+  return registry;
+}
