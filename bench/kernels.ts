@@ -6,8 +6,8 @@
  * same shapes is reported beside it when python3 with numpy is available.
  */
 import { spawnSync } from 'node:child_process';
-import { attention, attentionScratchFloats, GEMM_PACK_FLOATS, gemm, gemv, gemvScratchFloats, kernelIsa, linear1, setComputeThreads } from '../src/model/kernels.js';
-import { quantize } from '../src/model/quant.js';
+import { attention, attentionScratchFloats, GEMM_PACK_FLOATS, gemm, gemv, gemvScratchFloats, kernelIsa, linear1, setComputeThreads } from '../src/model/blocks/kernels.js';
+import { quantize } from '../src/model/format/quant.js';
 import { native } from '../src/native.js';
 import { fastestSeconds as best, round } from './util.js';
 

@@ -18,9 +18,9 @@ import { MemoryDomain } from '../src/memory/index.js';
 import { makeCheckpoint } from '../src/io/checkpoint.js';
 import { quantizeCheckpoint } from '../src/io/quantize.js';
 import { checkpointCache, resolveModel } from '../src/cli/run.js';
-import { Conversation, SpeechModel, STAGES } from '../src/model/conversation.js';
-import { AUDIO_SAMPLING, Sampler } from '../src/model/sampler.js';
-import { setComputeThreads } from '../src/model/kernels.js';
+import { Conversation, SpeechModel, STAGES } from '../src/pipeline/conversation.js';
+import { AUDIO_SAMPLING, Sampler } from '../src/model/blocks/sampler.js';
+import { setComputeThreads } from '../src/model/blocks/kernels.js';
 import { fastestSeconds as best, round } from './util.js';
 
 export interface ModelBenchRow {

@@ -3,12 +3,13 @@ import { totalmem } from 'node:os';
 import { ArgumentError, BadInputError, UsageError } from '../errors.js';
 import { defaultOf, parseFlag, type OptionKey } from '../options.js';
 import { limitFromEnvironment } from '../memory/limit.js';
-import { loadConfig } from '../model/config.js';
-import { type MemoryPlanOptions, planManifest, planMemory } from '../model/memory.js';
-import { encoderTilingReport } from '../model/plans.js';
+
+import { type MemoryPlanOptions, planManifest, planMemory } from '../model/plan/memory.js';
+import { encoderTilingReport } from '../model/plan/plans.js';
 import { parseIntervalsCsv } from '../memory/intervals.js';
 import { plan } from '../memory/planner.js';
 import { formatBytes } from '../memory/sizes.js';
+import { loadConfig } from '../io/config.js';
 
 export function readText(file: string, what: string): string {
   try {

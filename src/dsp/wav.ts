@@ -8,27 +8,8 @@
  */
 import { BadInputError } from '../errors.js';
 import { WAV_MAX_HZ, WAV_MIN_HZ } from '../options.js';
-
-/** Random-access bytes: a file, or memory. */
-export interface ByteSource {
-  readonly name: string;
-  readonly size: number;
-  /** Reads up to `length` bytes at `position` into `into[offset…]`; returns the count. */
-  read(into: Uint8Array, offset: number, length: number, position: number): number;
-}
-
-/** A ByteSource over bytes in memory. */
-export function memorySource(bytes: Uint8Array, name = '(memory)'): ByteSource {
-  return {
-    name,
-    size: bytes.length,
-    read(into, offset, length, position) {
-      const n = Math.max(0, Math.min(length, bytes.length - position));
-      into.set(bytes.subarray(position, position + n), offset);
-      return n;
-    },
-  };
-}
+import type { ByteSource } from '../bytes.js';
+export { memorySource, type ByteSource } from '../bytes.js';
 
 export type SampleFormat = 'pcm8' | 'pcm16' | 'pcm24' | 'pcm32' | 'float32' | 'float64';
 

@@ -1,16 +1,17 @@
 /** Writing synthetic checkpoints to disk in the public layout. */
 import { closeSync, mkdirSync, openSync, writeFileSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
-import { BUILTIN_CONFIGS, loadConfig, type ModelConfig, resolveConfig } from '../model/config.js';
-import { buildWeightsImage, type LoadReport, type WeightsImage } from '../model/image.js';
+import { BUILTIN_CONFIGS, type ModelConfig, resolveConfig } from '../model/format/config.js';
+import { buildWeightsImage, type LoadReport, type WeightsImage } from '../model/format/image.js';
 import type { MemoryDomain } from '../memory/domain.js';
 import { openFileSource } from './files.js';
-import { checkpointLayout, DTYPE_BYTES, type Dtype, type TensorSpec } from '../model/layout.js';
-import { encodeSafetensorsHeader } from '../model/safetensors.js';
-import { encodeValues, TensorStream } from '../model/synth.js';
+import { checkpointLayout, DTYPE_BYTES, type Dtype, type TensorSpec } from '../model/format/layout.js';
+import { encodeSafetensorsHeader } from '../model/format/safetensors.js';
+import { encodeValues, TensorStream } from '../model/format/synth.js';
 import { UsageError } from '../errors.js';
 import { Progress } from './progress.js';
-import { syntheticTokenizer } from '../model/tokenizer.js';
+import { syntheticTokenizer } from '../model/format/tokenizer.js';
+import { loadConfig } from './config.js';
 
 export type FloatDtype = 'f32' | 'f16' | 'bf16';
 const STORED: Record<FloatDtype, Dtype> = { f32: 'F32', f16: 'F16', bf16: 'BF16' };

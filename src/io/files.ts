@@ -1,7 +1,8 @@
 /** Files at the edge: byte sources and sinks for the pure codecs in dsp/. */
 import { closeSync, fstatSync, openSync, readSync, writeSync } from 'node:fs';
 import { BadInputError } from '../errors.js';
-import type { ByteSource, WavFormat } from '../dsp/wav.js';
+import type { ByteSource } from '../bytes.js';
+import type { WavFormat } from '../dsp/wav.js';
 import { bytesPerSample, encodeSamples, wavHeader } from '../dsp/wav.js';
 
 /** Opens a file as a ByteSource. Call close() when done. */

@@ -10,10 +10,10 @@ import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { Piscina } from 'piscina';
 import { BadInputError, UsageError } from '../errors.js';
-import type { Dtype } from '../model/layout.js';
-import { type Bits, isQuantizable, QUANT_METADATA_KEY } from '../model/quant.js';
-import type { QuantResult, QuantTask } from '../model/quant-task.js';
-import { encodeSafetensorsHeader, readSafetensorsHeader, type TensorEntry } from '../model/safetensors.js';
+import type { Dtype } from '../model/format/layout.js';
+import { type Bits, isQuantizable, QUANT_METADATA_KEY } from '../model/format/quant.js';
+import type { QuantResult, QuantTask } from '../model/format/quant.js';
+import { encodeSafetensorsHeader, readSafetensorsHeader, type TensorEntry } from '../model/format/safetensors.js';
 import { openFileSource } from './files.js';
 import { Progress } from './progress.js';
 
@@ -112,7 +112,7 @@ export async function quantizeCheckpoint(o: QuantizeOptions): Promise<{ quantize
   if (o.group !== 32 && o.group !== 64) throw new UsageError(`--group must be 32 or 64, got ${String(o.group)}`);
   mkdirSync(join(o.output, 'audio_detokenizer'), { recursive: true });
   const pool = new Piscina({
-    filename: new URL('../model/quant-task.js', import.meta.url).href,
+    filename: new URL('../../workers/quantize.js', import.meta.url).href,
     maxThreads: o.threads ?? Math.max(1, availableParallelism()),
     minThreads: 1,
   });

@@ -1,6 +1,6 @@
 import { AllocationError, ArgumentError, CorruptionError, InternalError, ReadinessError } from '../errors.js';
 import { alignUp, checkSize, type FootprintPolicy } from './footprint.js';
-import { CATEGORIES, type Category } from './layout.js';
+import { categoryIndex, type Category } from './layout.js';
 import type { Ledger } from './ledger.js';
 import type { Plan } from './planner.js';
 import type { Slab } from './slab.js';
@@ -153,7 +153,7 @@ export class Arena {
         `arena '${this.name}' is sealed (ready); carving region '${name}' (${bytes} bytes) after readiness is refused`,
       );
     }
-    if (!CATEGORIES.includes(category) || category === 'slack') {
+    if (categoryIndex(category) < 0 || category === 'slack') {
       throw new ArgumentError(`arena '${this.name}' region '${name}': '${String(category)}' is not a region category`);
     }
     if (this.#names.has(name)) throw new ArgumentError(`arena '${this.name}': region '${name}' is carved already`);

@@ -1,7 +1,7 @@
 import type { MemoryDomain } from './domain.js';
 import type { FootprintPolicy } from './footprint.js';
 import { ArgumentError } from '../errors.js';
-import { CATEGORIES, type Category, OWNER_KINDS, type OwnerKind } from './layout.js';
+import { categoryIndex, categoryNames, type Category, OWNER_KINDS, type OwnerKind } from './layout.js';
 import { ownerName } from './ledger.js';
 import { toManifest, type MemoryManifest, type PlanSummary } from './manifest.js';
 import { MEMORY_SCHEMA, type MemorySnapshot, type OwnerSnapshot } from './snapshot.js';
@@ -35,7 +35,7 @@ function check(bp: Blueprint): void {
   for (const a of bp.arenas) {
     if (!OWNER_KINDS.includes(a.owner.kind)) throw new ArgumentError(`blueprint arena '${a.name}': unknown owner kind '${a.owner.kind}'`);
     for (const r of a.regions) {
-      if (!CATEGORIES.includes(r.category) || r.category === 'slack') {
+      if (categoryIndex(r.category) < 0 || r.category === 'slack') {
         throw new ArgumentError(`blueprint arena '${a.name}' region '${r.name}': bad category '${r.category}'`);
       }
     }
@@ -93,7 +93,7 @@ export function blueprintManifest(bp: Blueprint, policy: FootprintPolicy, limit:
   // Categories in catalogue order, as a live snapshot lists them.
   for (const o of owners.values()) {
     const sorted: OwnerSnapshot['categories'] = {};
-    for (const c of CATEGORIES) {
+    for (const c of categoryNames()) {
       const u = o.categories[c];
       if (u !== undefined && (u.footprint !== 0 || u.requested !== 0 || u.regions !== 0)) sorted[c] = u;
     }

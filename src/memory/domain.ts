@@ -3,7 +3,7 @@ import { Arena } from './arena.js';
 import { AllocationError, ArgumentError, ReadinessError } from '../errors.js';
 import { FootprintPolicy, type FootprintOptions, type FootprintSettings } from './footprint.js';
 import { SharedCounters } from './counters.js';
-import { kLimit, type OwnerKind } from './layout.js';
+import { adoptCategories, categoryNames, kLimit, type OwnerKind } from './layout.js';
 import { Ledger, type Owner } from './ledger.js';
 import { AllocationLimit, limitFromEnvironment } from './limit.js';
 import { toManifest, type MemoryManifest, type PlanSummary } from './manifest.js';
@@ -29,6 +29,8 @@ export interface MemoryDomainOptions {
 export interface SharedMemoryDomain {
   readonly counters: SharedArrayBuffer;
   readonly policy: FootprintSettings;
+  /** The creator's category order (see memory/layout.ts). */
+  readonly categories: readonly string[];
 }
 
 export interface SlabOptions {
@@ -119,6 +121,8 @@ export class MemoryDomain {
       throw new ArgumentError('attach expects the object returned by MemoryDomain.share()');
     }
     checkOptionKeys(options, new Set(['allocator', 'pageLocker']), 'attach options');
+    if (!Array.isArray(shared.categories)) throw new ArgumentError('attach expects the object returned by MemoryDomain.share()');
+    adoptCategories(shared.categories);
     const ledger = new Ledger(new SharedCounters(shared.counters));
     if (ledger.counters.get(kLimit) === 0) throw new ArgumentError('attach: the shared block has no limit set');
     return new MemoryDomain(
@@ -130,7 +134,7 @@ export class MemoryDomain {
   }
 
   share(): SharedMemoryDomain {
-    return Object.freeze({ counters: this.ledger.counters.buffer, policy: this.policy.settings() });
+    return Object.freeze({ counters: this.ledger.counters.buffer, policy: this.policy.settings(), categories: [...categoryNames()] });
   }
 
   owner(kind: OwnerKind, index = 0): Owner {

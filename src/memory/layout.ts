@@ -1,3 +1,5 @@
+import { InternalError } from '../errors.js';
+
 /**
  * Slot map of the shared accounting block (one SharedCounters shared by every thread).
  * Globals first, then one fixed-size record per owner.
@@ -9,33 +11,56 @@ export const OWNER_KINDS = ['model', 'conversation', 'ticket', 'session'] as con
 export type OwnerKind = (typeof OWNER_KINDS)[number];
 
 /**
- * What charged bytes are for. `slack` is slab space no region has been carved from yet
- * (page rounding, unused tails): every slab byte is in exactly one category.
+ * What charged bytes are for. Memory names only the categories it knows of itself; the layers
+ * that own the others (model workspaces, audio rings) register theirs when their modules load.
+ * `slack` is slab space no region has been carved from yet (page rounding, unused tails): every
+ * slab byte is in exactly one category.
+ *
+ * Thread contract: each thread keeps its own registry, filled at module load. A thread that
+ * joins a domain adopts the creator's order (`adoptCategories`), so a category has the same
+ * counter slot in every thread; register before any domain is shared.
  */
-export const CATEGORIES = [
-  'slack',
-  'weights',
-  'recurrence',
-  'derived',
-  'workspace.frontend',
-  'workspace.conformer',
-  'workspace.prefill',
-  'workspace.depthformer',
-  'workspace.sampler',
-  'workspace.detokenizer',
-  'scratch',
-  'capture',
-  'playback.payload',
-  'playback.metadata',
-  'metadata',
-  'ring',
-  'general',
-] as const;
-export type Category = (typeof CATEGORIES)[number];
+export const CORE_CATEGORIES = ['slack', 'weights', 'recurrence', 'derived', 'scratch', 'metadata', 'ring', 'general'] as const;
+export type Category = string;
 
-export const categoryIndex: Readonly<Record<Category, number>> = Object.freeze(
-  Object.fromEntries(CATEGORIES.map((c, i) => [c, i])) as Record<Category, number>,
-);
+/** Counter slots reserved per owner for categories (the layout does not depend on registration). */
+export const kMaxCategories = 32;
+
+let categories: string[] = [...CORE_CATEGORIES];
+let categorySlots = new Map(categories.map((c, i) => [c, i]));
+
+/** Registers categories (idempotent; order of first registration fixes their slots). */
+export function registerCategories(names: readonly string[]): void {
+  for (const name of names) {
+    if (categorySlots.has(name)) continue;
+    if (!/^[a-z][a-z0-9.]*$/.test(name)) throw new InternalError(`category '${name}' must be lowercase words joined by dots`);
+    if (categories.length >= kMaxCategories) throw new InternalError(`at most ${kMaxCategories} categories; cannot register '${name}'`);
+    categorySlots.set(name, categories.length);
+    categories.push(name);
+  }
+}
+
+/** Every registered category, in slot order. */
+export function categoryNames(): readonly string[] {
+  return categories;
+}
+
+/** A category's counter slot, or -1 when it is not registered. */
+export function categoryIndex(name: string): number {
+  return categorySlots.get(name) ?? -1;
+}
+
+/**
+ * Takes the creator thread's category order. Every category this thread registered must be in
+ * it (a stage that registers a category its coordinator never loaded is a bug).
+ */
+export function adoptCategories(names: readonly string[]): void {
+  for (const mine of categories) {
+    if (!names.includes(mine)) throw new InternalError(`category '${mine}' is registered in this thread but not in the domain it joins`);
+  }
+  categories = [...names];
+  categorySlots = new Map(categories.map((c, i) => [c, i]));
+}
 
 /** Global counter slots. */
 export const kOwnerCount = 0;
@@ -68,7 +93,7 @@ export const kCategoryFields = 3;
 export const kRequested = 0;
 export const kFootprint = 1;
 export const kRegions = 2;
-export const kOwnerSlots = kOwnerCategories + CATEGORIES.length * kCategoryFields;
+export const kOwnerSlots = kOwnerCategories + kMaxCategories * kCategoryFields;
 
 /** Most owners one process can register (borrower sets are a 64-bit mask). */
 export const kMaxOwners = 64;

@@ -2,7 +2,7 @@ import { ArgumentError, InternalError, SharedStateError } from '../errors.js';
 import { checkSize } from './footprint.js';
 import { SharedCounters } from './counters.js';
 import {
-  CATEGORIES,
+  categoryNames,
   type Category,
   categoryIndex,
   categorySlot,
@@ -149,9 +149,9 @@ export class Ledger {
   }
 
   static #category(category: Category): number {
-    const i = categoryIndex[category];
-    if (i === undefined) {
-      throw new ArgumentError(`category must be one of ${CATEGORIES.join(', ')}, got '${String(category)}'`);
+    const i = categoryIndex(category);
+    if (i < 0) {
+      throw new ArgumentError(`category must be one of ${categoryNames().join(', ')}, got '${String(category)}'`);
     }
     return i;
   }

@@ -30,7 +30,7 @@ export interface MemoryManifest {
       sealed: boolean;
       passSlots: number;
       borrowers: string[];
-      categories: Partial<Record<Category, CategoryUsage>>;
+      categories: Record<Category, CategoryUsage>;
     }
   >;
   /** Derived view: each owner's bytes split evenly with its borrowers. Sums to totals.current. */

@@ -1,5 +1,5 @@
 import {
-  CATEGORIES,
+  categoryNames,
   type Category,
   categorySlot,
   kAfterReadinessAttempts,
@@ -51,7 +51,7 @@ export interface OwnerSnapshot {
   /** Owners that use this owner's storage without being charged for it. */
   borrowers: string[];
   /** Only categories with a non-zero count are listed. */
-  categories: Partial<Record<Category, CategoryUsage>>;
+  categories: Record<Category, CategoryUsage>;
 }
 
 /** One consistent reading of all shared accounting counters. */
@@ -98,13 +98,14 @@ export function decodeSnapshot(raw: Float64Array, sequence: number): MemorySnaps
   const owners: OwnerSnapshot[] = [];
   for (let s = 0; s < n; s++) {
     const b = ownerBase(s);
-    const categories: Partial<Record<Category, CategoryUsage>> = {};
-    for (let c = 0; c < CATEGORIES.length; c++) {
+    const categories: Record<Category, CategoryUsage> = {};
+    const categoryList = categoryNames();
+    for (let c = 0; c < categoryList.length; c++) {
       const requested = at(raw, categorySlot(s, c, kRequested));
       const footprint = at(raw, categorySlot(s, c, kFootprint));
       const regions = at(raw, categorySlot(s, c, kRegions));
       if (requested !== 0 || footprint !== 0 || regions !== 0) {
-        categories[CATEGORIES[c] as Category] = { requested, footprint, regions };
+        categories[categoryList[c] as Category] = { requested, footprint, regions };
       }
     }
     owners.push({

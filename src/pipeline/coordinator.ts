@@ -22,15 +22,16 @@ import type { SlabRecord } from '../memory/slab.js';
 import { ArgumentError, ControlTimeoutError, WorkerError } from '../errors.js';
 import { optionValue } from '../options.js';
 import { loadCheckpoint } from '../io/checkpoint.js';
-import type { ModelConfig } from '../model/config.js';
-import type { LoadReport, WeightsImage } from '../model/image.js';
-import { TextTokenizer } from '../model/tokenizer.js';
-import { resolveSpeechOptions, speechSetup, type SpeechModelOptions, type SpeechSetup } from '../model/conversation.js';
+import type { ModelConfig } from '../model/format/config.js';
+import type { LoadReport, WeightsImage } from '../model/format/image.js';
+import { TextTokenizer } from '../model/format/tokenizer.js';
+import { resolveSpeechOptions, speechSetup, type SpeechModelOptions, type SpeechSetup } from './conversation.js';
 import { native } from '../native.js';
 import { nodeEndpoint } from './endpoint.js';
 import { Doorbells, RecordRing, ringBytes, type SharedRing } from './ring.js';
 import { CONTROL_WORDS, kAttention, kStop, BELL, BELL_MAIN, RING_ENDS, RING_NAMES, STAGE_NAMES, type RingName, type StageApi, type StageName, type StageReady, type StageStats } from './protocol.js';
 import { inputChunk, ringCapacities } from './stages.js';
+import { loadTokenizer } from '../io/config.js';
 
 export type PinMap = Partial<Record<StageName, number[]>>;
 
@@ -175,7 +176,7 @@ export class Pipeline {
     this.report = loaded.report;
     this.#releaseImage = loaded.release;
     const resolved = resolveSpeechOptions(loaded.config, options);
-    this.tokenizer = TextTokenizer.load(dir, loaded.config.backbone.vocab);
+    this.tokenizer = loadTokenizer(dir, loaded.config.backbone.vocab);
     this.setup = speechSetup(loaded.config, this.tokenizer, resolved);
     const arena = domain.createArena(domain.owner('session', 0), 'pipeline control', { bytes: 4 * CONTROL_WORDS });
     this.#arenas.push(arena);

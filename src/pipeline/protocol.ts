@@ -5,11 +5,12 @@
  * travel through the rings (ring.ts), never through postMessage.
  */
 import type { SharedMemoryDomain } from '../memory/domain.js';
-import type { SharedWeightsImage } from '../model/image.js';
-import type { ModelConfig } from '../model/config.js';
-import type { ResolvedSpeechOptions } from '../model/conversation.js';
+import type { SharedWeightsImage } from '../model/format/image.js';
+import type { ModelConfig } from '../model/format/config.js';
+import type { ResolvedSpeechOptions } from './conversation.js';
 import type { SharedRing } from './ring.js';
 import type { SlabRecord } from '../memory/slab.js';
+import './categories.js';
 
 export const STAGE_NAMES = ['capture', 'frontend', 'conformer', 'depthformer', 'playback'] as const;
 export type StageName = (typeof STAGE_NAMES)[number];

@@ -24,14 +24,14 @@ import { sizedArenas } from '../memory/sizing.js';
 import { arenaWorkspace, type Workspace } from '../dsp/workspace.js';
 import { MelFrontend } from '../dsp/mel.js';
 import { Resampler } from '../dsp/resample.js';
-import type { ModelConfig } from '../model/config.js';
-import type { WeightsImage } from '../model/image.js';
-import { ConformerEncoder } from '../model/encoder.js';
-import { backboneStateSizes } from '../model/backbone.js';
-import { Detokenizer, DetokenizerState } from '../model/detokenizer.js';
-import { buildStepSlot, Dialogue, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_TEXT, type Prompts, type StepSlot } from '../model/dialogue.js';
-import { plannerFor, STAGES } from '../model/conversation.js';
-import { DEFAULT_ENCODER_TILES, melRows, segmentSamples } from '../model/plans.js';
+import type { ModelConfig } from '../model/format/config.js';
+import type { WeightsImage } from '../model/format/image.js';
+import { ConformerEncoder } from '../model/blocks/encoder.js';
+import { backboneStateSizes } from '../model/blocks/backbone.js';
+import { Detokenizer, DetokenizerState } from '../model/blocks/detokenizer.js';
+import { buildStepSlot, Dialogue, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_TEXT, type Prompts, type StepSlot } from './dialogue.js';
+import { plannerFor, STAGES } from './conversation.js';
+import { DEFAULT_ENCODER_TILES, melRows, segmentSamples } from '../model/plan/plans.js';
 import { Doorbells, RecordRing, RECORD_OVERHEAD } from './ring.js';
 import {
   REC_CODES,
@@ -58,6 +58,7 @@ import {
   type StageOpen,
 } from './protocol.js';
 import { TicketPool } from './tickets.js';
+import './categories.js';
 
 /** Samples per input record (the capture stage's unit), by input rate: about 64 ms of 16 kHz output. */
 export function inputChunk(inputRate: number): number {

@@ -2,9 +2,10 @@ import t from 'tap';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { defaultOf, OPTIONS, optionValue, type OptionKey } from '../../src/options.js';
-import { loadConfig } from '../../src/model/config.js';
-import { planMemory } from '../../src/model/memory.js';
-import { resolveSpeechOptions } from '../../src/model/conversation.js';
+
+import { planMemory } from '../../src/model/plan/memory.js';
+import { resolveSpeechOptions } from '../../src/pipeline/conversation.js';
+import { loadConfig } from '../../src/io/config.js';
 
 const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
 const voxslab = (...args: string[]) => spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', timeout: 120_000 });

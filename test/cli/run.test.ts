@@ -6,7 +6,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { encodeWav } from '../../src/dsp/wav.js';
-import { BUILTIN_CONFIGS } from '../../src/model/config.js';
+import { BUILTIN_CONFIGS } from '../../src/model/format/config.js';
 
 const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
 const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));

@@ -1,8 +1,9 @@
 // The frozen manifest baselines: which configurations and options, and how each is made.
 // Regenerate after an intentional change with `npm run manifests:update` and commit the result.
-import { loadConfig } from '../../src/model/config.js';
-import { type MemoryPlanOptions, planManifest, planMemory } from '../../src/model/memory.js';
+
+import { type MemoryPlanOptions, planManifest, planMemory } from '../../src/model/plan/memory.js';
 import type { MemoryManifest } from '../../src/memory/index.js';
+import { loadConfig } from '../../src/io/config.js';
 
 export const BASELINES: Record<string, { config: string; options: MemoryPlanOptions }> = {
   tiny: { config: 'tiny', options: {} },

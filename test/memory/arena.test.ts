@@ -1,5 +1,5 @@
 import t from 'tap';
-import { MemoryDomain, ReadinessError, canaryByte } from '../../src/memory/index.js';
+import { MemoryDomain, ReadinessError, canaryByte, registerCategories } from '../../src/memory/index.js';
 
 t.test('red zones catch a one-byte overrun at every boundary', async (t) => {
   const domain = MemoryDomain.create({ limit: '16MiB', policy: { redZone: 8, alignment: 64 } });
@@ -58,11 +58,14 @@ t.test('carving charges categories; release returns every byte', async (t) => {
   const arena = domain.createArena(owner, 'conv', { bytes: 100_000 });
   arena.carve('kv', 'recurrence', Float32Array, 10_000);
   arena.carve('conv', 'recurrence', Float32Array, 100);
-  arena.carve('sampler', 'workspace.sampler', Int32Array, 10);
+  // Memory knows only its own categories; a layer registers the ones it owns.
+  t.throws(() => arena.carve('sampler', 'test.sampler', Int32Array, 10), /not a region category/);
+  registerCategories(['test.sampler']);
+  arena.carve('sampler', 'test.sampler', Int32Array, 10);
   const s = domain.snapshot();
   const o = s.owners.find((x) => x.name === 'conversation/0')!;
   t.same(o.categories.recurrence, { requested: 40_400, footprint: 40_000 + 448, regions: 2 });
-  t.same(o.categories['workspace.sampler'], { requested: 40, footprint: 64, regions: 1 });
+  t.same(o.categories['test.sampler'], { requested: 40, footprint: 64, regions: 1 });
   const sum = Object.values(o.categories).reduce((a, c) => a + c.footprint, 0);
   t.equal(sum, o.held, 'categories (with slack) sum to the owner');
   t.equal(o.held, arena.capacity);

@@ -167,11 +167,11 @@ t.test('an arena carved from a plan: carved equals high-water, views at planned 
   const specs = randomSet(5, 200, 60, 1 << 16).map((b) => ({ ...b, bytes: b.bytes * 4 }));
   const p = plan(specs);
   const arena = domain.createArena(owner, 'planned', { bytes: domain.policy.arenaBytes([p.highWater]) });
-  const carved = arena.carvePlan('conformer', 'workspace.conformer', p, { b0: Int32Array });
+  const carved = arena.carvePlan('conformer', 'scratch', p, { b0: Int32Array });
   t.equal(carved.summary.carved, p.highWater, 'carved bytes equal the high-water');
   t.equal(carved.region.bytes, p.highWater);
   const o = domain.snapshot().owners[0]!;
-  t.same(o.categories['workspace.conformer'], { requested: p.highWater, footprint: carved.region.footprint, regions: 1 }, 'charged once, at the high-water');
+  t.same(o.categories['scratch'], { requested: p.highWater, footprint: carved.region.footprint, regions: 1 }, 'charged once, at the high-water');
   t.type(carved.views.b0, Int32Array);
   t.type(carved.views.b1, Float32Array);
   for (const b of p.buffers) {

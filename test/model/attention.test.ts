@@ -1,7 +1,7 @@
 import t from 'tap';
-import { attention, attentionScratchFloats, type AttentionMode } from '../../src/model/kernels.js';
+import { attention, attentionScratchFloats, type AttentionMode } from '../../src/model/blocks/kernels.js';
 import { native } from '../../src/native.js';
-import { f16ToF32, f32ToF16 } from '../../src/model/dtype.js';
+import { f16ToF32, f32ToF16 } from '../../src/model/format/dtype.js';
 import { prng } from '../helpers.js';
 
 interface Case {

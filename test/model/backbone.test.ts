@@ -1,12 +1,12 @@
 import t from 'tap';
-import { gemvScratchFloats } from '../../src/model/kernels.js';
+import { gemvScratchFloats } from '../../src/model/blocks/kernels.js';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MemoryDomain, plan } from '../../src/memory/index.js';
 import { heapWorkspace } from '../../src/dsp/workspace.js';
 import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
-import { Backbone, backboneDims, backbonePass, BackboneState, backboneStateSizes } from '../../src/model/backbone.js';
+import { Backbone, backboneDims, backbonePass, BackboneState, backboneStateSizes } from '../../src/model/blocks/backbone.js';
 import { lfm2Reference } from './lfm2-reference.js';
 import { allocationProbe } from '../helpers.js';
 

@@ -6,14 +6,15 @@ import { join } from 'node:path';
 import { BadInputError } from '../../src/errors.js';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
-import { loadConfig } from '../../src/model/config.js';
-import { buildWeightsImage, BN_EPS, DETOKENIZER_PREFIX } from '../../src/model/image.js';
-import { checkpointLayout } from '../../src/model/layout.js';
-import { encodeSafetensorsHeader, readSafetensorsHeader } from '../../src/model/safetensors.js';
-import { TensorStream } from '../../src/model/synth.js';
-import { bf16ToF32, f32ToBf16 } from '../../src/model/dtype.js';
+
+import { buildWeightsImage, BN_EPS, DETOKENIZER_PREFIX } from '../../src/model/format/image.js';
+import { checkpointLayout } from '../../src/model/format/layout.js';
+import { encodeSafetensorsHeader, readSafetensorsHeader } from '../../src/model/format/safetensors.js';
+import { TensorStream } from '../../src/model/format/synth.js';
+import { bf16ToF32, f32ToBf16 } from '../../src/model/format/dtype.js';
 import { memorySource } from '../../src/dsp/wav.js';
 import { runWorker } from '../helpers.js';
+import { loadConfig } from '../../src/io/config.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'voxslab-ckpt-'));
 const sha = (p: string) => createHash('sha256').update(readFileSync(p)).digest('hex');

@@ -2,7 +2,8 @@ import t from 'tap';
 import { mkdtempSync, mkdirSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { BUILTIN_CONFIGS, BUILTIN_NAMES, loadConfig, resolveConfig } from '../../src/model/config.js';
+import { BUILTIN_CONFIGS, BUILTIN_NAMES, resolveConfig } from '../../src/model/format/config.js';
+import { loadConfig } from '../../src/io/config.js';
 
 const clone = <T>(x: T): T => JSON.parse(JSON.stringify(x)) as T;
 

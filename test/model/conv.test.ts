@@ -1,10 +1,11 @@
 import t from 'tap';
-import { conv1dCausal, conv1dSame } from '../../src/model/kernels.js';
-import { loadConfig } from '../../src/model/config.js';
-import { Subsampler, type SubsamplingWeights } from '../../src/model/subsampling.js';
+import { conv1dCausal, conv1dSame } from '../../src/model/blocks/kernels.js';
+
+import { Subsampler, type SubsamplingWeights } from '../../src/model/blocks/subsampling.js';
 import { native } from '../../src/native.js';
 import { prng } from '../helpers.js';
 import { subsampleReference } from './subsample-reference.js';
+import { loadConfig } from '../../src/io/config.js';
 
 t.test('causal conv1d with carried state streams exactly', async (t) => {
   const r = prng(1);

@@ -5,12 +5,12 @@ import { join } from 'node:path';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { quantizeCheckpoint } from '../../src/io/quantize.js';
-import { computeThreads } from '../../src/model/kernels.js';
-import { Conversation, SpeechModel, type SpeechModelOptions } from '../../src/model/conversation.js';
-import { END_OF_AUDIO } from '../../src/model/depthformer.js';
-import { TOKENS } from '../../src/model/tokenizer.js';
+import { computeThreads } from '../../src/model/blocks/kernels.js';
+import { Conversation, SpeechModel, type SpeechModelOptions } from '../../src/pipeline/conversation.js';
+import { END_OF_AUDIO } from '../../src/model/blocks/depthformer.js';
+import { TOKENS } from '../../src/model/format/tokenizer.js';
 import { memorySource } from '../../src/dsp/wav.js';
-import { readSafetensorsHeader } from '../../src/model/safetensors.js';
+import { readSafetensorsHeader } from '../../src/model/format/safetensors.js';
 import { prng } from '../helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'voxslab-conv-'));

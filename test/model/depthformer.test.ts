@@ -5,8 +5,8 @@ import { join } from 'node:path';
 import { MemoryDomain, plan } from '../../src/memory/index.js';
 import { heapWorkspace } from '../../src/dsp/workspace.js';
 import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
-import { Depthformer, depthformerPass, depthformerStateFloats, END_OF_AUDIO } from '../../src/model/depthformer.js';
-import { AUDIO_SAMPLING, Sampler, TEXT_SAMPLING } from '../../src/model/sampler.js';
+import { Depthformer, depthformerPass, depthformerStateFloats, END_OF_AUDIO } from '../../src/model/blocks/depthformer.js';
+import { AUDIO_SAMPLING, Sampler, TEXT_SAMPLING } from '../../src/model/blocks/sampler.js';
 import { allocationProbe, prng } from '../helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'voxslab-depth-'));

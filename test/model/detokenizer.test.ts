@@ -5,9 +5,9 @@ import { join } from 'node:path';
 import { MemoryDomain, plan } from '../../src/memory/index.js';
 import { heapWorkspace } from '../../src/dsp/workspace.js';
 import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
-import { detokenizerDims, lfm2Pass } from '../../src/model/backbone.js';
-import { Detokenizer, DetokenizerState } from '../../src/model/detokenizer.js';
-import { DETOKENIZER_PREFIX } from '../../src/model/image.js';
+import { detokenizerDims, lfm2Pass } from '../../src/model/blocks/backbone.js';
+import { Detokenizer, DetokenizerState } from '../../src/model/blocks/detokenizer.js';
+import { DETOKENIZER_PREFIX } from '../../src/model/format/image.js';
 import { lfm2Reference } from './lfm2-reference.js';
 import { allocationProbe, prng, randInt } from '../helpers.js';
 

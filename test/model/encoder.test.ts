@@ -6,10 +6,10 @@ import { MemoryDomain, plan } from '../../src/memory/index.js';
 import { heapWorkspace } from '../../src/dsp/workspace.js';
 import { MelFrontend } from '../../src/dsp/mel.js';
 import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
-import { ConformerEncoder } from '../../src/model/encoder.js';
-import { DEFAULT_ENCODER_TILES, encoderPass, type EncoderTiles } from '../../src/model/plans.js';
-import type { WeightsImage } from '../../src/model/image.js';
-import type { ModelConfig } from '../../src/model/config.js';
+import { ConformerEncoder } from '../../src/model/blocks/encoder.js';
+import { DEFAULT_ENCODER_TILES, encoderPass, type EncoderTiles } from '../../src/model/plan/plans.js';
+import type { WeightsImage } from '../../src/model/format/image.js';
+import type { ModelConfig } from '../../src/model/format/config.js';
 import { subsampleReference, type SubsampleRefWeights } from './subsample-reference.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'voxslab-enc-'));

@@ -1,7 +1,7 @@
 import t from 'tap';
-import { computeThreads, GEMM_PACK_FLOATS, gelu, gemm, gemv, gemvScratchFloats, glu, kernelIsa, linear1, linearRows, setComputeThreads, layerNorm, rmsNorm, rope, ropeTables, silu, swiglu, type Weights } from '../../src/model/kernels.js';
-import { dequantizedAt, quantize } from '../../src/model/quant.js';
-import { f32ToBf16, f32ToF16, bf16ToF32, f16ToF32 } from '../../src/model/dtype.js';
+import { computeThreads, GEMM_PACK_FLOATS, gelu, gemm, gemv, gemvScratchFloats, glu, kernelIsa, linear1, linearRows, setComputeThreads, layerNorm, rmsNorm, rope, ropeTables, silu, swiglu, type Weights } from '../../src/model/blocks/kernels.js';
+import { dequantizedAt, quantize } from '../../src/model/format/quant.js';
+import { f32ToBf16, f32ToF16, bf16ToF32, f16ToF32 } from '../../src/model/format/dtype.js';
 import { native } from '../../src/native.js';
 import { prng, randInt, runWorker } from '../helpers.js';
 

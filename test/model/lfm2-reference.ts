@@ -1,5 +1,5 @@
-import type { Lfm2Dims } from '../../src/model/backbone.js';
-import type { WeightsImage } from '../../src/model/image.js';
+import type { Lfm2Dims } from '../../src/model/blocks/backbone.js';
+import type { WeightsImage } from '../../src/model/format/image.js';
 
 /**
  * Float64 LFM2 forward over a whole sequence of input rows, written from MODEL.md for the

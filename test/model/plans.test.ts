@@ -1,8 +1,9 @@
 import t from 'tap';
-import { loadConfig, BUILTIN_NAMES } from '../../src/model/config.js';
-import { DEFAULT_ENCODER_TILES, encoderFrames, melRows, planEncoder, planFrontend, segmentSamples } from '../../src/model/plans.js';
-import { planManifest, planMemory } from '../../src/model/memory.js';
+import { BUILTIN_NAMES } from '../../src/model/format/config.js';
+import { DEFAULT_ENCODER_TILES, encoderFrames, melRows, planEncoder, planFrontend, segmentSamples } from '../../src/model/plan/plans.js';
+import { planManifest, planMemory } from '../../src/model/plan/memory.js';
 import { MemoryDomain, PassBuilder, checkNoOverlap, plan, realizeBlueprint } from '../../src/memory/index.js';
+import { loadConfig } from '../../src/io/config.js';
 
 t.test('frame counts follow NeMo', async (t) => {
   const c = loadConfig('lfm2-audio-1.5b');

@@ -6,13 +6,14 @@ import { join } from 'node:path';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
 import { quantizeCheckpoint } from '../../src/io/quantize.js';
-import { loadConfig } from '../../src/model/config.js';
-import { checkpointLayout } from '../../src/model/layout.js';
-import { gemv } from '../../src/model/kernels.js';
-import { TensorStream } from '../../src/model/synth.js';
-import { buildWeightsImage } from '../../src/model/image.js';
+
+import { checkpointLayout } from '../../src/model/format/layout.js';
+import { gemv } from '../../src/model/blocks/kernels.js';
+import { TensorStream } from '../../src/model/format/synth.js';
+import { buildWeightsImage } from '../../src/model/format/image.js';
 import { memorySource } from '../../src/dsp/wav.js';
 import { prng } from '../helpers.js';
+import { loadConfig } from '../../src/io/config.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'voxslab-quant-'));
 const sha = (p: string) => createHash('sha256').update(readFileSync(p)).digest('hex');

@@ -3,7 +3,8 @@ import { mkdtempSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BadInputError } from '../../src/errors.js';
-import { syntheticTokenizer, TextTokenizer, TOKENS } from '../../src/model/tokenizer.js';
+import { syntheticTokenizer, TextTokenizer, TOKENS } from '../../src/model/format/tokenizer.js';
+import { loadTokenizer } from '../../src/io/config.js';
 
 const prompt = '<|startoftext|><|im_start|>system\nRespond with interleaved text and audio.<|im_end|>\n';
 
@@ -31,10 +32,10 @@ t.test('synthetic tokenizers: specials at their ids, text round trips, every id 
 
 t.test('bad tokenizer files are bad input naming the file and field', async (t) => {
   const dir = mkdtempSync(join(tmpdir(), 'voxslab-tok-'));
-  t.throws(() => TextTokenizer.load(dir, 256), /tokenizer\.json: the checkpoint has no tokenizer\.json/);
+  t.throws(() => loadTokenizer(dir, 256), /tokenizer\.json: the checkpoint has no tokenizer\.json/);
   writeFileSync(join(dir, 'tokenizer.json'), '{"model": ');
   try {
-    TextTokenizer.load(dir, 256);
+    loadTokenizer(dir, 256);
     t.fail('accepted a truncated tokenizer.json');
   } catch (e) {
     t.ok(e instanceof BadInputError && /tokenizer\.json: not valid JSON/.test(e.message), (e as Error).message);
@@ -45,9 +46,9 @@ t.test('bad tokenizer files are bad input naming the file and field', async (t) 
   delete swapped.model.vocab['<|im_end|>'];
   swapped.model.vocab['<|im_fin|>'] = 7;
   writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(swapped));
-  t.throws(() => TextTokenizer.load(dir, 256), /field <\|im_end\|>: the special token must have id 7, found none/);
+  t.throws(() => loadTokenizer(dir, 256), /field <\|im_end\|>: the special token must have id 7, found none/);
   writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(tokenizer));
   writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify(config));
-  t.throws(() => TextTokenizer.load(dir, 128), /more than the model's vocabulary of 128/);
-  t.ok(TextTokenizer.load(dir, 256) instanceof TextTokenizer);
+  t.throws(() => loadTokenizer(dir, 128), /more than the model's vocabulary of 128/);
+  t.ok(loadTokenizer(dir, 256) instanceof TextTokenizer);
 });

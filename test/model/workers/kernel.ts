@@ -1,6 +1,6 @@
 // Worker: runs the same GEMM and GEMV as the main thread on shared inputs.
 import { parentPort, workerData } from 'node:worker_threads';
-import { GEMM_PACK_FLOATS, gemm, gemv } from '../../../src/model/kernels.js';
+import { GEMM_PACK_FLOATS, gemm, gemv } from '../../../src/model/blocks/kernels.js';
 
 const d = workerData as { A: SharedArrayBuffer; W: SharedArrayBuffer; T: number; N: number; K: number };
 const A = new Float32Array(d.A);

@@ -1,7 +1,7 @@
 // Worker: attaches to the memory domain and the weights image, sums some tensors' bytes.
 import { parentPort, workerData } from 'node:worker_threads';
 import { MemoryDomain, type SharedMemoryDomain } from '../../../src/memory/index.js';
-import { WeightsImage, type SharedWeightsImage } from '../../../src/model/image.js';
+import { WeightsImage, type SharedWeightsImage } from '../../../src/model/format/image.js';
 
 const d = workerData as { shared: SharedMemoryDomain; image: SharedWeightsImage; names: string[] };
 const domain = MemoryDomain.attach(d.shared);

@@ -3,18 +3,19 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { loadCheckpoint } from '../../../src/io/checkpoint.js';
 import { MemoryDomain } from '../../../src/memory/index.js';
-import { TextTokenizer } from '../../../src/model/tokenizer.js';
-import { resolveSpeechOptions, speechSetup } from '../../../src/model/conversation.js';
+import { TextTokenizer } from '../../../src/model/format/tokenizer.js';
+import { resolveSpeechOptions, speechSetup } from '../../../src/pipeline/conversation.js';
 import { Doorbells, RecordRing, ringBytes, type SharedRing } from '../../../src/pipeline/ring.js';
 import { REC_CODES, REC_EMBED, REC_END_SEGMENT, REC_MEL, REC_PCM, REC_TURN_START, RING_ENDS, RING_NAMES, type RingName, type StageInit, type StageName } from '../../../src/pipeline/protocol.js';
 import { createStage, ringCapacities } from '../../../src/pipeline/stages.js';
 import { allocationProbe, prng } from '../../helpers.js';
+import { loadTokenizer } from '../../../src/io/config.js';
 
 const { dir, stage } = workerData as { dir: string; stage: StageName };
 const domain = MemoryDomain.create({ limit: '1GiB' });
 const { config, image } = loadCheckpoint(dir, domain, false);
 const options = resolveSpeechOptions(config, { replySeconds: 600 });
-const setup = speechSetup(config, TextTokenizer.load(dir, config.backbone.vocab), options);
+const setup = speechSetup(config, loadTokenizer(dir, config.backbone.vocab), options);
 const control = new SharedArrayBuffer(96);
 const bells = new Doorbells(new Int32Array(control));
 const init: StageInit = {

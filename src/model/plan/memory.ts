@@ -3,16 +3,17 @@
  * ready, built from the same stage plans the compute carves. `voxslab plan --config` prints
  * its manifest; nothing is allocated.
  */
-import { type Blueprint, blueprintManifest, FootprintPolicy, type MemoryManifest, type RegionBlueprint } from '../memory/index.js';
-import { optionValue } from '../options.js';
-import type { ModelConfig } from './config.js';
+import { type Blueprint, blueprintManifest, FootprintPolicy, type MemoryManifest, type RegionBlueprint } from '../../memory/index.js';
+import { optionValue } from '../../options.js';
+import type { ModelConfig } from '../format/config.js';
 import { DEFAULT_ENCODER_TILES, replyFrames, encoderDerived, frontendDerived, frontendState, planEncoder, planFrontend, type StagePlan } from './plans.js';
-import { backboneDims, backboneStateSizes, detokenizerDims, lfm2Pass } from './backbone.js';
-import { depthformerPass, depthformerStateFloats } from './depthformer.js';
-import { DetokenizerState } from './detokenizer.js';
-import { gemvScratchFloats } from './kernels.js';
-import { measureWorkspace } from '../dsp/workspace.js';
-import { plan } from '../memory/planner.js';
+import { backboneDims, backboneStateSizes, detokenizerDims, lfm2Pass } from '../blocks/backbone.js';
+import { depthformerPass, depthformerStateFloats } from '../blocks/depthformer.js';
+import { DetokenizerState } from '../blocks/detokenizer.js';
+import { gemvScratchFloats } from '../blocks/kernels.js';
+import { measureWorkspace } from '../../dsp/workspace.js';
+import { plan } from '../../memory/planner.js';
+import '../categories.js';
 
 /** Defaults and ranges: src/options.ts, the same the runtime resolves through. */
 export interface MemoryPlanOptions {

@@ -10,15 +10,16 @@
  * rotate-half (θ from the config), causal over the cache. Output: `lfm.embedding_norm`; the text
  * logits use the tied `lfm.embed_tokens`.
  */
-import type { Arena, PlannedRegion } from '../memory/arena.js';
-import { ArgumentError } from '../errors.js';
-import { PassBuilder, plan, type Planner } from '../memory/index.js';
-import type { Workspace } from '../dsp/workspace.js';
-import type { Lfm2Shape, ModelConfig } from './config.js';
-import { native } from '../native.js';
-import type { WeightsImage } from './image.js';
-import { f16ToF32, f32ToF16 } from './dtype.js';
+import type { Arena, PlannedRegion } from '../../memory/arena.js';
+import { ArgumentError } from '../../errors.js';
+import { PassBuilder, plan, type Planner } from '../../memory/index.js';
+import type { Workspace } from '../../dsp/workspace.js';
+import type { Lfm2Shape, ModelConfig } from '../format/config.js';
+import { native } from '../../native.js';
+import type { WeightsImage } from '../format/image.js';
+import { f16ToF32, f32ToF16 } from '../format/dtype.js';
 import { attentionScratchFloats, conv1dCausal, GEMM_PACK_FLOATS, gemm, gemvScratchFloats, linear1, linearRows, rmsNorm, rope, ropeTables, rowInto, swiglu, type Weights } from './kernels.js';
+import '../categories.js';
 
 const EPS = 1e-5;
 const F32 = 4;

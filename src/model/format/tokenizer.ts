@@ -5,10 +5,8 @@
  * from a short built-in text — with the special tokens at the ids MODEL.md names, and every id
  * of the vocabulary defined (unused ids are reserved special tokens).
  */
-import { existsSync, readFileSync } from 'node:fs';
-import { join } from 'node:path';
 import { Tokenizer } from '@huggingface/tokenizers';
-import { ArgumentError, BadInputError } from '../errors.js';
+import { ArgumentError, BadInputError } from '../../errors.js';
 
 /** Special token ids (MODEL.md, Prompt and generation). */
 export const TOKENS = Object.freeze({
@@ -185,24 +183,6 @@ export class TextTokenizer {
     }
     const size = this.#tk.get_vocab(true).size;
     if (size > vocab) throw new BadInputError({ file, field: 'model.vocab' }, `${size} tokens, more than the model's vocabulary of ${vocab}`);
-  }
-
-  /** Reads `tokenizer.json` (and `tokenizer_config.json` when present) from a checkpoint folder. */
-  static load(dir: string, vocab: number): TextTokenizer {
-    const file = join(dir, 'tokenizer.json');
-    if (!existsSync(file)) throw new BadInputError({ file }, 'the checkpoint has no tokenizer.json (voxslab make-checkpoint writes one)');
-    const read = (f: string): object => {
-      let v: unknown;
-      try {
-        v = JSON.parse(readFileSync(f, 'utf8')) as unknown;
-      } catch (cause) {
-        throw new BadInputError({ file: f }, `not valid JSON: ${(cause as Error).message}`, { cause });
-      }
-      if (v === null || typeof v !== 'object') throw new BadInputError({ file: f }, 'not valid JSON: not a JSON object');
-      return v;
-    };
-    const cfgFile = join(dir, 'tokenizer_config.json');
-    return new TextTokenizer(file, read(file), existsSync(cfgFile) ? read(cfgFile) : {}, vocab);
   }
 
   /** Ids of plain text (special-token text is matched as special tokens). */

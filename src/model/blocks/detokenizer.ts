@@ -7,16 +7,17 @@
  * Positions restart at 0 each assistant turn (`startTurn`) and keep counting across text
  * interruptions within a turn.
  */
-import type { Arena, PlannedRegion } from '../memory/arena.js';
-import { ArgumentError } from '../errors.js';
-import type { Workspace } from '../dsp/workspace.js';
-import type { Planner } from '../memory/planner.js';
-import { StreamingISTFT } from '../dsp/istft.js';
-import { Resampler } from '../dsp/resample.js';
-import type { ModelConfig } from './config.js';
-import { DETOKENIZER_PREFIX, type WeightsImage } from './image.js';
+import type { Arena, PlannedRegion } from '../../memory/arena.js';
+import { ArgumentError } from '../../errors.js';
+import type { Workspace } from '../../dsp/workspace.js';
+import type { Planner } from '../../memory/planner.js';
+import { StreamingISTFT } from '../../dsp/istft.js';
+import { Resampler } from '../../dsp/resample.js';
+import type { ModelConfig } from '../format/config.js';
+import { DETOKENIZER_PREFIX, type WeightsImage } from '../format/image.js';
 import { BackboneState, cacheRows, detokenizerDims, Lfm2Stack, lfm2StateSizes } from './backbone.js';
 import { gemvScratchFloats, linearRows, rowInto, type Weights } from './kernels.js';
+import '../categories.js';
 
 /** Per-conversation detokenizer state: its LFM2 caches, the ISTFT overlap and the resampler. */
 export class DetokenizerState {

@@ -5,10 +5,8 @@
  * `small`, `lfm2-audio-1.5b`) are written in the same checkpoint form, so a real checkpoint's
  * files and the built-ins go through the same code.
  */
-import { existsSync, readFileSync, statSync } from 'node:fs';
-import { dirname, join } from 'node:path';
 import { z } from 'zod';
-import { BadInputError } from '../errors.js';
+import { BadInputError } from '../../errors.js';
 
 const posInt = z.number().int().positive();
 const posNum = z.number().positive();
@@ -368,48 +366,3 @@ export const BUILTIN_CONFIGS: Readonly<Record<string, readonly [MainConfigJson, 
 });
 
 export const BUILTIN_NAMES = Object.freeze(Object.keys(BUILTIN_CONFIGS));
-
-function readJson(file: string): unknown {
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (cause) {
-    throw new BadInputError({ file }, `cannot read the configuration (${(cause as NodeJS.ErrnoException).code ?? 'error'})`, { cause });
-  }
-  try {
-    return JSON.parse(text) as unknown;
-  } catch (cause) {
-    throw new BadInputError({ file }, `not valid JSON: ${(cause as Error).message}`, { cause });
-  }
-}
-
-/**
- * A built-in configuration by name, or one read from disk: a checkpoint folder (its
- * `config.json` and `audio_detokenizer/config.json`), or a `config.json` file whose
- * detokenizer config is either embedded under the key `audio_detokenizer` or in the
- * `audio_detokenizer/config.json` beside it.
- */
-export function loadConfig(nameOrPath: string): ModelConfig {
-  const builtin = BUILTIN_CONFIGS[nameOrPath];
-  if (builtin !== undefined) return resolveConfig(nameOrPath, builtin[0], builtin[1]);
-  if (!existsSync(nameOrPath)) {
-    throw new BadInputError(
-      { file: nameOrPath },
-      `no such file or folder, and not a built-in configuration (${BUILTIN_NAMES.join(', ')})`,
-    );
-  }
-  const folder = statSync(nameOrPath).isDirectory();
-  const mainFile = folder ? join(nameOrPath, 'config.json') : nameOrPath;
-  const main = readJson(mainFile);
-  if (main !== null && typeof main === 'object' && 'audio_detokenizer' in main) {
-    return resolveConfig(nameOrPath, main, (main as Record<string, unknown>).audio_detokenizer, {
-      main: mainFile,
-      detokenizer: `${mainFile} (audio_detokenizer)`,
-    });
-  }
-  const detFile = join(dirname(mainFile), 'audio_detokenizer', 'config.json');
-  if (!existsSync(detFile)) {
-    throw new BadInputError({ file: detFile }, 'the detokenizer configuration is missing (or embed it under "audio_detokenizer")');
-  }
-  return resolveConfig(nameOrPath, main, readJson(detFile), { main: mainFile, detokenizer: detFile });
-}

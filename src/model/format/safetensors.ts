@@ -6,8 +6,8 @@
  * offsets inside the data, shape × dtype = byte length, no overlaps, no holes, nothing after.
  * Pure computation over a ByteSource.
  */
-import { BadInputError } from '../errors.js';
-import type { ByteSource } from '../dsp/wav.js';
+import { BadInputError } from '../../errors.js';
+import type { ByteSource } from '../../bytes.js';
 import { DTYPE_BYTES, type Dtype } from './layout.js';
 
 /** Largest header accepted (the reference implementation's limit). */

@@ -6,15 +6,16 @@
  * codes, and samples code i. Codebooks 1–7 never emit 2048 (end of audio). The frame's KV cache
  * is empty at the start of every frame.
  */
-import type { Arena, PlannedRegion } from '../memory/arena.js';
-import { PassBuilder, plan, type Planner } from '../memory/index.js';
-import type { Workspace } from '../dsp/workspace.js';
-import type { ModelConfig } from './config.js';
-import type { WeightsImage } from './image.js';
+import type { Arena, PlannedRegion } from '../../memory/arena.js';
+import { PassBuilder, plan, type Planner } from '../../memory/index.js';
+import type { Workspace } from '../../dsp/workspace.js';
+import type { ModelConfig } from '../format/config.js';
+import type { WeightsImage } from '../format/image.js';
 import { attentionScratchFloats, gemvScratchFloats, linear1, rmsNorm, rope, ropeTables, rowInto, swiglu, weightRows, type Weights } from './kernels.js';
 import type { Sampler, SamplingOptions } from './sampler.js';
-import { ArgumentError } from '../errors.js';
-import { native } from '../native.js';
+import { ArgumentError } from '../../errors.js';
+import { native } from '../../native.js';
+import '../categories.js';
 
 const EPS = 1e-5;
 const F32 = 4;

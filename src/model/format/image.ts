@@ -9,16 +9,16 @@
  * their stored dtype. Batch-norm is folded into the Conformer's depthwise convolution at load:
  * the folded f32 weight and bias are new tensors, charged as retained-derived bytes.
  */
-import type { ByteSource } from '../dsp/wav.js';
-import { BadInputError } from '../errors.js';
-import type { MemoryDomain } from '../memory/domain.js';
-import type { Arena } from '../memory/arena.js';
-import type { Category } from '../memory/layout.js';
+import type { ByteSource } from '../../bytes.js';
+import { BadInputError } from '../../errors.js';
+import type { MemoryDomain } from '../../memory/domain.js';
+import type { Arena } from '../../memory/arena.js';
+import type { Category } from '../../memory/layout.js';
 import type { ModelConfig } from './config.js';
 import { bf16ToF32, f16ToF32 } from './dtype.js';
 import { checkpointLayout, DTYPE_BYTES, type Dtype, type TensorSpec } from './layout.js';
 import { readSafetensorsHeader, type TensorEntry } from './safetensors.js';
-import type { Weights } from './kernels.js';
+import type { Weights } from '../blocks/kernels.js';
 
 /** Where a tensor lives in the image. */
 export interface ImageTensor {

@@ -5,7 +5,8 @@
  * The matrix–vector product computes Σ_g s_g·Σ q_i x_i + b_g·Σ x_i; the Σ x_i of the bias term
  * is accumulated in f32 from f32 operands (summing narrow operands first loses precision).
  */
-import { ArgumentError } from '../errors.js';
+import { ArgumentError } from '../../errors.js';
+import { bf16ToF32, f16ToF32 } from './dtype.js';
 
 export type Bits = 4 | 8;
 
@@ -94,3 +95,31 @@ export function isQuantizable(dtype: string, shape: readonly number[], group: nu
 
 /** safetensors metadata key carrying {"bits", "group"} of a quantized file. */
 export const QUANT_METADATA_KEY = 'voxslab.quantization';
+
+/** A piscina task of `voxslab quantize`: one tensor, its stored bytes and dtype. */
+export interface QuantTask {
+  bytes: Uint8Array;
+  dtype: 'F32' | 'F16' | 'BF16';
+  rows: number;
+  cols: number;
+  bits: Bits;
+  group: number;
+}
+
+export interface QuantResult {
+  data: Uint8Array;
+  scales: Float32Array;
+  biases: Float32Array;
+}
+
+/** Quantizes one stored tensor (its raw bytes in their dtype). */
+export function quantizeStored(t: QuantTask): QuantResult {
+  const n = t.rows * t.cols;
+  const v = new DataView(t.bytes.buffer, t.bytes.byteOffset, t.bytes.byteLength);
+  const w = new Float32Array(n);
+  for (let i = 0; i < n; i++) {
+    w[i] = t.dtype === 'F32' ? v.getFloat32(4 * i, true) : t.dtype === 'BF16' ? bf16ToF32(v.getUint16(2 * i, true)) : f16ToF32(v.getUint16(2 * i, true));
+  }
+  const q = quantize(w, t.rows, t.cols, t.bits, t.group);
+  return { data: q.data, scales: q.scales, biases: q.biases };
+}

@@ -6,11 +6,11 @@
  * T; each output element is computed by the same arithmetic whatever the tiling, so tiled
  * output equals untiled output exactly.
  */
-import type { ModelConfig } from './config.js';
+import type { ModelConfig } from '../format/config.js';
 import { GEMM_PACK_FLOATS, gemm } from './kernels.js';
-import { native } from '../native.js';
-import { heapWorkspace, type Workspace } from '../dsp/workspace.js';
-import { ArgumentError } from '../errors.js';
+import { native } from '../../native.js';
+import { heapWorkspace, type Workspace } from '../../dsp/workspace.js';
+import { ArgumentError } from '../../errors.js';
 
 export interface SubsamplingWeights {
   conv0: { w: Float32Array; b: Float32Array }; // [C][1][3][3], [C]

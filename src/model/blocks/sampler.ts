@@ -4,8 +4,8 @@
  * the lowest index). One index may be masked (the end-of-audio code for codebooks 1–7).
  * Allocation-free after construction.
  */
-import { heapWorkspace, type Workspace } from '../dsp/workspace.js';
-import { ArgumentError } from '../errors.js';
+import { heapWorkspace, type Workspace } from '../../dsp/workspace.js';
+import { ArgumentError } from '../../errors.js';
 
 export interface SamplingOptions {
   temperature: number;

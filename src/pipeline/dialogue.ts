@@ -26,13 +26,14 @@ import { native } from '../native.js';
 import type { Arena } from '../memory/arena.js';
 import { arenaWorkspace, type Workspace } from '../dsp/workspace.js';
 import type { Planner } from '../memory/planner.js';
-import type { ModelConfig } from './config.js';
-import type { WeightsImage } from './image.js';
-import { Backbone, BackboneState, type KvType } from './backbone.js';
-import { Depthformer, depthformerStateFloats, END_OF_AUDIO } from './depthformer.js';
-import { Sampler, type SamplingOptions } from './sampler.js';
-import { TOKENS } from './tokenizer.js';
-import { gemvScratchFloats } from './kernels.js';
+import type { ModelConfig } from '../model/format/config.js';
+import type { WeightsImage } from '../model/format/image.js';
+import { Backbone, BackboneState, type KvType } from '../model/blocks/backbone.js';
+import { Depthformer, depthformerStateFloats, END_OF_AUDIO } from '../model/blocks/depthformer.js';
+import { Sampler, type SamplingOptions } from '../model/blocks/sampler.js';
+import { TOKENS } from '../model/format/tokenizer.js';
+import { gemvScratchFloats } from '../model/blocks/kernels.js';
+import './categories.js';
 
 /** What one `step()` produced. */
 export const EMIT_NONE = 0;

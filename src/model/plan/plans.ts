@@ -9,9 +9,9 @@
  * Loops whose tiles only touch per-tile buffers and persistent state (the residual stream `x`)
  * are described op by op, since each iteration repeats the same lifetimes.
  */
-import { PassBuilder, plan, type Plan } from '../memory/index.js';
-import { attentionScratchFloats, GEMM_PACK_FLOATS } from './kernels.js';
-import type { ModelConfig } from './config.js';
+import { PassBuilder, plan, type Plan } from '../../memory/index.js';
+import { attentionScratchFloats, GEMM_PACK_FLOATS } from '../blocks/kernels.js';
+import type { ModelConfig } from '../format/config.js';
 
 const F32 = 4;
 

@@ -30,17 +30,19 @@ import { arenaWorkspace, type Workspace } from '../dsp/workspace.js';
 import { MelFrontend } from '../dsp/mel.js';
 import { Resampler } from '../dsp/resample.js';
 import { loadCheckpoint } from '../io/checkpoint.js';
-import type { ModelConfig } from './config.js';
-import type { LoadReport, WeightsImage } from './image.js';
-import { ConformerEncoder } from './encoder.js';
-import { backboneStateSizes, type KvType, type BackboneState } from './backbone.js';
-import { Detokenizer, DetokenizerState } from './detokenizer.js';
-import { AUDIO_SAMPLING, TEXT_SAMPLING, type SamplingOptions } from './sampler.js';
-import { TextTokenizer, TOKENS } from './tokenizer.js';
+import type { ModelConfig } from '../model/format/config.js';
+import type { LoadReport, WeightsImage } from '../model/format/image.js';
+import { ConformerEncoder } from '../model/blocks/encoder.js';
+import { backboneStateSizes, type KvType, type BackboneState } from '../model/blocks/backbone.js';
+import { Detokenizer, DetokenizerState } from '../model/blocks/detokenizer.js';
+import { AUDIO_SAMPLING, TEXT_SAMPLING, type SamplingOptions } from '../model/blocks/sampler.js';
+import { TextTokenizer, TOKENS } from '../model/format/tokenizer.js';
 export type { Prompts } from './dialogue.js';
-import { setComputeThreads } from './kernels.js';
+import { setComputeThreads } from '../model/blocks/kernels.js';
 import { buildStepSlot, Dialogue, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_TEXT, type Prompts, type StepSlot } from './dialogue.js';
-import { DEFAULT_ENCODER_TILES, melRows, replyFrames, segmentSamples } from './plans.js';
+import { DEFAULT_ENCODER_TILES, melRows, replyFrames, segmentSamples } from '../model/plan/plans.js';
+import { loadTokenizer } from '../io/config.js';
+import './categories.js';
 
 export const DEFAULT_SYSTEM_PROMPT = 'Respond with interleaved text and audio.';
 
@@ -208,7 +210,7 @@ export class SpeechModel {
     const loaded = loadCheckpoint(dir, domain, false);
     const o = resolveSpeechOptions(loaded.config, options);
     setComputeThreads(o.threads);
-    const tokenizer = TextTokenizer.load(dir, loaded.config.backbone.vocab);
+    const tokenizer = loadTokenizer(dir, loaded.config.backbone.vocab);
     return new SpeechModel(dir, domain, loaded, tokenizer, o);
   }
 

@@ -4,9 +4,9 @@
  * and gives the same bits for the same inputs on any thread. Misuse throws TypeError or
  * RangeError at the call; set buffers up once, before readiness.
  */
-import { ArgumentError } from '../errors.js';
-import { native } from '../native.js';
-import { bf16ToF32, f16ToF32 } from './dtype.js';
+import { ArgumentError } from '../../errors.js';
+import { native } from '../../native.js';
+import { bf16ToF32, f16ToF32 } from '../format/dtype.js';
 
 export type WeightKind = 'f32' | 'f16' | 'bf16' | 'q8' | 'q4';
 const TYPE: Record<WeightKind, number> = { f32: 0, f16: 1, bf16: 2, q8: 3, q4: 4 };

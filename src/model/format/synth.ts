@@ -6,7 +6,7 @@
  */
 import type { Dtype, TensorSpec } from './layout.js';
 import { f32ToBf16, f32ToF16 } from './dtype.js';
-import { prng } from '../memory/prng.js';
+import { prng } from '../../memory/prng.js';
 
 /** FNV-1a of the name mixed with the seed. */
 function tensorSeed(seed: number, name: string): number {

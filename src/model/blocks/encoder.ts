@@ -11,16 +11,17 @@
  * Thread contract: one encoder per pass slot; `encode` allocates no ArrayBuffer (one view of the
  * position table per call) and is deterministic.
  */
-import type { Arena, PlannedRegion } from '../memory/arena.js';
-import { ArgumentError } from '../errors.js';
-import { plan, type Planner } from '../memory/planner.js';
-import type { Workspace } from '../dsp/workspace.js';
-import type { ModelConfig } from './config.js';
-import type { WeightsImage } from './image.js';
+import type { Arena, PlannedRegion } from '../../memory/arena.js';
+import { ArgumentError } from '../../errors.js';
+import { plan, type Planner } from '../../memory/planner.js';
+import type { Workspace } from '../../dsp/workspace.js';
+import type { ModelConfig } from '../format/config.js';
+import type { WeightsImage } from '../format/image.js';
 import { attention, gelu, gemm, glu, layerNorm, silu, conv1dSame, type Weights } from './kernels.js';
-import { DEFAULT_ENCODER_TILES, encoderFrames, encoderPass, melRows, segmentSamples, type EncoderTiles } from './plans.js';
+import { DEFAULT_ENCODER_TILES, encoderFrames, encoderPass, melRows, segmentSamples, type EncoderTiles } from '../plan/plans.js';
 import { Subsampler } from './subsampling.js';
-import { normaliseRows } from '../dsp/mel.js';
+import { normaliseRows } from '../../dsp/mel.js';
+import '../categories.js';
 
 const EPS = 1e-5;
 
