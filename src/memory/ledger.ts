@@ -227,10 +227,14 @@ export class Ledger {
   setPassSlots(owner: Owner, slots: number): void {
     this.#check(owner);
     if (!Number.isSafeInteger(slots) || slots < 0) throw new ArgumentError(`pass slots must be a non-negative integer, got ${slots}`);
+    this.#setOwnerWord(owner, kOwnerPassSlots, slots);
+  }
+
+  #setOwnerWord(owner: Owner, word: number, value: number): void {
     const c = this.counters;
     c.beginWrite();
     try {
-      c.set(ownerBase(owner.slot) + kOwnerPassSlots, slots);
+      c.set(ownerBase(owner.slot) + word, value);
     } finally {
       c.endWrite();
     }
@@ -239,13 +243,7 @@ export class Ledger {
   /** Marks the owner ready: from now on slab allocations for it are refused and counted. */
   seal(owner: Owner): void {
     this.#check(owner);
-    const c = this.counters;
-    c.beginWrite();
-    try {
-      c.set(ownerBase(owner.slot) + kOwnerSealed, 1);
-    } finally {
-      c.endWrite();
-    }
+    this.#setOwnerWord(owner, kOwnerSealed, 1);
   }
 
   /**

@@ -31,6 +31,7 @@ import { backboneStateSizes } from '../model/blocks/backbone.js';
 import { Detokenizer, DetokenizerState } from '../model/blocks/detokenizer.js';
 import { buildStepSlot, Dialogue, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_TEXT, type Prompts, type StepSlot } from './dialogue.js';
 import { plannerFor, STAGES } from './conversation.js';
+import type { Planner } from '../memory/planner.js';
 import { DEFAULT_ENCODER_TILES, melRows, segmentSamples } from '../model/plan/plans.js';
 import { Doorbells, RecordRing, RECORD_OVERHEAD } from './ring.js';
 import {
@@ -98,6 +99,8 @@ export abstract class Stage<C> {
   readonly clocks: { ms: Float64Array; count: Float64Array }[] = [];
   readonly arenas: Arena[] = [];
   readonly conversations: C[] = [];
+  /** How pass buffers are laid out (planned, or separate for comparison). */
+  readonly planner: Planner;
   records = 0;
   nonFinite = 0;
   readonly #t = new Float64Array(2); // [start, now] ms: performance.now() would leave a boxed double per call
@@ -106,6 +109,7 @@ export abstract class Stage<C> {
     this.name = name;
     this.env = env;
     this.config = env.init.config;
+    this.planner = plannerFor(env.init.options.layout);
   }
 
   /** The clocks of conversation `index`, carved in its arena when it opens. */
@@ -177,8 +181,38 @@ export abstract class Stage<C> {
     });
   }
 
+  /** The stage's pass slots, when it computes (capture and frontend have none). */
+  protected passSlots: { readonly slots: readonly unknown[]; readonly maxBusy: number; readonly overlapped: number } | null = null;
+
+  /**
+   * The loop of a stage that takes its input one record at a time: a record is taken only when
+   * the output ring has `room` for what it may produce, and `record` may leave it in place
+   * (false) until it can be handled. Indexed, not for-of: an iterator would allocate whenever
+   * this code runs unoptimised.
+   */
+  protected pollRecords(conversations: readonly (RoomConv | undefined)[]): boolean {
+    let progress = false;
+    for (let k = 0; k < conversations.length; k++) {
+      const c = conversations[k];
+      if (c === undefined) continue;
+      for (;;) {
+        const kind = c.input.peekKind();
+        if (kind < 0 || !c.out.canWrite(c.room) || !this.record(c, kind)) break;
+        this.records++;
+        progress = true;
+      }
+    }
+    return progress;
+  }
+
+  /** Handles the record of `kind` at the head of `c.input`; false leaves it there. */
+  protected record(_c: RoomConv, _kind: number): boolean {
+    return false;
+  }
+
   slotStats(): { count: number; maxBusy: number; overlapped: number } {
-    return { count: 0, maxBusy: 0, overlapped: 0 };
+    const p = this.passSlots;
+    return p === null ? { count: 0, maxBusy: 0, overlapped: 0 } : { count: p.slots.length, maxBusy: p.maxBusy, overlapped: p.overlapped };
   }
 }
 
@@ -222,21 +256,56 @@ function sharedTables(ws: Workspace): { next(): Workspace } {
  * segment. Capture and frontend each keep their own copy of the loop: a shared poll calling
  * per-stage methods was measured to leave boxed values on the heap for every record.
  */
-interface StreamConv {
+/** A conversation as a stage sees it: the ring it reads and the ring it writes. */
+interface RingConv {
   index: number;
   input: RecordRing;
   out: RecordRing;
-  /** Output words one input record (or the segment's end) may need. */
+}
+
+/** A conversation whose output may need up to `room` words per input record. */
+interface RoomConv extends RingConv {  /** Output words one input record (or the segment's end) may need. */
   room: number;
 }
 
-interface CaptureConv extends StreamConv {
+/**
+ * A stage that turns each input record into at most one output record (capture, frontend):
+ * PCM records go to `pcm`, a segment's end to `endSegment` (which flushes), anything else is
+ * dropped. A record is only taken when the output ring has room for what it may produce.
+ */
+abstract class StreamStage<C extends RoomConv> extends Stage<C> {
+  /** Handles the PCM record at the head of `c.input` (and consumes it). */
+  protected abstract pcm(c: C): void;
+  /** Flushes what the segment left; the end-of-segment record is written after it. */
+  protected abstract endSegment(c: C): void;
+
+  poll(): boolean {
+    return this.pollRecords(this.conversations);
+  }
+
+  protected override record(c: C, kind: number): boolean {
+    this.tic();
+    if (kind === REC_PCM) {
+      this.pcm(c);
+    } else {
+      c.input.skip();
+      if (kind === REC_END_SEGMENT) {
+        this.endSegment(c);
+        c.out.write(REC_END_SEGMENT, null, 0, 0);
+      }
+    }
+    this.toc(c.index, 0);
+    return true;
+  }
+}
+
+interface CaptureConv extends RoomConv {
   resampler: Resampler;
   buf: Float32Array; // one input record
   res: Float32Array; // its 16 kHz samples, or the segment's tail
 }
 
-export class CaptureStage extends Stage<CaptureConv> {
+export class CaptureStage extends StreamStage<CaptureConv> {
   constructor(env: Environment) {
     super('capture', env);
   }
@@ -255,48 +324,29 @@ export class CaptureStage extends Stage<CaptureConv> {
     this.conversations[o.index] = conv;
   }
 
-  poll(): boolean {
-    let progress = false;
-    // Indexed, not for-of: an iterator would allocate whenever this code runs unoptimised.
-    for (let k = 0; k < this.conversations.length; k++) {
-      const c = this.conversations[k];
-      if (c === undefined) continue;
-      for (;;) {
-        const kind = c.input.peekKind();
-        if (kind < 0 || !c.out.canWrite(c.room)) break;
-        this.tic();
-        if (kind === REC_PCM) {
-          const n = Math.min(c.input.peekLength(), c.buf.length);
-          c.input.read(c.buf, 0);
-          for (let i = 0; i < n; i++) {
-            if (!Number.isFinite(c.buf[i]!)) {
-              c.buf[i] = 0;
-              this.nonFinite++;
-            }
-          }
-          const m = c.resampler.push(c.buf, c.res, 0, n);
-          if (m > 0) c.out.write(REC_PCM, c.res, 0, m);
-        } else {
-          c.input.skip();
-          if (kind === REC_END_SEGMENT) {
-            const m = c.resampler.finish(c.res, 0);
-            if (m > 0) c.out.write(REC_PCM, c.res, 0, m);
-            c.resampler.reset();
-            c.out.write(REC_END_SEGMENT, null, 0, 0);
-          }
-        }
-        this.toc(c.index, 0);
-        this.records++;
-        progress = true;
+  protected pcm(c: CaptureConv): void {
+    const n = Math.min(c.input.peekLength(), c.buf.length);
+    c.input.read(c.buf, 0);
+    for (let i = 0; i < n; i++) {
+      if (!Number.isFinite(c.buf[i]!)) {
+        c.buf[i] = 0;
+        this.nonFinite++;
       }
     }
-    return progress;
+    const m = c.resampler.push(c.buf, c.res, 0, n);
+    if (m > 0) c.out.write(REC_PCM, c.res, 0, m);
+  }
+
+  protected endSegment(c: CaptureConv): void {
+    const m = c.resampler.finish(c.res, 0);
+    if (m > 0) c.out.write(REC_PCM, c.res, 0, m);
+    c.resampler.reset();
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 
-interface FrontendConv extends StreamConv {
+interface FrontendConv extends RoomConv {
   mel: MelFrontend;
   pcm: Float32Array; // one 16 kHz record
   rows: Float32Array; // the rows one record completes
@@ -304,7 +354,7 @@ interface FrontendConv extends StreamConv {
   rowsPer: number; // rows `rows` holds
 }
 
-export class FrontendStage extends Stage<FrontendConv> {
+export class FrontendStage extends StreamStage<FrontendConv> {
   constructor(env: Environment) {
     super('frontend', env);
   }
@@ -335,47 +385,24 @@ export class FrontendStage extends Stage<FrontendConv> {
     this.conversations[o.index] = conv;
   }
 
-  poll(): boolean {
-    let progress = false;
-    const nMels = this.config.frontend.nMels;
-    // Indexed, not for-of: an iterator would allocate whenever this code runs unoptimised.
-    for (let k = 0; k < this.conversations.length; k++) {
-      const c = this.conversations[k];
-      if (c === undefined) continue;
-      for (;;) {
-        const kind = c.input.peekKind();
-        if (kind < 0 || !c.out.canWrite(c.room)) break;
-        this.tic();
-        if (kind === REC_PCM) {
-          const n = c.input.read(c.pcm, 0);
-          const base = c.mel.rows;
-          const rows = c.mel.push(c.pcm, c.rows, n, base, Math.min(c.maxRows, base + c.rowsPer));
-          if (rows > 0) c.out.write(REC_MEL, c.rows, 0, rows * nMels);
-        } else {
-          c.input.skip();
-          if (kind === REC_END_SEGMENT) {
-            const base = c.mel.rows;
-            const rows = c.mel.finish(c.rows, base, Math.min(c.maxRows, base + c.rowsPer));
-            if (rows > 0) c.out.write(REC_MEL, c.rows, 0, rows * nMels);
-            c.mel.reset();
-            c.out.write(REC_END_SEGMENT, null, 0, 0);
-          }
-        }
-        this.toc(c.index, 0);
-        this.records++;
-        progress = true;
-      }
-    }
-    return progress;
+  protected pcm(c: FrontendConv): void {
+    const n = c.input.read(c.pcm, 0);
+    const base = c.mel.rows;
+    const rows = c.mel.push(c.pcm, c.rows, n, base, Math.min(c.maxRows, base + c.rowsPer));
+    if (rows > 0) c.out.write(REC_MEL, c.rows, 0, rows * this.config.frontend.nMels);
+  }
+
+  protected endSegment(c: FrontendConv): void {
+    const base = c.mel.rows;
+    const rows = c.mel.finish(c.rows, base, Math.min(c.maxRows, base + c.rowsPer));
+    if (rows > 0) c.out.write(REC_MEL, c.rows, 0, rows * this.config.frontend.nMels);
+    c.mel.reset();
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 
-interface ConformerConv {
-  index: number;
-  input: RecordRing;
-  out: RecordRing;
+interface ConformerConv extends RingConv {
   rows: Float32Array; // [segment rows][nMels] the open segment
   count: number; // rows received
   slot: number; // held pass slot, -1 = none
@@ -384,15 +411,22 @@ interface ConformerConv {
   sent: number;
 }
 
-export class ConformerStage extends Stage<ConformerConv> {
-  readonly tickets: TicketPool<ConformerEncoder>;
+/** A compute stage: its pass slots are built once per stage, the first slot's tables shared. */
+abstract class PassStage<C, T> extends Stage<C> {
+  readonly tickets: TicketPool<T>;
 
+  constructor(name: StageName, env: Environment, build: (stage: PassStage<C, T>, work: Arena, derived: Workspace) => T) {
+    super(name, env);
+    this.tickets = this.slots(1 << 30, (work, derived) => build(this, work, derived));
+    this.passSlots = this.tickets;
+  }
+}
+
+/** Keeps a segment's mel rows, then normalises, encodes and sends adapter rows as the ring has room. */
+export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
   constructor(env: Environment) {
-    super('conformer', env);
-    const c = this.config;
     const o = env.init.options;
-    const planner = plannerFor(o.layout);
-    this.tickets = this.slots(1 << 30, (work, derived) => new ConformerEncoder(c, env.image, work, derived, { segmentSeconds: o.segmentSeconds, tiles: DEFAULT_ENCODER_TILES, planner }));
+    super('conformer', env, (s, work, derived) => new ConformerEncoder(s.config, env.image, work, derived, { segmentSeconds: o.segmentSeconds, tiles: DEFAULT_ENCODER_TILES, planner: s.planner }));
   }
 
   open(o: StageOpen): void {
@@ -403,10 +437,6 @@ export class ConformerStage extends Stage<ConformerConv> {
       return a!.carve('mel_rows', 'workspace.frontend', Float32Array, segRows * c.frontend.nMels);
     });
     this.conversations[o.index] = { index: o.index, input: this.ring(o, 'mel'), out: this.ring(o, 'embed'), rows, count: 0, slot: -1, adapter: null, frames: 0, sent: 0 };
-  }
-
-  override slotStats() {
-    return { count: this.tickets.slots.length, maxBusy: this.tickets.maxBusy, overlapped: this.tickets.overlapped };
   }
 
   poll(): boolean {
@@ -491,7 +521,6 @@ export class DepthformerStage extends Stage<DepthConv> {
     super('depthformer', env);
     const c = this.config;
     const o = env.init.options;
-    const planner = plannerFor(o.layout);
     let prompts: Prompts | null = null;
     this.tickets = this.slots(1 << 30, (work, derived, i) => {
       if (i === 0) {
@@ -503,9 +532,10 @@ export class DepthformerStage extends Stage<DepthConv> {
         };
         prompts = { system: meta('system', ids.system), userOpen: meta('user_open', ids.userOpen), userClose: meta('user_close', ids.userClose), replyClose: meta('reply_close', ids.replyClose) };
       }
-      const step = buildStepSlot(c, env.image, work, derived, { chunk: o.prefillChunk, context: o.context, planner });
+      const step = buildStepSlot(c, env.image, work, derived, { chunk: o.prefillChunk, context: o.context, planner: this.planner });
       return { ...step, rowsIn: work.carve('embed.in', 'workspace.prefill', Float32Array, EMBED_ROWS * c.backbone.hidden) };
     });
+    this.passSlots = this.tickets;
     this.prompts = prompts!;
     this.#gate = env.init.gateReplies;
   }
@@ -518,10 +548,6 @@ export class DepthformerStage extends Stage<DepthConv> {
     if (ready < this.#gate) return false;
     this.#gate = 0;
     return true;
-  }
-
-  override slotStats() {
-    return { count: this.tickets.slots.length, maxBusy: this.tickets.maxBusy, overlapped: this.tickets.overlapped };
   }
 
   open(o: StageOpen): void {
@@ -615,10 +641,7 @@ export class DepthformerStage extends Stage<DepthConv> {
 
 // ---------------------------------------------------------------------------------------------
 
-interface PlaybackConv {
-  index: number;
-  input: RecordRing;
-  out: RecordRing;
+interface PlaybackConv extends RoomConv {
   state: DetokenizerState;
   pcm: Float32Array; // one frame (or the flush) at the device rate
   codes: Int32Array;
@@ -626,18 +649,13 @@ interface PlaybackConv {
   open: boolean;
 }
 
-export class PlaybackStage extends Stage<PlaybackConv> {
-  readonly tickets: TicketPool<Detokenizer>;
-
+/**
+ * Codes to device-rate PCM: the detokenizer, the ISTFT and the resampler, one code frame per
+ * record, written straight into the playback ring.
+ */
+export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
   constructor(env: Environment) {
-    super('playback', env);
-    const c = this.config;
-    const planner = plannerFor(env.init.options.layout);
-    this.tickets = this.slots(1 << 30, (work, derived) => new Detokenizer(c, env.image, work, derived, { turnPositions: env.init.turnPositions, planner }));
-  }
-
-  override slotStats() {
-    return { count: this.tickets.slots.length, maxBusy: this.tickets.maxBusy, overlapped: this.tickets.overlapped };
+    super('playback', env, (s, work, derived) => new Detokenizer(s.config, env.image, work, derived, { turnPositions: env.init.turnPositions, planner: s.planner }));
   }
 
   open(o: StageOpen): void {
@@ -654,7 +672,7 @@ export class PlaybackStage extends Stage<PlaybackConv> {
       };
     });
     if (conv.pcm.length > out.maxPayload) throw new BadInputError({ field: 'outputRate' }, `the playback ring cannot hold a frame at ${this.env.init.options.outputRate} Hz`);
-    this.conversations[o.index] = { index: o.index, input: this.ring(o, 'codes'), out, slot: -1, open: false, ...conv };
+    this.conversations[o.index] = { index: o.index, input: this.ring(o, 'codes'), out, room: conv.pcm.length + 2 * RECORD_OVERHEAD, slot: -1, open: false, ...conv };
   }
 
   #flush(c: PlaybackConv, det: Detokenizer): void {
@@ -666,49 +684,41 @@ export class PlaybackStage extends Stage<PlaybackConv> {
   }
 
   poll(): boolean {
-    let progress = false;
-    // Indexed, not for-of: an iterator would allocate whenever this code runs unoptimised.
-    for (let k = 0; k < this.conversations.length; k++) {
-      const c = this.conversations[k];
-      if (c === undefined) continue;
-      for (;;) {
-        const kind = c.input.peekKind();
-        if (kind < 0 || !c.out.canWrite(c.pcm.length + 2 * RECORD_OVERHEAD)) break;
-        if (kind === REC_TURN_START) {
-          const slot = this.tickets.acquire(c.index);
-          if (slot < 0) break;
-          c.slot = slot;
-          c.state.startTurn();
-          c.open = false;
-          c.input.skip();
-        } else {
-          const det = this.tickets.slots[c.slot]!;
-          if (kind === REC_CODES) {
-            c.input.read(c.codes, 0);
-            this.tic();
-            if (!c.open) c.state.startTurn();
-            c.open = true;
-            const n = det.frame(c.state, c.codes, c.pcm, 0);
-            this.toc(c.index, 6);
-            if (n > 0) c.out.write(REC_PCM, c.pcm, 0, n);
-          } else if (kind === REC_END_OF_AUDIO) {
-            c.input.skip();
-            if (c.open) this.#flush(c, det);
-          } else {
-            c.input.skip();
-            if (kind === REC_TURN_END) {
-              if (c.open) this.#flush(c, det);
-              c.out.write(REC_TURN_END, null, 0, 0);
-              this.tickets.release(c.slot);
-              c.slot = -1;
-            }
-          }
-        }
-        this.records++;
-        progress = true;
+    return this.pollRecords(this.conversations);
+  }
+
+  protected override record(c: PlaybackConv, kind: number): boolean {
+    if (kind === REC_TURN_START) {
+      const slot = this.tickets.acquire(c.index);
+      if (slot < 0) return false;
+      c.slot = slot;
+      c.state.startTurn();
+      c.open = false;
+      c.input.skip();
+      return true;
+    }
+    const det = this.tickets.slots[c.slot]!;
+    if (kind === REC_CODES) {
+      c.input.read(c.codes, 0);
+      this.tic();
+      if (!c.open) c.state.startTurn();
+      c.open = true;
+      const n = det.frame(c.state, c.codes, c.pcm, 0);
+      this.toc(c.index, 6);
+      if (n > 0) c.out.write(REC_PCM, c.pcm, 0, n);
+    } else if (kind === REC_END_OF_AUDIO) {
+      c.input.skip();
+      if (c.open) this.#flush(c, det);
+    } else {
+      c.input.skip();
+      if (kind === REC_TURN_END) {
+        if (c.open) this.#flush(c, det);
+        c.out.write(REC_TURN_END, null, 0, 0);
+        this.tickets.release(c.slot);
+        c.slot = -1;
       }
     }
-    return progress;
+    return true;
   }
 }
 

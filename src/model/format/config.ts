@@ -314,17 +314,15 @@ const C = 'conv';
 const A = 'full_attention';
 const S = 'sliding_attention';
 
+/** The keys every built-in shares: the LFM2-Audio generation layout and frontend. */
+const AUDIO_MODEL = { architectures: ['LFM2AudioModel'], codebooks: 8, tie_audio_embeddings: true, interleaved_n_text: 6, interleaved_n_audio: 12, preprocessor: PREPROCESSOR };
+
 /** Built-in configurations, in checkpoint form: [config.json, audio_detokenizer/config.json]. */
 export const BUILTIN_CONFIGS: Readonly<Record<string, readonly [MainConfigJson, DetokenizerConfigJson]>> = Object.freeze({
   // Tests: a whole conversation in well under a second.
   tiny: [
     {
-      architectures: ['LFM2AudioModel'],
-      codebooks: 8,
-      tie_audio_embeddings: true,
-      interleaved_n_text: 6,
-      interleaved_n_audio: 12,
-      preprocessor: PREPROCESSOR,
+      ...AUDIO_MODEL,
       encoder: encoder(2, 64, 2, 32),
       lfm: { ...lfm2(64, [C, A, C, A], 4, 2, 192, 256, 4096), block_multiple_of: 32 },
       depthformer: { layers: 1, dim: 64, tie: true, num_attention_heads: 4, num_key_value_heads: 2, multiple_of: 32 },
@@ -334,12 +332,7 @@ export const BUILTIN_CONFIGS: Readonly<Record<string, readonly [MainConfigJson, 
   // Demo: tens of millions of parameters, comfortably real-time on one core.
   small: [
     {
-      architectures: ['LFM2AudioModel'],
-      codebooks: 8,
-      tie_audio_embeddings: true,
-      interleaved_n_text: 6,
-      interleaved_n_audio: 12,
-      preprocessor: PREPROCESSOR,
+      ...AUDIO_MODEL,
       encoder: encoder(4, 256, 4, 128),
       lfm: lfm2(512, [C, C, A, C, C, A, C, A], 8, 2, 1536, 8192, 32768),
       depthformer: { layers: 2, dim: 256, tie: true, num_attention_heads: 8, num_key_value_heads: 2 },
@@ -349,14 +342,9 @@ export const BUILTIN_CONFIGS: Readonly<Record<string, readonly [MainConfigJson, 
   // Production shape of LFM2.5-Audio-1.5B.
   'lfm2-audio-1.5b': [
     {
-      architectures: ['LFM2AudioModel'],
-      codebooks: 8,
-      tie_audio_embeddings: true,
+      ...AUDIO_MODEL,
       semantic_codebook_factor: 100,
       codebook_weight: 'log',
-      interleaved_n_text: 6,
-      interleaved_n_audio: 12,
-      preprocessor: PREPROCESSOR,
       encoder: encoder(17, 512, 8, 256),
       lfm: lfm2(2048, [C, C, A, C, C, A, C, C, A, C, A, C, A, C, A, C], 32, 8, 12288, 65536, 128000),
       depthformer: { layers: 6, dim: 1024, tie: true },
