@@ -1,4 +1,5 @@
 import t from 'tap';
+import { createHash } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
 import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync, statSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -139,4 +140,20 @@ t.test('bad checkpoints and bad WAVs exit 4 naming the file and the reason', asy
   }
   const usage: string[][] = [['--model', model], ['--model', model, '--in', fixture], ['--model', model, '--in', fixture, '--out', 'x.wav', '--rate', 'fast'], ['--model', model, '--in', fixture, '--out', 'x.wav', '--reply', '0']];
   for (const args of usage) t.equal(voxslab('run', ...args).status, 2, `usage: run ${args.slice(2).join(' ')}`);
+});
+
+t.test('golden: the tiny reply to the fixture is pinned byte for byte (portable scalar kernels)', async (t) => {
+  // The built-in tiny checkpoint (seed 1) and the scalar kernels compiled without FP contraction
+  // give the same bytes on every x86 machine; both engines must produce them.
+  const golden = '540777428fd167180ddd7adf426887f771b855be950a376e01c86c049d2ff84c';
+  for (const engine of ['single', 'pipeline']) {
+    const out = join(work, `golden-${engine}.wav`);
+    const r = spawnSync(process.execPath, [cli, 'run', '--model', 'tiny', '--in', fixture, '--out', out, '--reply', '2', '--engine', engine], {
+      encoding: 'utf8',
+      timeout: 120_000,
+      env: { ...process.env, VOXSLAB_CACHE: join(work, 'cache'), VOXSLAB_KERNELS: 'scalar' },
+    });
+    t.equal(r.status, 0, r.stderr);
+    t.equal(createHash('sha256').update(readFileSync(out)).digest('hex'), golden, `${engine}: SHA-256 of the reply WAV`);
+  }
 });
