@@ -26,6 +26,7 @@ export interface IntSpec extends Common {
   min: number;
   max: Bound;
   default?: Bound;
+  powerOfTwo?: boolean;
   /** Shown instead of the number when the default depends on the configuration. */
   defaultDoc?: string;
   maxDoc?: string;
@@ -95,11 +96,11 @@ export const OPTIONS = {
   dtype: { kind: 'choice', flag: 'dtype', choices: ['f32', 'f16', 'bf16', 'q8', 'q4'], default: 'f32', doc: 'weight encoding of the written checkpoint' },
   bits: { kind: 'choice', flag: 'bits', choices: ['4', '8'], doc: 'quantized weight bits' },
   group: { kind: 'choice', flag: 'group', choices: ['32', '64'], default: '64', doc: 'weights per quantization group' },
-  inputRate: { kind: 'int', flag: 'input-rate', value: 'HZ', min: WAV_MIN_HZ, max: WAV_MAX_HZ, default: 16000, doc: 'sample rate of the audio a conversation is fed' },
+  inputRate: { kind: 'int', flag: 'input-rate', value: 'HZ', min: WAV_MIN_HZ, max: WAV_MAX_HZ, doc: 'sample rate of the audio a conversation is fed' },
   resampleRate: { kind: 'int', flag: 'rate', value: 'HZ', min: WAV_MIN_HZ, max: WAV_MAX_HZ, doc: 'target sample rate' },
   raw: { kind: 'flag', flag: 'raw', doc: 'log-mel rows before per-feature normalisation' },
   intervals: { kind: 'text', flag: 'intervals', value: 'FILE.csv', doc: 'plan a CSV of buffers (header id,lower,upper,size; live from op lower up to, not including, upper)' },
-  align: { kind: 'int', flag: 'align', value: 'N', min: 1, max: 2 ** 30, default: 1, doc: 'offset alignment in bytes (a power of two)' },
+  align: { kind: 'int', flag: 'align', value: 'N', min: 1, max: 2 ** 30, default: 1, powerOfTwo: true, doc: 'offset alignment in bytes (a power of two)' },
 } as const satisfies Record<string, OptionSpec>;
 
 export type OptionKey = keyof typeof OPTIONS;
@@ -122,26 +123,22 @@ export function defaultOf(key: OptionKey, c: OptionContext = NO_CONTEXT): number
   return s.default;
 }
 
-function checkSpec(key: string, s: OptionSpec, v: unknown, c: OptionContext): unknown {
+/** What a value of this option must be, when `v` is not that; null when `v` is fine. */
+function mustBe(s: OptionSpec, v: unknown, c: OptionContext): string | null {
   switch (s.kind) {
     case 'int': {
       const hi = bound(s.max, c);
-      if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < s.min || v > hi) throw new ArgumentError(`${key} must be an integer from ${s.min} to ${hi}, got ${String(v)}`);
-      if (key === 'align' && (v & (v - 1)) !== 0) throw new ArgumentError(`${key} must be a power of two, got ${v}`);
-      return v;
+      if (typeof v !== 'number' || !Number.isSafeInteger(v) || v < s.min || v > hi) return `an integer from ${s.min} to ${hi}`;
+      return s.powerOfTwo === true && (v & (v - 1)) !== 0 ? `a power of two from ${s.min} to ${hi}` : null;
     }
     case 'seconds':
-      if (typeof v !== 'number' || !(v > 0 && v <= s.max)) throw new ArgumentError(`${key} must be more than 0 and at most ${s.max} seconds, got ${String(v)}`);
-      return v;
+      return typeof v === 'number' && v > 0 && v <= s.max ? null : `more than 0 and at most ${s.max} seconds`;
     case 'choice':
-      if (typeof v !== 'string' || !s.choices.includes(v)) throw new ArgumentError(`${key} must be ${choiceList(s.choices)}, got '${String(v)}'`);
-      return v;
+      return typeof v === 'string' && s.choices.includes(v) ? null : choiceList(s.choices);
     case 'text':
-      if (typeof v !== 'string') throw new ArgumentError(`${key} must be a string, got ${typeof v}`);
-      return v;
+      return typeof v === 'string' ? null : 'a string';
     case 'flag':
-      if (typeof v !== 'boolean') throw new ArgumentError(`${key} must be true or false, got ${String(v)}`);
-      return v;
+      return typeof v === 'boolean' ? null : 'true or false';
   }
 }
 
@@ -153,7 +150,9 @@ function choiceList(choices: readonly string[]): string {
 export function optionValue<T extends number | string | boolean>(key: OptionKey, given: T | undefined, c: OptionContext = NO_CONTEXT): T {
   const v = given ?? defaultOf(key, c);
   if (v === undefined) throw new ArgumentError(`${key} is required`);
-  return checkSpec(key, specOf(key), v, c) as T;
+  const m = mustBe(specOf(key), v, c);
+  if (m !== null) throw new ArgumentError(`${key} must be ${m}, got ${typeof v === 'string' ? `'${v}'` : String(v)}`);
+  return v as T;
 }
 
 /**
@@ -163,28 +162,18 @@ export function optionValue<T extends number | string | boolean>(key: OptionKey,
 export function parseFlag(key: OptionKey, text: string | undefined, c: OptionContext = NO_CONTEXT): number | string | undefined {
   if (text === undefined) return undefined;
   const s = specOf(key);
-  const flag = `--${s.flag}`;
-  switch (s.kind) {
-    case 'int': {
-      const hi = bound(s.max, c);
-      const v = Number(text);
-      if (!/^\d+$/.test(text) || v < s.min || v > hi) throw new UsageError(`${flag} must be a whole number from ${s.min} to ${hi}, got '${text}'`);
-      if (key === 'align' && (v & (v - 1)) !== 0) throw new UsageError(`${flag} must be a power of two from ${s.min} to ${hi}, got '${text}'`);
-      return v;
-    }
-    case 'seconds': {
-      const v = Number(text);
-      if (!/^\d+(\.\d+)?$/.test(text) || !(v > 0) || v > s.max) throw new UsageError(`${flag} must be a number of seconds above 0 and at most ${s.max}, got '${text}'`);
-      return v;
-    }
-    case 'choice':
-      if (!s.choices.includes(text)) throw new UsageError(`${flag} must be ${choiceList(s.choices)}, got '${text}'`);
-      return text;
-    case 'text':
-      return text;
-    case 'flag':
-      throw new UsageError(`${flag} takes no value`);
-  }
+  if (s.kind === 'flag') throw new UsageError(`--${s.flag} takes no value`);
+  // Numbers are plain decimals: no sign, exponent or hex, which Number() would accept.
+  const syntax = s.kind === 'int' ? /^\d+$/ : s.kind === 'seconds' ? /^\d+(\.\d+)?$/ : null;
+  const v = syntax === null ? text : syntax.test(text) ? Number(text) : Number.NaN;
+  const m = mustBe(s, v, c);
+  if (m !== null) throw new UsageError(`--${s.flag} must be ${m}, got '${text}'`);
+  return v;
+}
+
+/** A flag's checked value, or the table's default when it was not given. */
+export function flagValue<T extends number | string>(key: OptionKey, text: string | undefined, c: OptionContext = NO_CONTEXT): T {
+  return (parseFlag(key, text, c) ?? defaultOf(key, c)) as T;
 }
 
 /** `node:util` parseArgs options for a command's keys. */

@@ -1,6 +1,6 @@
 /** `voxslab resample` and `voxslab mel`. */
 import { writeFileSync } from 'node:fs';
-import { BadInputError, UsageError } from '../errors.js';
+import { BadInputError } from '../errors.js';
 import { openFileSource, WavFileWriter } from '../io/files.js';
 import { MelFrontend, normaliseRows } from '../dsp/mel.js';
 import { encodeNpyFloat32 } from '../dsp/npy.js';

@@ -9,7 +9,7 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { UsageError, exitCodeOf } from '../errors.js';
-import { defaultOf, flagOf, optionHelp, parseArgsOptions, parseFlag, wrap, type OptionKey } from '../options.js';
+import { defaultOf, flagOf, flagValue, optionHelp, parseArgsOptions, parseFlag, wrap, type OptionKey } from '../options.js';
 import { PLAN_KEYS, planConfig, planIntervals } from './plan.js';
 import { melFile, resampleFile } from './audio.js';
 import { runCommand } from './run.js';
@@ -34,6 +34,8 @@ const log = (line: string): void => {
   process.stderr.write(`${line}\n`);
 };
 const text = (v: Values, key: OptionKey): string | undefined => v[flagOf(key)] as string | undefined;
+/** A repeatable flag where one value is meant: the last one given wins, as for every other flag. */
+const last = (v: Values, key: OptionKey): string => (v[flagOf(key)] as string[]).at(-1) as string;
 
 const COMMANDS: Record<string, Command> = {
   plan: {
@@ -62,16 +64,17 @@ const COMMANDS: Record<string, Command> = {
     required: ['config', 'seed', 'output'],
     async run(v) {
       const seed = parseFlag('seed', text(v, 'seed')) as number;
-      const dtype = (parseFlag('dtype', text(v, 'dtype')) ?? defaultOf('dtype')) as string;
+      const dtype = flagValue<string>('dtype', text(v, 'dtype'));
       const config = v.config as string;
-      const out = (v.out as string[]).at(-1) as string;
+      const out = last(v, 'output');
+      const group = Number(defaultOf('group'));
       if (dtype === 'q8' || dtype === 'q4') {
         // Generate in f32, then quantize with the same tool users run on real checkpoints.
         const tmp = mkdtempSync(join(tmpdir(), 'voxslab-make-'));
         try {
           makeCheckpoint({ config, seed, out: tmp, dtype: 'f32' });
-          const r = await quantizeCheckpoint({ input: tmp, output: out, bits: dtype === 'q8' ? 8 : 4, group: 64 });
-          log(`wrote ${out}: ${r.quantized} tensors quantized to ${dtype} (group 64), ${r.kept} kept`);
+          const r = await quantizeCheckpoint({ input: tmp, output: out, bits: dtype === 'q8' ? 8 : 4, group });
+          log(`wrote ${out}: ${r.quantized} tensors quantized to ${dtype} (group ${group}), ${r.kept} kept`);
         } finally {
           rmSync(tmp, { recursive: true, force: true });
         }
@@ -88,8 +91,8 @@ const COMMANDS: Record<string, Command> = {
     required: ['input', 'output', 'bits'],
     async run(v) {
       const bits = Number(parseFlag('bits', text(v, 'bits'))) as 4 | 8;
-      const group = Number(parseFlag('group', text(v, 'group')) ?? defaultOf('group'));
-      const [input, output] = [(v.in as string[]).at(-1) as string, (v.out as string[]).at(-1) as string];
+      const group = Number(flagValue<string>('group', text(v, 'group')));
+      const [input, output] = [last(v, 'input'), last(v, 'output')];
       const r = await quantizeCheckpoint({ input, output, bits, group });
       log(`wrote ${output}: ${r.quantized} tensors quantized, ${r.kept} kept`);
     },
@@ -113,7 +116,7 @@ const COMMANDS: Record<string, Command> = {
     keys: ['input', 'resampleRate', 'output'],
     required: ['input', 'resampleRate', 'output'],
     async run(v) {
-      log(resampleFile((v.in as string[]).at(-1) as string, text(v, 'resampleRate') as string, (v.out as string[]).at(-1) as string));
+      log(resampleFile(last(v, 'input'), text(v, 'resampleRate') as string, last(v, 'output')));
     },
   },
   mel: {
@@ -122,7 +125,7 @@ const COMMANDS: Record<string, Command> = {
     keys: ['input', 'output', 'raw'],
     required: ['input', 'output'],
     async run(v) {
-      log(melFile((v.in as string[]).at(-1) as string, (v.out as string[]).at(-1) as string, v.raw === true));
+      log(melFile(last(v, 'input'), last(v, 'output'), v.raw === true));
     },
   },
   bench: {

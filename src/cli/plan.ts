@@ -1,7 +1,6 @@
-import { readFileSync } from 'node:fs';
 import { totalmem } from 'node:os';
-import { ArgumentError, BadInputError, UsageError } from '../errors.js';
-import { defaultOf, parseFlag, type OptionKey } from '../options.js';
+import { ArgumentError, UsageError } from '../errors.js';
+import { flagValue, parseFlag, type OptionKey } from '../options.js';
 import { limitFromEnvironment } from '../memory/limit.js';
 
 import { type MemoryPlanOptions, planManifest, planMemory } from '../model/plan/memory.js';
@@ -10,20 +9,13 @@ import { parseIntervalsCsv } from '../memory/intervals.js';
 import { plan } from '../memory/planner.js';
 import { formatBytes } from '../memory/sizes.js';
 import { loadConfig } from '../io/config.js';
+import { readTextFile } from '../io/files.js';
 
-export function readText(file: string, what: string): string {
-  try {
-    return readFileSync(file, 'utf8');
-  } catch (cause) {
-    const code = (cause as NodeJS.ErrnoException).code ?? 'error';
-    throw new BadInputError({ file }, `cannot read the ${what} (${code})`, { cause });
-  }
-}
 
 /** `voxslab plan --intervals FILE.csv [--align N] [--json]` */
 export function planIntervals(file: string, align: string | undefined, json: boolean): string {
-  const alignment = (parseFlag('align', align) ?? defaultOf('align')) as number;
-  const specs = parseIntervalsCsv(readText(file, 'interval CSV'), file);
+  const alignment = flagValue<number>('align', align);
+  const specs = parseIntervalsCsv(readTextFile(file, 'interval CSV'), file);
   const p = plan(specs, { alignment });
   if (json) {
     const offsets: Record<string, number> = {};

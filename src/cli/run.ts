@@ -16,7 +16,7 @@ import { openFileSource, WavFileWriter } from '../io/files.js';
 import { makeCheckpoint } from '../io/checkpoint.js';
 import { encodeNpyFloat32, encodeNpyInt32 } from '../dsp/npy.js';
 import { WavReader } from '../dsp/wav.js';
-import { defaultOf, parseFlag, type OptionKey } from '../options.js';
+import { flagValue, parseFlag } from '../options.js';
 import { BUILTIN_CONFIGS } from '../model/format/config.js';
 import { Conversation, SpeechModel, STAGES, type ReplySink, type ReplySummary } from '../pipeline/conversation.js';
 import { Pipeline, type PinMap } from '../pipeline/coordinator.js';
@@ -56,11 +56,6 @@ export function parsePin(text: string | undefined): PinMap | 'none' | undefined 
     map[m[1] as StageName] = m[2]!.split('+').map(Number);
   }
   return map;
-}
-
-/** A flag's value parsed and checked against the options table, or its default. */
-function flagValue<T extends number | string>(key: OptionKey, text: string | undefined): T {
-  return (parseFlag(key, text) ?? defaultOf(key)) as T;
 }
 
 /** Where built-in synthetic checkpoints are generated on first use. */

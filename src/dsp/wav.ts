@@ -34,9 +34,7 @@ const GUID_TAIL = [0x00, 0x00, 0x00, 0x00, 0x10, 0x00, 0x80, 0x00, 0x00, 0xaa, 0
 const WAVE_FORMAT_PCM = 1;
 const WAVE_FORMAT_IEEE_FLOAT = 3;
 const WAVE_FORMAT_EXTENSIBLE = 0xfffe;
-/** Rates outside this range are refused as absurd. */
-export const MIN_SAMPLE_RATE = WAV_MIN_HZ;
-export const MAX_SAMPLE_RATE = WAV_MAX_HZ;
+/** Channel counts above this are refused as absurd. */
 const MAX_CHANNELS = 256;
 
 const formatOf = (tag: number, bits: number): SampleFormat | null => {
@@ -106,8 +104,8 @@ export function readWavInfo(src: ByteSource): WavInfo {
       }
       if (channels === 0) throw new BadInputError({ file, field: 'fmt.channels', offset: body + 2 }, 'zero channels');
       if (channels > MAX_CHANNELS) throw new BadInputError({ file, field: 'fmt.channels', offset: body + 2 }, `${channels} channels is more than ${MAX_CHANNELS}`);
-      if (rate < MIN_SAMPLE_RATE || rate > MAX_SAMPLE_RATE) {
-        throw new BadInputError({ file, field: 'fmt.sampleRate', offset: body + 4 }, `sample rate ${rate} Hz is outside ${MIN_SAMPLE_RATE}–${MAX_SAMPLE_RATE} Hz`);
+      if (rate < WAV_MIN_HZ || rate > WAV_MAX_HZ) {
+        throw new BadInputError({ file, field: 'fmt.sampleRate', offset: body + 4 }, `sample rate ${rate} Hz is outside ${WAV_MIN_HZ}–${WAV_MAX_HZ} Hz`);
       }
       const format = formatOf(subTag, bits);
       if (format === null) throw new BadInputError({ file, field: 'fmt.bitsPerSample', offset: body + 14 }, `${bits} bits is not supported for ${subTag === WAVE_FORMAT_PCM ? 'PCM' : 'float'}`);

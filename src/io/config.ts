@@ -2,7 +2,8 @@
  * Reading a checkpoint's JSON files: its configurations and its tokenizer. The model layer
  * validates what is read here; it opens no file itself.
  */
-import { existsSync, readFileSync, statSync } from 'node:fs';
+import { existsSync, statSync } from 'node:fs';
+import { readTextFile } from './files.js';
 import { dirname, join } from 'node:path';
 import { BadInputError } from '../errors.js';
 import { BUILTIN_CONFIGS, BUILTIN_NAMES, resolveConfig, type ModelConfig } from '../model/format/config.js';
@@ -10,12 +11,7 @@ import { TextTokenizer } from '../model/format/tokenizer.js';
 
 /** A JSON file's value; unreadable files and invalid JSON are bad input naming the file. */
 export function readJsonFile(file: string, what: string): unknown {
-  let text: string;
-  try {
-    text = readFileSync(file, 'utf8');
-  } catch (cause) {
-    throw new BadInputError({ file }, `cannot read the ${what} (${(cause as NodeJS.ErrnoException).code ?? 'error'})`, { cause });
-  }
+  const text = readTextFile(file, what);
   try {
     return JSON.parse(text) as unknown;
   } catch (cause) {

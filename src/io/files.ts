@@ -1,9 +1,18 @@
 /** Files at the edge: byte sources and sinks for the pure codecs in dsp/. */
-import { closeSync, fstatSync, openSync, readSync, writeSync } from 'node:fs';
+import { closeSync, fstatSync, openSync, readFileSync, readSync, writeSync } from 'node:fs';
 import { BadInputError } from '../errors.js';
 import type { ByteSource } from '../bytes.js';
 import type { WavFormat } from '../dsp/wav.js';
 import { bytesPerSample, encodeSamples, wavHeader } from '../dsp/wav.js';
+
+/** A whole text file; an unreadable one is bad input naming the file and the system's code. */
+export function readTextFile(file: string, what: string): string {
+  try {
+    return readFileSync(file, 'utf8');
+  } catch (cause) {
+    throw new BadInputError({ file }, `cannot read the ${what} (${(cause as NodeJS.ErrnoException).code ?? 'error'})`, { cause });
+  }
+}
 
 /** Opens a file as a ByteSource. Call close() when done. */
 export function openFileSource(path: string): ByteSource & { close(): void } {

@@ -24,7 +24,6 @@ import { optionValue } from '../options.js';
 import type { Arena } from '../memory/arena.js';
 import type { MemoryDomain } from '../memory/domain.js';
 import { sizedArenas as sized } from '../memory/sizing.js';
-import type { Owner } from '../memory/ledger.js';
 import { plan, separatePlan, type Planner } from '../memory/planner.js';
 import { arenaWorkspace, type Workspace } from '../dsp/workspace.js';
 import { MelFrontend } from '../dsp/mel.js';

@@ -3,7 +3,6 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { loadCheckpoint } from '../../../src/io/checkpoint.js';
 import { MemoryDomain } from '../../../src/memory/index.js';
-import { TextTokenizer } from '../../../src/model/format/tokenizer.js';
 import { resolveSpeechOptions, speechSetup } from '../../../src/pipeline/conversation.js';
 import { Doorbells, RecordRing, ringBytes, type SharedRing } from '../../../src/pipeline/ring.js';
 import { REC_CODES, REC_EMBED, REC_END_SEGMENT, REC_MEL, REC_PCM, REC_TURN_START, RING_ENDS, RING_NAMES, type RingName, type StageInit, type StageName } from '../../../src/pipeline/protocol.js';
