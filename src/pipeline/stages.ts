@@ -181,14 +181,12 @@ export abstract class Stage<C> {
     });
   }
 
-  /** The stage's pass slots, when it computes (capture and frontend have none). */
-  protected passSlots: { readonly slots: readonly unknown[]; readonly maxBusy: number; readonly overlapped: number } | null = null;
-
   /**
    * The loop of a stage that takes its input one record at a time: a record is taken only when
    * the output ring has `room` for what it may produce, and `record` may leave it in place
    * (false) until it can be handled. Indexed, not for-of: an iterator would allocate whenever
-   * this code runs unoptimised.
+   * this code runs unoptimised. A worker runs one stage class, so `record` is monomorphic there;
+   * the per-stage heap probes (test/pipeline/stages.test.ts) hold this loop to zero growth.
    */
   protected pollRecords(conversations: readonly (RoomConv | undefined)[]): boolean {
     let progress = false;
@@ -210,9 +208,9 @@ export abstract class Stage<C> {
     return false;
   }
 
+  /** Pass-slot use; capture and frontend have no pass slots. */
   slotStats(): { count: number; maxBusy: number; overlapped: number } {
-    const p = this.passSlots;
-    return p === null ? { count: 0, maxBusy: 0, overlapped: 0 } : { count: p.slots.length, maxBusy: p.maxBusy, overlapped: p.overlapped };
+    return { count: 0, maxBusy: 0, overlapped: 0 };
   }
 }
 
@@ -251,11 +249,6 @@ function sharedTables(ws: Workspace): { next(): Workspace } {
 
 // ---------------------------------------------------------------------------------------------
 
-/**
- * A conversation of a stage that turns a stream of PCM records into another stream, segment by
- * segment. Capture and frontend each keep their own copy of the loop: a shared poll calling
- * per-stage methods was measured to leave boxed values on the heap for every record.
- */
 /** A conversation as a stage sees it: the ring it reads and the ring it writes. */
 interface RingConv {
   index: number;
@@ -264,7 +257,8 @@ interface RingConv {
 }
 
 /** A conversation whose output may need up to `room` words per input record. */
-interface RoomConv extends RingConv {  /** Output words one input record (or the segment's end) may need. */
+interface RoomConv extends RingConv {
+  /** Output words one input record (or the segment's end) may need. */
   room: number;
 }
 
@@ -415,10 +409,13 @@ interface ConformerConv extends RingConv {
 abstract class PassStage<C, T> extends Stage<C> {
   readonly tickets: TicketPool<T>;
 
-  constructor(name: StageName, env: Environment, build: (stage: PassStage<C, T>, work: Arena, derived: Workspace) => T) {
+  constructor(name: StageName, env: Environment, build: (stage: PassStage<C, T>, work: Arena, derived: Workspace, slot: number) => T) {
     super(name, env);
-    this.tickets = this.slots(1 << 30, (work, derived) => build(this, work, derived));
-    this.passSlots = this.tickets;
+    this.tickets = this.slots(1 << 30, (work, derived, slot) => build(this, work, derived, slot));
+  }
+
+  override slotStats(): { count: number; maxBusy: number; overlapped: number } {
+    return { count: this.tickets.slots.length, maxBusy: this.tickets.maxBusy, overlapped: this.tickets.overlapped };
   }
 }
 
@@ -512,17 +509,15 @@ const PHASE_IDLE = 0;
 const PHASE_PREFILL = 1;
 const PHASE_REPLY = 2;
 
-export class DepthformerStage extends Stage<DepthConv> {
-  readonly tickets: TicketPool<DepthSlot>;
+export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
   readonly prompts: Prompts;
   #gate: number;
 
   constructor(env: Environment) {
-    super('depthformer', env);
-    const c = this.config;
+    const c = env.init.config;
     const o = env.init.options;
     let prompts: Prompts | null = null;
-    this.tickets = this.slots(1 << 30, (work, derived, i) => {
+    super('depthformer', env, (s, work, derived, i) => {
       if (i === 0) {
         const ids = env.init.prompts;
         const meta = (name: string, v: number[]): Int32Array => {
@@ -532,10 +527,9 @@ export class DepthformerStage extends Stage<DepthConv> {
         };
         prompts = { system: meta('system', ids.system), userOpen: meta('user_open', ids.userOpen), userClose: meta('user_close', ids.userClose), replyClose: meta('reply_close', ids.replyClose) };
       }
-      const step = buildStepSlot(c, env.image, work, derived, { chunk: o.prefillChunk, context: o.context, planner: this.planner });
+      const step = buildStepSlot(c, env.image, work, derived, { chunk: o.prefillChunk, context: o.context, planner: s.planner });
       return { ...step, rowsIn: work.carve('embed.in', 'workspace.prefill', Float32Array, EMBED_ROWS * c.backbone.hidden) };
     });
-    this.passSlots = this.tickets;
     this.prompts = prompts!;
     this.#gate = env.init.gateReplies;
   }
