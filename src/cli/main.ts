@@ -178,7 +178,12 @@ async function overview(): Promise<string> {
 
 async function commandHelp(c: Command): Promise<string> {
   const usage = c === COMMANDS.bench ? c.usage.replace('<name>', `<${[...(await loadBenches()).keys()].join('|')}>`) : c.usage;
-  return [`usage: ${usage}`, '', ...wrap(c.summary, 96), '', 'options:', optionHelp(c.keys)].join('\n');
+  const lines = [`usage: ${usage}`, '', ...wrap(c.summary, 96), '', 'options:', optionHelp(c.keys)];
+  if (c === COMMANDS.bench) {
+    lines.push('', 'benchmarks:');
+    for (const [name, b] of await loadBenches()) lines.push(`  ${name.padEnd(10)}${b.summary}`);
+  }
+  return lines.join('\n');
 }
 
 function version(): string {

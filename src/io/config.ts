@@ -3,9 +3,9 @@
  * validates what is read here; it opens no file itself.
  */
 import { existsSync, statSync } from 'node:fs';
-import { readTextFile } from './files.js';
 import { dirname, join } from 'node:path';
 import { BadInputError } from '../errors.js';
+import { readTextFile } from './files.js';
 import { BUILTIN_CONFIGS, BUILTIN_NAMES, resolveConfig, type ModelConfig } from '../model/format/config.js';
 import { TextTokenizer } from '../model/format/tokenizer.js';
 
