@@ -143,6 +143,71 @@ function writeWhole(file: string, text: string): void {
   }
 }
 
+/** Milliseconds kept to a microsecond in reports. */
+const ms = (x: number): number => Math.round(x * 1000) / 1000;
+
+/** What both engines report of one conversation's turn. */
+interface TurnRecord {
+  job: Job;
+  rate: number;
+  seed: number;
+  encoderFrames: number;
+  text: string;
+  tokens: number[];
+  codes: number[][];
+  audioFrames: number;
+  samples: number;
+  stop: string;
+  endOfAudio: boolean;
+  positions: number;
+  compactions: number;
+  droppedPositions: number;
+  timings: Record<string, { ms: number; count: number }>;
+  wallMs: number;
+}
+
+function turnResult(t: TurnRecord, extra: Record<string, unknown> = {}): Record<string, unknown> {
+  const info = t.job.reader.info;
+  const audioSeconds = t.samples / t.rate;
+  return {
+    input: { file: t.job.input, sampleRate: info.sampleRate, channels: info.channels, seconds: info.frames / info.sampleRate },
+    output: { file: t.job.output, sampleRate: t.rate, samples: t.samples, seconds: audioSeconds, format: 'float32' },
+    seed: t.seed,
+    encoderFrames: t.encoderFrames,
+    text: t.text,
+    textTokens: t.tokens,
+    audioFrames: t.audioFrames,
+    codes: t.codes,
+    stop: t.stop,
+    endOfAudio: t.endOfAudio,
+    positions: t.positions,
+    compactions: t.compactions,
+    droppedPositions: t.droppedPositions,
+    timings: t.timings,
+    ...extra,
+    wallMs: ms(t.wallMs),
+    realTimeFactor: audioSeconds > 0 ? t.wallMs / 1000 / audioSeconds : null,
+  };
+}
+
+/** The run report (`voxslab.run/v1`) both engines write. */
+function writeReport(
+  file: string,
+  r: { dir: string; config: string; weightBytes: number; options: unknown; loadMs: number; results: Record<string, unknown>[]; atReadiness: unknown; atEnd: { afterReadiness: { attempts: number } }; manifest: unknown },
+  extra: Record<string, unknown> = {},
+): void {
+  const report = {
+    schema: 'voxslab.run/v1',
+    model: { dir: resolve(r.dir), config: r.config, weightBytes: r.weightBytes, options: r.options },
+    loadMs: ms(r.loadMs),
+    conversations: r.results,
+    ...extra,
+    allocations: { atReadiness: r.atReadiness, atEnd: r.atEnd, afterReadinessAttempts: r.atEnd.afterReadiness.attempts },
+    manifest: r.manifest,
+  };
+  writeWhole(file, `${JSON.stringify(report, null, 2)}\n`);
+}
+
 /** Refuses, before anything is opened for writing, an output that is an input or another output. */
 function checkOutputs(r: RunRequest): void {
   const seen = new Map<string, string>();
@@ -269,27 +334,29 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
       }
       const timings: Record<string, { ms: number; count: number }> = {};
       STAGES.forEach((s, k) => {
-        timings[s] = { ms: Math.round((conv.stageMs[k] as number) * 1000) / 1000, count: conv.stageCount[k] as number };
+        timings[s] = { ms: ms(conv.stageMs[k] as number), count: conv.stageCount[k] as number };
       });
       const audioSeconds = summary.samples / rate;
-      results.push({
-        input: { file: j.input, sampleRate: j.reader.info.sampleRate, channels: j.reader.info.channels, seconds: j.reader.info.frames / j.reader.info.sampleRate },
-        output: { file: j.output, sampleRate: rate, samples: summary.samples, seconds: audioSeconds, format: 'float32' },
-        seed: seed + i,
-        encoderFrames: frames,
-        text,
-        textTokens: tokens,
-        audioFrames: summary.audioFrames,
-        codes,
-        stop: summary.stop,
-        endOfAudio: summary.endOfAudio,
-        positions: conv.backbone.position,
-        compactions: conv.compactions,
-        droppedPositions: conv.dropped,
-        timings,
-        wallMs: Math.round(wallMs * 1000) / 1000,
-        realTimeFactor: audioSeconds > 0 ? wallMs / 1000 / audioSeconds : null,
-      });
+      results.push(
+        turnResult({
+          job: j,
+          rate,
+          seed: seed + i,
+          encoderFrames: frames,
+          text,
+          tokens,
+          codes,
+          audioFrames: summary.audioFrames,
+          samples: summary.samples,
+          stop: summary.stop,
+          endOfAudio: summary.endOfAudio,
+          positions: conv.backbone.position,
+          compactions: conv.compactions,
+          droppedPositions: conv.dropped,
+          timings,
+          wallMs,
+        }),
+      );
       lines.push(`${basename(j.input)} → ${j.output}: "${text}"`);
       log(`${j.output}: ${audioSeconds.toFixed(2)} s at ${rate} Hz, ${summary.audioFrames} audio frames, ${tokens.length} text tokens, stop: ${summary.stop}, ${(wallMs / 1000).toFixed(2)} s wall`);
     }
@@ -303,19 +370,7 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
         depthformer: s.depthformer.region.summary,
         detokenizer: s.detokenizer.work.summary,
       };
-      const report = {
-        schema: 'voxslab.run/v1',
-        model: { dir: resolve(dir), config: c.name, weightBytes: model.report.weightBytes, options: model.options },
-        loadMs: Math.round(loadMs * 1000) / 1000,
-        conversations: results,
-        allocations: {
-          atReadiness,
-          atEnd,
-          afterReadinessAttempts: atEnd.afterReadiness.attempts,
-        },
-        manifest: domain.manifest({ plans }),
-      };
-      writeWhole(r.report, `${JSON.stringify(report, null, 2)}\n`);
+      writeReport(r.report, { dir, config: c.name, weightBytes: model.report.weightBytes, options: model.options, loadMs, results, atReadiness, atEnd, manifest: domain.manifest({ plans }) });
     }
     for (const j of jobs) renameSync(j.staging, j.output);
     return lines.join('\n');
@@ -366,8 +421,8 @@ interface Flow {
 function gaps(times: number[]): { p50: number; p99: number; max: number } | null {
   if (times.length < 2) return null;
   const d = times.slice(1).map((t, i) => t - times[i]!).sort((a, b) => a - b);
-  const at = (q: number) => Math.round(d[Math.min(d.length - 1, Math.floor(q * d.length))]! * 1000) / 1000;
-  return { p50: at(0.5), p99: at(0.99), max: Math.round(d[d.length - 1]! * 1000) / 1000 };
+  const at = (q: number) => ms(d[Math.min(d.length - 1, Math.floor(q * d.length))]!);
+  return { p50: at(0.5), p99: at(0.99), max: ms(d[d.length - 1]!) };
 }
 
 async function runPipeline(p: PipelineRun): Promise<string> {
@@ -476,51 +531,50 @@ async function runPipeline(p: PipelineRun): Promise<string> {
       for (const st of stats) {
         for (const [name, t] of Object.entries(st.clocks[i] ?? {})) {
           const acc = timings[name]!;
-          acc.ms = Math.round((acc.ms + t.ms) * 1000) / 1000;
+          acc.ms = ms(acc.ms + t.ms);
           acc.count += t.count;
         }
       }
       const audioSeconds = f.samples / p.rate;
-      const info = f.job.reader.info;
-      results.push({
-        input: { file: f.job.input, sampleRate: info.sampleRate, channels: info.channels, seconds: info.frames / info.sampleRate },
-        output: { file: f.job.output, sampleRate: p.rate, samples: f.samples, seconds: audioSeconds, format: 'float32' },
+      const stop = s[TURN_STOP] === 1 ? 'end-of-turn' : 'length';
+      const turn: TurnRecord = {
+        job: f.job,
+        rate: p.rate,
         seed: p.seed + i,
-        encoderFrames: s[TURN_USER_FRAMES],
+        encoderFrames: s[TURN_USER_FRAMES]!,
         text,
-        textTokens: f.tokens,
-        audioFrames: s[TURN_FRAMES],
+        tokens: f.tokens,
         codes: f.codes,
-        stop: s[TURN_STOP] === 1 ? 'end-of-turn' : 'length',
+        audioFrames: s[TURN_FRAMES]!,
+        samples: f.samples,
+        stop,
         endOfAudio: s[TURN_END_OF_AUDIO] === 1,
-        positions: s[TURN_POSITIONS],
-        compactions: s[TURN_COMPACTIONS],
-        droppedPositions: s[TURN_DROPPED],
+        positions: s[TURN_POSITIONS]!,
+        compactions: s[TURN_COMPACTIONS]!,
+        droppedPositions: s[TURN_DROPPED]!,
         timings,
-        firstAudioMs: f.firstAudioAt < 0 ? null : Math.round((f.firstAudioAt - f.endAt) * 1000) / 1000,
-        /** Gaps between blocks of reply samples (one per audio frame) as they reached the main thread. */
-        frameIntervalMs: gaps(f.arrivals),
-        /** The longest a player started at the first reply sample would have waited for the next (0 = never starved). */
-        underrunMs: Math.round(f.lateMs * 1000) / 1000,
-        wallMs: Math.round(wallMs * 1000) / 1000,
-        realTimeFactor: audioSeconds > 0 ? wallMs / 1000 / audioSeconds : null,
-      });
+        wallMs,
+      };
+      results.push(
+        turnResult(turn, {
+          firstAudioMs: f.firstAudioAt < 0 ? null : ms(f.firstAudioAt - f.endAt),
+          // Gaps between blocks of reply samples (one per audio frame) as they reached the main thread.
+          frameIntervalMs: gaps(f.arrivals),
+          // The longest a player started at the first reply sample would have waited for the next (0 = never starved).
+          underrunMs: ms(f.lateMs),
+        }),
+      );
       lines.push(`${basename(f.job.input)} → ${f.job.output}: "${text}"`);
-      p.log(`${f.job.output}: ${audioSeconds.toFixed(2)} s at ${p.rate} Hz, ${s[TURN_FRAMES]} audio frames, ${f.tokens.length} text tokens, stop: ${s[TURN_STOP] === 1 ? 'end-of-turn' : 'length'}, first audio ${f.firstAudioAt < 0 ? '-' : `${(f.firstAudioAt - f.endAt).toFixed(1)} ms`} after the end of speech`);
+      p.log(`${f.job.output}: ${audioSeconds.toFixed(2)} s at ${p.rate} Hz, ${s[TURN_FRAMES]} audio frames, ${f.tokens.length} text tokens, stop: ${stop}, first audio ${f.firstAudioAt < 0 ? '-' : `${(f.firstAudioAt - f.endAt).toFixed(1)} ms`} after the end of speech`);
     }
     p.log(`pipeline: ${flows.length} conversation(s) in ${(wallMs / 1000).toFixed(2)} s wall; ${pipeline.placement.map((w) => `${w.stage}@${w.affinity.join('+')}${w.pinError === null ? '' : ` (pin failed: ${w.pinError})`}`).join(', ')}`);
     if (p.report !== undefined) {
-      const report = {
-        schema: 'voxslab.run/v1',
-        engine: 'pipeline',
-        model: { dir: resolve(p.dir), config: c.name, weightBytes: pipeline.report.weightBytes, options: pipeline.setup.options },
-        loadMs: Math.round(loadMs * 1000) / 1000,
-        conversations: results,
-        pipeline: { slots: pipeline.slots, placement: pipeline.placement, stages: stats, rings: pipeline.conversations.map((v) => Object.fromEntries(Object.entries(v.rings).map(([n, r]) => [n, { capacity: r.capacity, maxUsed: r.maxUsed, records: r.records }]))) },
-        allocations: { atReadiness, atEnd, afterReadinessAttempts: atEnd.afterReadiness.attempts },
-        manifest: p.domain.manifest(),
-      };
-      writeWhole(p.report, `${JSON.stringify(report, null, 2)}\n`);
+      const rings = pipeline.conversations.map((v) => Object.fromEntries(Object.entries(v.rings).map(([n, r]) => [n, { capacity: r.capacity, maxUsed: r.maxUsed, records: r.records }])));
+      writeReport(
+        p.report,
+        { dir: p.dir, config: c.name, weightBytes: pipeline.report.weightBytes, options: pipeline.setup.options, loadMs, results, atReadiness, atEnd, manifest: p.domain.manifest() },
+        { engine: 'pipeline', pipeline: { slots: pipeline.slots, placement: pipeline.placement, stages: stats, rings } },
+      );
     }
     return lines.join('\n');
   } finally {
