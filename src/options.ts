@@ -83,6 +83,7 @@ export const OPTIONS = {
   outputRate: { kind: 'int', flag: 'rate', value: 'HZ', min: HZ_MIN, max: HZ_MAX, default: 48000, doc: 'output (device) sample rate' },
   threads: { kind: 'int', flag: 'threads', value: 'N', min: 1, max: 8, default: 1, doc: 'threads sharing each row-by-row linear layer; results do not depend on it' },
   slots: { kind: 'int', flag: 'slots', value: 'N', min: 1, max: 8, default: 2, doc: 'pass (ticket) slots per compute stage' },
+  callTimeoutMs: { kind: 'int', flag: 'call-timeout', value: 'MS', min: 1, max: 2 ** 31 - 1, default: 120_000, doc: "how long a control call to a stage worker may take (building a large model's stages)" },
   conversations: { kind: 'int', flag: 'conversations', value: 'N', min: 1, max: 32, default: 1, doc: 'simultaneous conversations' },
   seed: { kind: 'int', flag: 'seed', value: 'N', min: 0, max: 0xffffffff, default: 1, doc: 'sampling seed (conversation i uses seed + i); weights seed for make-checkpoint' },
   engine: { kind: 'choice', flag: 'engine', choices: ['pipeline', 'single'], default: 'pipeline', doc: 'five pinned workers, or one thread (the reference; --dump needs it)' },

@@ -18,7 +18,8 @@ import { encodeNpyFloat32, encodeNpyInt32 } from '../dsp/npy.js';
 import { WavReader } from '../dsp/wav.js';
 import { flagValue, parseFlag } from '../options.js';
 import { BUILTIN_CONFIGS } from '../model/format/config.js';
-import { Conversation, SpeechModel, STAGES, type ReplySink, type ReplySummary } from '../pipeline/conversation.js';
+import { Conversation, SpeechModel, type ReplySink, type ReplySummary } from '../pipeline/conversation.js';
+import { STAGES } from '../pipeline/clock.js';
 import { Pipeline, type PinMap } from '../pipeline/coordinator.js';
 import { BELL_MAIN, REC_CODES, REC_END_OF_AUDIO, REC_END_SEGMENT, REC_PCM, REC_TEXT, REC_TURN_END, STAGE_NAMES, TURN_COMPACTIONS, TURN_DROPPED, TURN_END_OF_AUDIO, TURN_FIELDS, TURN_FRAMES, TURN_POSITIONS, TURN_STOP, TURN_USER_FRAMES, type StageName } from '../pipeline/protocol.js';
 

@@ -18,7 +18,6 @@
  * `ready()`, `listen`, `endSegment` and `reply` allocate nothing (the sink may) and stage
  * clocks read the native monotonic clock.
  */
-import { native } from '../native.js';
 import { ArgumentError, BadInputError } from '../errors.js';
 import { optionValue } from '../options.js';
 import type { Arena } from '../memory/arena.js';
@@ -38,6 +37,7 @@ import { AUDIO_SAMPLING, TEXT_SAMPLING, type SamplingOptions } from '../model/bl
 import { TextTokenizer, TOKENS } from '../model/format/tokenizer.js';
 export type { Prompts } from './dialogue.js';
 import { setComputeThreads } from '../model/blocks/kernels.js';
+import { carveClocks, Stopwatch, type StageClocks } from './clock.js';
 import { buildStepSlot, Dialogue, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_TEXT, type Prompts, type StepSlot } from './dialogue.js';
 import { DEFAULT_ENCODER_TILES, melRows, replyFrames, segmentSamples } from '../model/plan/plans.js';
 import { loadTokenizer } from '../io/config.js';
@@ -65,9 +65,6 @@ export interface SpeechModelOptions {
 
 export type ResolvedSpeechOptions = Required<Omit<SpeechModelOptions, 'text' | 'audio' | 'threads'>> & { text: SamplingOptions; audio: SamplingOptions; threads: number };
 
-/** Stages whose wall time a conversation accumulates. */
-export const STAGES = ['frontend', 'encoder', 'prefill', 'textStep', 'audioStep', 'depthformer', 'detokenizer'] as const;
-export type Stage = (typeof STAGES)[number];
 
 /** Observers of a reply. Views passed in are reused: copy what you keep. */
 export interface ReplySink {
@@ -248,7 +245,8 @@ export class Conversation {
   readonly #input: Float32Array; // one listen call's samples, non-finite ones zeroed
   /** Non-finite input samples taken as silence so far. */
   nonFinite = 0;
-  readonly #t = new Float64Array(2); // [start, now] ms: performance.now() would leave a boxed double per call
+  readonly #clocks: StageClocks;
+  readonly #watch = new Stopwatch();
 
   constructor(model: SpeechModel, index: number, o: { seed: number; inputRate: number }) {
     const c = model.config;
@@ -261,7 +259,7 @@ export class Conversation {
     const kvBytes = backboneStateSizes(c, mo.context, mo.kv).reduce((s, r) => s + r.bytes, 0);
     const { value, arenas } = sized(model.domain, [{ owner, name: `conversation ${index} state` }], (1 << 28) + kvBytes, ([arena]) => {
       const a = arena!;
-      const clocks = { ms: a.carve('clock.ms', 'metadata', Float64Array, STAGES.length), count: a.carve('clock.count', 'metadata', Float64Array, STAGES.length) };
+      const clocks = carveClocks(a, '');
       const dialogue = new Dialogue(c, a, {
         context: mo.context,
         kv: mo.kv,
@@ -291,6 +289,7 @@ export class Conversation {
       };
     });
     this.arena = arenas[0]!;
+    this.#clocks = value.clocks;
     this.stageMs = value.clocks.ms;
     this.stageCount = value.clocks.count;
     this.dialogue = value.dialogue;
@@ -338,13 +337,11 @@ export class Conversation {
   }
 
   #tic(): void {
-    native.clockInto(this.#t, 0);
+    this.#watch.tic();
   }
 
   #toc(stage: number): void {
-    native.clockInto(this.#t, 1);
-    this.stageMs[stage] = (this.stageMs[stage] as number) + ((this.#t[1] as number) - (this.#t[0] as number));
-    this.stageCount[stage] = (this.stageCount[stage] as number) + 1;
+    this.#watch.toc(this.#clocks, stage);
   }
 
   /**

@@ -36,11 +36,11 @@ import { loadTokenizer } from '../io/config.js';
 export type PinMap = Partial<Record<StageName, number[]>>;
 
 export interface PipelineOptions extends SpeechModelOptions {
-  /** Pass slots per compute stage. Default 2. */
+  /** Pass slots per compute stage (default and range: src/options.ts). */
   slots?: number;
   /** CPUs per stage, or 'none' to leave affinity alone. Default: `defaultPinMap` of the allowed CPUs. */
   pin?: PinMap | 'none';
-  /** Milliseconds a control call may take. Default 120000 (building a large model's stages). */
+  /** Milliseconds a control call may take (default and range: src/options.ts). */
   callTimeoutMs?: number;
   /** Test mode: workers count typed-array and buffer constructions after readiness. */
   trapAllocations?: boolean;
@@ -67,7 +67,7 @@ class StageWorker {
   readonly name: StageName;
   readonly worker: Worker;
   readonly api: Comlink.Remote<StageApi>;
-  readonly #control: Int32Array;
+  readonly #bells: Doorbells;
   readonly #timeoutMs: number;
   failure: WorkerError | null = null;
   /** Slabs the worker created: released by the worker on stop, by the coordinator if it died. */
@@ -75,9 +75,9 @@ class StageWorker {
   readonly #died: Promise<never>;
   exited = false;
 
-  constructor(name: StageName, control: Int32Array, timeoutMs: number, onFailure: (e: WorkerError) => void) {
+  constructor(name: StageName, bells: Doorbells, timeoutMs: number, onFailure: (e: WorkerError) => void) {
     this.name = name;
-    this.#control = control;
+    this.#bells = bells;
     this.#timeoutMs = timeoutMs;
     this.worker = new Worker(new URL(`../../workers/${name}.js`, import.meta.url));
     this.api = Comlink.wrap<StageApi>(nodeEndpoint(this.worker as never));
@@ -101,10 +101,8 @@ class StageWorker {
   /** One control call: announced on the attention word, bounded by the timeout and by the worker's life. */
   async call<K extends keyof StageApi>(method: K, ...args: Parameters<StageApi[K]>): Promise<Awaited<ReturnType<StageApi[K]>>> {
     if (this.failure !== null) throw this.failure;
-    const slot = kAttention + BELL[this.name];
-    Atomics.add(this.#control, slot, 1);
-    Atomics.add(this.#control, BELL[this.name], 1);
-    Atomics.notify(this.#control, BELL[this.name]);
+    Atomics.add(this.#bells.words, kAttention + BELL[this.name], 1);
+    this.#bells.ring(BELL[this.name]);
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
       timer = setTimeout(() => reject(new ControlTimeoutError(`${this.name} worker: '${String(method)}' did not answer in ${this.#timeoutMs} ms`)), this.#timeoutMs);
@@ -165,8 +163,7 @@ export class Pipeline {
 
   private constructor(dir: string, domain: MemoryDomain, options: PipelineOptions) {
     const slots = optionValue('slots', options.slots);
-    const timeout = options.callTimeoutMs ?? 120_000;
-    if (!(timeout > 0)) throw new ArgumentError(`callTimeoutMs must be above 0, got ${String(timeout)}`);
+    const timeout = optionValue('callTimeoutMs', options.callTimeoutMs);
     this.dir = dir;
     this.domain = domain;
     this.slots = slots;
@@ -182,7 +179,7 @@ export class Pipeline {
     this.#arenas.push(arena);
     this.control = arena.carve('control', 'metadata', Int32Array, CONTROL_WORDS);
     this.bells = new Doorbells(this.control);
-    this.workers = STAGE_NAMES.map((name) => new StageWorker(name, this.control, timeout, (e) => this.#fail(e)));
+    this.workers = STAGE_NAMES.map((name) => new StageWorker(name, this.bells, timeout, (e) => this.#fail(e)));
   }
 
   #fail(e: WorkerError): void {

@@ -20,7 +20,7 @@
  * here and staged again at the next turn.
  *
  * Thread contract: one thread, one call at a time. After construction nothing allocates; the
- * stage clocks read `performance.now()`.
+ * stage clocks read the native monotonic clock.
  */
 import { native } from '../native.js';
 import type { Arena } from '../memory/arena.js';
@@ -34,6 +34,7 @@ import { Sampler, type SamplingOptions } from '../model/blocks/sampler.js';
 import { TOKENS } from '../model/format/tokenizer.js';
 import { gemvScratchFloats } from '../model/blocks/kernels.js';
 import './categories.js';
+import { Stopwatch, type StageClocks } from './clock.js';
 
 /** What one `step()` produced. */
 export const EMIT_NONE = 0;
@@ -104,8 +105,8 @@ export class Dialogue {
   readonly options: Readonly<DialogueOptions>;
   /** Positions of the system prompt (kept when the context is compacted). */
   readonly keep: number;
-  readonly #clockMs: Float64Array;
-  readonly #clockCount: Float64Array;
+  readonly #clocks: StageClocks;
+  readonly #watch = new Stopwatch();
   /** Positions forgotten by the context policy so far, and how many times. */
   dropped = 0;
   compactions = 0;
@@ -128,9 +129,8 @@ export class Dialogue {
   frames = 0;
   endOfAudio = false;
   stop: 'end-of-turn' | 'length' = 'length';
-  readonly #t = new Float64Array(2); // [start, now] ms: performance.now() would leave a boxed double per call
 
-  constructor(c: ModelConfig, arena: Arena, o: DialogueOptions & { seed: number; prompts: Prompts; clocks: { ms: Float64Array; count: Float64Array } }) {
+  constructor(c: ModelConfig, arena: Arena, o: DialogueOptions & { seed: number; prompts: Prompts; clocks: StageClocks }) {
     this.config = c;
     this.options = Object.freeze({ context: o.context, kv: o.kv, prefillChunk: o.prefillChunk, maxFrames: o.maxFrames, text: o.text, audio: o.audio });
     this.state = new BackboneState(c, arena, o.context, o.context, '', o.kv);
@@ -138,18 +138,15 @@ export class Dialogue {
     this.sampler = new Sampler(o.seed, arenaWorkspace(arena, 'workspace.sampler', 'dialogue'));
     this.prompts = o.prompts;
     this.keep = o.prompts.system.length;
-    this.#clockMs = o.clocks.ms;
-    this.#clockCount = o.clocks.count;
+    this.#clocks = o.clocks;
   }
 
   #tic(): void {
-    native.clockInto(this.#t, 0);
+    this.#watch.tic();
   }
 
   #toc(clock: number): void {
-    native.clockInto(this.#t, 1);
-    this.#clockMs[clock] = (this.#clockMs[clock] as number) + ((this.#t[1] as number) - (this.#t[0] as number));
-    this.#clockCount[clock] = (this.#clockCount[clock] as number) + 1;
+    this.#watch.toc(this.#clocks, clock);
   }
 
   /** Opens a user turn on `slot`: the system prompt (first turn) or the close of the last reply, then `<|im_start|>user\n`. */

@@ -17,7 +17,6 @@ import { MemoryDomain } from '../memory/domain.js';
 import type { SlabRecord } from '../memory/slab.js';
 import { ArgumentError } from '../errors.js';
 import { WeightsImage } from '../model/format/image.js';
-import { setComputeThreads } from '../model/blocks/kernels.js';
 import { native } from '../native.js';
 import { BELL, CONTROL_WORDS, kAttention, kStop, type StageApi, type StageInit, type StageName, type StageOpen, type StageReady, type StageStats } from './protocol.js';
 import { Doorbells } from './ring.js';
@@ -85,8 +84,6 @@ export function serveStage(expected: StageName): void {
         const r = native.pinThread(i.pin);
         if (!r.ok) pinError = `${r.message ?? 'pinning failed'} (errno ${r.errno ?? '?'})`;
       }
-      // The heavy stages get helper threads of their own for their row-by-row layers.
-      if (expected === 'conformer' || expected === 'depthformer' || expected === 'playback') setComputeThreads(i.options.threads);
       domain = MemoryDomain.attach(i.domain);
       stage = createStage({ domain, image: WeightsImage.attach(i.image), init: i, bells });
       return { stage: expected, affinity: native.allowedCpus(), cpu: native.currentCpu(), pinError, slabs: stage.arenas.map((a) => a.slab.record()) };

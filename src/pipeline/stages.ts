@@ -15,7 +15,6 @@
  * Thread contract: a stage lives in one worker thread. After `ready()`, `poll()` allocates
  * nothing and never throws for the data (bad audio was refused at the edge).
  */
-import { native } from '../native.js';
 import type { Arena } from '../memory/arena.js';
 import type { MemoryDomain } from '../memory/domain.js';
 import type { OwnerKind } from '../memory/layout.js';
@@ -30,9 +29,11 @@ import { ConformerEncoder } from '../model/blocks/encoder.js';
 import { backboneStateSizes } from '../model/blocks/backbone.js';
 import { Detokenizer, DetokenizerState } from '../model/blocks/detokenizer.js';
 import { buildStepSlot, Dialogue, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_TEXT, type Prompts, type StepSlot } from './dialogue.js';
-import { plannerFor, STAGES } from './conversation.js';
+import { plannerFor } from './conversation.js';
+import { carveClocks, STAGES, Stopwatch, type StageClocks } from './clock.js';
 import type { Planner } from '../memory/planner.js';
 import { DEFAULT_ENCODER_TILES, melRows, segmentSamples } from '../model/plan/plans.js';
+import { setComputeThreads } from '../model/blocks/kernels.js';
 import { Doorbells, RecordRing, RECORD_OVERHEAD } from './ring.js';
 import {
   REC_CODES,
@@ -96,14 +97,14 @@ export abstract class Stage<C> {
   readonly env: Environment;
   readonly config: ModelConfig;
   /** Per conversation: wall ms and count per clock, in STAGES order (as the single-thread run). */
-  readonly clocks: { ms: Float64Array; count: Float64Array }[] = [];
+  readonly clocks: StageClocks[] = [];
   readonly arenas: Arena[] = [];
   readonly conversations: C[] = [];
   /** How pass buffers are laid out (planned, or separate for comparison). */
   readonly planner: Planner;
   records = 0;
   nonFinite = 0;
-  readonly #t = new Float64Array(2); // [start, now] ms: performance.now() would leave a boxed double per call
+  readonly #watch = new Stopwatch();
 
   constructor(name: StageName, env: Environment) {
     this.name = name;
@@ -113,21 +114,18 @@ export abstract class Stage<C> {
   }
 
   /** The clocks of conversation `index`, carved in its arena when it opens. */
-  protected clocksFor(index: number, arena: Arena): { ms: Float64Array; count: Float64Array } {
-    const c = { ms: arena.carve(`${this.name}.clock.ms`, 'metadata', Float64Array, STAGES.length), count: arena.carve(`${this.name}.clock.count`, 'metadata', Float64Array, STAGES.length) };
+  protected clocksFor(index: number, arena: Arena): StageClocks {
+    const c = carveClocks(arena, `${this.name}.`);
     this.clocks[index] = c;
     return c;
   }
 
   protected tic(): void {
-    native.clockInto(this.#t, 0);
+    this.#watch.tic();
   }
 
   protected toc(conversation: number, clock: number): void {
-    const c = this.clocks[conversation]!;
-    native.clockInto(this.#t, 1);
-    c.ms[clock] = (c.ms[clock] as number) + ((this.#t[1] as number) - (this.#t[0] as number));
-    c.count[clock] = (c.count[clock] as number) + 1;
+    this.#watch.toc(this.clocks[conversation]!, clock);
   }
 
   protected ring(o: StageOpen, name: RingName): RecordRing {
@@ -405,12 +403,16 @@ interface ConformerConv extends RingConv {
   sent: number;
 }
 
-/** A compute stage: its pass slots are built once per stage, the first slot's tables shared. */
+/**
+ * A compute stage: its pass slots are built once per stage, the first slot's tables shared, and
+ * its worker thread gets helper threads of its own for the row-by-row layers.
+ */
 abstract class PassStage<C, T> extends Stage<C> {
   readonly tickets: TicketPool<T>;
 
   constructor(name: StageName, env: Environment, build: (stage: PassStage<C, T>, work: Arena, derived: Workspace, slot: number) => T) {
     super(name, env);
+    setComputeThreads(env.init.options.threads);
     this.tickets = this.slots(1 << 30, (work, derived, slot) => build(this, work, derived, slot));
   }
 

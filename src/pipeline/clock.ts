@@ -1,0 +1,40 @@
+/**
+ * Stage clocks: wall milliseconds and call counts per stage of a conversation, kept in its
+ * arena, and the stopwatch that adds to them.
+ */
+import type { Arena } from '../memory/arena.js';
+import { native } from '../native.js';
+
+/** Stages whose wall time a conversation accumulates (clock slot = index). */
+export const STAGES = ['frontend', 'encoder', 'prefill', 'textStep', 'audioStep', 'depthformer', 'detokenizer'] as const;
+export type Stage = (typeof STAGES)[number];
+
+export interface StageClocks {
+  ms: Float64Array; // [STAGES]
+  count: Float64Array; // [STAGES]
+}
+
+/** Carves one set of clocks in `arena` (charged as metadata). */
+export function carveClocks(arena: Arena, prefix: string): StageClocks {
+  return { ms: arena.carve(`${prefix}clock.ms`, 'metadata', Float64Array, STAGES.length), count: arena.carve(`${prefix}clock.count`, 'metadata', Float64Array, STAGES.length) };
+}
+
+/**
+ * Times one stage at a time on the native monotonic clock. Start and end live in a
+ * Float64Array: performance.now() would leave a boxed double per call. One thread; allocates
+ * nothing after construction.
+ */
+export class Stopwatch {
+  readonly #t = new Float64Array(2); // [start, now] ms
+
+  tic(): void {
+    native.clockInto(this.#t, 0);
+  }
+
+  /** Adds the time since `tic()` to `clocks` at `slot`, and one call. */
+  toc(clocks: StageClocks, slot: number): void {
+    native.clockInto(this.#t, 1);
+    clocks.ms[slot] = (clocks.ms[slot] as number) + ((this.#t[1] as number) - (this.#t[0] as number));
+    clocks.count[slot] = (clocks.count[slot] as number) + 1;
+  }
+}
