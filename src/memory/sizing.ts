@@ -1,7 +1,8 @@
 /**
  * Arenas sized exactly by a dry run: `build` runs once over unbacked arenas in a private
  * uncapped domain (no slab is allocated: see MemoryDomain.createUnbackedArena) to learn what it
- * carves, then once more over arenas of exactly that size in `domain`.
+ * carves, then once more over arenas of exactly that size in `domain`. When that fails, the
+ * arenas made so far are released before the error is passed on.
  */
 import type { Arena } from './arena.js';
 import { MemoryDomain } from './domain.js';
@@ -13,10 +14,17 @@ export function sizedArenas<T>(domain: MemoryDomain, arenas: { owner: Owner; nam
   const dry = arenas.map((a) => scratch.createUnbackedArena(scratch.owner(a.owner.kind, a.owner.index), a.name, bound));
   build(dry);
   const used = dry.map((a) => a.used);
-  const real = arenas.map((a, i) => domain.createArena(a.owner, a.name, { bytes: used[i] as number }));
-  const value = build(real);
-  real.forEach((a, i) => {
-    if (a.used !== used[i]) throw new InternalError(`arena '${a.name}': carved ${a.used} bytes, the dry run carved ${used[i]}`);
-  });
-  return { value, arenas: real };
+  const real: Arena[] = [];
+  try {
+    for (const [i, a] of arenas.entries()) real.push(domain.createArena(a.owner, a.name, { bytes: used[i] as number }));
+    const value = build(real);
+    real.forEach((a, i) => {
+      if (a.used !== used[i]) throw new InternalError(`arena '${a.name}': carved ${a.used} bytes, the dry run carved ${used[i]}`);
+    });
+    return { value, arenas: real };
+  } catch (error) {
+    // A refusal or a failed build leaves nothing held.
+    for (const a of real) domain.releaseSlab(a.slab);
+    throw error;
+  }
 }

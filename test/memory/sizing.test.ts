@@ -45,3 +45,26 @@ t.test('an unbacked arena charges and offsets exactly as a backed one', async (t
   t.same(m.owners['conversation/1']!.categories, m.owners['conversation/0']!.categories, 'the same charges per category');
   t.equal(dry.checkRedZones(), null, 'an unbacked arena has no canaries to check');
 });
+
+t.test('a sizing that fails on the real pass leaves nothing held', async (t) => {
+  const domain = MemoryDomain.create({ limit: '64MiB' });
+  const owners = [domain.owner('conversation', 0), domain.owner('conversation', 1)];
+  const held = () => domain.snapshot().held.total;
+  const before = held();
+  let pass = 0;
+  t.throws(
+    () =>
+      sizedArenas(domain, owners.map((owner, i) => ({ owner, name: `state ${i}` })), 1 << 24, (arenas) => {
+        for (const a of arenas) a.carve('x', 'recurrence', Float32Array, 1000);
+        if (++pass === 2) throw new Error('the build failed on the real arenas');
+        return null;
+      }),
+    /the build failed/,
+  );
+  t.equal(held(), before, 'both real arenas were released');
+  // A refusal by the cap on the second arena releases the first.
+  const small = MemoryDomain.create({ limit: 6 * 2 ** 20 });
+  const h0 = small.snapshot().held.total;
+  t.throws(() => sizedArenas(small, [0, 1].map((i) => ({ owner: small.owner('conversation', i), name: `big ${i}` })), 1 << 24, (arenas) => arenas.map((a) => a.carve('x', 'recurrence', Float32Array, 1 << 20))), { name: 'MemoryLimitError' });
+  t.equal(small.snapshot().held.total, h0, 'the first arena was released when the second was refused');
+});
