@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { MemoryDomain } from '../src/memory/index.js';
 import { makeCheckpoint } from '../src/io/checkpoint.js';
 import { quantizeCheckpoint } from '../src/io/quantize.js';
-import { checkpointCache, resolveModel } from '../src/cli/run.js';
+import { checkpointCache, resolveModel } from '../src/io/checkpoint.js';
 import { Conversation, SpeechModel } from '../src/pipeline/conversation.js';
 import { STAGES } from '../src/pipeline/clock.js';
 import { AUDIO_SAMPLING, Sampler } from '../src/model/blocks/sampler.js';

@@ -19,7 +19,8 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
-import { runCommand, resolveModel } from '../src/cli/run.js';
+import { runCommand } from '../src/cli/run.js';
+import { resolveModel } from '../src/io/checkpoint.js';
 import { Doorbells, RecordRing, ringBytes } from '../src/pipeline/ring.js';
 import { round } from './util.js';
 

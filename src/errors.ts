@@ -115,6 +115,17 @@ export class ControlTimeoutError extends VoxslabError {
   override readonly code = 'ERR_VOXSLAB_CONTROL_TIMEOUT';
 }
 
+/** An AbortSignal ended the operation, or it was used after close. Exit code 1. */
+export class AbortedError extends VoxslabError {
+  override readonly code = 'ERR_VOXSLAB_ABORTED';
+}
+
+/** The engine or conversation is closed. Exit code 2 (a caller's sequencing mistake). */
+export class ClosedError extends VoxslabError {
+  override readonly code = 'ERR_VOXSLAB_CLOSED';
+  override readonly exitCode = 2;
+}
+
 /** The exit code a CLI should use for an error thrown by voxslab. */
 export function exitCodeOf(error: unknown): number {
   if (error !== null && typeof error === 'object' && 'exitCode' in error) {

@@ -7,20 +7,18 @@
  * records the manifest, per-stage times, allocation counts, text tokens and audio codes, and
  * `--dump` writes every stage's outputs as .npy files with a JSON index.
  */
-import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { homedir } from 'node:os';
+import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { BadInputError, UsageError } from '../errors.js';
 import { MemoryDomain } from '../memory/domain.js';
 import { openFileSource, WavFileWriter } from '../io/files.js';
-import { makeCheckpoint } from '../io/checkpoint.js';
+import { resolveModel } from '../io/checkpoint.js';
 import { encodeNpyFloat32, encodeNpyInt32 } from '../dsp/npy.js';
 import { WavReader } from '../dsp/wav.js';
 import { flagValue, parseFlag } from '../options.js';
-import { BUILTIN_CONFIGS } from '../model/format/config.js';
 import { Conversation, SpeechModel, type ReplySink, type ReplySummary } from '../pipeline/conversation.js';
 import { STAGES } from '../pipeline/clock.js';
-import { Pipeline, type PinMap } from '../pipeline/coordinator.js';
+import { Pipeline, type PinMap, type PipelineConversation } from '../pipeline/coordinator.js';
 import { BELL_MAIN, REC_CODES, REC_END_OF_AUDIO, REC_END_SEGMENT, REC_PCM, REC_TEXT, REC_TURN_END, STAGE_NAMES, TURN_COMPACTIONS, TURN_DROPPED, TURN_END_OF_AUDIO, TURN_FIELDS, TURN_FRAMES, TURN_POSITIONS, TURN_STOP, TURN_USER_FRAMES, type StageName } from '../pipeline/protocol.js';
 
 export interface RunRequest {
@@ -57,29 +55,6 @@ export function parsePin(text: string | undefined): PinMap | 'none' | undefined 
     map[m[1] as StageName] = m[2]!.split('+').map(Number);
   }
   return map;
-}
-
-/** Where built-in synthetic checkpoints are generated on first use. */
-export function checkpointCache(): string {
-  return process.env.VOXSLAB_CACHE ?? join(homedir(), '.cache', 'voxslab');
-}
-
-/** A checkpoint folder, or a built-in configuration name (generated once with seed 1, f32). */
-export function resolveModel(model: string, log: (line: string) => void): string {
-  if (existsSync(model) || BUILTIN_CONFIGS[model] === undefined) return model;
-  const dir = join(checkpointCache(), `${model}-seed1-f32`);
-  if (existsSync(join(dir, 'config.json'))) return dir;
-  mkdirSync(checkpointCache(), { recursive: true });
-  const tmp = mkdtempSync(join(checkpointCache(), `.${model}-`));
-  try {
-    log(`generating the '${model}' checkpoint in ${dir} (first use)`);
-    makeCheckpoint({ config: model, seed: 1, out: tmp, dtype: 'f32' });
-    renameSync(tmp, dir);
-  } catch (error) {
-    rmSync(tmp, { recursive: true, force: true });
-    if (!existsSync(join(dir, 'config.json'))) throw error;
-  }
-  return dir;
 }
 
 /** Copies of every stage's outputs for `--dump`, written as .npy with a JSON index. */
@@ -401,6 +376,7 @@ interface PipelineRun {
 /** One conversation's file ends as the main thread drives them. */
 interface Flow {
   job: Job;
+  conv: PipelineConversation;
   chunk: Float32Array;
   pending: number; // samples read, not yet in the ring
   fed: number; // samples in the ring
@@ -432,13 +408,13 @@ async function runPipeline(p: PipelineRun): Promise<string> {
     const flows: Flow[] = [];
     for (const [i, job] of p.jobs.entries()) {
       const conv = await pipeline.open({ seed: p.seed + i, inputRate: job.reader.info.sampleRate });
-      flows.push({ job, chunk: new Float32Array(conv.chunk), pending: 0, fed: 0, eof: false, ended: false, endAt: 0, firstAudioAt: -1, writer: null, tokens: [], codes: [], summary: new Int32Array(TURN_FIELDS), samples: 0, done: false, arrivals: [], lateMs: 0 });
+      flows.push({ job, conv, chunk: new Float32Array(conv.chunk), pending: 0, fed: 0, eof: false, ended: false, endAt: 0, firstAudioAt: -1, writer: null, tokens: [], codes: [], summary: new Int32Array(TURN_FIELDS), samples: 0, done: false, arrivals: [], lateMs: 0 });
     }
     await pipeline.ready();
     const loadMs = performance.now() - p.t0;
     const atReadiness = p.domain.snapshot().allocations;
     const c = pipeline.config;
-    const pcm = new Float32Array(Math.max(...pipeline.conversations.map((v) => v.output.maxPayload)));
+    const pcm = new Float32Array(Math.max(...flows.map((f) => f.conv.output.maxPayload)));
     const frame = new Int32Array(c.audio.codebooks);
     for (const f of flows) f.writer = new WavFileWriter(f.job.staging, { sampleRate: p.rate, channels: 1, format: 'float32', extensible: false });
     const started = performance.now();
@@ -449,8 +425,8 @@ async function runPipeline(p: PipelineRun): Promise<string> {
         let progress = false;
         let open = 0;
         let nextDue = Number.POSITIVE_INFINITY;
-        for (const [i, f] of flows.entries()) {
-          const conv = pipeline.conversations[i]!;
+        for (const f of flows) {
+          const conv = f.conv;
           const now = performance.now() - started;
           // Feed the input (at device pace with --realtime).
           while (!f.ended) {
@@ -570,7 +546,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
     }
     p.log(`pipeline: ${flows.length} conversation(s) in ${(wallMs / 1000).toFixed(2)} s wall; ${pipeline.placement.map((w) => `${w.stage}@${w.affinity.join('+')}${w.pinError === null ? '' : ` (pin failed: ${w.pinError})`}`).join(', ')}`);
     if (p.report !== undefined) {
-      const rings = pipeline.conversations.map((v) => Object.fromEntries(Object.entries(v.rings).map(([n, r]) => [n, { capacity: r.capacity, maxUsed: r.maxUsed, records: r.records }])));
+      const rings = flows.map(({ conv: v }) => Object.fromEntries(Object.entries(v.rings).map(([n, r]) => [n, { capacity: r.capacity, maxUsed: r.maxUsed, records: r.records }])));
       writeReport(
         p.report,
         { dir: p.dir, config: c.name, weightBytes: pipeline.report.weightBytes, options: pipeline.setup.options, loadMs, results, atReadiness, atEnd, manifest: p.domain.manifest() },

@@ -1,5 +1,6 @@
 /** Writing synthetic checkpoints to disk in the public layout. */
-import { closeSync, mkdirSync, openSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, existsSync, mkdirSync, mkdtempSync, openSync, renameSync, rmSync, writeFileSync, writeSync } from 'node:fs';
+import { homedir } from 'node:os';
 import { join } from 'node:path';
 import { BUILTIN_CONFIGS, type ModelConfig, resolveConfig } from '../model/format/config.js';
 import { buildWeightsImage, type LoadReport, type WeightsImage } from '../model/format/image.js';
@@ -99,4 +100,27 @@ export function loadCheckpoint(dir: string, domain: MemoryDomain, sealOwner = tr
   } finally {
     main.close();
   }
+}
+
+/** Where built-in synthetic checkpoints are generated on first use. */
+export function checkpointCache(): string {
+  return process.env.VOXSLAB_CACHE ?? join(homedir(), '.cache', 'voxslab');
+}
+
+/** A checkpoint folder, or a built-in configuration name (generated once with seed 1, f32). */
+export function resolveModel(model: string, log: (line: string) => void): string {
+  if (existsSync(model) || BUILTIN_CONFIGS[model] === undefined) return model;
+  const dir = join(checkpointCache(), `${model}-seed1-f32`);
+  if (existsSync(join(dir, 'config.json'))) return dir;
+  mkdirSync(checkpointCache(), { recursive: true });
+  const tmp = mkdtempSync(join(checkpointCache(), `.${model}-`));
+  try {
+    log(`generating the '${model}' checkpoint in ${dir} (first use)`);
+    makeCheckpoint({ config: model, seed: 1, out: tmp, dtype: 'f32' });
+    renameSync(tmp, dir);
+  } catch (error) {
+    rmSync(tmp, { recursive: true, force: true });
+    if (!existsSync(join(dir, 'config.json'))) throw error;
+  }
+  return dir;
 }

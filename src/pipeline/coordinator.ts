@@ -19,7 +19,7 @@ import type { Arena } from '../memory/arena.js';
 import type { MemoryDomain } from '../memory/domain.js';
 import type { Owner } from '../memory/ledger.js';
 import type { SlabRecord } from '../memory/slab.js';
-import { ArgumentError, ControlTimeoutError, WorkerError } from '../errors.js';
+import { ArgumentError, ControlTimeoutError, MemoryLimitError, WorkerError } from '../errors.js';
 import { optionValue } from '../options.js';
 import { loadCheckpoint } from '../io/checkpoint.js';
 import type { ModelConfig } from '../model/format/config.js';
@@ -119,6 +119,10 @@ class StageWorker {
 /** The main thread's ends of one conversation's rings. */
 export class PipelineConversation {
   readonly index: number;
+  /** What admission counted for it: the bytes its open charged to the cap. */
+  readonly plannedBytes: number;
+  /** Its rings' storage (owner `session/<index>`). */
+  readonly arena: Arena;
   readonly seed: number;
   readonly inputRate: number;
   /** Samples per input record. */
@@ -128,8 +132,10 @@ export class PipelineConversation {
   readonly output: RecordRing;
   readonly rings: Readonly<Record<RingName, RecordRing>>;
 
-  constructor(index: number, seed: number, inputRate: number, rings: Record<RingName, RecordRing>) {
+  constructor(index: number, seed: number, inputRate: number, rings: Record<RingName, RecordRing>, arena: Arena, plannedBytes: number) {
     this.index = index;
+    this.arena = arena;
+    this.plannedBytes = plannedBytes;
     this.seed = seed;
     this.inputRate = inputRate;
     this.chunk = inputChunk(inputRate);
@@ -153,7 +159,10 @@ export class Pipeline {
   readonly bells: Doorbells;
   readonly workers: readonly StageWorker[];
   readonly placement: StageReady[] = [];
-  readonly conversations: PipelineConversation[] = [];
+  /** The open conversations by index; a closed one's index is used again. */
+  readonly conversations = new Map<number, PipelineConversation>();
+  /** Opens and closes run one at a time (indices and admission depend on the ones before). */
+  #serial: Promise<unknown> = Promise.resolve();
   readonly #arenas: Arena[] = [];
   readonly #releaseImage: () => void;
   /** The first worker failure, if any: every data loop checks it. */
@@ -205,37 +214,131 @@ export class Pipeline {
     return p;
   }
 
-  /** Opens a conversation: its rings (owner `session/<n>`) and each stage's state for it. */
-  async open(o: { seed: number; inputRate: number }): Promise<PipelineConversation> {
-    if (this.#ready) throw new ArgumentError('open conversations before ready()');
-    optionValue('inputRate', o.inputRate);
-    const index = this.conversations.length;
+  /** Runs `fn` after every open and close before it. */
+  #inTurn<T>(fn: () => Promise<T>): Promise<T> {
+    const next = this.#serial.then(fn, fn);
+    this.#serial = next.catch(() => undefined);
+    return next;
+  }
+
+  #ringArenaBytes(): number {
     const caps = ringCapacities(this.config, this.setup.options.outputRate);
-    const bytes = RING_NAMES.reduce((s, n) => s + ringBytes(caps[n]) + 64, 0);
-    const arena = this.domain.createArena(this.domain.owner('session', index), `conversation ${index} rings`, { bytes });
-    this.#arenas.push(arena);
-    const shared = {} as Record<RingName, SharedRing>;
-    const rings = {} as Record<RingName, RecordRing>;
-    for (const name of RING_NAMES) {
-      const view = arena.carve(`ring.${name}`, 'ring', Int32Array, ringBytes(caps[name]) / 4);
-      const s: SharedRing = { buffer: view.buffer as unknown as SharedArrayBuffer, byteOffset: view.byteOffset, capacity: caps[name] };
-      const [producer, consumer] = RING_ENDS[name];
-      rings[name] = RecordRing.init(s, this.bells, producer, consumer);
-      shared[name] = s;
+    return RING_NAMES.reduce((s, n) => s + ringBytes(caps[n]) + 64, 0);
+  }
+
+  /**
+   * What opening a conversation at `inputRate` would charge to the cap: its rings' slab and
+   * each stage's dry run of its open. Nothing is allocated.
+   */
+  async plannedBytes(inputRate: number, index = this.#freeIndex()): Promise<number> {
+    optionValue('inputRate', inputRate);
+    const spec = { index, seed: 0, inputRate, capacities: ringCapacities(this.config, this.setup.options.outputRate) };
+    const stages = await Promise.all(this.workers.map((w) => w.call('size', spec)));
+    return stages.reduce((s, b) => s + b, this.domain.policy.slabFootprint(this.#ringArenaBytes(), 'conversation rings'));
+  }
+
+  #freeIndex(): number {
+    let index = 0;
+    while (this.conversations.has(index)) index++;
+    return index;
+  }
+
+  /**
+   * Opens a conversation: admission first (its planned bytes against what the cap has left,
+   * refused with MemoryLimitError before anything is carved), then its rings (owner
+   * `session/<n>`) and each stage's state for it (owner `conversation/<n>`). Before `ready()`
+   * it becomes ready with the pipeline; after, at once, while the others run.
+   */
+  open(o: { seed: number; inputRate: number }): Promise<PipelineConversation> {
+    return this.#inTurn(() => this.#open(o));
+  }
+
+  async #open(o: { seed: number; inputRate: number }): Promise<PipelineConversation> {
+    if (this.#closed) throw new ArgumentError('the pipeline is closed');
+    if (this.failure !== null) throw this.failure;
+    optionValue('inputRate', o.inputRate);
+    const index = this.#freeIndex();
+    const capacities = ringCapacities(this.config, this.setup.options.outputRate);
+    const planned = await this.plannedBytes(o.inputRate, index);
+    const snap = this.domain.snapshot();
+    const inUse = snap.held.total + snap.reserved;
+    if (inUse + planned > snap.limit) throw new MemoryLimitError(planned, inUse, snap.limit, `conversation/${index}`);
+    const session = this.domain.owner('session', index);
+    const arena = this.domain.createArena(session, `conversation ${index} rings`, { bytes: this.#ringArenaBytes() });
+    const opened: StageWorker[] = [];
+    try {
+      const shared = {} as Record<RingName, SharedRing>;
+      const rings = {} as Record<RingName, RecordRing>;
+      for (const name of RING_NAMES) {
+        const view = arena.carve(`ring.${name}`, 'ring', Int32Array, ringBytes(capacities[name]) / 4);
+        const s: SharedRing = { buffer: view.buffer as unknown as SharedArrayBuffer, byteOffset: view.byteOffset, capacity: capacities[name] };
+        const [producer, consumer] = RING_ENDS[name];
+        rings[name] = RecordRing.init(s, this.bells, producer, consumer);
+        shared[name] = s;
+      }
+      for (const w of this.workers) {
+        opened.push(w);
+        w.slabs.push(...(await w.call('open', { index, seed: o.seed, inputRate: o.inputRate, capacities, rings: shared })));
+      }
+      const conv = new PipelineConversation(index, o.seed, o.inputRate, rings, arena, planned);
+      this.conversations.set(index, conv);
+      if (this.#ready) {
+        arena.seal();
+        this.domain.ledger.seal(session);
+        this.domain.ledger.seal(this.domain.owner('conversation', index));
+      }
+      return conv;
+    } catch (error) {
+      await this.#closeIn(opened, index);
+      this.domain.releaseSlab(arena.slab);
+      throw error;
     }
-    for (const w of this.workers) w.slabs.push(...(await w.call('open', { index, seed: o.seed, inputRate: o.inputRate, rings: shared })));
-    const conv = new PipelineConversation(index, o.seed, o.inputRate, rings);
-    this.conversations.push(conv);
-    return conv;
+  }
+
+  /** Each of `workers` drops conversation `index`; the slabs they made for it go back to the cap. */
+  async #closeIn(workers: readonly StageWorker[], index: number): Promise<void> {
+    const mine = (r: SlabRecord): boolean => r.owner.kind === 'conversation' && r.owner.index === index;
+    for (const w of workers) {
+      if (w.failure === null && !w.exited) {
+        const closed = await w.call('close', index).then(() => true, () => false);
+        if (closed) w.slabs = w.slabs.filter((r) => !mine(r));
+      }
+      // A dead worker's slabs are returned by close() (releaseOrphan) with the rest.
+    }
+  }
+
+  /**
+   * Closes one conversation while the others run: every stage drops it (a pass it held ends),
+   * its rings and state go back to the cap, and its owners may be set up again. The main
+   * thread must not touch its rings afterwards.
+   */
+  closeConversation(conv: PipelineConversation): Promise<void> {
+    return this.#inTurn(async () => {
+      if (this.#closed || this.conversations.get(conv.index) !== conv) return;
+      this.conversations.delete(conv.index);
+      await this.#closeIn(this.workers, conv.index);
+      if (this.workers.some((w) => w.exited || w.failure !== null)) {
+        // Its slabs in a dead worker are returned by close(); the arena and owners then too.
+        this.#arenas.push(conv.arena);
+        return;
+      }
+      this.domain.releaseSlab(conv.arena.slab);
+      for (const o of [this.domain.owner('conversation', conv.index), this.domain.owner('session', conv.index)]) {
+        if (this.domain.ledger.isSealed(o)) this.domain.ledger.unseal(o);
+      }
+    });
   }
 
   /** Readiness: every worker seals its arenas, then every owner is sealed; the stages start. */
   async ready(): Promise<void> {
-    for (const w of this.workers) await w.call('ready');
-    for (const a of this.#arenas) a.seal();
-    for (const o of this.#owners()) this.domain.ledger.seal(o);
-    this.#ready = true;
-    for (const w of this.workers) await w.call('start');
+    await this.#inTurn(async () => {
+      for (const w of this.workers) await w.call('ready');
+      for (const a of this.#arenas) a.seal();
+      for (const c of this.conversations.values()) c.arena.seal();
+      for (const o of this.#owners()) this.domain.ledger.seal(o);
+      this.#ready = true;
+      for (const w of this.workers) await w.call('start');
+    });
   }
 
   /** Each stage's clocks, pass-slot use and allocation trap counts. */
@@ -271,14 +374,17 @@ export class Pipeline {
       w.slabs = [];
     }
     for (const a of this.#arenas) this.domain.releaseSlab(a.slab);
+    for (const c of this.conversations.values()) this.domain.releaseSlab(c.arena.slab);
     this.#releaseImage();
     // Every owner this pipeline set up holds nothing now: it may be set up again.
-    if (this.#ready) for (const o of this.#owners()) this.domain.ledger.unseal(o);
+    if (this.#ready) for (const o of this.#owners()) if (this.domain.ledger.isSealed(o)) this.domain.ledger.unseal(o);
+    this.conversations.clear();
   }
 
   /** The owners a pipeline sets up and seals. */
   #owners(): Owner[] {
     const d = this.domain;
-    return [d.owner('model', 0), ...Array.from({ length: this.slots }, (_, i) => d.owner('ticket', i)), ...this.conversations.flatMap((c) => [d.owner('conversation', c.index), d.owner('session', c.index)])];
+    const conversations = [...this.conversations.keys(), ...this.#arenas.filter((a) => a.slab.owner.kind === 'session').map((a) => a.slab.owner.index)];
+    return [d.owner('model', 0), ...Array.from({ length: this.slots }, (_, i) => d.owner('ticket', i)), ...conversations.flatMap((i) => [d.owner('conversation', i), d.owner('session', i)])];
   }
 }

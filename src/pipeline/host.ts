@@ -18,7 +18,7 @@ import type { SlabRecord } from '../memory/slab.js';
 import { ArgumentError } from '../errors.js';
 import { WeightsImage } from '../model/format/image.js';
 import { native } from '../native.js';
-import { BELL, CONTROL_WORDS, kAttention, kStop, type StageApi, type StageInit, type StageName, type StageOpen, type StageReady, type StageStats } from './protocol.js';
+import { BELL, CONTROL_WORDS, kAttention, kStop, type StageApi, type StageConversation, type StageInit, type StageName, type StageOpen, type StageReady, type StageStats } from './protocol.js';
 import { Doorbells } from './ring.js';
 import { createStage, type Stage } from './stages.js';
 import { installConstructorTrap, type ConstructorTrap } from './trap.js';
@@ -43,6 +43,17 @@ export function serveStage(expected: StageName): void {
   let stopped = false;
   let trap: ConstructorTrap | null = null;
   let heapAtReady = 0;
+  let ready = false;
+
+  /** Setup work after readiness: not counted by the trap, and the heap probe starts again after it. */
+  function setup<T>(fn: () => T): T {
+    if (!ready) return fn();
+    try {
+      return trap === null ? fn() : trap.paused(fn);
+    } finally {
+      heapAtReady = v8.getHeapStatistics().used_heap_size;
+    }
+  }
   const busy = new Float64Array(3); // [ms in polls that made progress, poll start, poll end]: no boxed doubles per poll
 
   function attended(): void {
@@ -88,15 +99,28 @@ export function serveStage(expected: StageName): void {
       stage = createStage({ domain, image: WeightsImage.attach(i.image), init: i, bells });
       return { stage: expected, affinity: native.allowedCpus(), cpu: native.currentCpu(), pinError, slabs: stage.arenas.map((a) => a.slab.record()) };
     },
+    size(o: StageConversation): number {
+      attended();
+      return setup(() => stage!.size(o));
+    },
     open(o: StageOpen): SlabRecord[] {
       attended();
-      const before = stage!.arenas.length;
-      stage!.open(o);
-      return stage!.arenas.slice(before).map((a) => a.slab.record());
+      return setup(() => {
+        const before = stage!.arenas.length;
+        stage!.open(o);
+        // A conversation opened while the stage runs is ready as soon as it is built.
+        if (ready) stage!.ready();
+        return stage!.arenas.slice(before).map((a) => a.slab.record());
+      });
+    },
+    close(index: number): void {
+      attended();
+      setup(() => stage!.close(index));
     },
     ready(): void {
       attended();
       stage!.ready();
+      ready = true;
       heapAtReady = v8.getHeapStatistics().used_heap_size;
       if (init!.trapAllocations) trap = installConstructorTrap();
     },

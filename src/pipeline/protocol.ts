@@ -93,11 +93,17 @@ export interface StageReady {
   slabs: SlabRecord[];
 }
 
-/** One conversation as a stage sees it. */
-export interface StageOpen {
+/** One conversation as a stage sizes it: what it carves depends on these alone. */
+export interface StageConversation {
   index: number;
   seed: number;
   inputRate: number;
+  /** Data words of each of its rings. */
+  capacities: Readonly<Record<RingName, number>>;
+}
+
+/** One conversation as a stage opens it: its rings too. */
+export interface StageOpen extends StageConversation {
   rings: Readonly<Record<RingName, SharedRing>>;
 }
 
@@ -121,8 +127,12 @@ export interface StageStats {
 /** The control surface each stage worker exposes over comlink. */
 export interface StageApi {
   init(init: StageInit): StageReady;
-  /** Returns the records of the slabs it created. */
+  /** The bytes `open` would charge to the cap for this conversation; nothing is allocated. */
+  size(o: StageConversation): number;
+  /** Returns the records of the slabs it created (sealed at once when the stage is running). */
   open(o: StageOpen): SlabRecord[];
+  /** Drops a conversation (its pass slot too) and returns its slabs to the cap. */
+  close(index: number): void;
   ready(): void;
   start(): void;
   stats(): StageStats;

@@ -36,6 +36,11 @@ export function ringBytes(capacity: number): number {
   return 4 * (kHeaderWords + capacity);
 }
 
+/** The largest record payload a ring of `capacity` data words takes. */
+export function maxPayloadOf(capacity: number): number {
+  return capacity - 1 - RECORD_OVERHEAD;
+}
+
 /** What a thread hands another to open the same ring. */
 export interface SharedRing {
   readonly buffer: SharedArrayBuffer;
@@ -151,7 +156,7 @@ export class RecordRing {
 
   /** Largest payload a record can have in this ring. */
   get maxPayload(): number {
-    return this.capacity - 1 - RECORD_OVERHEAD;
+    return maxPayloadOf(this.capacity);
   }
 
   // ---- producer side ----

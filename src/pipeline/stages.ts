@@ -19,7 +19,7 @@ import type { Arena } from '../memory/arena.js';
 import type { MemoryDomain } from '../memory/domain.js';
 import type { OwnerKind } from '../memory/layout.js';
 import { BadInputError, InternalError } from '../errors.js';
-import { sizedArenas } from '../memory/sizing.js';
+import { plannedFootprint, sizedArenas } from '../memory/sizing.js';
 import { arenaWorkspace, type Workspace } from '../dsp/workspace.js';
 import { MelFrontend } from '../dsp/mel.js';
 import { Resampler } from '../dsp/resample.js';
@@ -34,7 +34,7 @@ import { carveClocks, STAGES, Stopwatch, type StageClocks } from './clock.js';
 import type { Planner } from '../memory/planner.js';
 import { DEFAULT_ENCODER_TILES, melRows, segmentSamples } from '../model/plan/plans.js';
 import { setComputeThreads } from '../model/blocks/kernels.js';
-import { Doorbells, RecordRing, RECORD_OVERHEAD } from './ring.js';
+import { Doorbells, maxPayloadOf, RecordRing, RECORD_OVERHEAD } from './ring.js';
 import {
   REC_CODES,
   REC_EMBED,
@@ -56,6 +56,7 @@ import {
   TURN_USER_FRAMES,
   type RingName,
   type StageInit,
+  type StageConversation,
   type StageName,
   type StageOpen,
 } from './protocol.js';
@@ -97,9 +98,14 @@ export abstract class Stage<C> {
   readonly env: Environment;
   readonly config: ModelConfig;
   /** Per conversation: wall ms and count per clock, in STAGES order (as the single-thread run). */
-  readonly clocks: StageClocks[] = [];
+  readonly clocks: (StageClocks | undefined)[] = [];
   readonly arenas: Arena[] = [];
-  readonly conversations: C[] = [];
+  /** By conversation index; a closed conversation leaves a hole its index may fill again. */
+  readonly conversations: (C | undefined)[] = [];
+  /** The arenas each open conversation's state lives in. */
+  readonly #owned = new Map<number, Arena[]>();
+  /** While sizing: the footprint the conversation's carve would charge. */
+  #sizing: { bytes: number } | null = null;
   /** How pass buffers are laid out (planned, or separate for comparison). */
   readonly planner: Planner;
   records = 0;
@@ -128,22 +134,67 @@ export abstract class Stage<C> {
     this.#watch.toc(this.clocks[conversation]!, clock);
   }
 
-  protected ring(o: StageOpen, name: RingName): RecordRing {
+  protected ring(o: StageConversation & { rings?: StageOpen['rings'] }, name: RingName): RecordRing {
+    if (o.rings === undefined) throw new InternalError(`${this.name} stage: ring '${name}' used while sizing conversation ${o.index}`);
     return new RecordRing(o.rings[name], this.env.bells);
   }
 
-  /** Carves `build`'s regions in arenas sized exactly by a dry run, kept for sealing. */
+  /**
+   * Carves `build`'s regions in arenas sized exactly by a dry run, kept for sealing (and, for a
+   * conversation's arenas, for its close). While sizing, only the dry run happens, and `open`
+   * stops there.
+   */
   protected carve<T>(arenas: { owner: { kind: OwnerKind; index: number }; name: string }[], bound: number, build: (a: Arena[]) => T): T {
     const d = this.env.domain;
-    const { value, arenas: real } = sizedArenas(
-      d,
-      arenas.map((a) => ({ owner: d.owner(a.owner.kind, a.owner.index), name: a.name })),
-      bound,
-      build,
-    );
+    const specs = arenas.map((a) => ({ owner: d.owner(a.owner.kind, a.owner.index), name: a.name }));
+    if (this.#sizing !== null) {
+      this.#sizing.bytes += plannedFootprint(d, specs, bound, build);
+      throw SIZED;
+    }
+    const { value, arenas: real } = sizedArenas(d, specs, bound, build);
     this.arenas.push(...real);
+    for (const [i, a] of arenas.entries()) {
+      if (a.owner.kind !== 'conversation') continue;
+      const list = this.#owned.get(a.owner.index) ?? [];
+      list.push(real[i]!);
+      this.#owned.set(a.owner.index, list);
+    }
     return value;
   }
+
+  /** What opening `o` would charge to the cap: its carve's dry run alone. */
+  size(o: StageConversation): number {
+    if (this.conversations[o.index] !== undefined) throw new InternalError(`${this.name} stage: conversation ${o.index} is open`);
+    const sizing = { bytes: 0 };
+    this.#sizing = sizing;
+    try {
+      this.open(o);
+      throw new InternalError(`${this.name} stage: opening conversation ${o.index} carved nothing`);
+    } catch (error) {
+      if (error !== SIZED) throw error;
+    } finally {
+      this.#sizing = null;
+      this.clocks[o.index] = undefined;
+      this.conversations[o.index] = undefined;
+    }
+    return sizing.bytes;
+  }
+
+  /** Drops conversation `index`: what it holds here goes back to the cap. */
+  close(index: number): void {
+    this.drop(index);
+    this.conversations[index] = undefined;
+    this.clocks[index] = undefined;
+    const owned = this.#owned.get(index) ?? [];
+    this.#owned.delete(index);
+    for (const a of owned) {
+      this.arenas.splice(this.arenas.indexOf(a), 1);
+      this.env.domain.releaseSlab(a.slab);
+    }
+  }
+
+  /** Lets go of what a closing conversation holds besides its arenas (a pass slot). */
+  protected drop(_index: number): void {}
 
   /** Pass slots, each carved in its own `ticket/<n>` arena; the stage's tables in `model`. */
   protected slots<T>(bound: number, build: (work: Arena, derived: Workspace, slot: number) => T): TicketPool<T> {
@@ -161,7 +212,8 @@ export abstract class Stage<C> {
     return new TicketPool(out);
   }
 
-  abstract open(o: StageOpen): void;
+  /** Builds conversation `o`'s state; while sizing `o` has no rings and the carve ends it. */
+  abstract open(o: StageConversation & { rings?: StageOpen['rings'] }): void;
   abstract poll(): boolean;
 
   ready(): void {
@@ -172,6 +224,7 @@ export abstract class Stage<C> {
   clockReport(): Record<string, { ms: number; count: number }>[] {
     return this.clocks.map((c) => {
       const r: Record<string, { ms: number; count: number }> = {};
+      if (c === undefined) return r;
       STAGES.forEach((n, i) => {
         if ((c.count[i] as number) > 0) r[n] = { ms: c.ms[i] as number, count: c.count[i] as number };
       });
@@ -211,6 +264,9 @@ export abstract class Stage<C> {
     return { count: 0, maxBusy: 0, overlapped: 0 };
   }
 }
+
+/** Ends a sizing `open` at its carve (not an error: `Stage.size` catches it). */
+const SIZED: unique symbol = Symbol('sized');
 
 /**
  * Formula tables shared by every pass slot: the first slot's build carves them; each later
@@ -302,7 +358,7 @@ export class CaptureStage extends StreamStage<CaptureConv> {
     super('capture', env);
   }
 
-  open(o: StageOpen): void {
+  open(o: StageConversation & { rings?: StageOpen['rings'] }): void {
     const chunk = inputChunk(o.inputRate);
     const rate = this.config.frontend.sampleRate;
     const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} capture` }], 1 << 24, ([a]) => {
@@ -310,10 +366,10 @@ export class CaptureStage extends StreamStage<CaptureConv> {
       const resampler = new Resampler(o.inputRate, rate, {}, arenaWorkspace(a!, 'workspace.frontend', 'capture'));
       const res = a!.carve('capture.resampled', 'workspace.frontend', Float32Array, resampler.maxOutput(chunk) + resampler.taps + 2);
       const buf = a!.carve('capture.input', 'workspace.frontend', Float32Array, chunk);
-      return { index: o.index, input: this.ring(o, 'input'), out: this.ring(o, 'pcm16'), room: res.length + 2 * RECORD_OVERHEAD, resampler, buf, res };
+      return { room: res.length + 2 * RECORD_OVERHEAD, resampler, buf, res };
     });
-    if (conv.res.length > conv.out.maxPayload) throw new BadInputError({ field: 'inputRate' }, `the capture ring cannot hold a record at ${o.inputRate} Hz`);
-    this.conversations[o.index] = conv;
+    if (conv.res.length > maxPayloadOf(o.capacities.pcm16)) throw new BadInputError({ field: 'inputRate' }, `the capture ring cannot hold a record at ${o.inputRate} Hz`);
+    this.conversations[o.index] = { index: o.index, input: this.ring(o, 'input'), out: this.ring(o, 'pcm16'), ...conv };
   }
 
   protected pcm(c: CaptureConv): void {
@@ -351,21 +407,16 @@ export class FrontendStage extends StreamStage<FrontendConv> {
     super('frontend', env);
   }
 
-  open(o: StageOpen): void {
+  open(o: StageConversation & { rings?: StageOpen['rings'] }): void {
     const c = this.config;
     const f = c.frontend;
-    const input = this.ring(o, 'pcm16');
-    const out = this.ring(o, 'mel');
-    const maxIn = input.maxPayload;
-    const rowsPer = Math.min(Math.floor(out.maxPayload / f.nMels), Math.ceil(maxIn / f.hop) + 4);
+    const maxIn = maxPayloadOf(o.capacities.pcm16);
+    const rowsPer = Math.min(Math.floor(maxPayloadOf(o.capacities.mel) / f.nMels), Math.ceil(maxIn / f.hop) + 4);
     const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} frontend` }], 1 << 24, ([a]) => {
       this.clocksFor(o.index, a!);
       const ws = arenaWorkspace(a!, 'workspace.frontend', 'frontend');
       const mel = new MelFrontend({ sampleRate: f.sampleRate, nFft: f.nFft, winLength: f.winLength, hop: f.hop, nMels: f.nMels }, ws);
       return {
-        index: o.index,
-        input,
-        out,
         room: rowsPer * f.nMels + 2 * RECORD_OVERHEAD,
         rowsPer,
         mel,
@@ -374,7 +425,7 @@ export class FrontendStage extends StreamStage<FrontendConv> {
         maxRows: melRows(c, segmentSamples(c, this.env.init.options.segmentSeconds)),
       };
     });
-    this.conversations[o.index] = conv;
+    this.conversations[o.index] = { index: o.index, input: this.ring(o, 'pcm16'), out: this.ring(o, 'mel'), ...conv };
   }
 
   protected pcm(c: FrontendConv): void {
@@ -419,6 +470,11 @@ abstract class PassStage<C, T> extends Stage<C> {
   override slotStats(): { count: number; maxBusy: number; overlapped: number } {
     return { count: this.tickets.slots.length, maxBusy: this.tickets.maxBusy, overlapped: this.tickets.overlapped };
   }
+
+  protected override drop(index: number): void {
+    const slot = this.tickets.held(index);
+    if (slot >= 0) this.tickets.release(slot);
+  }
 }
 
 /** Keeps a segment's mel rows, then normalises, encodes and sends adapter rows as the ring has room. */
@@ -428,7 +484,7 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
     super('conformer', env, (s, work, derived) => new ConformerEncoder(s.config, env.image, work, derived, { segmentSeconds: o.segmentSeconds, tiles: DEFAULT_ENCODER_TILES, planner: s.planner }));
   }
 
-  open(o: StageOpen): void {
+  open(o: StageConversation & { rings?: StageOpen['rings'] }): void {
     const c = this.config;
     const segRows = melRows(c, segmentSamples(c, this.env.init.options.segmentSeconds));
     const rows = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} conformer` }], 1 << 28, ([a]) => {
@@ -546,7 +602,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     return true;
   }
 
-  open(o: StageOpen): void {
+  open(o: StageConversation & { rings?: StageOpen['rings'] }): void {
     const c = this.config;
     const so = this.env.init.options;
     const kvBytes = backboneStateSizes(c, so.context, so.kv).reduce((s, r) => s + r.bytes, 0);
@@ -654,10 +710,9 @@ export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
     super('playback', env, (s, work, derived) => new Detokenizer(s.config, env.image, work, derived, { turnPositions: env.init.turnPositions, planner: s.planner }));
   }
 
-  open(o: StageOpen): void {
+  open(o: StageConversation & { rings?: StageOpen['rings'] }): void {
     const c = this.config;
     const det = this.tickets.slots[0]!;
-    const out = this.ring(o, 'output');
     const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} playback` }], 1 << 28, ([a]) => {
       this.clocksFor(o.index, a!);
       const state = new DetokenizerState(c, a!, arenaWorkspace(a!, 'recurrence', 'detok'), { turnPositions: this.env.init.turnPositions, outputRate: this.env.init.options.outputRate });
@@ -667,8 +722,8 @@ export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
         codes: a!.carve('playback.codes', 'workspace.detokenizer', Int32Array, c.audio.codebooks),
       };
     });
-    if (conv.pcm.length > out.maxPayload) throw new BadInputError({ field: 'outputRate' }, `the playback ring cannot hold a frame at ${this.env.init.options.outputRate} Hz`);
-    this.conversations[o.index] = { index: o.index, input: this.ring(o, 'codes'), out, room: conv.pcm.length + 2 * RECORD_OVERHEAD, slot: -1, open: false, ...conv };
+    if (conv.pcm.length > maxPayloadOf(o.capacities.output)) throw new BadInputError({ field: 'outputRate' }, `the playback ring cannot hold a frame at ${this.env.init.options.outputRate} Hz`);
+    this.conversations[o.index] = { index: o.index, input: this.ring(o, 'codes'), out: this.ring(o, 'output'), room: conv.pcm.length + 2 * RECORD_OVERHEAD, slot: -1, open: false, ...conv };
   }
 
   #flush(c: PlaybackConv, det: Detokenizer): void {

@@ -42,7 +42,7 @@ for (const n of RING_NAMES) {
   shared[n] = s;
 }
 const st = createStage({ domain, image, init, bells });
-st.open({ index: 0, seed: 1, inputRate: stage === 'capture' ? 22050 : 16000, rings: shared });
+st.open({ index: 0, seed: 1, inputRate: stage === 'capture' ? 22050 : 16000, capacities: caps, rings: shared });
 st.ready();
 
 // Every input is made up front: the probe must see the stage's allocations only.
