@@ -184,7 +184,7 @@ export class Pipeline {
     const resolved = resolveSpeechOptions(loaded.config, options);
     this.tokenizer = loadTokenizer(dir, loaded.config.backbone.vocab);
     this.setup = speechSetup(loaded.config, this.tokenizer, resolved);
-    const arena = domain.createArena(domain.owner('session', 0), 'pipeline control', { bytes: 4 * CONTROL_WORDS });
+    const arena = domain.createArena(domain.owner('model', 0), 'pipeline control', { bytes: 4 * CONTROL_WORDS });
     this.#arenas.push(arena);
     this.control = arena.carve('control', 'metadata', Int32Array, CONTROL_WORDS);
     this.bells = new Doorbells(this.control);

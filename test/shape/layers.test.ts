@@ -17,6 +17,7 @@ const LAYERS: [string, number][] = [
   ['src/model/', 4],
   ['src/io/', 5],
   ['src/pipeline/', 6],
+  ['src/api/', 7],
   ['src/daemon/', 7],
   ['src/cli/', 8],
   ['src/index.ts', 8],

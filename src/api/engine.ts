@@ -1,0 +1,629 @@
+/**
+ * The library API: `load()` a model under a memory cap into an Engine (the five pinned stage
+ * workers), `engine.open()` conversations on it while others run, talk to each through push
+ * methods, a Node Duplex stream, typed events or an async iterator, and `close()` both to
+ * return every byte to the cap.
+ *
+ * A turn is the user's speech up to `endTurn()` (or the longest segment, `segmentSeconds`,
+ * whichever comes first); the reply streams out as it is generated. Speech written while a reply
+ * is being generated becomes the next turn.
+ *
+ * The stages allocate nothing once a conversation is ready. This thread hands the application
+ * copies: one typed array per block of input it queues and per block of reply audio it emits.
+ *
+ * Thread contract: one thread (the application's); the stages run in their own workers.
+ */
+import { EventEmitter } from 'node:events';
+import { Duplex } from 'node:stream';
+import { AbortedError, ArgumentError, ClosedError, VoxslabError, WorkerError } from '../errors.js';
+import { MemoryDomain } from '../memory/domain.js';
+import type { MemoryManifest } from '../memory/manifest.js';
+import type { MemorySnapshot } from '../memory/snapshot.js';
+import { optionValue } from '../options.js';
+import { resolveModel } from '../io/checkpoint.js';
+import type { ModelConfig } from '../model/format/config.js';
+import type { SpeechModelOptions } from '../pipeline/conversation.js';
+import { Pipeline, type PinMap, type PipelineConversation } from '../pipeline/coordinator.js';
+import {
+  BELL_MAIN,
+  REC_CODES,
+  REC_END_OF_AUDIO,
+  REC_END_SEGMENT,
+  REC_PCM,
+  REC_TEXT,
+  REC_TURN_END,
+  TURN_COMPACTIONS,
+  TURN_DROPPED,
+  TURN_END_OF_AUDIO,
+  TURN_FIELDS,
+  TURN_FRAMES,
+  TURN_POSITIONS,
+  TURN_STOP,
+  TURN_USER_FRAMES,
+} from '../pipeline/protocol.js';
+
+export type SampleFormat = 'f32' | 's16';
+
+export interface EngineOptions extends SpeechModelOptions {
+  /** The cap on every byte the engine holds: bytes, or a size such as '2GiB'. Default: VOXSLAB_MEMORY_LIMIT, else the machine's memory. */
+  memoryLimit?: number | string;
+  /** Run in this memory domain instead of a new one (its cap applies). */
+  domain?: MemoryDomain;
+  /** Pass slots per compute stage. */
+  slots?: number;
+  /** CPUs per stage, or 'none' to leave thread affinity alone. */
+  pin?: PinMap | 'none';
+  /** Milliseconds a control call to a stage worker may take. */
+  callTimeoutMs?: number;
+  /** Aborts loading (the workers stop and every byte is returned). */
+  signal?: AbortSignal;
+  /** Progress lines (generating a built-in checkpoint on first use). Default: none. */
+  log?: (line: string) => void;
+}
+
+export interface ConversationOptions {
+  /** Sample rate of the audio the application writes. Default 16000. */
+  inputRate?: number;
+  /** Sample format of the stream's bytes and of `audio` events. Default 'f32'. */
+  format?: SampleFormat;
+  /** Sampling seed. Default: the `seed` option's default. */
+  seed?: number;
+  /** Closes the conversation when aborted. */
+  signal?: AbortSignal;
+}
+
+/** What a finished turn produced. */
+export interface TurnSummary {
+  turn: number;
+  /** The reply's text, and its token ids. */
+  text: string;
+  tokens: number[];
+  /** Audio frames generated, and samples at the output rate. */
+  frames: number;
+  samples: number;
+  stop: 'end-of-turn' | 'length';
+  endOfAudio: boolean;
+  /** Encoder frames of the user's speech. */
+  userFrames: number;
+  /** Context positions in use after the turn, compactions so far, positions they dropped. */
+  positions: number;
+  compactions: number;
+  droppedPositions: number;
+  /** From the end of the user's speech to the first reply sample, ms (null: no audio). */
+  firstAudioMs: number | null;
+}
+
+export interface ConversationEvents {
+  speech_start: [{ turn: number }];
+  speech_end: [{ turn: number; samples: number; reason: 'end-turn' | 'segment-limit' }];
+  text: [{ turn: number; token: number; delta: string; text: string }];
+  audio: [{ turn: number; pcm: Float32Array | Int16Array; sampleRate: number }];
+  turn_end: [TurnSummary];
+  error: [VoxslabError];
+  memory: [MemoryManifest];
+  close: [];
+}
+
+/** One event as the async iterator yields it. */
+export type ConversationEvent = { [K in keyof ConversationEvents]: ConversationEvents[K] extends [infer P] ? { type: K } & (P extends object ? P : never) : { type: K } }[keyof ConversationEvents];
+
+/** Read through a call: a signal can fire across an await (TypeScript narrows the property). */
+function isAborted(signal: AbortSignal): boolean {
+  return signal.aborted;
+}
+
+const kPump = Symbol('pump');
+const kFail = Symbol('fail');
+
+function aborted(signal: AbortSignal, what: string): AbortedError {
+  return new AbortedError(`${what} aborted${signal.reason instanceof Error ? `: ${signal.reason.message}` : ''}`, { cause: signal.reason });
+}
+
+/** A model loaded into the five stage workers, ready to open conversations. */
+export class Engine {
+  readonly pipeline: Pipeline;
+  readonly domain: MemoryDomain;
+  readonly config: ModelConfig;
+  /** The sample rate of every reply. */
+  readonly outputRate: number;
+  readonly #live = new Set<Conversation>();
+  #pumping = false;
+  #closed: Promise<void> | null = null;
+
+  private constructor(pipeline: Pipeline) {
+    this.pipeline = pipeline;
+    this.domain = pipeline.domain;
+    this.config = pipeline.config;
+    this.outputRate = pipeline.setup.options.outputRate;
+  }
+
+  /** Loads `model` (a checkpoint folder or a built-in name such as 'tiny') and starts the stages. */
+  static async load(model = 'tiny', options: EngineOptions = {}): Promise<Engine> {
+    const { memoryLimit, domain: given, slots, pin, callTimeoutMs, signal, log, ...speech } = options;
+    if (signal?.aborted === true) throw aborted(signal, 'loading');
+    const dir = resolveModel(model, log ?? (() => undefined));
+    const domain = given ?? MemoryDomain.create(memoryLimit === undefined ? {} : { limit: memoryLimit });
+    const po: Parameters<typeof Pipeline.start>[2] = { ...speech };
+    if (slots !== undefined) po.slots = slots;
+    if (pin !== undefined) po.pin = pin;
+    if (callTimeoutMs !== undefined) po.callTimeoutMs = callTimeoutMs;
+    const pipeline = await Pipeline.start(dir, domain, po);
+    try {
+      await pipeline.ready();
+      // The signal may have fired while the workers were starting.
+      signal?.throwIfAborted();
+    } catch (error) {
+      await pipeline.close();
+      throw signal !== undefined && isAborted(signal) ? aborted(signal, 'loading') : error;
+    }
+    return new Engine(pipeline);
+  }
+
+  /** Conversations open now. */
+  get conversations(): number {
+    return this.#live.size;
+  }
+
+  /** The bytes a conversation at `inputRate` would take, and whether the cap has them now. */
+  async admission(inputRate = 16000): Promise<{ planned: number; free: number; admit: boolean }> {
+    const planned = await this.pipeline.plannedBytes(inputRate);
+    const s = this.domain.snapshot();
+    const free = Math.max(0, s.limit - s.held.total - s.reserved);
+    return { planned, free, admit: planned <= free };
+  }
+
+  /**
+   * Opens a conversation. A conversation the cap cannot take is refused (MemoryLimitError)
+   * before anything is carved.
+   */
+  async open(options: ConversationOptions = {}): Promise<Conversation> {
+    if (this.#closed !== null) throw new ClosedError('the engine is closed');
+    const inputRate = optionValue<number>('inputRate', options.inputRate ?? 16000);
+    const format = options.format ?? 'f32';
+    if (format !== 'f32' && format !== 's16') throw new ArgumentError(`format must be 'f32' or 's16', got '${String(format)}'`);
+    const seed = optionValue<number>('seed', options.seed);
+    if (options.signal?.aborted === true) throw aborted(options.signal, 'opening the conversation');
+    const pc = await this.pipeline.open({ seed, inputRate });
+    const conv = new Conversation(this, pc, format, this.pipeline.setup.options.segmentSeconds);
+    this.#live.add(conv);
+    if (options.signal !== undefined) conv.abortOn(options.signal);
+    conv.emitMemory();
+    this.#wake();
+    return conv;
+  }
+
+  /** The memory manifest: every owner's bytes by category, the cap and the process total. */
+  memory(): MemoryManifest {
+    return this.domain.manifest();
+  }
+
+  snapshot(): MemorySnapshot {
+    return this.domain.snapshot();
+  }
+
+  /** Ends every conversation, stops the workers and returns every byte to the cap. */
+  close(): Promise<void> {
+    this.#closed ??= (async () => {
+      for (const c of [...this.#live]) await c.close();
+      await this.pipeline.close();
+    })();
+    return this.#closed;
+  }
+
+  /** @internal A conversation ended. */
+  async release(conv: Conversation, pc: PipelineConversation): Promise<void> {
+    this.#live.delete(conv);
+    await this.pipeline.closeConversation(pc);
+  }
+
+  /** @internal New input or demand: run the pump, or wake it. */
+  wake(): void {
+    this.#wake();
+  }
+
+  #wake(): void {
+    if (this.#pumping) this.pipeline.bells.ring(BELL_MAIN);
+    else if (this.#live.size > 0) void this.#pump();
+  }
+
+  /** Moves input into the rings and replies out of them until no conversation is open. */
+  async #pump(): Promise<void> {
+    this.#pumping = true;
+    const p = this.pipeline;
+    try {
+      while (this.#live.size > 0) {
+        if (p.failure !== null) {
+          for (const c of [...this.#live]) c[kFail](p.failure);
+          break;
+        }
+        const seen = p.bells.read(BELL_MAIN);
+        let progress = false;
+        for (const c of this.#live) if (c[kPump]()) progress = true;
+        // Yield to the application either way; wait for a doorbell when nothing moved.
+        if (progress) await new Promise<void>((resolve) => setImmediate(resolve));
+        else await p.wait(seen, 100);
+      }
+    } finally {
+      this.#pumping = false;
+    }
+  }
+}
+
+/** Loads a model into a new Engine: `const engine = await load('tiny', { memoryLimit: '1GiB' })`. */
+export function load(model?: string, options?: EngineOptions): Promise<Engine> {
+  return Engine.load(model, options);
+}
+
+interface Waiter {
+  resolve(t: TurnSummary): void;
+  reject(e: Error): void;
+}
+
+/** One conversation on an Engine. */
+export class Conversation extends EventEmitter<ConversationEvents> {
+  readonly engine: Engine;
+  readonly index: number;
+  readonly inputRate: number;
+  readonly outputRate: number;
+  readonly format: SampleFormat;
+  readonly #pc: PipelineConversation;
+  /** Input not yet in the ring; `null` marks the end of a turn. */
+  readonly #queue: (Float32Array | null)[] = [];
+  #queueAt = 0; // samples of the queue's head already in the ring
+  #queuedThisTurn = 0;
+  #fedThisTurn = 0;
+  readonly #maxTurnSamples: number;
+  /** Turns of speech ended, and turns replied to (a reply may play while the next turn is spoken). */
+  #spoken = 0;
+  #replied = 0;
+  #inTurn = false;
+  /** When each turn not yet replied to ended. */
+  readonly #endedAt: number[] = [];
+  #firstAudioAt = -1;
+  #tokens: number[] = [];
+  #text = '';
+  #samples = 0;
+  readonly #summary = new Int32Array(TURN_FIELDS);
+  readonly #frame: Int32Array;
+  readonly #pcm: Float32Array;
+  #outputPaused = false;
+  #stream: Duplex | null = null;
+  #streamEndPending = false;
+  #closing: Promise<void> | null = null;
+  readonly #waiters: Waiter[] = [];
+  readonly #iterators = new Set<(e: ConversationEvent | null) => void>();
+
+  /** @internal Use `engine.open()`. */
+  constructor(engine: Engine, pc: PipelineConversation, format: SampleFormat, segmentSeconds: number) {
+    super();
+    this.engine = engine;
+    this.#pc = pc;
+    this.index = pc.index;
+    this.inputRate = pc.inputRate;
+    this.outputRate = engine.outputRate;
+    this.format = format;
+    this.#maxTurnSamples = Math.floor(segmentSeconds * pc.inputRate);
+    this.#frame = new Int32Array(engine.config.audio.codebooks);
+    this.#pcm = new Float32Array(pc.output.maxPayload);
+  }
+
+  get closed(): boolean {
+    return this.#closing !== null;
+  }
+
+  /**
+   * Queues user speech at `inputRate`: floats in [-1, 1] or 16-bit integers. Returns false when
+   * more than a second of input waits for the pipeline (slow down, as with a stream's `write`).
+   * Non-finite samples reach the model as silence (the stage statistics count them).
+   */
+  write(samples: Float32Array | Int16Array): boolean {
+    if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
+    let f: Float32Array;
+    if (samples instanceof Float32Array) f = samples.slice();
+    else if (samples instanceof Int16Array) {
+      f = new Float32Array(samples.length);
+      for (let i = 0; i < samples.length; i++) f[i] = (samples[i] as number) / 32768;
+    } else throw new ArgumentError('write takes a Float32Array or an Int16Array of samples');
+    if (f.length > 0) {
+      this.#queue.push(f);
+      this.#queuedThisTurn += f.length;
+      this.engine.wake();
+    }
+    return this.#backlog() <= this.inputRate;
+  }
+
+  /** Ends the user's turn: the reply follows. A turn with no speech is ignored. */
+  endTurn(): void {
+    if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
+    if (this.#queuedThisTurn === 0) return;
+    this.#queue.push(null);
+    this.#queuedThisTurn = 0;
+    this.engine.wake();
+  }
+
+  /** Resolves with the next turn's summary when its reply has been played out. */
+  nextTurn(): Promise<TurnSummary> {
+    if (this.#closing !== null) return Promise.reject(new ClosedError(`conversation ${this.index} is closed`));
+    return new Promise((resolve, reject) => this.#waiters.push({ resolve, reject }));
+  }
+
+  /**
+   * The conversation as a Duplex stream: write PCM bytes (`format`, little-endian, mono, at
+   * `inputRate`); read the replies' PCM bytes (`format`, at `outputRate`). Ending the writable
+   * side ends the turn; the readable side ends after that turn's reply.
+   */
+  stream(): Duplex {
+    if (this.#stream !== null) return this.#stream;
+    const bytesPer = this.format === 'f32' ? 4 : 2;
+    let rest: Buffer = Buffer.alloc(0);
+    const conv = this;
+    const s = new Duplex({
+      write(chunk: Buffer, _enc, done) {
+        try {
+          const all = rest.length > 0 ? Buffer.concat([rest, chunk]) : chunk;
+          const n = Math.floor(all.length / bytesPer);
+          rest = Buffer.from(all.subarray(n * bytesPer));
+          if (n > 0) {
+            const copy = Buffer.from(all.subarray(0, n * bytesPer)); // aligned for the typed view
+            conv.write(bytesPer === 4 ? new Float32Array(copy.buffer, copy.byteOffset, n) : new Int16Array(copy.buffer, copy.byteOffset, n));
+          }
+          conv.#whenDrained(done);
+        } catch (error) {
+          done(error as Error);
+        }
+      },
+      final(done) {
+        if (rest.length > 0) {
+          done(new ArgumentError(`the stream ended inside a sample (${rest.length} stray bytes of a ${bytesPer}-byte ${conv.format} sample)`));
+          return;
+        }
+        conv.#streamEndPending = true;
+        conv.endTurn();
+        conv.#endStreamIfDone();
+        done();
+      },
+      read() {
+        if (conv.#outputPaused) {
+          conv.#outputPaused = false;
+          conv.engine.wake();
+        }
+      },
+      destroy(error, done) {
+        if (conv.#stream === s) conv.#stream = null;
+        done(error);
+      },
+    });
+    this.#stream = s;
+    return s;
+  }
+
+  /** Every event in order, until the conversation closes. */
+  events(): AsyncIterableIterator<ConversationEvent> {
+    const buffered: (ConversationEvent | null)[] = [];
+    let wake: (() => void) | null = null;
+    const push = (e: ConversationEvent | null): void => {
+      buffered.push(e);
+      wake?.();
+    };
+    if (this.#closing !== null) buffered.push(null);
+    else this.#iterators.add(push);
+    const it: AsyncIterableIterator<ConversationEvent> = {
+      next: async () => {
+        while (buffered.length === 0) await new Promise<void>((r) => (wake = r));
+        wake = null;
+        const e = buffered.shift()!;
+        if (e === null) {
+          buffered.push(null);
+          return { done: true, value: undefined };
+        }
+        return { done: false, value: e };
+      },
+      return: async () => {
+        this.#iterators.delete(push);
+        return { done: true, value: undefined };
+      },
+      [Symbol.asyncIterator]: () => it,
+    };
+    return it;
+  }
+
+  /** Ends the conversation (a reply in progress stops) and returns its bytes to the cap. */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      try {
+        await this.engine.release(this, this.#pc);
+      } finally {
+        this.#end(new ClosedError(`conversation ${this.index} closed`));
+      }
+    })();
+    return this.#closing;
+  }
+
+  /** @internal */
+  abortOn(signal: AbortSignal): void {
+    const onAbort = (): void => {
+      const e = aborted(signal, `conversation ${this.index}`);
+      this.#rejectWaiters(e);
+      this.#stream?.destroy(e);
+      void this.close();
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    this.once('close', () => signal.removeEventListener('abort', onAbort));
+  }
+
+  /** @internal */
+  emitMemory(): void {
+    this.#emit('memory', this.engine.memory());
+  }
+
+  /** @internal A stage worker failed: the conversation ends with the error. */
+  [kFail](error: WorkerError): void {
+    if (this.#closing !== null) return;
+    this.#emit('error', error);
+    this.#rejectWaiters(error);
+    this.#stream?.destroy(error);
+    void this.close();
+  }
+
+  #end(reason: Error): void {
+    this.#rejectWaiters(reason);
+    if (this.#stream !== null && !this.#stream.destroyed) this.#stream.push(null);
+    for (const push of this.#iterators) push(null);
+    this.#iterators.clear();
+    this.emit('close');
+  }
+
+  #rejectWaiters(e: Error): void {
+    for (const w of this.#waiters.splice(0)) w.reject(e);
+  }
+
+  #emit<K extends keyof ConversationEvents>(type: K, ...args: ConversationEvents[K]): void {
+    // An 'error' without a listener is not thrown: it rejects `nextTurn()` and ends the iterators.
+    if (type !== 'error' || this.listenerCount('error') > 0) this.emit(type, ...(args as never));
+    if (this.#iterators.size > 0) {
+      const payload = args[0] as object | undefined;
+      const e = (type === 'error' ? { type, error: payload } : { type, ...(payload ?? {}) }) as unknown as ConversationEvent;
+      for (const push of this.#iterators) push(e);
+    }
+  }
+
+  #backlog(): number {
+    let n = -this.#queueAt;
+    for (const q of this.#queue) if (q !== null) n += q.length;
+    return n;
+  }
+
+  #drainCallbacks: (() => void)[] = [];
+
+  #whenDrained(done: () => void): void {
+    if (this.#backlog() <= this.inputRate) done();
+    else this.#drainCallbacks.push(done);
+  }
+
+  /** @internal One pass of the pump: input in, events and audio out. */
+  [kPump](): boolean {
+    if (this.#closing !== null) return false;
+    const pc = this.#pc;
+    let progress = false;
+    // Input, up to the ring's room; a turn ends at endTurn() or at the longest segment.
+    while (this.#queue.length > 0) {
+      const head = this.#queue[0]!;
+      if (head === null) {
+        if (!pc.input.write(REC_END_SEGMENT, null, 0, 0)) break;
+        this.#queue.shift();
+        this.#endTurnFed('end-turn');
+        progress = true;
+        continue;
+      }
+      if (this.#fedThisTurn === 0 && !this.#inTurn) {
+        this.#inTurn = true;
+        this.#emit('speech_start', { turn: this.#spoken });
+      }
+      const room = this.#maxTurnSamples - this.#fedThisTurn;
+      if (room === 0) {
+        if (!pc.input.write(REC_END_SEGMENT, null, 0, 0)) break;
+        this.#endTurnFed('segment-limit');
+        progress = true;
+        continue;
+      }
+      const n = Math.min(pc.chunk, head.length - this.#queueAt, room);
+      if (!pc.input.write(REC_PCM, head, this.#queueAt, n)) break;
+      this.#queueAt += n;
+      this.#fedThisTurn += n;
+      if (this.#queueAt === head.length) {
+        this.#queue.shift();
+        this.#queueAt = 0;
+      }
+      progress = true;
+    }
+    if (this.#drainCallbacks.length > 0 && this.#backlog() <= this.inputRate) for (const cb of this.#drainCallbacks.splice(0)) cb();
+    // Text and frames.
+    const ev = pc.events;
+    for (let kind = ev.peekKind(); kind >= 0; kind = ev.peekKind()) {
+      if (kind === REC_TEXT) {
+        const token = ev.peekInt(0);
+        ev.skip();
+        this.#tokens.push(token);
+        const text = this.engine.pipeline.tokenizer.decode(this.#tokens);
+        const delta = text.startsWith(this.#text) ? text.slice(this.#text.length) : text;
+        this.#text = text;
+        this.#emit('text', { turn: this.#replied, token, delta, text });
+      } else if (kind === REC_CODES || kind === REC_END_OF_AUDIO) {
+        ev.read(this.#frame, 0);
+      } else if (kind === REC_TURN_END) ev.read(this.#summary, 0);
+      else ev.skip();
+      progress = true;
+    }
+    // Reply audio, unless the stream's reader is behind (the rings then hold the reply back).
+    const out = pc.output;
+    while (!this.#outputPaused) {
+      const kind = out.peekKind();
+      if (kind < 0) break;
+      progress = true;
+      if (kind === REC_PCM) {
+        const n = out.read(this.#pcm, 0);
+        if (n === 0) continue;
+        if (this.#firstAudioAt < 0) this.#firstAudioAt = performance.now();
+        this.#samples += n;
+        const pcm = this.format === 'f32' ? this.#pcm.slice(0, n) : toS16(this.#pcm, n);
+        this.#emit('audio', { turn: this.#replied, pcm, sampleRate: this.outputRate });
+        if (this.#stream !== null && !this.#stream.push(Buffer.from(pcm.buffer, pcm.byteOffset, pcm.byteLength))) this.#outputPaused = true;
+      } else {
+        out.skip();
+        if (kind === REC_TURN_END) this.#turnEnd();
+      }
+    }
+    return progress;
+  }
+
+  #endTurnFed(reason: 'end-turn' | 'segment-limit'): void {
+    this.#emit('speech_end', { turn: this.#spoken, samples: this.#fedThisTurn, reason });
+    this.#spoken++;
+    this.#fedThisTurn = 0;
+    this.#inTurn = false;
+    this.#endedAt.push(performance.now());
+  }
+
+  /** A stream whose writable side ended ends its readable side after the last reply. */
+  #endStreamIfDone(): void {
+    if (!this.#streamEndPending || this.#queue.length > 0 || this.#inTurn || this.#endedAt.length > 0) return;
+    this.#streamEndPending = false;
+    this.#stream?.push(null);
+  }
+
+  #turnEnd(): void {
+    const s = this.#summary;
+    const endedAt = this.#endedAt.shift() ?? performance.now();
+    const t: TurnSummary = {
+      turn: this.#replied,
+      text: this.#text,
+      tokens: this.#tokens,
+      frames: s[TURN_FRAMES]!,
+      samples: this.#samples,
+      stop: s[TURN_STOP] === 1 ? 'end-of-turn' : 'length',
+      endOfAudio: s[TURN_END_OF_AUDIO] === 1,
+      userFrames: s[TURN_USER_FRAMES]!,
+      positions: s[TURN_POSITIONS]!,
+      compactions: s[TURN_COMPACTIONS]!,
+      droppedPositions: s[TURN_DROPPED]!,
+      firstAudioMs: this.#firstAudioAt < 0 ? null : Math.round((this.#firstAudioAt - endedAt) * 1000) / 1000,
+    };
+    this.#replied++;
+    this.#tokens = [];
+    this.#text = '';
+    this.#samples = 0;
+    this.#firstAudioAt = -1;
+    this.#emit('turn_end', t);
+    this.#waiters.shift()?.resolve(t);
+    this.#endStreamIfDone();
+  }
+}
+
+function toS16(x: Float32Array, n: number): Int16Array {
+  const out = new Int16Array(n);
+  for (let i = 0; i < n; i++) {
+    const v = Math.round((x[i] as number) * 32768);
+    out[i] = v > 32767 ? 32767 : v < -32768 ? -32768 : v;
+  }
+  return out;
+}

@@ -1,0 +1,175 @@
+// The library API on the built artifact: real stage workers, real rings, real files.
+import t from 'tap';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { makeCheckpoint } from '../../src/io/checkpoint.js';
+import { openFileSource } from '../../src/io/files.js';
+import { WavReader } from '../../src/dsp/wav.js';
+import { runCommand } from '../../src/cli/run.js';
+import { AbortedError, ClosedError, load, MemoryLimitError, type ConversationEvent, type Engine } from '../../src/index.js';
+
+const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
+const work = mkdtempSync(join(tmpdir(), 'voxslab-api-'));
+const model = join(work, 'tiny');
+makeCheckpoint({ config: 'tiny', seed: 3, out: model, dtype: 'f32' });
+const quiet = (): void => undefined;
+const REPLY = 2;
+
+function readWav(file: string): { rate: number; samples: Float32Array } {
+  const src = openFileSource(file);
+  try {
+    const r = new WavReader(src, 4096);
+    const all = new Float32Array(r.info.frames);
+    let n = 0;
+    for (let k = r.readMono(all.subarray(n), 4096); k > 0; k = r.readMono(all.subarray(n), 4096)) n += k;
+    return { rate: r.info.sampleRate, samples: all.subarray(0, n) };
+  } finally {
+    src.close();
+  }
+}
+
+const speech = readWav(fixture);
+const bytes = (x: Float32Array | Int16Array): Buffer => Buffer.from(x.buffer, x.byteOffset, x.byteLength);
+
+/** The single-thread engine's reply to the fixture with `seed` (the reference). */
+async function reference(seed: number): Promise<Buffer> {
+  const out = join(work, `ref-${seed}.wav`);
+  await runCommand({ model, inputs: [fixture], outputs: [out], seed: String(seed), reply: String(REPLY), engine: 'single' }, quiet);
+  return bytes(readWav(out).samples);
+}
+
+/** One turn through the push API: the reply's samples, concatenated. */
+async function talk(engine: Engine, seed: number, input = speech.samples): Promise<{ pcm: Buffer; text: string }> {
+  const conv = await engine.open({ inputRate: speech.rate, seed });
+  const parts: Float32Array[] = [];
+  conv.on('audio', (e) => parts.push(e.pcm as Float32Array));
+  for (let at = 0; at < input.length; at += 3000) conv.write(input.subarray(at, at + 3000));
+  conv.endTurn();
+  const turn = await conv.nextTurn();
+  await conv.close();
+  return { pcm: Buffer.concat(parts.map(bytes)), text: turn.text };
+}
+
+t.test('a conversation through the library gives exactly the single-thread engine’s bytes', async (t) => {
+  const ref = await reference(5);
+  const engine = await load(model, { replySeconds: REPLY, memoryLimit: '1GiB' });
+  t.teardown(() => engine.close());
+  const base = engine.snapshot().held.total;
+  const got = await talk(engine, 5);
+  t.ok(got.pcm.length > 0, 'the reply has audio');
+  t.ok(got.pcm.equals(ref), `same bytes (${got.pcm.length} and ${ref.length})`);
+  t.equal(engine.snapshot().held.total, base, 'closing the conversation returns its bytes');
+  // The index and owners are used again: the next conversation gives the same bytes.
+  const again = await talk(engine, 5);
+  t.ok(again.pcm.equals(ref), 'a conversation opened after a close gives the same bytes');
+  await engine.close();
+  t.equal(engine.snapshot().held.total, 0, 'closing the engine returns every byte');
+});
+
+t.test('two conversations opened at different times run at once and each equals its solo bytes', async (t) => {
+  const [refA, refB] = [await reference(7), await reference(8)];
+  const engine = await load(model, { replySeconds: REPLY });
+  t.teardown(() => engine.close());
+  const base = engine.snapshot().held.total;
+  const a = talk(engine, 7);
+  await new Promise((r) => setTimeout(r, 30));
+  const b = talk(engine, 8, speech.samples);
+  const [ga, gb] = await Promise.all([a, b]);
+  t.ok(ga.pcm.equals(refA), 'conversation A: solo bytes');
+  t.ok(gb.pcm.equals(refB), 'conversation B: solo bytes');
+  t.equal(engine.snapshot().held.total, base);
+});
+
+t.test('admission: a conversation the cap cannot take is refused before anything is carved; after a close it fits', async (t) => {
+  const probe = await load(model, { replySeconds: REPLY });
+  const loaded = probe.snapshot().held.total;
+  const { planned } = await probe.admission(speech.rate);
+  await probe.close();
+  // Room for one conversation and not two.
+  const engine = await load(model, { replySeconds: REPLY, memoryLimit: loaded + planned + Math.floor(planned / 2) });
+  t.teardown(() => engine.close());
+  const c1 = await engine.open({ inputRate: speech.rate });
+  const held = engine.snapshot().held.total;
+  t.equal(held - loaded, planned, 'the planned bytes are exactly what the open charged');
+  t.equal((await engine.admission(speech.rate)).admit, false, 'admission says no');
+  const slabs = engine.snapshot().liveSlabs;
+  await t.rejects(engine.open({ inputRate: speech.rate }), MemoryLimitError);
+  t.equal(engine.snapshot().held.total, held, 'nothing was carved for the refused conversation');
+  t.equal(engine.snapshot().liveSlabs, slabs);
+  t.equal(engine.snapshot().reserved, 0);
+  await c1.close();
+  const c2 = await engine.open({ inputRate: speech.rate });
+  t.equal(engine.snapshot().held.total, held, 'the next conversation fits once the first is closed');
+  await c2.close();
+});
+
+t.test('the Duplex stream: s16 bytes in, s16 bytes out; ending the input ends the reply', async (t) => {
+  const ref = readWav(join(work, 'ref-5.wav')).samples;
+  const engine = await load(model, { replySeconds: REPLY });
+  t.teardown(() => engine.close());
+  const conv = await engine.open({ inputRate: speech.rate, seed: 5, format: 's16' });
+  const s = conv.stream();
+  const chunks: Buffer[] = [];
+  s.on('data', (b: Buffer) => chunks.push(b));
+  const ended = new Promise((r) => s.once('end', r));
+  const pcm = new Int16Array(speech.samples.length);
+  // The fixture is 16-bit: its samples round-trip exactly.
+  for (let i = 0; i < pcm.length; i++) pcm[i] = Math.round(speech.samples[i]! * 32768);
+  const all = bytes(pcm);
+  // Odd-sized writes: a sample may straddle two chunks.
+  for (let at = 0; at < all.length; at += 1001) s.write(all.subarray(at, at + 1001));
+  s.end();
+  await ended;
+  const got = Buffer.concat(chunks);
+  const want = new Int16Array(ref.length);
+  for (let i = 0; i < ref.length; i++) want[i] = Math.max(-32768, Math.min(32767, Math.round(ref[i]! * 32768)));
+  t.ok(got.equals(bytes(want)), `the reply's s16 bytes (${got.length} bytes)`);
+  await conv.close();
+});
+
+t.test('events: the async iterator yields a turn in order and ends at close', async (t) => {
+  const engine = await load(model, { replySeconds: REPLY });
+  t.teardown(() => engine.close());
+  const conv = await engine.open({ inputRate: speech.rate, seed: 5 });
+  const seen: ConversationEvent[] = [];
+  const done = (async () => {
+    for await (const e of conv.events()) {
+      seen.push(e);
+      if (e.type === 'turn_end') await conv.close();
+    }
+  })();
+  conv.write(speech.samples);
+  conv.endTurn();
+  await done;
+  const types = seen.map((e) => e.type);
+  t.equal(types[0], 'speech_start');
+  t.equal(types[1], 'speech_end');
+  t.equal(types.at(-1), 'turn_end');
+  t.ok(types.includes('audio'));
+  const end = seen.at(-1) as Extract<ConversationEvent, { type: 'turn_end' }>;
+  const texts = seen.filter((e): e is Extract<ConversationEvent, { type: 'text' }> => e.type === 'text');
+  t.equal(texts.map((e) => e.delta).join(''), end.text, 'the text deltas add up to the turn’s text');
+  t.equal(texts.length, end.tokens.length);
+  t.rejects(conv.nextTurn(), ClosedError, 'a closed conversation refuses');
+  t.throws(() => conv.write(speech.samples), ClosedError);
+});
+
+t.test('an AbortSignal ends a conversation mid-reply: the waiter rejects and every byte comes back', async (t) => {
+  const engine = await load(model, { replySeconds: 10 });
+  t.teardown(() => engine.close());
+  const base = engine.snapshot().held.total;
+  const ac = new AbortController();
+  const conv = await engine.open({ inputRate: speech.rate, signal: ac.signal });
+  conv.once('audio', () => ac.abort());
+  const closed = new Promise<void>((r) => conv.once('close', () => r()));
+  conv.write(speech.samples);
+  conv.endTurn();
+  await t.rejects(conv.nextTurn(), AbortedError);
+  await closed;
+  t.equal(engine.snapshot().held.total, base, 'the conversation’s bytes are back');
+  // The stages dropped its pass: the next conversation runs to the end.
+  const next = await talk(engine, 5);
+  t.ok(next.pcm.length > 0);
+});
