@@ -101,6 +101,14 @@ export const OPTIONS = {
   resampleRate: { kind: 'int', flag: 'rate', value: 'HZ', min: WAV_MIN_HZ, max: WAV_MAX_HZ, doc: 'target sample rate' },
   raw: { kind: 'flag', flag: 'raw', doc: 'log-mel rows before per-feature normalisation' },
   intervals: { kind: 'text', flag: 'intervals', value: 'FILE.csv', doc: 'plan a CSV of buffers (header id,lower,upper,size; live from op lower up to, not including, upper)' },
+  host: { kind: 'text', flag: 'host', value: 'ADDRESS', doc: 'address the daemon listens on (default 127.0.0.1; any other needs --token)' },
+  port: { kind: 'int', flag: 'port', value: 'N', min: 0, max: 65535, default: 7860, doc: 'TCP port of the daemon (0 = any free port, printed at start)' },
+  token: { kind: 'text', flag: 'token', value: 'SECRET', doc: 'bearer token every request and WebSocket must carry (or VOXSLAB_TOKEN)' },
+  memoryLimit: { kind: 'text', flag: 'memory', value: 'SIZE', doc: 'the cap on every byte the process holds (512MiB, 2GiB; default VOXSLAB_MEMORY_LIMIT, else the machine)' },
+  maxConversations: { kind: 'int', flag: 'max-conversations', value: 'N', min: 1, max: 24, default: 4, doc: 'conversations open at once (admission also needs their bytes under the cap)' },
+  maxConnections: { kind: 'int', flag: 'max-connections', value: 'N', min: 1, max: 10000, default: 64, doc: 'TCP connections at once' },
+  maxMessageBytes: { kind: 'int', flag: 'max-message', value: 'BYTES', min: 1024, max: 2 ** 26, default: 1 << 20, doc: 'largest WebSocket message' },
+  maxRequestBytes: { kind: 'int', flag: 'max-request', value: 'BYTES', min: 256, max: 2 ** 24, default: 1 << 16, doc: 'largest HTTP request body' },
   align: { kind: 'int', flag: 'align', value: 'N', min: 1, max: 2 ** 30, default: 1, powerOfTwo: true, doc: 'offset alignment in bytes (a power of two)' },
 } as const satisfies Record<string, OptionSpec>;
 

@@ -13,6 +13,7 @@ import { defaultOf, flagOf, flagValue, optionHelp, parseArgsOptions, parseFlag, 
 import { PLAN_KEYS, planConfig, planIntervals } from './plan.js';
 import { melFile, resampleFile } from './audio.js';
 import { runCommand } from './run.js';
+import { serveCommand } from './serve.js';
 import { registeredBenches, type Bench } from './benches.js';
 import { makeCheckpoint, type FloatDtype } from '../io/checkpoint.js';
 import { quantizeCheckpoint } from '../io/quantize.js';
@@ -108,6 +109,18 @@ const COMMANDS: Record<string, Command> = {
       const fields = { rate: 'outputRate', report: 'report', dump: 'dump', seed: 'seed', context: 'context', segment: 'segmentSeconds', reply: 'replySeconds', threads: 'threads', kv: 'kv', engine: 'engine', pin: 'pin', slots: 'slots' } as const;
       for (const [field, key] of Object.entries(fields)) request[field as keyof typeof fields] = text(v, key);
       process.stdout.write(`${await runCommand(request)}\n`);
+    },
+  },
+  serve: {
+    usage: 'voxslab serve [--model <DIR|tiny|small>] [--host 127.0.0.1] [--port 7860] [--token SECRET] [--memory SIZE] [options]',
+    summary:
+      'the voice daemon: HTTP and WebSocket conversations on one loaded model, a live page at /, /healthz, /readyz, /v1/memory, /metrics; SIGINT or SIGTERM ends the conversations, returns every byte and exits 0',
+    keys: ['model', 'host', 'port', 'token', 'memoryLimit', 'maxConversations', 'maxConnections', 'maxMessageBytes', 'maxRequestBytes', 'outputRate', 'segmentSeconds', 'replySeconds', 'context', 'threads', 'kv', 'slots', 'pin'],
+    async run(v) {
+      const request: Parameters<typeof serveCommand>[0] = { model: (v.model as string | undefined) ?? 'tiny' };
+      const fields = { host: 'host', port: 'port', token: 'token', memory: 'memoryLimit', maxConversations: 'maxConversations', maxConnections: 'maxConnections', maxMessage: 'maxMessageBytes', maxRequest: 'maxRequestBytes', rate: 'outputRate', segment: 'segmentSeconds', reply: 'replySeconds', context: 'context', threads: 'threads', kv: 'kv', slots: 'slots', pin: 'pin' } as const;
+      for (const [field, key] of Object.entries(fields)) request[field as keyof typeof fields] = text(v, key);
+      await serveCommand(request);
     },
   },
   resample: {

@@ -5,8 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
-import { openFileSource } from '../../src/io/files.js';
-import { WavReader } from '../../src/dsp/wav.js';
+import { readWavSamples } from '../helpers.js';
 import { runCommand } from '../../src/cli/run.js';
 import { AbortedError, ClosedError, load, MemoryLimitError, type ConversationEvent, type Engine } from '../../src/index.js';
 
@@ -17,18 +16,7 @@ makeCheckpoint({ config: 'tiny', seed: 3, out: model, dtype: 'f32' });
 const quiet = (): void => undefined;
 const REPLY = 2;
 
-function readWav(file: string): { rate: number; samples: Float32Array } {
-  const src = openFileSource(file);
-  try {
-    const r = new WavReader(src, 4096);
-    const all = new Float32Array(r.info.frames);
-    let n = 0;
-    for (let k = r.readMono(all.subarray(n), 4096); k > 0; k = r.readMono(all.subarray(n), 4096)) n += k;
-    return { rate: r.info.sampleRate, samples: all.subarray(0, n) };
-  } finally {
-    src.close();
-  }
-}
+const readWav = readWavSamples;
 
 const speech = readWav(fixture);
 const bytes = (x: Float32Array | Int16Array): Buffer => Buffer.from(x.buffer, x.byteOffset, x.byteLength);

@@ -1,0 +1,89 @@
+/**
+ * `voxslab serve`: the daemon. Loads the model once, serves conversations over HTTP and
+ * WebSocket until SIGINT or SIGTERM, then ends them, returns every byte and exits 0; a second
+ * signal exits at once.
+ */
+import { load } from '../api/engine.js';
+import { checkBind, Daemon } from '../daemon/server.js';
+import { flagValue, parseFlag } from '../options.js';
+import { parsePin } from './run.js';
+
+export interface ServeRequest {
+  model: string;
+  host?: string | undefined;
+  port?: string | undefined;
+  token?: string | undefined;
+  memory?: string | undefined;
+  maxConversations?: string | undefined;
+  maxConnections?: string | undefined;
+  maxMessage?: string | undefined;
+  maxRequest?: string | undefined;
+  rate?: string | undefined;
+  segment?: string | undefined;
+  reply?: string | undefined;
+  context?: string | undefined;
+  threads?: string | undefined;
+  kv?: string | undefined;
+  slots?: string | undefined;
+  pin?: string | undefined;
+}
+
+export async function serveCommand(r: ServeRequest, log: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): Promise<void> {
+  const host = r.host ?? '127.0.0.1';
+  const token = r.token ?? process.env.VOXSLAB_TOKEN;
+  checkBind(host, token);
+  const daemonOptions = {
+    host,
+    port: flagValue<number>('port', r.port),
+    maxConversations: flagValue<number>('maxConversations', r.maxConversations),
+    maxConnections: flagValue<number>('maxConnections', r.maxConnections),
+    maxMessageBytes: flagValue<number>('maxMessageBytes', r.maxMessage),
+    maxRequestBytes: flagValue<number>('maxRequestBytes', r.maxRequest),
+    log,
+    ...(token === undefined ? {} : { token }),
+  };
+  const options: Parameters<typeof load>[1] = {
+    outputRate: flagValue<number>('outputRate', r.rate),
+    segmentSeconds: flagValue<number>('segmentSeconds', r.segment),
+    replySeconds: flagValue<number>('replySeconds', r.reply),
+    threads: flagValue<number>('threads', r.threads),
+    kv: flagValue<'f32' | 'f16'>('kv', r.kv),
+    slots: flagValue<number>('slots', r.slots),
+    log,
+  };
+  const context = parseFlag('context', r.context) as number | undefined;
+  if (context !== undefined) options.context = context;
+  if (r.memory !== undefined) options.memoryLimit = r.memory;
+  const pin = parsePin(r.pin);
+  if (pin !== undefined) options.pin = pin;
+  const engine = await load(r.model, options);
+  let daemon: Daemon;
+  try {
+    daemon = await Daemon.start(engine, daemonOptions);
+  } catch (error) {
+    await engine.close();
+    throw error;
+  }
+  const s = engine.snapshot();
+  log(`voxslab serve: model '${engine.config.name}', ${s.held.total} bytes held of a ${s.limit}-byte cap; replies at ${engine.outputRate} Hz`);
+  log('no audio devices in use: headless, serving WebSocket clients only');
+  process.stdout.write(`listening on ${daemon.url}\n`);
+  await new Promise<void>((resolve, reject) => {
+    let stopping = false;
+    const stop = (signal: string): void => {
+      if (stopping) {
+        log(`${signal} again: exiting now`);
+        process.exit(130);
+      }
+      stopping = true;
+      log(`${signal}: refusing new conversations, ending ${engine.conversations} open, returning every byte`);
+      daemon.close().then(() => {
+        const after = engine.snapshot();
+        log(`stopped: ${after.held.total} bytes held, ${after.reserved} reserved`);
+        resolve();
+      }, reject);
+    };
+    process.on('SIGINT', () => stop('SIGINT'));
+    process.on('SIGTERM', () => stop('SIGTERM'));
+  });
+}

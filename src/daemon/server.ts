@@ -1,0 +1,490 @@
+/**
+ * The voice daemon: one Engine (the five stage workers) serving conversations over HTTP and
+ * WebSocket. It listens on 127.0.0.1 unless told otherwise, and any other address needs a
+ * bearer token. Admission refuses a conversation the cap (or the conversation limit) cannot
+ * take with 503 and Retry-After, before anything is carved.
+ *
+ *   GET    /healthz                   liveness, model, headless, conversations
+ *   GET    /readyz                    200 when another conversation would be admitted, else 503
+ *   GET    /v1/memory                 the memory manifest (owners sum to the process total)
+ *   GET    /metrics                   Prometheus text
+ *   GET    /v1/conversations          the open conversations
+ *   POST   /v1/conversations          open one: {"inputRate":16000,"format":"s16","seed":1}
+ *   DELETE /v1/conversations/ID       close one
+ *   WS     /v1/conversations/ID/ws    binary frames: PCM both ways; text frames: JSON events
+ *   WS     /v1/ws?inputRate=&format=  open a conversation that lives as long as the socket
+ *
+ * On the socket the client sends binary PCM (the conversation's format, little-endian, mono)
+ * and JSON text frames `{"type":"end_turn"}` or `{"type":"close"}`; the daemon sends reply PCM
+ * as binary frames and every event as JSON (`speech_start`, `speech_end`, `text`, `turn_end`,
+ * `error`). A malformed frame closes that socket only, with a reason.
+ *
+ * Thread contract: the main thread.
+ */
+import { createHash, timingSafeEqual } from 'node:crypto';
+import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
+import type { AddressInfo, Socket } from 'node:net';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { WebSocketServer, type RawData, type WebSocket } from 'ws';
+import { ArgumentError, BadInputError, MemoryLimitError, UsageError, VoxslabError } from '../errors.js';
+import { optionValue } from '../options.js';
+import type { Conversation, Engine, SampleFormat, TurnSummary } from '../api/engine.js';
+import { STAGES } from '../pipeline/clock.js';
+import { livePage } from './page.js';
+
+export interface DaemonOptions {
+  host?: string;
+  port?: number;
+  /** Bearer token; required for any address but loopback. */
+  token?: string;
+  maxConversations?: number;
+  maxConnections?: number;
+  maxMessageBytes?: number;
+  maxRequestBytes?: number;
+  /** Lines for the operator (start, refusals, shutdown). */
+  log?: (line: string) => void;
+}
+
+const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
+/** Seconds a refused client should wait before asking again. */
+const RETRY_AFTER = 2;
+
+interface Entry {
+  id: string;
+  conversation: Conversation;
+  format: SampleFormat;
+  createdAt: string;
+  turns: number;
+  socket: WebSocket | null;
+  /** Closed with the socket (opened by `/v1/ws`). */
+  ephemeral: boolean;
+}
+
+class HttpError extends Error {
+  readonly status: number;
+  readonly headers: Record<string, string>;
+  constructor(status: number, message: string, headers: Record<string, string> = {}) {
+    super(message);
+    this.status = status;
+    this.headers = headers;
+  }
+}
+
+/** Refuses a bind beyond loopback without a token (before anything is loaded). */
+export function checkBind(host: string, token: string | undefined): void {
+  if (!LOOPBACK.has(host) && (token ?? '') === '') throw new UsageError(`serve: listening on ${host} (not loopback) needs --token or VOXSLAB_TOKEN`);
+}
+
+function digest(s: string): Buffer {
+  return createHash('sha256').update(s).digest();
+}
+
+export class Daemon {
+  readonly engine: Engine;
+  readonly server: Server;
+  readonly host: string;
+  readonly #wss: WebSocketServer;
+  readonly #token: Buffer | null;
+  readonly #limits: { conversations: number; message: number; request: number };
+  readonly #entries = new Map<string, Entry>();
+  readonly #log: (line: string) => void;
+  readonly registry = new Registry();
+  readonly #refused: Counter;
+  readonly #turns: Counter;
+  readonly #firstAudio: Histogram;
+  readonly #sockets = new Set<Socket>();
+  #nextId = 1;
+  #draining = false;
+
+  private constructor(engine: Engine, options: DaemonOptions) {
+    this.engine = engine;
+    this.host = options.host ?? '127.0.0.1';
+    const token = options.token ?? '';
+    checkBind(this.host, token);
+    this.#token = token === '' ? null : digest(token);
+    this.#limits = {
+      conversations: optionValue<number>('maxConversations', options.maxConversations),
+      message: optionValue<number>('maxMessageBytes', options.maxMessageBytes),
+      request: optionValue<number>('maxRequestBytes', options.maxRequestBytes),
+    };
+    this.#log = options.log ?? (() => undefined);
+    this.server = createServer((req, res) => void this.#http(req, res));
+    this.server.maxConnections = optionValue<number>('maxConnections', options.maxConnections);
+    this.server.on('connection', (s) => {
+      this.#sockets.add(s);
+      s.once('close', () => this.#sockets.delete(s));
+    });
+    this.#wss = new WebSocketServer({ noServer: true, maxPayload: this.#limits.message });
+    this.server.on('upgrade', (req, socket, head) => void this.#upgrade(req, socket as Socket, head));
+    this.#refused = new Counter({ name: 'voxslab_admissions_refused_total', help: 'Conversations refused by admission (cap or conversation limit)', registers: [this.registry] });
+    this.#turns = new Counter({ name: 'voxslab_turns_total', help: 'Turns replied to', registers: [this.registry] });
+    this.#firstAudio = new Histogram({
+      name: 'voxslab_first_audio_seconds',
+      help: 'From the end of user speech to the first reply sample',
+      buckets: [0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2],
+      registers: [this.registry],
+    });
+    this.#metrics();
+  }
+
+  /** Starts listening; resolves once the port is bound. */
+  static async start(engine: Engine, options: DaemonOptions = {}): Promise<Daemon> {
+    const d = new Daemon(engine, options);
+    const port = optionValue<number>('port', options.port);
+    await new Promise<void>((resolve, reject) => {
+      d.server.once('error', reject);
+      d.server.listen(port, d.host, () => {
+        d.server.off('error', reject);
+        resolve();
+      });
+    });
+    return d;
+  }
+
+  get port(): number {
+    return (this.server.address() as AddressInfo).port;
+  }
+
+  get url(): string {
+    const h = this.host.includes(':') ? `[${this.host}]` : this.host;
+    return `http://${h}:${this.port}`;
+  }
+
+  #metrics(): void {
+    const d = this;
+    const r = [this.registry];
+    new Gauge({
+      name: 'voxslab_memory_bytes',
+      help: 'Bytes charged, by owner and category',
+      labelNames: ['owner', 'category'],
+      registers: r,
+      collect() {
+        this.reset();
+        for (const o of d.engine.snapshot().owners) for (const [cat, u] of Object.entries(o.categories)) this.set({ owner: o.name, category: cat }, u.footprint);
+      },
+    });
+    new Gauge({
+      name: 'voxslab_memory_held_bytes',
+      help: 'Bytes the process holds under the cap',
+      registers: r,
+      collect() {
+        this.set(d.engine.snapshot().held.total);
+      },
+    });
+    new Gauge({
+      name: 'voxslab_memory_limit_bytes',
+      help: 'The cap',
+      registers: r,
+      collect() {
+        this.set(d.engine.snapshot().limit);
+      },
+    });
+    new Gauge({
+      name: 'voxslab_allocations_after_readiness',
+      help: 'Allocation attempts refused because their owner was ready',
+      registers: r,
+      collect() {
+        this.set(d.engine.snapshot().allocations.afterReadiness.attempts);
+      },
+    });
+    new Gauge({
+      name: 'voxslab_conversations',
+      help: 'Conversations open',
+      registers: r,
+      collect() {
+        this.set(d.#entries.size);
+      },
+    });
+    new Gauge({
+      name: 'voxslab_stage_busy_seconds',
+      help: 'Wall seconds each stage worker spent in polls that made progress',
+      labelNames: ['stage'],
+      registers: r,
+      async collect() {
+        for (const s of await d.engine.pipeline.stats()) this.set({ stage: s.stage }, s.busyMs / 1000);
+      },
+    });
+    new Gauge({
+      name: 'voxslab_stage_clock_seconds',
+      help: 'Wall seconds per model stage clock, summed over the open conversations',
+      labelNames: ['clock'],
+      registers: r,
+      async collect() {
+        const sum = new Map<string, number>(STAGES.map((n) => [n, 0]));
+        for (const s of await d.engine.pipeline.stats()) for (const c of s.clocks) for (const [n, v] of Object.entries(c)) sum.set(n, (sum.get(n) ?? 0) + v.ms / 1000);
+        for (const [n, v] of sum) this.set({ clock: n }, v);
+      },
+    });
+  }
+
+  #authorized(req: IncomingMessage): boolean {
+    if (this.#token === null) return true;
+    const header = req.headers.authorization ?? '';
+    let given = header.startsWith('Bearer ') ? header.slice(7) : '';
+    // Browsers cannot set headers on a WebSocket: the token may come as a query parameter.
+    if (given === '') given = new URL(req.url ?? '/', 'http://x').searchParams.get('access_token') ?? '';
+    return timingSafeEqual(digest(given), this.#token);
+  }
+
+  async #http(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    try {
+      if (!this.#authorized(req)) throw new HttpError(401, 'a valid bearer token is required', { 'WWW-Authenticate': 'Bearer' });
+      const url = new URL(req.url ?? '/', 'http://x');
+      const path = url.pathname;
+      const method = req.method ?? 'GET';
+      if (method === 'GET' && path === '/healthz') return this.#json(res, 200, { status: this.#draining ? 'draining' : 'ok', model: this.engine.config.name, headless: true, devices: 'none: WebSocket clients only', conversations: this.#entries.size, outputRate: this.engine.outputRate });
+      if (method === 'GET' && path === '/readyz') {
+        const r = await this.#admission(16000);
+        return this.#json(res, r.ok ? 200 : 503, r, r.ok ? {} : { 'Retry-After': String(RETRY_AFTER) });
+      }
+      if (method === 'GET' && path === '/v1/memory') return this.#json(res, 200, this.engine.memory());
+      if (method === 'GET' && path === '/metrics') {
+        const text = await this.registry.metrics();
+        res.writeHead(200, { 'Content-Type': this.registry.contentType });
+        res.end(text);
+        return;
+      }
+      if (method === 'GET' && (path === '/' || path === '/index.html')) {
+        res.writeHead(200, { 'Content-Type': 'text/html; charset=utf-8', 'Cache-Control': 'no-store' });
+        res.end(livePage());
+        return;
+      }
+      if (path === '/v1/conversations') {
+        if (method === 'GET') return this.#json(res, 200, { conversations: [...this.#entries.values()].map((e) => this.#describe(e)) });
+        if (method === 'POST') {
+          const body = await this.#body(req);
+          const e = await this.#open(body, false);
+          return this.#json(res, 201, this.#describe(e));
+        }
+        throw new HttpError(405, `${method} is not allowed on ${path}`, { Allow: 'GET, POST' });
+      }
+      const m = /^\/v1\/conversations\/([0-9]+)$/.exec(path);
+      if (m !== null) {
+        const e = this.#entries.get(m[1]!);
+        if (e === undefined) throw new HttpError(404, `no conversation ${m[1]}`);
+        if (method === 'GET') return this.#json(res, 200, this.#describe(e));
+        if (method === 'DELETE') {
+          await this.#close(e, 1000, 'closed by DELETE');
+          res.writeHead(204);
+          res.end();
+          return;
+        }
+        throw new HttpError(405, `${method} is not allowed on ${path}`, { Allow: 'GET, DELETE' });
+      }
+      throw new HttpError(404, `no route ${method} ${path}`);
+    } catch (error) {
+      const e = this.#httpError(error);
+      if (res.headersSent) res.destroy();
+      else this.#json(res, e.status, { error: e.message }, e.headers);
+    }
+  }
+
+  #httpError(error: unknown): HttpError {
+    if (error instanceof HttpError) return error;
+    if (error instanceof MemoryLimitError) {
+      this.#refused.inc();
+      return new HttpError(503, error.message, { 'Retry-After': String(RETRY_AFTER) });
+    }
+    if (error instanceof ArgumentError || error instanceof BadInputError || error instanceof UsageError) return new HttpError(400, error.message);
+    this.#log(`internal fault: ${error instanceof Error ? (error.stack ?? error.message) : String(error)}`);
+    return new HttpError(500, error instanceof VoxslabError ? error.message : 'internal fault');
+  }
+
+  #json(res: ServerResponse, status: number, body: unknown, headers: Record<string, string> = {}): void {
+    const text = `${JSON.stringify(body)}\n`;
+    res.writeHead(status, { 'Content-Type': 'application/json', 'Content-Length': Buffer.byteLength(text), ...headers });
+    res.end(text);
+  }
+
+  /** A JSON request body no larger than the limit. */
+  async #body(req: IncomingMessage): Promise<Record<string, unknown>> {
+    const limit = this.#limits.request;
+    const declared = Number(req.headers['content-length'] ?? 0);
+    if (declared > limit) throw new HttpError(413, `request body of ${declared} bytes exceeds the limit of ${limit}`);
+    const parts: Buffer[] = [];
+    let n = 0;
+    for await (const chunk of req as AsyncIterable<Buffer>) {
+      n += chunk.length;
+      if (n > limit) throw new HttpError(413, `request body exceeds the limit of ${limit} bytes`);
+      parts.push(chunk);
+    }
+    if (n === 0) return {};
+    let v: unknown;
+    try {
+      v = JSON.parse(Buffer.concat(parts).toString('utf8'));
+    } catch (error) {
+      throw new HttpError(400, `request body is not JSON: ${(error as Error).message}`);
+    }
+    if (v === null || typeof v !== 'object' || Array.isArray(v)) throw new HttpError(400, 'request body must be a JSON object');
+    return v as Record<string, unknown>;
+  }
+
+  async #admission(inputRate: number): Promise<{ ok: boolean; reason: string; planned: number; free: number; conversations: number }> {
+    const conversations = this.#entries.size;
+    if (this.#draining) return { ok: false, reason: 'shutting down', planned: 0, free: 0, conversations };
+    const a = await this.engine.admission(inputRate);
+    if (conversations >= this.#limits.conversations) return { ok: false, reason: `${conversations} of ${this.#limits.conversations} conversations open`, planned: a.planned, free: a.free, conversations };
+    return { ok: a.admit, reason: a.admit ? 'admits another conversation' : `a conversation needs ${a.planned} bytes; ${a.free} are free under the cap`, planned: a.planned, free: a.free, conversations };
+  }
+
+  async #open(body: Record<string, unknown>, ephemeral: boolean): Promise<Entry> {
+    if (this.#draining) throw new HttpError(503, 'the daemon is shutting down', { 'Retry-After': String(RETRY_AFTER) });
+    if (this.#entries.size >= this.#limits.conversations) {
+      this.#refused.inc();
+      throw new HttpError(503, `${this.#entries.size} of ${this.#limits.conversations} conversations are open`, { 'Retry-After': String(RETRY_AFTER) });
+    }
+    const known = new Set(['inputRate', 'format', 'seed']);
+    for (const k of Object.keys(body)) if (!known.has(k)) throw new HttpError(400, `unknown field '${k}' (fields: inputRate, format, seed)`);
+    const num = (k: string): number | undefined => {
+      const v = body[k];
+      if (v === undefined) return undefined;
+      if (typeof v !== 'number') throw new HttpError(400, `field '${k}' must be a number`);
+      return v;
+    };
+    const format = body.format ?? 's16';
+    if (format !== 'f32' && format !== 's16') throw new HttpError(400, `field 'format' must be 'f32' or 's16'`);
+    const options: Parameters<Engine['open']>[0] = { format };
+    const inputRate = num('inputRate');
+    const seed = num('seed');
+    if (inputRate !== undefined) options.inputRate = inputRate;
+    if (seed !== undefined) options.seed = seed;
+    const conversation = await this.engine.open(options);
+    const id = String(this.#nextId++);
+    const entry: Entry = { id, conversation, format, createdAt: new Date().toISOString(), turns: 0, socket: null, ephemeral };
+    this.#entries.set(id, entry);
+    conversation.on('turn_end', (t: TurnSummary) => {
+      entry.turns++;
+      this.#turns.inc();
+      if (t.firstAudioMs !== null) this.#firstAudio.observe(t.firstAudioMs / 1000);
+    });
+    conversation.on('error', (e) => this.#log(`conversation ${id}: ${e.message}`));
+    conversation.once('close', () => this.#entries.delete(id));
+    return entry;
+  }
+
+  #describe(e: Entry): Record<string, unknown> {
+    const c = e.conversation;
+    return { id: e.id, inputRate: c.inputRate, outputRate: c.outputRate, format: e.format, createdAt: e.createdAt, turns: e.turns, connected: e.socket !== null, ws: `/v1/conversations/${e.id}/ws` };
+  }
+
+  async #close(e: Entry, code: number, reason: string): Promise<void> {
+    const s = e.socket;
+    e.socket = null;
+    if (s !== null && s.readyState === s.OPEN) s.close(code, reason);
+    await e.conversation.close();
+  }
+
+  /** Refuses an upgrade with a plain HTTP answer. */
+  #refuse(socket: Socket, status: number, message: string, headers: Record<string, string> = {}): void {
+    const body = `${JSON.stringify({ error: message })}\n`;
+    const head = [`HTTP/1.1 ${status} ${status === 401 ? 'Unauthorized' : status === 503 ? 'Service Unavailable' : status === 404 ? 'Not Found' : status === 409 ? 'Conflict' : 'Bad Request'}`, 'Content-Type: application/json', `Content-Length: ${Buffer.byteLength(body)}`, 'Connection: close', ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)];
+    socket.end(`${head.join('\r\n')}\r\n\r\n${body}`);
+  }
+
+  async #upgrade(req: IncomingMessage, socket: Socket, head: Buffer): Promise<void> {
+    socket.on('error', () => socket.destroy());
+    try {
+      if (!this.#authorized(req)) return this.#refuse(socket, 401, 'a valid bearer token is required', { 'WWW-Authenticate': 'Bearer' });
+      const url = new URL(req.url ?? '/', 'http://x');
+      let entry: Entry;
+      const m = /^\/v1\/conversations\/([0-9]+)\/ws$/.exec(url.pathname);
+      if (m !== null) {
+        const e = this.#entries.get(m[1]!);
+        if (e === undefined) return this.#refuse(socket, 404, `no conversation ${m[1]}`);
+        if (e.socket !== null) return this.#refuse(socket, 409, `conversation ${m[1]} already has a socket`);
+        entry = e;
+      } else if (url.pathname === '/v1/ws') {
+        const body: Record<string, unknown> = {};
+        for (const k of ['inputRate', 'seed']) {
+          const v = url.searchParams.get(k);
+          if (v !== null) body[k] = Number(v);
+        }
+        const f = url.searchParams.get('format');
+        if (f !== null) body.format = f;
+        entry = await this.#open(body, true);
+      } else return this.#refuse(socket, 404, `no WebSocket at ${url.pathname}`);
+      this.#wss.handleUpgrade(req, socket, head, (ws) => this.#attach(entry, ws));
+    } catch (error) {
+      const e = this.#httpError(error);
+      this.#refuse(socket, e.status, e.message, e.headers);
+    }
+  }
+
+  /** Wires a socket to its conversation: PCM and control in, PCM and events out. */
+  #attach(e: Entry, ws: WebSocket): void {
+    e.socket = ws;
+    const c = e.conversation;
+    const bytesPer = e.format === 'f32' ? 4 : 2;
+    const send = (event: Record<string, unknown>): void => {
+      if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(event));
+    };
+    const listeners = {
+      speech_start: (x: object) => send({ type: 'speech_start', ...x }),
+      speech_end: (x: object) => send({ type: 'speech_end', ...x }),
+      text: (x: object) => send({ type: 'text', ...x }),
+      turn_end: (x: object) => send({ type: 'turn_end', ...x }),
+      error: (x: Error) => send({ type: 'error', message: x.message, code: (x as VoxslabError).code }),
+      audio: (x: { pcm: Float32Array | Int16Array }) => {
+        if (ws.readyState === ws.OPEN) ws.send(Buffer.from(x.pcm.buffer, x.pcm.byteOffset, x.pcm.byteLength));
+      },
+    };
+    for (const [k, f] of Object.entries(listeners)) c.on(k as 'text', f as never);
+    const detach = (): void => {
+      for (const [k, f] of Object.entries(listeners)) c.off(k as 'text', f as never);
+    };
+    c.once('close', () => {
+      detach();
+      if (ws.readyState === ws.OPEN) ws.close(1000, 'conversation closed');
+    });
+    send({ type: 'ready', ...this.#describe(e) });
+    const fail = (code: number, reason: string): void => {
+      this.#log(`conversation ${e.id}: closing its socket: ${reason}`);
+      ws.close(code, reason.slice(0, 120));
+    };
+    ws.on('message', (data: RawData, binary: boolean) => {
+      try {
+        const buf = Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
+        if (binary) {
+          if (buf.length % bytesPer !== 0) return fail(1007, `binary frame of ${buf.length} bytes is not whole ${e.format} samples`);
+          const copy = Buffer.from(buf); // aligned for the typed view
+          const n = buf.length / bytesPer;
+          c.write(bytesPer === 4 ? new Float32Array(copy.buffer, copy.byteOffset, n) : new Int16Array(copy.buffer, copy.byteOffset, n));
+          return;
+        }
+        let msg: unknown;
+        try {
+          msg = JSON.parse(buf.toString('utf8'));
+        } catch {
+          return fail(1007, 'text frame is not JSON');
+        }
+        const type = (msg as { type?: unknown } | null)?.type;
+        if (type === 'end_turn') c.endTurn();
+        else if (type === 'close') void this.#close(e, 1000, 'closed by the client');
+        else fail(1008, `unknown message type ${JSON.stringify(type)} (end_turn, close)`);
+      } catch (error) {
+        fail(1011, error instanceof Error ? error.message : String(error));
+      }
+    });
+    ws.on('error', (err) => this.#log(`conversation ${e.id}: socket error: ${err.message}`));
+    ws.on('close', () => {
+      detach();
+      if (e.socket === ws) e.socket = null;
+      if (e.ephemeral) void c.close();
+    });
+  }
+
+  /**
+   * Graceful stop: refuse new conversations, end the open ones (their sockets close with 1001),
+   * stop listening, close the engine (every byte back to the cap).
+   */
+  async close(): Promise<void> {
+    this.#draining = true;
+    const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
+    for (const e of [...this.#entries.values()]) await this.#close(e, 1001, 'the daemon is shutting down');
+    for (const ws of this.#wss.clients) ws.terminate();
+    this.#wss.close();
+    for (const s of this.#sockets) s.destroy();
+    await closed;
+    await this.engine.close();
+  }
+}

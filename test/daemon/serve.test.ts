@@ -1,0 +1,225 @@
+// `voxslab serve` as users run it: the built CLI in a child process, over loopback only.
+import t from 'tap';
+import { spawn, type ChildProcess } from 'node:child_process';
+import { mkdtempSync } from 'node:fs';
+import { connect } from 'node:net';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import WebSocket from 'ws';
+import { makeCheckpoint } from '../../src/io/checkpoint.js';
+import { readWavSamples } from '../helpers.js';
+import { runCommand } from '../../src/cli/run.js';
+import { load } from '../../src/index.js';
+
+const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
+const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
+const work = mkdtempSync(join(tmpdir(), 'voxslab-serve-'));
+const model = join(work, 'tiny');
+makeCheckpoint({ config: 'tiny', seed: 3, out: model, dtype: 'f32' });
+const REPLY = '2';
+
+const readWav = readWavSamples;
+const speech = readWav(fixture);
+const f32bytes = (x: Float32Array): Buffer => Buffer.from(x.buffer, x.byteOffset, x.byteLength);
+
+async function reference(seed: number): Promise<Buffer> {
+  const out = join(work, `ref-${seed}.wav`);
+  await runCommand({ model, inputs: [fixture], outputs: [out], seed: String(seed), reply: REPLY, engine: 'single' }, () => undefined);
+  return f32bytes(readWav(out).samples);
+}
+
+interface Served {
+  proc: ChildProcess;
+  url: string;
+  ws: string;
+  stderr: () => string;
+  exited: Promise<number | null>;
+}
+
+/** Starts the daemon on a free loopback port and waits for its address. */
+async function serve(args: string[]): Promise<Served> {
+  const proc = spawn(process.execPath, [cli, 'serve', '--model', model, '--port', '0', '--reply', REPLY, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let err = '';
+  proc.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+  const exited = new Promise<number | null>((r) => proc.once('exit', (code) => r(code)));
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = '';
+    proc.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      const m = /listening on (http:\/\/\S+)/.exec(out);
+      if (m !== null) resolve(m[1]!);
+    });
+    void exited.then((code) => reject(new Error(`serve exited with ${code}: ${err}`)));
+  });
+  return { proc, url, ws: url.replace('http:', 'ws:'), stderr: () => err, exited };
+}
+
+async function stop(s: Served): Promise<number | null> {
+  s.proc.kill('SIGTERM');
+  return s.exited;
+}
+
+interface Talk {
+  pcm: Buffer;
+  events: { type: string; [k: string]: unknown }[];
+}
+
+/** One turn over a WebSocket that opens its own conversation (f32 both ways). */
+function talk(url: string, seed: number, headers: Record<string, string> = {}): Promise<Talk> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(`${url}/v1/ws?inputRate=${speech.rate}&format=f32&seed=${seed}`, { headers });
+    const parts: Buffer[] = [];
+    const events: Talk['events'] = [];
+    ws.on('open', () => {
+      const all = f32bytes(speech.samples);
+      for (let at = 0; at < all.length; at += 4096) ws.send(all.subarray(at, at + 4096));
+      ws.send(JSON.stringify({ type: 'end_turn' }));
+    });
+    ws.on('message', (d: Buffer, binary: boolean) => {
+      if (binary) parts.push(Buffer.from(d));
+      else {
+        const e = JSON.parse(d.toString()) as Talk['events'][number];
+        events.push(e);
+        if (e.type === 'turn_end') ws.close(1000);
+      }
+    });
+    ws.on('close', (code, reason) => {
+      if (events.at(-1)?.type === 'turn_end') resolve({ pcm: Buffer.concat(parts), events });
+      else reject(new Error(`socket closed before the reply ended: ${code} ${reason.toString()}`));
+    });
+    ws.on('unexpected-response', (_req, res) => reject(new Error(`upgrade refused: ${res.statusCode}`)));
+    ws.on('error', reject);
+  });
+}
+
+async function get(url: string, headers: Record<string, string> = {}): Promise<Response> {
+  return fetch(url, { headers });
+}
+
+t.test('two WebSocket conversations at once each get their reply, byte for byte their solo reply; the ledger is back at SIGTERM', async (t) => {
+  const [refA, refB] = [await reference(11), await reference(12)];
+  const s = await serve([]);
+  t.teardown(() => void s.proc.kill('SIGKILL'));
+  const before = (await (await get(`${s.url}/v1/memory`)).json()) as { totals: { current: number } };
+  const [a, b] = await Promise.all([talk(s.ws, 11), talk(s.ws, 12)]);
+  t.ok(a.pcm.equals(refA), `conversation A: solo bytes (${a.pcm.length})`);
+  t.ok(b.pcm.equals(refB), `conversation B: solo bytes (${b.pcm.length})`);
+  t.same(a.events.map((e) => e.type).filter((x) => x !== 'text'), ['ready', 'speech_start', 'speech_end', 'turn_end']);
+  // Sockets opened by /v1/ws close their conversation with them.
+  for (let i = 0; i < 50 && ((await (await get(`${s.url}/v1/conversations`)).json()) as { conversations: unknown[] }).conversations.length > 0; i++) await new Promise((r) => setTimeout(r, 20));
+  const memory = (await (await get(`${s.url}/v1/memory`)).json()) as { owners: Record<string, { held: number }>; totals: { current: number } };
+  t.equal(memory.totals.current, before.totals.current, 'the conversations returned their bytes');
+  t.equal(
+    Object.values(memory.owners).reduce((x, o) => x + o.held, 0),
+    memory.totals.current,
+    '/v1/memory: the owners sum to the process total',
+  );
+  const metrics = await (await get(`${s.url}/metrics`)).text();
+  const lines = metrics.split('\n').filter((l) => l !== '');
+  const bad = lines.filter((l) => !/^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+$/.test(l) && !/^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*\})? -?[0-9.e+-]+|NaN$/.test(l));
+  t.same(bad, [], '/metrics parses as Prometheus text');
+  t.match(metrics, /voxslab_turns_total 2/);
+  t.match(metrics, /voxslab_memory_bytes\{owner="model\/0",category="weights"\} [1-9]/);
+  t.match(metrics, /voxslab_first_audio_seconds_count 2/);
+  t.equal(await stop(s), 0, 'SIGTERM exits 0');
+  t.match(s.stderr(), /stopped: 0 bytes held, 0 reserved/, 'the ledger and the reservations are back to nothing before exit');
+});
+
+t.test('admission: a third conversation beyond the cap gets 503 with Retry-After, before anything is carved', async (t) => {
+  const probe = await load(model, { replySeconds: Number(REPLY) });
+  const loaded = probe.snapshot().held.total;
+  const { planned } = await probe.admission(16000);
+  await probe.close();
+  const s = await serve(['--memory', String(loaded + 2 * planned + Math.floor(planned / 2))]);
+  t.teardown(() => void s.proc.kill('SIGKILL'));
+  const open = () => fetch(`${s.url}/v1/conversations`, { method: 'POST', body: JSON.stringify({ inputRate: 16000 }) });
+  t.equal((await open()).status, 201);
+  t.equal((await open()).status, 201);
+  const ready = await get(`${s.url}/readyz`);
+  t.equal(ready.status, 503, '/readyz says no more');
+  t.equal(ready.headers.get('retry-after'), '2');
+  const held = ((await (await get(`${s.url}/v1/memory`)).json()) as { totals: { current: number } }).totals.current;
+  const third = await open();
+  t.equal(third.status, 503);
+  t.equal(third.headers.get('retry-after'), '2');
+  t.match(((await third.json()) as { error: string }).error, /memory limit refused/);
+  const after = ((await (await get(`${s.url}/v1/memory`)).json()) as { totals: { current: number } }).totals.current;
+  t.equal(after, held, 'nothing was carved for it');
+  // A refused WebSocket gets the same answer on the upgrade.
+  const refused = await new Promise<number>((resolve) => {
+    const ws = new WebSocket(`${s.ws}/v1/ws?inputRate=16000`);
+    ws.on('unexpected-response', (_q, res) => resolve(res.statusCode ?? 0));
+    ws.on('open', () => resolve(101));
+    ws.on('error', () => undefined);
+  });
+  t.equal(refused, 503);
+  t.equal((await fetch(`${s.url}/v1/conversations/1`, { method: 'DELETE' })).status, 204);
+  t.equal((await get(`${s.url}/readyz`)).status, 200, 'after a close it admits again');
+  t.match(await (await get(`${s.url}/metrics`)).text(), /voxslab_admissions_refused_total 2/);
+  t.equal(await stop(s), 0);
+});
+
+t.test('security: no token off loopback refuses to start; a wrong or missing token gets 401 everywhere', async (t) => {
+  const refused = spawn(process.execPath, [cli, 'serve', '--model', model, '--host', '0.0.0.0', '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, VOXSLAB_TOKEN: '' } });
+  let err = '';
+  refused.stderr.on('data', (d: Buffer) => (err += d.toString()));
+  const code = await new Promise((r) => refused.once('exit', r));
+  t.equal(code, 2, 'exit 2');
+  t.match(err, /needs --token/);
+  const s = await serve(['--token', 's3cret-token']);
+  t.teardown(() => void s.proc.kill('SIGKILL'));
+  for (const path of ['/healthz', '/readyz', '/v1/memory', '/metrics', '/v1/conversations', '/', '/nowhere']) {
+    t.equal((await get(`${s.url}${path}`)).status, 401, `${path} without a token`);
+    t.equal((await get(`${s.url}${path}`, { Authorization: 'Bearer wrong' })).status, 401, `${path} with a wrong token`);
+  }
+  t.equal((await fetch(`${s.url}/v1/conversations`, { method: 'POST', body: '{}', headers: { Authorization: 'Bearer s3cret-token-and-more' } })).status, 401);
+  t.equal((await get(`${s.url}/healthz`, { Authorization: 'Bearer s3cret-token' })).status, 200, 'the right token passes');
+  const upgrade = await new Promise<number>((resolve) => {
+    const ws = new WebSocket(`${s.ws}/v1/ws`, { headers: { Authorization: 'Bearer nope' } });
+    ws.on('unexpected-response', (_q, res) => resolve(res.statusCode ?? 0));
+    ws.on('open', () => resolve(101));
+    ws.on('error', () => undefined);
+  });
+  t.equal(upgrade, 401, 'the WebSocket upgrade too');
+  const ok = await talk(s.ws, 11, { Authorization: 'Bearer s3cret-token' });
+  t.ok(ok.pcm.length > 0, 'with the token a conversation runs');
+  t.equal(await stop(s), 0);
+});
+
+t.test('oversized and malformed frames close only their own socket, with a reason', async (t) => {
+  const s = await serve(['--max-message', '4096']);
+  t.teardown(() => void s.proc.kill('SIGKILL'));
+  const closeWith = (send: (ws: WebSocket) => void, format = 's16'): Promise<{ code: number; reason: string }> =>
+    new Promise((resolve) => {
+      const ws = new WebSocket(`${s.ws}/v1/ws?inputRate=16000&format=${format}`);
+      ws.on('message', (d: Buffer, binary: boolean) => {
+        if (!binary && (JSON.parse(d.toString()) as { type: string }).type === 'ready') send(ws);
+      });
+      ws.on('close', (code, reason) => resolve({ code, reason: reason.toString() }));
+      ws.on('error', () => undefined);
+    });
+  const big = await closeWith((ws) => ws.send(Buffer.alloc(8192)));
+  t.equal(big.code, 1009, 'a message over --max-message: 1009');
+  const odd = await closeWith((ws) => ws.send(Buffer.alloc(3)));
+  t.equal(odd.code, 1007);
+  t.match(odd.reason, /3 bytes is not whole s16 samples/);
+  const oddF32 = await closeWith((ws) => ws.send(Buffer.alloc(6)), 'f32');
+  t.match(oddF32.reason, /not whole f32 samples/);
+  const garbage = await closeWith((ws) => ws.send('{not json'));
+  t.equal(garbage.code, 1007);
+  const unknown = await closeWith((ws) => ws.send(JSON.stringify({ type: 'dance' })));
+  t.equal(unknown.code, 1008);
+  t.match(unknown.reason, /unknown message type/);
+  // Garbage on the raw socket is refused by the HTTP parser; the daemon stays up.
+  await new Promise<void>((resolve) => {
+    const sock = connect(Number(new URL(s.url).port), '127.0.0.1', () => sock.end('\u0000\u0001garbage\r\n\r\n'));
+    sock.resume(); // read the daemon's 400 and its end, so the socket closes
+    sock.on('close', () => resolve());
+    sock.on('error', () => resolve());
+  });
+  const ok = await talk(s.ws, 11);
+  t.ok(ok.pcm.length > 0, 'the daemon still serves a conversation');
+  t.equal((await get(`${s.url}/healthz`)).status, 200);
+  t.equal(await stop(s), 0);
+});
