@@ -1,10 +1,21 @@
 import v8 from 'node:v8';
 import { Worker } from 'node:worker_threads';
 
+import { readFileSync } from 'node:fs';
 import { WavReader } from '../src/dsp/wav.js';
 import { openFileSource } from '../src/io/files.js';
 
 export { prng } from '../src/memory/prng.js';
+
+/** The fenced block after `<!-- example:NAME -->` in README.md: what users copy, run as written. */
+export function readmeExample(name: string): string {
+  const text = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
+  const at = text.indexOf(`<!-- example:${name} -->`);
+  if (at < 0) throw new Error(`README.md has no example '${name}'`);
+  const m = /```[a-z]*\n([\s\S]*?)```/.exec(text.slice(at));
+  if (m === null) throw new Error(`README.md example '${name}' has no fenced block`);
+  return m[1]!;
+}
 
 /** A WAV file's rate and its samples as mono floats. */
 export function readWavSamples(file: string): { rate: number; samples: Float32Array } {

@@ -6,18 +6,9 @@ import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } fro
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { readmeExample } from '../helpers.js';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
-
-/** The fenced block after `<!-- example:NAME -->` in README.md. */
-function readmeExample(name: string): string {
-  const text = readFileSync(join(root, 'README.md'), 'utf8');
-  const at = text.indexOf(`<!-- example:${name} -->`);
-  if (at < 0) throw new Error(`README.md has no example '${name}'`);
-  const m = /```(?:js|javascript)\n([\s\S]*?)```/.exec(text.slice(at));
-  if (m === null) throw new Error(`README.md example '${name}' has no fenced code`);
-  return m[1]!;
-}
 
 t.test('npm pack → install the tarball into a fresh project → README’s example holds a conversation', async (t) => {
   const work = mkdtempSync(join(tmpdir(), 'voxslab-pack-'));

@@ -1,6 +1,6 @@
 // `voxslab serve` as users run it: the built CLI in a child process, over loopback only.
 import t from 'tap';
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn } from 'node:child_process';
 import { mkdtempSync } from 'node:fs';
 import { connect } from 'node:net';
 import { tmpdir } from 'node:os';
@@ -11,6 +11,7 @@ import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { readWavSamples } from '../helpers.js';
 import { runCommand } from '../../src/cli/run.js';
 import { load } from '../../src/index.js';
+import { serve as serveModel, stop, talk as talkTo, type Served } from './daemon.js';
 
 const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
 const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
@@ -29,69 +30,8 @@ async function reference(seed: number): Promise<Buffer> {
   return f32bytes(readWav(out).samples);
 }
 
-interface Served {
-  proc: ChildProcess;
-  url: string;
-  ws: string;
-  stderr: () => string;
-  exited: Promise<number | null>;
-}
-
-/** Starts the daemon on a free loopback port and waits for its address. */
-async function serve(args: string[]): Promise<Served> {
-  const proc = spawn(process.execPath, [cli, 'serve', '--model', model, '--port', '0', '--reply', REPLY, ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let err = '';
-  proc.stderr!.on('data', (d: Buffer) => (err += d.toString()));
-  const exited = new Promise<number | null>((r) => proc.once('exit', (code) => r(code)));
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    proc.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /listening on (http:\/\/\S+)/.exec(out);
-      if (m !== null) resolve(m[1]!);
-    });
-    void exited.then((code) => reject(new Error(`serve exited with ${code}: ${err}`)));
-  });
-  return { proc, url, ws: url.replace('http:', 'ws:'), stderr: () => err, exited };
-}
-
-async function stop(s: Served): Promise<number | null> {
-  s.proc.kill('SIGTERM');
-  return s.exited;
-}
-
-interface Talk {
-  pcm: Buffer;
-  events: { type: string; [k: string]: unknown }[];
-}
-
-/** One turn over a WebSocket that opens its own conversation (f32 both ways). */
-function talk(url: string, seed: number, headers: Record<string, string> = {}): Promise<Talk> {
-  return new Promise((resolve, reject) => {
-    const ws = new WebSocket(`${url}/v1/ws?inputRate=${speech.rate}&format=f32&seed=${seed}`, { headers });
-    const parts: Buffer[] = [];
-    const events: Talk['events'] = [];
-    ws.on('open', () => {
-      const all = f32bytes(speech.samples);
-      for (let at = 0; at < all.length; at += 4096) ws.send(all.subarray(at, at + 4096));
-      ws.send(JSON.stringify({ type: 'end_turn' }));
-    });
-    ws.on('message', (d: Buffer, binary: boolean) => {
-      if (binary) parts.push(Buffer.from(d));
-      else {
-        const e = JSON.parse(d.toString()) as Talk['events'][number];
-        events.push(e);
-        if (e.type === 'turn_end') ws.close(1000);
-      }
-    });
-    ws.on('close', (code, reason) => {
-      if (events.at(-1)?.type === 'turn_end') resolve({ pcm: Buffer.concat(parts), events });
-      else reject(new Error(`socket closed before the reply ended: ${code} ${reason.toString()}`));
-    });
-    ws.on('unexpected-response', (_req, res) => reject(new Error(`upgrade refused: ${res.statusCode}`)));
-    ws.on('error', reject);
-  });
-}
+const serve = (args: string[]): Promise<Served> => serveModel(model, ['--reply', REPLY, ...args]);
+const talk = (url: string, seed: number, headers: Record<string, string> = {}) => talkTo(url, speech, seed, headers);
 
 async function get(url: string, headers: Record<string, string> = {}): Promise<Response> {
   return fetch(url, { headers });

@@ -1,0 +1,73 @@
+// Helpers for the daemon tests: the built CLI's `serve` in a child process, and one turn over
+// a WebSocket.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import WebSocket from 'ws';
+
+const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
+
+export interface Served {
+  proc: ChildProcess;
+  url: string;
+  ws: string;
+  port: number;
+  stderr: () => string;
+  exited: Promise<number | null>;
+}
+
+/** Starts `voxslab serve --model MODEL --port 0 …` and waits for its address. */
+export async function serve(model: string, args: string[]): Promise<Served> {
+  const proc = spawn(process.execPath, [cli, 'serve', '--model', model, '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let err = '';
+  proc.stderr!.on('data', (d: Buffer) => (err += d.toString()));
+  const exited = new Promise<number | null>((r) => proc.once('exit', (code) => r(code)));
+  const url = await new Promise<string>((resolve, reject) => {
+    let out = '';
+    proc.stdout!.on('data', (d: Buffer) => {
+      out += d.toString();
+      const m = /listening on (http:\/\/\S+)/.exec(out);
+      if (m !== null) resolve(m[1]!);
+    });
+    void exited.then((code) => reject(new Error(`serve exited with ${code}: ${err}`)));
+  });
+  return { proc, url, ws: url.replace('http:', 'ws:'), port: Number(new URL(url).port), stderr: () => err, exited };
+}
+
+/** SIGTERM, then the exit code. */
+export async function stop(s: Served): Promise<number | null> {
+  s.proc.kill('SIGTERM');
+  return s.exited;
+}
+
+export interface Talk {
+  pcm: Buffer;
+  events: { type: string; [k: string]: unknown }[];
+}
+
+/** One turn over a WebSocket that opens its own conversation (f32 both ways). */
+export function talk(url: string, speech: { rate: number; samples: Float32Array }, seed: number, headers: Record<string, string> = {}): Promise<Talk> {
+  return new Promise((resolve, reject) => {
+    const ws = new WebSocket(`${url}/v1/ws?inputRate=${speech.rate}&format=f32&seed=${seed}`, { headers });
+    const parts: Buffer[] = [];
+    const events: Talk['events'] = [];
+    ws.on('open', () => {
+      const all = Buffer.from(speech.samples.buffer, speech.samples.byteOffset, speech.samples.byteLength);
+      for (let at = 0; at < all.length; at += 4096) ws.send(all.subarray(at, at + 4096));
+      ws.send(JSON.stringify({ type: 'end_turn' }));
+    });
+    ws.on('message', (d: Buffer, binary: boolean) => {
+      if (binary) parts.push(Buffer.from(d));
+      else {
+        const e = JSON.parse(d.toString()) as Talk['events'][number];
+        events.push(e);
+        if (e.type === 'turn_end') ws.close(1000);
+      }
+    });
+    ws.on('close', (code, reason) => {
+      if (events.at(-1)?.type === 'turn_end') resolve({ pcm: Buffer.concat(parts), events });
+      else reject(new Error(`socket closed before the reply ended: ${code} ${reason.toString()}`));
+    });
+    ws.on('unexpected-response', (_req, res) => reject(new Error(`upgrade refused: ${res.statusCode}`)));
+    ws.on('error', reject);
+  });
+}
