@@ -12,7 +12,7 @@ h1{font-size:1.3em;margin:0 0 .5em}
 #plot{border:1px solid #ccc;width:940px;height:260px}
 .row{display:flex;gap:2em;align-items:flex-start;margin-top:1em}
 #legend span{display:inline-block;margin-right:1em}
-#transcript{border:1px solid #ccc;min-height:6em;padding:.5em;white-space:pre-wrap;width:600px}
+#transcript{border:1px solid #ccc;min-height:6em;padding:.5em;white-space:pre-wrap;width:360px}
 button{font-size:1.1em;padding:.4em 1.2em}
 #level{width:200px;height:12px;border:1px solid #999;position:relative}
 #level div{background:#3a3;height:100%;width:0}
@@ -26,6 +26,7 @@ table{border-collapse:collapse}td{padding:0 .6em;text-align:right}
  <div><button id="talk">Talk</button> <div>input level</div><div id="level"><div></div></div><div id="conv"></div></div>
  <div><b>Transcript</b><div id="transcript"></div></div>
  <div><b>Stage clocks (s)</b><table id="stages"></table></div>
+ <div><b>Ring high water</b><table id="rings"></table></div>
 </div>
 <script>
 const token = new URLSearchParams(location.search).get('access_token');
@@ -37,13 +38,16 @@ async function poll() {
   try {
     const m = await (await fetch('/v1/memory' + q, { headers })).json();
     const owners = m.owners || {};
-    for (const [name, o] of Object.entries(owners)) { if (!series.has(name)) series.set(name, []); }
+    // An owner that appears later starts with zeros, so every series shares the time axis.
+    for (const name of Object.keys(owners)) { if (!series.has(name)) series.set(name, new Array(Math.min(samples, 240)).fill(0)); }
     for (const [name, s] of series) { s.push(owners[name] ? owners[name].held : 0); if (s.length > 240) s.shift(); }
     samples++;
     draw(m);
     const text = await (await fetch('/metrics' + q, { headers })).text();
     const rows = [...text.matchAll(/^voxslab_stage_clock_seconds\\{clock="([^"]+)"\\} ([0-9.e+-]+)$/gm)];
     document.getElementById('stages').innerHTML = rows.map(r => '<tr><td>' + r[1] + '</td><td>' + Number(r[2]).toFixed(3) + '</td></tr>').join('');
+    const rings = [...text.matchAll(/^voxslab_ring_high_water_ratio\{conversation="([^"]+)",ring="([^"]+)"\} ([0-9.e+-]+)$/gm)];
+    document.getElementById('rings').innerHTML = rings.map(r => '<tr><td>' + r[1] + ' ' + r[2] + '</td><td>' + (100 * Number(r[3])).toFixed(0) + ' %</td></tr>').join('');
     document.getElementById('status').textContent = 'held ' + m.totals.current + ' bytes of a ' + m.totals.limit + '-byte cap';
   } catch (e) { document.getElementById('status').textContent = 'daemon unreachable: ' + e.message; }
 }
@@ -55,11 +59,12 @@ function draw() {
   for (const [name, s] of series) {
     const col = colors[i++ % colors.length];
     g.strokeStyle = col; g.lineWidth = 2; g.beginPath();
-    s.forEach((v, k) => { const x = 40 + k * (c.width - 50) / 240, y = c.height - 20 - v / max * (c.height - 40); k ? g.lineTo(x, y) : g.moveTo(x, y); });
+    const span = Math.max(60, s.length - 1);
+    s.forEach((v, k) => { const x = 40 + k * (c.width - 50) / span, y = c.height - 20 - v / max * (c.height - 40); k ? g.lineTo(x, y) : g.moveTo(x, y); });
     g.stroke();
     legend.push('<span style="color:' + col + '">■ ' + name + ' ' + (s[s.length - 1] / 1048576).toFixed(2) + ' MiB</span>');
   }
-  g.fillStyle = '#444'; g.fillText((max / 1048576).toFixed(1) + ' MiB', 2, 14); g.fillText('bytes held per owner over time', 40, c.height - 4);
+  g.fillStyle = '#444'; g.fillText((max / 1048576).toFixed(1) + ' MiB', 2, 14); g.fillText('bytes held per owner, sampled every 0.5 s', 40, c.height - 4);
   document.getElementById('legend').innerHTML = legend.join('');
 }
 setInterval(poll, 500); poll();

@@ -196,6 +196,18 @@ export class Daemon {
       },
     });
     new Gauge({
+      name: 'voxslab_ring_high_water_ratio',
+      help: 'Most of each ring of each open conversation ever in use, as a fraction of its capacity',
+      labelNames: ['conversation', 'ring'],
+      registers: r,
+      collect() {
+        this.reset();
+        for (const c of d.engine.pipeline.conversations.values()) {
+          for (const [name, ring] of Object.entries(c.rings)) this.set({ conversation: String(c.index), ring: name }, ring.maxUsed / ring.capacity);
+        }
+      },
+    });
+    new Gauge({
       name: 'voxslab_stage_busy_seconds',
       help: 'Wall seconds each stage worker spent in polls that made progress',
       labelNames: ['stage'],
