@@ -6,6 +6,7 @@ import * as memory from './memory.js';
 import * as model from './model.js';
 import * as pipeline from './pipeline.js';
 import * as planner from './planner.js';
+import * as serve from './serve.js';
 
 registerBench('memory', 'reserve/commit/refund cycles, snapshots and carving across threads', memory);
 registerBench('planner', 'planner high-water against the lower bound on random passes', planner);
@@ -13,3 +14,4 @@ registerBench('dsp', 'resampler, FFT, log-mel and ISTFT throughput', dsp);
 registerBench('kernels', 'GEMV/GEMM kernels per weight encoding against the measured read bandwidth', kernels);
 registerBench('model', 'backbone steps, prefill and frames per model (--production: lfm2-audio-1.5b q4/q8)', model);
 registerBench('pipeline', 'the five-stage pipeline against the single-thread engine, one and two conversations', pipeline);
+registerBench('serve', 'the daemon over loopback WebSockets beside the library: round trip, first reply sample, throughput', serve);

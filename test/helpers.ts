@@ -2,8 +2,6 @@ import v8 from 'node:v8';
 import { Worker } from 'node:worker_threads';
 
 import { readFileSync } from 'node:fs';
-import { WavReader } from '../src/dsp/wav.js';
-import { openFileSource } from '../src/io/files.js';
 
 export { prng } from '../src/memory/prng.js';
 
@@ -17,19 +15,7 @@ export function readmeExample(name: string): string {
   return m[1]!;
 }
 
-/** A WAV file's rate and its samples as mono floats. */
-export function readWavSamples(file: string): { rate: number; samples: Float32Array } {
-  const src = openFileSource(file);
-  try {
-    const r = new WavReader(src, 4096);
-    const all = new Float32Array(r.info.frames);
-    let n = 0;
-    for (let k = r.readMono(all.subarray(n), 4096); k > 0; k = r.readMono(all.subarray(n), 4096)) n += k;
-    return { rate: r.info.sampleRate, samples: all.subarray(0, n) };
-  } finally {
-    src.close();
-  }
-}
+export { readMonoWav as readWavSamples } from '../src/io/files.js';
 
 /** Integer in [lo, hi] from a PRNG. */
 export function randInt(r: () => number, lo: number, hi: number): number {

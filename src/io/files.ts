@@ -3,7 +3,7 @@ import { closeSync, fstatSync, openSync, readFileSync, readSync, writeSync } fro
 import { BadInputError } from '../errors.js';
 import type { ByteSource } from '../bytes.js';
 import type { WavFormat } from '../dsp/wav.js';
-import { bytesPerSample, encodeSamples, wavHeader } from '../dsp/wav.js';
+import { bytesPerSample, encodeSamples, WavReader, wavHeader } from '../dsp/wav.js';
 
 /** A whole text file; an unreadable one is bad input naming the file and the system's code. */
 export function readTextFile(file: string, what: string): string {
@@ -42,6 +42,20 @@ export function openFileSource(path: string): ByteSource & { close(): void } {
 }
 
 /** Streams f32 samples into a WAV file; the header's sizes are written on close(). */
+/** A whole WAV file as mono floats (channels averaged), with its rate. Allocates its result. */
+export function readMonoWav(file: string): { rate: number; samples: Float32Array } {
+  const src = openFileSource(file);
+  try {
+    const r = new WavReader(src, 4096);
+    const all = new Float32Array(r.info.frames);
+    let n = 0;
+    for (let k = r.readMono(all.subarray(n), 4096); k > 0; k = r.readMono(all.subarray(n), 4096)) n += k;
+    return { rate: r.info.sampleRate, samples: all.subarray(0, n) };
+  } finally {
+    src.close();
+  }
+}
+
 export class WavFileWriter {
   readonly path: string;
   readonly format: WavFormat;
