@@ -11,16 +11,15 @@
  * - Throughput: the fixture fed at once, reply audio seconds per wall second, for one
  *   conversation and two at once.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { load, type Engine } from '../src/api/engine.js';
+import { spawnServe } from '../src/daemon/child.js';
 import { resolveModel } from '../src/io/checkpoint.js';
 import { readMonoWav } from '../src/io/files.js';
 import { median, round } from './util.js';
 
 const FIXTURE = fileURLToPath(new URL('../../test/fixtures/hello.wav', import.meta.url));
-const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 const REPLY = 4;
 
 
@@ -30,20 +29,6 @@ function quantiles(xs: number[]): { p50: number; p99: number } {
   const s = [...xs].sort((a, b) => a - b);
   const at = (q: number): number => round(s[Math.min(s.length - 1, Math.floor(q * s.length))] ?? 0, 3);
   return { p50: at(0.5), p99: at(0.99) };
-}
-
-async function startDaemon(model: string): Promise<{ proc: ChildProcess; ws: string }> {
-  const proc = spawn(process.execPath, [CLI, 'serve', '--model', model, '--port', '0', '--reply', String(REPLY)], { stdio: ['ignore', 'pipe', 'ignore'] });
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    proc.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /listening on (http:\/\/\S+)/.exec(out);
-      if (m !== null) resolve(m[1]!);
-    });
-    proc.once('exit', (code) => reject(new Error(`serve exited with ${code}`)));
-  });
-  return { proc, ws: url.replace('http:', 'ws:') };
 }
 
 interface TurnTimes {
@@ -155,7 +140,7 @@ export async function run(o: { quick: boolean }): Promise<{ rows: ServeBenchRow[
     const libTwoWall = performance.now() - t2;
     await engine.close();
 
-    const d = await startDaemon(model);
+    const d = await spawnServe(['--model', model, '--port', '0', '--reply', String(REPLY)]);
     try {
       const idle = await pings(d.ws, o.quick ? 50 : 200);
       const first: number[] = [];
@@ -177,7 +162,7 @@ export async function run(o: { quick: boolean }): Promise<{ rows: ServeBenchRow[
       });
     } finally {
       d.proc.kill('SIGTERM');
-      await new Promise((r) => d.proc.once('exit', r));
+      await d.exited;
     }
   }
   return { rows };

@@ -1,36 +1,13 @@
 // Helpers for the daemon tests: the built CLI's `serve` in a child process, and one turn over
 // a WebSocket.
-import { spawn, type ChildProcess } from 'node:child_process';
-import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
+import { spawnServe, type ServeChild } from '../../src/daemon/child.js';
 
-const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
-
-export interface Served {
-  proc: ChildProcess;
-  url: string;
-  ws: string;
-  port: number;
-  stderr: () => string;
-  exited: Promise<number | null>;
-}
+export type Served = ServeChild;
 
 /** Starts `voxslab serve --model MODEL --port 0 …` and waits for its address. */
-export async function serve(model: string, args: string[]): Promise<Served> {
-  const proc = spawn(process.execPath, [cli, 'serve', '--model', model, '--port', '0', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let err = '';
-  proc.stderr!.on('data', (d: Buffer) => (err += d.toString()));
-  const exited = new Promise<number | null>((r) => proc.once('exit', (code) => r(code)));
-  const url = await new Promise<string>((resolve, reject) => {
-    let out = '';
-    proc.stdout!.on('data', (d: Buffer) => {
-      out += d.toString();
-      const m = /listening on (http:\/\/\S+)/.exec(out);
-      if (m !== null) resolve(m[1]!);
-    });
-    void exited.then((code) => reject(new Error(`serve exited with ${code}: ${err}`)));
-  });
-  return { proc, url, ws: url.replace('http:', 'ws:'), port: Number(new URL(url).port), stderr: () => err, exited };
+export function serve(model: string, args: string[]): Promise<Served> {
+  return spawnServe(['--model', model, '--port', '0', ...args]);
 }
 
 /** SIGTERM, then the exit code. */
