@@ -147,7 +147,8 @@ export class Arena {
     checkSize(length, `arena '${this.name}' region '${name}' length`);
     const bytes = length * type.BYTES_PER_ELEMENT;
     const footprint = this.policy.regionFootprint(bytes, `arena '${this.name}' region '${name}'`);
-    if (this.#sealed) {
+    // Sealing the owner seals its arenas too, those made before the seal included.
+    if (this.#sealed || this.#ledger.isSealed(this.slab.owner)) {
       this.#ledger.countAfterReadiness(footprint);
       throw new ReadinessError(
         `arena '${this.name}' is sealed (ready); carving region '${name}' (${bytes} bytes) after readiness is refused`,

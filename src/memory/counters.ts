@@ -1,8 +1,10 @@
+import { threadId } from 'node:worker_threads';
 import { ArgumentError, SharedStateError } from '../errors.js';
 
 /** Header words of a counter block (Int32 slots). */
 const kLock = 0; // 0 free, 1 held, 2 held with waiters
 const kSeq = 1; // even: stable; odd: a write is in progress
+const kHolder = 2; // the holding thread's id + 1 while the lock is held, else 0
 const kHeaderWords = 4;
 const kSpinsBeforeWait = 64;
 const kWaitSliceMs = 50;
@@ -25,8 +27,13 @@ const TWO_32 = 2 ** 32;
  * values up to 2^53-1 are exact. No method allocates except on an error path.
  *
  * Thread contract: any thread may read or write. Write sections must be short and must not
- * throw half-way (validate first). A thread that dies inside a write section leaves the lock
- * held; others then fail with SharedStateError after a few seconds instead of hanging.
+ * throw half-way (validate first). A lock wait that times out (SharedStateError) leaves the
+ * thread exactly as before the call. A thread that dies inside a write section leaves the
+ * lock held, with its thread id in the lock's holder word: others fail with SharedStateError
+ * after a few seconds instead of hanging, until whoever saw it exit (the pipeline's
+ * coordinator) calls `releaseIfHeldBy(itsThreadId)`; the counters its write section was
+ * changing may then be half-updated, so the caller treats the block as suspect (the
+ * coordinator returns that worker's slabs from their records and goes on).
  */
 export class SharedCounters {
   readonly buffer: SharedArrayBuffer;
@@ -65,17 +72,45 @@ export class SharedCounters {
     return Atomics.load(this.#header, kSeq);
   }
 
-  /** Enters a write section (re-entrant within a thread). Pair with endWrite() in finally. */
+  /**
+   * Enters a write section (re-entrant within a thread). Pair with endWrite() in finally.
+   * When the lock cannot be had it throws SharedStateError and the thread holds nothing.
+   */
   beginWrite(): void {
-    if (this.#depth++ > 0) return;
+    if (this.#depth > 0) {
+      this.#depth++;
+      return;
+    }
     this.#lock();
+    this.#depth = 1;
+    Atomics.store(this.#header, kHolder, threadId + 1);
     Atomics.add(this.#header, kSeq, 1);
+  }
+
+  /** The id of the thread holding the lock, or -1. */
+  get holder(): number {
+    return Atomics.load(this.#header, kHolder) - 1;
+  }
+
+  /**
+   * Releases the lock when a thread that has exited left it held (its id is in the holder
+   * word): the sequence is made even again and waiters are woken. Returns whether it did.
+   * Only for a thread known to be gone: the lock is then nobody's.
+   */
+  releaseIfHeldBy(deadThreadId: number): boolean {
+    const h = this.#header;
+    if (Atomics.compareExchange(h, kHolder, deadThreadId + 1, 0) !== deadThreadId + 1) return false;
+    if ((Atomics.load(h, kSeq) & 1) === 1) Atomics.add(h, kSeq, 1);
+    Atomics.store(h, kLock, 0);
+    Atomics.notify(h, kLock);
+    return true;
   }
 
   endWrite(): void {
     if (this.#depth === 0) throw new SharedStateError('endWrite() without beginWrite()');
     if (--this.#depth > 0) return;
     Atomics.add(this.#header, kSeq, 1);
+    Atomics.store(this.#header, kHolder, 0);
     this.#unlock();
   }
 

@@ -1,6 +1,6 @@
 import { totalmem } from 'node:os';
 import { Arena } from './arena.js';
-import { AllocationError, ArgumentError, ReadinessError } from '../errors.js';
+import { AllocationError, ArgumentError } from '../errors.js';
 import { FootprintPolicy, type FootprintOptions, type FootprintSettings } from './footprint.js';
 import { SharedCounters } from './counters.js';
 import { adoptCategories, categoryNames, kLimit, type OwnerKind } from './layout.js';
@@ -149,30 +149,40 @@ export class MemoryDomain {
   createSlab(owner: Owner, bytes: number, options: SlabOptions = {}): Slab {
     const label = options.label ?? `${owner?.name ?? '?'} slab`;
     const footprint = this.policy.slabFootprint(bytes, `slab '${label}'`);
-    if (this.ledger.isSealed(owner)) {
-      this.ledger.countAfterReadiness(footprint);
-      throw new ReadinessError(`owner '${owner.name}' is ready (sealed); allocating slab '${label}' is refused`);
-    }
+    const what = `slab '${label}'`;
     const pinned = options.pinned === true;
-    this.limit.reserve(owner, footprint);
+    // The seal is checked inside the reservation's and the commit's write sections.
+    this.limit.reserve(owner, footprint, what);
     let buffer: SharedArrayBuffer;
     try {
       buffer = this.#allocator.allocate(footprint);
-      if (!(buffer instanceof SharedArrayBuffer) || buffer.byteLength < footprint) {
-        throw new AllocationError(`allocator returned ${buffer instanceof SharedArrayBuffer ? `${buffer.byteLength} bytes` : 'no SharedArrayBuffer'}`);
+      // Exactly the size asked for: a larger buffer would hold bytes the cap does not count.
+      if (!(buffer instanceof SharedArrayBuffer) || buffer.byteLength !== footprint) {
+        throw new AllocationError(`allocator returned ${buffer instanceof SharedArrayBuffer ? `${buffer.byteLength} bytes` : 'no SharedArrayBuffer'} for ${footprint}`);
       }
     } catch (cause) {
       this.limit.refund(footprint);
-      throw new AllocationError(`allocating slab '${label}' (${footprint} bytes) for '${owner.name}' failed`, { cause });
+      throw new AllocationError(`allocating slab '${label}' (${footprint} bytes) for '${owner.name}' failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
     }
     if (pinned) {
-      const r = this.#locker.lock(new Uint8Array(buffer, 0, footprint));
+      let r: { ok: boolean; errno: number; message: string };
+      try {
+        r = this.#locker.lock(new Uint8Array(buffer, 0, footprint));
+      } catch (cause) {
+        this.limit.refund(footprint);
+        throw new AllocationError(`locking slab '${label}' (${footprint} bytes) in RAM failed: the page locker threw`, { cause });
+      }
       if (!r.ok) {
         this.limit.refund(footprint);
         throw new AllocationError(`locking slab '${label}' (${footprint} bytes) in RAM failed: ${r.message} (errno ${r.errno})`);
       }
     }
-    this.limit.commit(owner, pinned ? 'pinned' : 'slab', footprint);
+    try {
+      this.limit.commit(owner, pinned ? 'pinned' : 'slab', footprint, what);
+    } catch (error) {
+      if (pinned) this.#locker.unlock(new Uint8Array(buffer, 0, footprint));
+      throw error;
+    }
     const slab = new Slab({
       buffer,
       bytes: footprint,
@@ -204,8 +214,8 @@ export class MemoryDomain {
    */
   createUnbackedArena(owner: Owner, name: string, bytes: number): Arena {
     const footprint = this.policy.slabFootprint(Math.max(bytes, 1), `arena '${name}'`);
-    this.limit.reserve(owner, footprint);
-    this.limit.commit(owner, 'slab', footprint);
+    this.limit.reserve(owner, footprint, `arena '${name}'`);
+    this.limit.commit(owner, 'slab', footprint, `arena '${name}'`);
     const slab = new Slab({ buffer: UNBACKED, bytes: footprint, owner, kind: 'slab', label: name, ledger: this.ledger, limit: this.limit, locker: undefined });
     return new Arena(name, slab, this.policy, this.ledger);
   }

@@ -1,7 +1,9 @@
-import { ArgumentError, BadInputError, InternalError, MemoryLimitError } from '../errors.js';
+import { ArgumentError, BadInputError, InternalError, MemoryLimitError, ReadinessError } from '../errors.js';
 import { checkSize } from './footprint.js';
 import {
   categorySlot,
+  kAfterReadinessAttempts,
+  kAfterReadinessBytes,
   kAllocationsBeforeReadiness,
   kAllocatorFailures,
   kFootprint,
@@ -9,6 +11,7 @@ import {
   kLiveSlabs,
   kOwnerHeld,
   kOwnerPeak,
+  kOwnerSealed,
   kPeak,
   kPinnedHeld,
   kRefusals,
@@ -73,16 +76,22 @@ export class AllocationLimit {
     }
   }
 
-  /** Reserves `bytes` for `owner`, or throws MemoryLimitError without changing anything held. */
-  reserve(owner: Owner, bytes: number): void {
+  /**
+   * Reserves `bytes` for `owner`, or throws without changing anything held: MemoryLimitError
+   * past the cap, ReadinessError (counted as an attempt after readiness) when the owner is
+   * sealed. The seal is read in the same write section as the reservation.
+   */
+  reserve(owner: Owner, bytes: number, what = 'a slab'): void {
     checkSize(bytes, `reservation for '${owner.name}'`);
     const c = this.#ledger.counters;
-    let refused: MemoryLimitError | undefined;
+    let refused: MemoryLimitError | ReadinessError | undefined;
     c.beginWrite();
     try {
       const limit = c.get(kLimit);
       const inUse = c.get(kSlabHeld) + c.get(kPinnedHeld) + c.get(kReserved);
-      if (inUse + bytes > limit) {
+      if (this.#sealedIn(owner, bytes)) {
+        refused = new ReadinessError(`owner '${owner.name}' is ready (sealed); allocating ${what} is refused`);
+      } else if (inUse + bytes > limit) {
         c.add(kRefusals, 1);
         refused = new MemoryLimitError(bytes, inUse, limit, owner.name);
       } else {
@@ -94,25 +103,44 @@ export class AllocationLimit {
     if (refused !== undefined) throw refused;
   }
 
-  /** Turns a reservation into held bytes charged to `owner` (all as its slack). */
-  commit(owner: Owner, kind: HoldKind, bytes: number): void {
+  /** Inside a write section: whether `owner` is sealed, counting the refused attempt if so. */
+  #sealedIn(owner: Owner, bytes: number): boolean {
     const c = this.#ledger.counters;
+    if (c.get(ownerBase(owner.slot) + kOwnerSealed) !== 1) return false;
+    c.add(kAfterReadinessAttempts, 1);
+    c.add(kAfterReadinessBytes, bytes);
+    return true;
+  }
+
+  /**
+   * Turns a reservation into held bytes charged to `owner` (all as its slack). When the owner
+   * was sealed since the reservation, the reservation is returned instead, the attempt counted,
+   * and ReadinessError thrown.
+   */
+  commit(owner: Owner, kind: HoldKind, bytes: number, what = 'a slab'): void {
+    const c = this.#ledger.counters;
+    let sealed = false;
     c.beginWrite();
     try {
       this.#takeReservation(bytes);
-      const held = c.add(kind === 'pinned' ? kPinnedHeld : kSlabHeld, bytes);
-      const total = kind === 'pinned' ? held + c.get(kSlabHeld) : held + c.get(kPinnedHeld);
-      if (total > c.get(kPeak)) c.set(kPeak, total);
-      const b = ownerBase(owner.slot);
-      const ownerHeld = c.add(b + kOwnerHeld, bytes);
-      if (ownerHeld > c.get(b + kOwnerPeak)) c.set(b + kOwnerPeak, ownerHeld);
-      c.add(categorySlot(owner.slot, 0, kFootprint), bytes);
-      c.add(kLiveSlabs, 1);
-      c.add(kAllocationsBeforeReadiness, 1);
+      sealed = this.#sealedIn(owner, bytes);
+      if (!sealed) {
+        const held = c.add(kind === 'pinned' ? kPinnedHeld : kSlabHeld, bytes);
+        const total = kind === 'pinned' ? held + c.get(kSlabHeld) : held + c.get(kPinnedHeld);
+        if (total > c.get(kPeak)) c.set(kPeak, total);
+        const b = ownerBase(owner.slot);
+        const ownerHeld = c.add(b + kOwnerHeld, bytes);
+        if (ownerHeld > c.get(b + kOwnerPeak)) c.set(b + kOwnerPeak, ownerHeld);
+        c.add(categorySlot(owner.slot, 0, kFootprint), bytes);
+        c.add(kLiveSlabs, 1);
+        c.add(kAllocationsBeforeReadiness, 1);
+      }
     } finally {
       c.endWrite();
     }
+    if (sealed) throw new ReadinessError(`owner '${owner.name}' was sealed (ready) while ${what} was being allocated; it is refused`);
   }
+
 
   /** Returns a reservation whose allocation failed. Held bytes and the peak do not change. */
   refund(bytes: number): void {

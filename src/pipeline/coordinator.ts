@@ -75,7 +75,7 @@ class StageWorker {
   readonly #died: Promise<never>;
   exited = false;
 
-  constructor(name: StageName, bells: Doorbells, timeoutMs: number, onFailure: (e: WorkerError) => void) {
+  constructor(name: StageName, bells: Doorbells, timeoutMs: number, onFailure: (e: WorkerError) => void, onExit: (threadId: number) => void) {
     this.name = name;
     this.#bells = bells;
     this.#timeoutMs = timeoutMs;
@@ -90,8 +90,10 @@ class StageWorker {
         reject(e);
       };
       this.worker.once('error', (err) => fail(new WorkerError(name, `failed: ${err.message}`, { cause: err })));
+      const threadId = this.worker.threadId;
       this.worker.once('exit', (code) => {
         this.exited = true;
+        onExit(threadId);
         fail(new WorkerError(name, `exited with code ${code}`));
       });
     });
@@ -188,7 +190,9 @@ export class Pipeline {
     this.#arenas.push(arena);
     this.control = arena.carve('control', 'metadata', Int32Array, CONTROL_WORDS);
     this.bells = new Doorbells(this.control);
-    this.workers = STAGE_NAMES.map((name) => new StageWorker(name, this.bells, timeout, (e) => this.#fail(e)));
+    // A worker that exits inside an accounting write section leaves the lock held: free it.
+    const onExit = (threadId: number): void => void domain.ledger.counters.releaseIfHeldBy(threadId);
+    this.workers = STAGE_NAMES.map((name) => new StageWorker(name, this.bells, timeout, (e) => this.#fail(e), onExit));
   }
 
   #fail(e: WorkerError): void {
