@@ -333,7 +333,7 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
           wallMs,
         }),
       );
-      lines.push(`${basename(j.input)} → ${j.output}: "${text}"`);
+      lines.push(`${basename(j.input)} → ${j.output}: ${JSON.stringify(text)}`);
       log(`${j.output}: ${audioSeconds.toFixed(2)} s at ${rate} Hz, ${summary.audioFrames} audio frames, ${tokens.length} text tokens, stop: ${summary.stop}, ${(wallMs / 1000).toFixed(2)} s wall`);
     }
     const atEnd = domain.snapshot().allocations;
@@ -541,7 +541,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
           underrunMs: ms(f.lateMs),
         }),
       );
-      lines.push(`${basename(f.job.input)} → ${f.job.output}: "${text}"`);
+      lines.push(`${basename(f.job.input)} → ${f.job.output}: ${JSON.stringify(text)}`);
       p.log(`${f.job.output}: ${audioSeconds.toFixed(2)} s at ${p.rate} Hz, ${s[TURN_FRAMES]} audio frames, ${f.tokens.length} text tokens, stop: ${stop}, first audio ${f.firstAudioAt < 0 ? '-' : `${(f.firstAudioAt - f.endAt).toFixed(1)} ms`} after the end of speech`);
     }
     p.log(`pipeline: ${flows.length} conversation(s) in ${(wallMs / 1000).toFixed(2)} s wall; ${pipeline.placement.map((w) => `${w.stage}@${w.affinity.join('+')}${w.pinError === null ? '' : ` (pin failed: ${w.pinError})`}`).join(', ')}`);

@@ -7,6 +7,9 @@
  * Design: passband edge 0.45 × the lower rate, stopband edge 0.5 × the lower rate, Kaiser β
  * for the requested stopband attenuation (default 110 dB).
  *
+ * At equal rates it is the identity (as torchaudio's resample is): samples pass unchanged,
+ * with no filter and no delay.
+ *
  * Streaming equals batch bit for bit: every output is one dot product over the same taps and
  * the same history, in the same order, whatever the chunking. Samples arrive one at a time
  * into a double-written history ring, so any window is contiguous. The loop runs in the native
@@ -63,8 +66,10 @@ export class Resampler {
   /** Upsampling factor L and downsampling factor M (out/in = L/M). */
   readonly up: number;
   readonly down: number;
-  /** Taps per phase. */
+  /** Taps per phase (0 at equal rates). */
   readonly taps: number;
+  /** Equal rates: samples are copied, not filtered. */
+  readonly identity: boolean;
   readonly #h: Float64Array; // [L][taps], each phase reversed: tap T−1−k = prototype[p + k·L]
   readonly #ring: Float64Array; // [2·taps] double-written history
   readonly #state: Float64Array; // [kStateSlots] shared with the native kernel
@@ -83,6 +88,14 @@ export class Resampler {
     const g = gcd(inRate, outRate);
     this.up = outRate / g;
     this.down = inRate / g;
+    this.identity = inRate === outRate;
+    this.#state = ws('resample.state', Float64Array, kStateSlots);
+    if (this.identity) {
+      this.taps = 0;
+      this.#h = new Float64Array(0);
+      this.#ring = this.#h;
+      return;
+    }
     const L = this.up;
     const low = Math.min(inRate, outRate);
     const common = inRate * L; // the prototype's sample rate
@@ -108,7 +121,6 @@ export class Resampler {
       this.#h[p * this.taps + (this.taps - 1 - k)] = sinc * w * L; // × L restores the gain lost to zero-stuffing
     }
     this.#ring = ws('resample.history', Float64Array, 2 * this.taps);
-    this.#state = ws('resample.state', Float64Array, kStateSlots);
     this.#state[kUp] = L;
     this.#state[kDown] = this.down;
     this.#state[kTaps] = this.taps;
@@ -120,6 +132,7 @@ export class Resampler {
    * itself, so reports measure the coefficients in use rather than the design targets.
    */
   gainAt(hz: number): number {
+    if (this.identity) return 1;
     const L = this.up;
     const T = this.taps;
     const w = (2 * Math.PI * hz) / (this.inRate * L);
@@ -157,13 +170,20 @@ export class Resampler {
   /** Feeds `count` samples of `input`; writes the outputs they complete to `out[outAt…]`. Returns the count. */
   push(input: Float32Array, out: Float32Array, outAt = 0, count = input.length): number {
     if (this.#flushed) return 0;
-    return native.resampleRun(this.#h, this.#ring, this.#state, input, Math.min(count, input.length), out, outAt, 0);
+    const n = Math.min(count, input.length);
+    if (this.identity) {
+      for (let i = 0; i < n; i++) out[outAt + i] = input[i] as number;
+      this.#state[kInputs] = (this.#state[kInputs] as number) + n;
+      return n;
+    }
+    return native.resampleRun(this.#h, this.#ring, this.#state, input, n, out, outAt, 0);
   }
 
   /** Ends the stream: feeds zeros until every output of the input so far is written. */
   finish(out: Float32Array, outAt = 0): number {
     if (this.#flushed) return 0;
     this.#flushed = true;
+    if (this.identity) return 0;
     return native.resampleRun(this.#h, this.#ring, this.#state, null, 0, out, outAt, this.outputLength(this.#state[kInputs] as number));
   }
 }

@@ -36,6 +36,28 @@ t.test('resampler: streaming equals one whole pass, bit for bit', async (t) => {
   }
 });
 
+t.test('resampler: at equal rates it is the identity, bit for bit, in any chunking, with no delay', async (t) => {
+  const r = prng(11);
+  // Full-band noise: a low-pass at equal rates would change the top of the band.
+  const x = Float32Array.from({ length: 9_000 }, () => r() * 2 - 1);
+  for (const rate of [16000, 24000, 48000]) {
+    for (const c of CHUNKS) {
+      const rs = new Resampler(rate, rate);
+      const y = resampleAll(rs, x, c);
+      t.ok(y.length === x.length && y.every((v, i) => Object.is(v, x[i])), `${rate}→${rate} in chunks of ${c}`, { diagnostic: false });
+    }
+    t.equal(new Resampler(rate, rate).gainAt(0.49 * rate), 1, 'flat to Nyquist');
+  }
+  // The allocation probe: the identity's push allocates nothing either.
+  const rs = new Resampler(16000, 16000);
+  const out = new Float32Array(x.length);
+  const probe = allocationProbe(2000, () => {
+    rs.push(x, out, 0, 1024);
+  });
+  t.ok(probe.heap >= 0 && probe.heap < 1024, `JS heap growth over 2000 pushes: ${probe.heap} bytes (the probe's own)`);
+  t.ok(probe.arrayBuffers <= 0);
+});
+
 t.test('resampler: a 1 kHz sine survives 48k→16k→48k above 90 dB SNR', async (t) => {
   const x = sine(48000, 1000, 1);
   const y = resampleAll(new Resampler(16000, 48000), resampleAll(new Resampler(48000, 16000), x, 4096), 4096);
