@@ -8,7 +8,7 @@ import type { MemoryDomain } from '../memory/domain.js';
 import { openFileSource } from './files.js';
 import { checkpointLayout, DTYPE_BYTES, type Dtype, type TensorSpec } from '../model/format/layout.js';
 import { encodeSafetensorsHeader } from '../model/format/safetensors.js';
-import { encodeValues, TensorStream } from '../model/format/synth.js';
+import { encodeValues, SYNTH_VERSION, TensorStream } from '../model/format/synth.js';
 import { UsageError } from '../errors.js';
 import { Progress } from './progress.js';
 import { syntheticTokenizer } from '../model/format/tokenizer.js';
@@ -110,7 +110,7 @@ export function checkpointCache(): string {
 /** A checkpoint folder, or a built-in configuration name (generated once with seed 1, f32). */
 export function resolveModel(model: string, log: (line: string) => void): string {
   if (existsSync(model) || BUILTIN_CONFIGS[model] === undefined) return model;
-  const dir = join(checkpointCache(), `${model}-seed1-f32`);
+  const dir = join(checkpointCache(), `${model}-seed1-f32-v${SYNTH_VERSION}`);
   if (existsSync(join(dir, 'config.json'))) return dir;
   mkdirSync(checkpointCache(), { recursive: true });
   const tmp = mkdtempSync(join(checkpointCache(), `.${model}-`));

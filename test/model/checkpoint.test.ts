@@ -106,6 +106,41 @@ t.test('missing tied tensors alias their twin; unknown extras are listed and ski
   t.same([a.slab, a.offset, a.bytes], [b.slab, b.offset, b.bytes], 'same bytes, no copy');
 });
 
+t.test('make-checkpoint writes what LAYOUT.md says: tied to_logits equal their embeddings, istft.window is the periodic Hann window', async (t) => {
+  const out = join(dir, 'layout-values');
+  makeCheckpoint({ config: 'tiny', seed: 11, out, dtype: 'f32' });
+  const tensor = (file: string, name: string): Buffer => {
+    const bytes = readFileSync(file);
+    const n = Number(bytes.readBigUInt64LE(0));
+    const header = JSON.parse(bytes.subarray(8, 8 + n).toString('utf8')) as Record<string, { data_offsets: [number, number] }>;
+    const e = header[name];
+    if (e === undefined) throw new Error(`${name} not in ${file}`);
+    return bytes.subarray(8 + n + e.data_offsets[0], 8 + n + e.data_offsets[1]);
+  };
+  const main = join(out, 'model.safetensors');
+  const cb = loadConfig(out).audio.codebooks;
+  for (let i = 0; i < cb; i++) {
+    t.ok(tensor(main, `depth_embeddings.${i}.to_logits.weight`).equals(tensor(main, `depth_embeddings.${i}.embedding.weight`)), `codebook ${i}: to_logits bytes = embedding bytes`);
+  }
+  const w = tensor(join(out, 'audio_detokenizer', 'model.safetensors'), 'istft.window');
+  const got = new Float32Array(w.buffer.slice(w.byteOffset, w.byteOffset + w.byteLength));
+  const want = Float32Array.from({ length: got.length }, (_, k) => 0.5 - 0.5 * Math.cos((2 * Math.PI * k) / got.length));
+  t.equal(got.length, 1280);
+  t.ok(got.every((v, i) => v === want[i]), 'periodic Hann, to f32 rounding');
+  t.equal(got[0], 0, 'periodic: starts at 0 …');
+  t.equal(got[640], 1, '… peaks at N/2');
+  // So a writer that stores tied tensors once gives a model that answers identically.
+  const untied = join(dir, 'layout-untied');
+  makeCheckpoint({ config: 'tiny', seed: 11, out: untied, dtype: 'f32', omitTied: true });
+  const a = loadCheckpoint(out, MemoryDomain.create({ limit: '1GiB' }));
+  const b = loadCheckpoint(untied, MemoryDomain.create({ limit: '1GiB' }));
+  for (let i = 0; i < cb; i++) {
+    const name = `depth_embeddings.${i}.to_logits.weight`;
+    const n = a.image.get(name).bytes / 4;
+    t.same(a.image.toF32(name, new Float32Array(n)), b.image.toF32(name, new Float32Array(n)), `codebook ${i}: the same logits weights stored or aliased`);
+  }
+});
+
 /** A checkpoint's main file rebuilt from `tensors` (name → bytes) with a header edit. */
 function rebuild(edit: (header: Record<string, any>) => void, dataEdit?: (data: Uint8Array) => Uint8Array): Uint8Array {
   const bytes = readFileSync(join(dir, 'a', 'model.safetensors'));

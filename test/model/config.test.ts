@@ -37,12 +37,23 @@ t.test('nonsense values are refused with the field path', async (t) => {
     ['no ffn size', (m) => { delete m.lfm.block_ff_dim; delete m.lfm.intermediate_size; }, /field lfm\.intermediate_size: intermediate_size or block_ff_dim is required/],
     ['detokenizer window', (_m, d) => (d.sliding_window = 0), /audio_detokenizer\/config\.json, field sliding_window/],
     ['detokenizer output', (_m, d) => (d.output_size = 1000), /audio_detokenizer\/config\.json, field output_size/],
+    ['main context missing', (m) => delete m.lfm.max_position_embeddings, /config\.json, field lfm\.max_position_embeddings/],
   ];
   for (const [what, mutate, pattern] of cases) {
     const m = clone(main) as Record<string, any>;
     const d = clone(det) as Record<string, any>;
     mutate(m, d);
     t.throws(() => resolveConfig('x', m, d), { name: 'BadInputError', message: pattern }, what);
+  }
+});
+
+t.test('the detokenizer config needs no max_position_embeddings (MODEL.md and LAYOUT.md do not list it)', async (t) => {
+  for (const name of BUILTIN_NAMES) {
+    const [main, det] = BUILTIN_CONFIGS[name]!;
+    const d = clone(det) as Record<string, unknown>;
+    delete d.max_position_embeddings;
+    const c = resolveConfig(name, main, d);
+    t.equal(c.detokenizer.hidden, (det as { hidden_size: number }).hidden_size, `${name}: resolves without it`);
   }
 });
 

@@ -28,6 +28,18 @@ for (const [bits, group] of [[8, 32], [4, 64]] as const) {
     const again = join(dir, `q${bits}-again`);
     await quantizeCheckpoint({ input: join(dir, 'f32'), output: again, bits, group, threads: 1 });
     t.equal(sha(join(out, 'model.safetensors')), sha(join(again, 'model.safetensors')), 'the same bytes with one thread or two');
+    // What README says is written is what is written.
+    for (const f of ['model.safetensors', 'audio_detokenizer/model.safetensors']) {
+      const bytes = readFileSync(join(out, f));
+      const header = JSON.parse(bytes.subarray(8, 8 + Number(bytes.readBigUInt64LE(0))).toString('utf8')) as { __metadata__?: Record<string, string> };
+      t.equal(header.__metadata__?.['voxslab.quantization'], JSON.stringify({ bits, group }), `${f}: metadata`);
+    }
+    for (const f of ['config.json', 'audio_detokenizer/config.json']) {
+      t.same((JSON.parse(readFileSync(join(out, f), 'utf8')) as { quantization: unknown }).quantization, { bits, group_size: group }, `${f}: quantization`);
+    }
+    const readme = readFileSync(new URL('../../../README.md', import.meta.url), 'utf8').replace(/\s+/g, ' ');
+    t.match(readme, '`voxslab.quantization`, value the JSON text `{"bits":4,"group":64}`');
+    t.match(readme, '`"quantization": {"bits": 4, "group_size": 64}`');
     const domain = MemoryDomain.create({ limit: '1GiB' });
     const { image, report } = loadCheckpoint(out, domain);
     t.same(report.unexpected, [], 'scales and biases are recognised');

@@ -21,7 +21,8 @@ const Lfm2Schema = z
     conv_L_cache: posInt.default(3),
     conv_bias: z.boolean().default(false),
     vocab_size: posInt,
-    max_position_embeddings: posInt,
+    // The backbone's context; the detokenizer's config need not carry it (MODEL.md, LAYOUT.md).
+    max_position_embeddings: posInt.optional(),
     rope_theta: posNum.default(1_000_000),
     norm_eps: posNum.default(1e-5),
     intermediate_size: posInt.optional(),
@@ -73,7 +74,7 @@ const MainSchema = z.looseObject({
     .superRefine((e, ctx) => {
       if (e.d_model % e.n_heads !== 0) ctx.addIssue({ code: 'custom', path: ['n_heads'], message: `must divide d_model ${e.d_model}` });
     }),
-  lfm: Lfm2Schema,
+  lfm: z.intersection(Lfm2Schema, z.looseObject({ max_position_embeddings: posInt })),
   depthformer: z
     .looseObject({
       layers: posInt,

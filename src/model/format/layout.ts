@@ -15,8 +15,8 @@ export interface TensorSpec {
   readonly ignore?: boolean;
   /** Tied: when missing, the named tensor is used in its place. */
   readonly tiedTo?: string;
-  /** How to initialise a synthetic tensor: 'weight' (fan-in scaled), 'norm' (ones), 'bias', 'variance', 'index'. */
-  readonly init: 'weight' | 'norm' | 'bias' | 'variance' | 'index' | 'embedding';
+  /** How to initialise a synthetic tensor: 'weight' (fan-in scaled), 'norm' (ones), 'bias', 'variance', 'index', 'window' (periodic Hann). */
+  readonly init: 'weight' | 'norm' | 'bias' | 'variance' | 'index' | 'embedding' | 'window';
 }
 
 export interface CheckpointLayout {
@@ -161,7 +161,7 @@ export function checkpointLayout(config: ModelConfig, options: { convBias?: bool
     ...lfm2Layers('lfm', t.hidden, t.layers, t.heads, t.kvHeads, t.ffn, t.convKernel, false),
     f('lin.weight', [t.outBins, t.hidden]),
     f('lin.bias', [t.outBins], 'bias'),
-    f('istft.window', [t.nFft], 'norm', { ignore: true }),
+    f('istft.window', [t.nFft], 'window', { ignore: true }),
   ];
   return Object.freeze({ main: Object.freeze(main), detokenizer: Object.freeze(detokenizer) });
 }

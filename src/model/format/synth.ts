@@ -2,11 +2,15 @@
  * Deterministic synthetic weights: each tensor's values come from a PRNG seeded by the
  * checkpoint seed and the tensor's name, so the same seed gives the same bytes whatever the
  * order or chunking of generation. Weights are random (speech out is babble); shapes, names,
- * dtypes and sizes are exactly those of the real layout.
+ * dtypes and sizes are exactly those of the real layout. Tied tensors equal their targets and
+ * `istft.window` is the periodic Hann window, as LAYOUT.md says.
  */
 import type { Dtype, TensorSpec } from './layout.js';
 import { f32ToBf16, f32ToF16 } from './dtype.js';
 import { prng } from '../../memory/prng.js';
+
+/** Changes whenever the same seed would give other values: caches of generated checkpoints key on it. */
+export const SYNTH_VERSION = 2;
 
 /** FNV-1a of the name mixed with the seed. */
 function tensorSeed(seed: number, name: string): number {
@@ -28,7 +32,8 @@ export class TensorStream {
 
   constructor(spec: TensorSpec, seed: number) {
     this.spec = spec;
-    this.#random = prng(tensorSeed(seed, spec.name));
+    // A tied tensor repeats its target's values (LAYOUT.md: to_logits equals the embedding).
+    this.#random = prng(tensorSeed(seed, spec.tiedTo ?? spec.name));
     const fanIn = spec.shape.slice(1).reduce((a, b) => a * b, 1);
     this.#scale = spec.init === 'weight' ? 1 / Math.sqrt(Math.max(1, fanIn)) : spec.init === 'embedding' ? 1 / Math.sqrt(Math.max(1, spec.shape[1] ?? 1)) : 1;
   }
@@ -67,6 +72,9 @@ export class TensorStream {
           break;
         case 'variance':
           out[i] = 1 + 0.2 * Math.abs(this.#normal());
+          break;
+        case 'window': // torch.hann_window(N), periodic
+          out[i] = 0.5 - 0.5 * Math.cos((2 * Math.PI * k) / (s.shape[0] as number));
           break;
         default: // index: codebook offsets i·2049, counters 0
           out[i] = s.name === 'codebook_offsets' ? k * 2049 : 0;
