@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 
 #include "dsp.h"
@@ -14,12 +15,18 @@ namespace {
 
 using voxslab::CpuFeatures;
 
+// Argument errors carry the catalogue's code (ERR_VOXSLAB_ARGUMENT), so callers can tell them
+// from faults without parsing messages.
 [[noreturn]] void ThrowType(const Napi::Env& env, const std::string& message) {
-  throw Napi::TypeError::New(env, message);
+  Napi::TypeError e = Napi::TypeError::New(env, message);
+  e.Set("code", Napi::String::New(env, "ERR_VOXSLAB_ARGUMENT"));
+  throw e;
 }
 
 [[noreturn]] void ThrowRange(const Napi::Env& env, const std::string& message) {
-  throw Napi::RangeError::New(env, message);
+  Napi::RangeError e = Napi::RangeError::New(env, message);
+  e.Set("code", Napi::String::New(env, "ERR_VOXSLAB_ARGUMENT"));
+  throw e;
 }
 
 void ExpectArgs(const Napi::CallbackInfo& info, size_t n, const char* fn) {
@@ -129,6 +136,19 @@ int64_t CountArg(const Napi::CallbackInfo& info, size_t index, const char* fn, c
     ThrowRange(info.Env(), std::string(fn) + ": " + what + " must be a non-negative integer");
   }
   return static_cast<int64_t>(d);
+}
+
+// Every size computed from JS counts goes through here: factors must be non-negative and the
+// product at most 2^53, checked without wrapping, so a huge count fails as a RangeError
+// instead of indexing outside a view.
+size_t Mul(const Napi::CallbackInfo& info, const char* fn, std::initializer_list<int64_t> factors) {
+  int64_t r = 1;
+  for (const int64_t f : factors) {
+    if (f < 0 || __builtin_mul_overflow(r, f, &r) || r > 9007199254740991LL) {
+      ThrowRange(info.Env(), std::string(fn) + ": sizes out of range (a count is negative, or their product exceeds 2^53)");
+    }
+  }
+  return static_cast<size_t>(r);
 }
 
 template <typename A, typename B>
@@ -302,7 +322,7 @@ Napi::Value FftValue(const Napi::CallbackInfo& info) {
   if (!info[6].IsBoolean()) ThrowType(info.Env(), "fft: inverse must be a boolean");
   const bool inverse = info[6].As<Napi::Boolean>().Value();
   if (n < 1 || n > (1 << 24)) ThrowRange(info.Env(), "fft: n must be from 1 to 2^24");
-  const size_t len = static_cast<size_t>(2 * n);
+  const size_t len = Mul(info, fn, {2, n});
   if (tw.length < len || in.length < len || out.length < len) ThrowRange(info.Env(), "fft: twiddles, input and output need 2·n values");
   // The factor plan must multiply out to n and fit the scratch.
   int64_t rest = n;
@@ -318,7 +338,7 @@ Napi::Value FftValue(const Napi::CallbackInfo& info) {
     i += 2;
   }
   if (n == 1 && (factors.length < 2 || factors.data[0] != 1 || factors.data[1] != 1)) ThrowRange(info.Env(), "fft: factor plan does not match n");
-  if (scratch.length < static_cast<size_t>(2 * maxP)) ThrowRange(info.Env(), "fft: scratch is too small for the largest radix");
+  if (scratch.length < Mul(info, fn, {2, maxP})) ThrowRange(info.Env(), "fft: scratch is too small for the largest radix");
   if (Overlap(in, out) || Overlap(scratch, out) || Overlap(scratch, in)) ThrowRange(info.Env(), "fft: input, output and scratch must not overlap");
   voxslab::FftRun(factors.data, tw.data, scratch.data, in.data, out.data, static_cast<int>(n), inverse);
   return info.Env().Undefined();
@@ -341,8 +361,8 @@ Napi::Value RfftValue(const Napi::CallbackInfo& info) {
   const bool inverse = info[8].As<Napi::Boolean>().Value();
   if (n < 2 || n % 2 != 0 || n > (1 << 24)) ThrowRange(info.Env(), "rfft: n must be even, from 2 to 2^24");
   const int64_t h = n / 2;
-  const size_t bins2 = static_cast<size_t>(2 * (h + 1));
-  if (tw.length < static_cast<size_t>(2 * h) || split.length < bins2 || work.length < static_cast<size_t>(2 * n)) {
+  const size_t bins2 = Mul(info, fn, {2, (h + 1)});
+  if (tw.length < Mul(info, fn, {2, h}) || split.length < bins2 || work.length < Mul(info, fn, {2, n})) {
     ThrowRange(info.Env(), "rfft: twiddles need n values, split n + 2, work 2·n");
   }
   const size_t inNeed = inverse ? bins2 : static_cast<size_t>(n);
@@ -361,7 +381,7 @@ Napi::Value RfftValue(const Napi::CallbackInfo& info) {
     i += 2;
   }
   if (h == 1 && (factors.length < 2 || factors.data[0] != 1 || factors.data[1] != 1)) ThrowRange(info.Env(), "rfft: factor plan does not match n/2");
-  if (scratch.length < static_cast<size_t>(2 * maxP)) ThrowRange(info.Env(), "rfft: scratch is too small for the largest radix");
+  if (scratch.length < Mul(info, fn, {2, maxP})) ThrowRange(info.Env(), "rfft: scratch is too small for the largest radix");
   if (Overlap(in, out) || Overlap(work, in) || Overlap(work, out) || Overlap(scratch, work)) ThrowRange(info.Env(), "rfft: buffers must not overlap");
   if (inverse) {
     voxslab::RfftInverse(factors.data, tw.data, scratch.data, split.data, work.data, in.data, out.data, static_cast<int>(n));
@@ -405,7 +425,7 @@ Napi::Value GemvValue(const Napi::CallbackInfo& info) {
   const auto wt = static_cast<voxslab::WeightType>(type);
   const bool quant = wt == voxslab::WeightType::kQ8 || wt == voxslab::WeightType::kQ4;
   const void* w = nullptr;
-  size_t wlen = 0, wneed = static_cast<size_t>(M * K);
+  size_t wlen = 0, wneed = Mul(info, fn, {M, K});
   if (wt == voxslab::WeightType::kF32) {
     auto v = TypedArg<float>(info, 1, napi_float32_array, fn, "w");
     w = v.data;
@@ -418,7 +438,7 @@ Napi::Value GemvValue(const Napi::CallbackInfo& info) {
     auto v = TypedArg<uint8_t>(info, 1, napi_uint8_array, fn, "w");
     w = v.data;
     wlen = v.length;
-    if (wt == voxslab::WeightType::kQ4) wneed = static_cast<size_t>(M * K / 2);
+    if (wt == voxslab::WeightType::kQ4) wneed = Mul(info, fn, {M, K}) / 2;
   }
   if (wlen < wneed) ThrowRange(info.Env(), "gemv: w has " + std::to_string(wlen) + " elements, needs " + std::to_string(wneed));
   int64_t group = 0;
@@ -428,7 +448,7 @@ Napi::Value GemvValue(const Napi::CallbackInfo& info) {
   if (quant) {
     group = CountArg(info, 4, fn, "group");
     if (group < 8 || group % 8 != 0 || K % group != 0) ThrowRange(info.Env(), "gemv: group must be a multiple of 8 that divides K");
-    const size_t g = static_cast<size_t>(M * (K / group));
+    const size_t g = Mul(info, fn, {M, (K / group)});
     scales = F32Arg(info, 2, fn, "scales", g).data;
     biases = F32Arg(info, 3, fn, "biases", g).data;
     xsum = F32Arg(info, 9, fn, "xsum", static_cast<size_t>(K / group)).data;
@@ -461,7 +481,7 @@ voxslab::WeightRef WeightArg(const Napi::CallbackInfo& info, const char* fn, int
   if (type > 4) ThrowRange(info.Env(), std::string(fn) + ": type must be 0 (f32), 1 (f16), 2 (bf16), 3 (q8) or 4 (q4)");
   voxslab::WeightRef w{static_cast<voxslab::WeightType>(type), nullptr, nullptr, nullptr, 0};
   const bool quant = type >= 3;
-  size_t wlen = 0, wneed = static_cast<size_t>(M * K);
+  size_t wlen = 0, wneed = Mul(info, fn, {M, K});
   if (type == 0) {
     auto v = TypedArg<float>(info, wi, napi_float32_array, fn, "w");
     w.data = v.data;
@@ -474,13 +494,13 @@ voxslab::WeightRef WeightArg(const Napi::CallbackInfo& info, const char* fn, int
     auto v = TypedArg<uint8_t>(info, wi, napi_uint8_array, fn, "w");
     w.data = v.data;
     wlen = v.length;
-    if (type == 4) wneed = static_cast<size_t>(M * K / 2);
+    if (type == 4) wneed = Mul(info, fn, {M, K}) / 2;
   }
   if (wlen < wneed) ThrowRange(info.Env(), std::string(fn) + ": w has " + std::to_string(wlen) + " elements, needs " + std::to_string(wneed));
   if (quant) {
     const int64_t group = CountArg(info, gi, fn, "group");
     if (group < 8 || group % 8 != 0 || K % group != 0) ThrowRange(info.Env(), std::string(fn) + ": group must be a multiple of 8 that divides K");
-    const size_t g = static_cast<size_t>(M * (K / group));
+    const size_t g = Mul(info, fn, {M, (K / group)});
     w.scales = F32Arg(info, si, fn, "scales", g).data;
     w.biases = F32Arg(info, bi, fn, "biases", g).data;
     w.group = static_cast<int>(group);
@@ -498,8 +518,8 @@ Napi::Value GemvRowsValue(const Napi::CallbackInfo& info) {
   const int64_t K = CountArg(info, 9, fn, "K");
   const voxslab::WeightRef w = WeightArg(info, fn, type, 1, 2, 3, 4, M, K);
   if (type >= 3 && w.group < 32) ThrowRange(info.Env(), "gemvRows: group must be at least 32");
-  auto X = F32Arg(info, 5, fn, "X", static_cast<size_t>(n * K));
-  auto Y = F32Arg(info, 6, fn, "Y", static_cast<size_t>(n * M));
+  auto X = F32Arg(info, 5, fn, "X", Mul(info, fn, {n, K}));
+  auto Y = F32Arg(info, 6, fn, "Y", Mul(info, fn, {n, M}));
   if (Overlap(X, Y)) ThrowRange(info.Env(), "gemvRows: X and Y must not overlap");
   void* scratch = nullptr;
   if (type >= 3) {
@@ -539,10 +559,10 @@ Napi::Value GemmValue(const Napi::CallbackInfo& info) {
   const int64_t N = CountArg(info, 9, fn, "N");
   const int64_t K = CountArg(info, 10, fn, "K");
   const int64_t type = CountArg(info, 1, fn, "type");
-  auto A = F32Arg(info, 0, fn, "A", static_cast<size_t>(T * K));
+  auto A = F32Arg(info, 0, fn, "A", Mul(info, fn, {T, K}));
   const voxslab::WeightRef W = WeightArg(info, fn, type, 2, 3, 4, 5, N, K);
   const float* bias = info[6].IsNull() ? nullptr : F32Arg(info, 6, fn, "bias", static_cast<size_t>(N)).data;
-  auto C = F32Arg(info, 7, fn, "C", static_cast<size_t>(T * N));
+  auto C = F32Arg(info, 7, fn, "C", Mul(info, fn, {T, N}));
   auto pack = F32Arg(info, 11, fn, "pack", static_cast<size_t>(voxslab::kGemmPackFloats));
   if (Overlap(C, A) || Overlap(pack, C) || Overlap(pack, A)) ThrowRange(info.Env(), "gemm: C and pack must not overlap the inputs");
   voxslab::Gemm(A.data, W, bias, C.data, T, N, K, pack.data);
@@ -558,9 +578,9 @@ Napi::Value NormValue(const Napi::CallbackInfo& info) {
   const int64_t dim = CountArg(info, 6, fn, "dim");
   const double eps = NumberArg(info, 7, fn, "eps");
   if (kind > 1 || dim == 0 || !(eps >= 0)) ThrowRange(info.Env(), "norm: kind must be 0 or 1, dim positive, eps non-negative");
-  auto x = F32Arg(info, 1, fn, "x", static_cast<size_t>(rows * dim));
+  auto x = F32Arg(info, 1, fn, "x", Mul(info, fn, {rows, dim}));
   auto w = F32Arg(info, 2, fn, "w", static_cast<size_t>(dim));
-  auto y = F32Arg(info, 4, fn, "y", static_cast<size_t>(rows * dim));
+  auto y = F32Arg(info, 4, fn, "y", Mul(info, fn, {rows, dim}));
   if (kind == 0) {
     voxslab::RmsNorm(x.data, w.data, y.data, rows, dim, static_cast<float>(eps));
   } else {
@@ -579,8 +599,8 @@ Napi::Value ActivationValue(const Napi::CallbackInfo& info) {
   if (kind > 3) ThrowRange(info.Env(), "activation: kind must be 0 (GELU), 1 (SiLU), 2 (SwiGLU) or 3 (GLU)");
   if (kind == 3) {
     const int64_t dim = CountArg(info, 4, fn, "dim");
-    auto x = F32Arg(info, 1, fn, "x", static_cast<size_t>(n * 2 * dim));
-    auto y = F32Arg(info, 2, fn, "y", static_cast<size_t>(n * dim));
+    auto x = F32Arg(info, 1, fn, "x", Mul(info, fn, {n, 2, dim}));
+    auto y = F32Arg(info, 2, fn, "y", Mul(info, fn, {n, dim}));
     voxslab::Glu(x.data, y.data, n, dim);
     return info.Env().Undefined();
   }
@@ -602,8 +622,8 @@ Napi::Value RopeValue(const Napi::CallbackInfo& info) {
   const int64_t pos0 = CountArg(info, 6, fn, "pos0");
   if (hd % 2 != 0) ThrowRange(info.Env(), "rope: hd must be even");
   if (!info[7].IsBoolean()) ThrowType(info.Env(), "rope: adjacent must be a boolean");
-  auto x = F32Arg(info, 0, fn, "x", static_cast<size_t>(rows * heads * hd));
-  const size_t table = static_cast<size_t>((pos0 + rows) * (hd / 2));
+  auto x = F32Arg(info, 0, fn, "x", Mul(info, fn, {rows, heads, hd}));
+  const size_t table = Mul(info, fn, {(pos0 + rows), (hd / 2)});
   auto c = F32Arg(info, 1, fn, "cos", table);
   auto s = F32Arg(info, 2, fn, "sin", table);
   voxslab::Rope(x.data, c.data, s.data, rows, heads, hd, pos0, info[7].As<Napi::Boolean>().Value());
@@ -632,8 +652,8 @@ Napi::Value AttentionValue(const Napi::CallbackInfo& info) {
   if (a.Hq == 0 || a.Hkv == 0 || a.Hq % a.Hkv != 0) ThrowRange(info.Env(), "attention: Hkv must divide Hq");
   if (a.hd == 0 || a.tq == 0 || a.tk == 0) ThrowRange(info.Env(), "attention: hd and tile sizes must be positive");
   if (mode == 2 && a.window == 0) ThrowRange(info.Env(), "attention: a sliding window must be positive");
-  auto q = F32Arg(info, 0, fn, "q", static_cast<size_t>(a.Tq * a.Hq * a.hd));
-  const size_t kvNeed = static_cast<size_t>(a.Tk * a.Hkv * a.hd);
+  auto q = F32Arg(info, 0, fn, "q", Mul(info, fn, {a.Tq, a.Hq, a.hd}));
+  const size_t kvNeed = Mul(info, fn, {a.Tk, a.Hkv, a.hd});
   a.kvF16 = info[1].IsTypedArray() && info[1].As<Napi::TypedArray>().TypedArrayType() == napi_uint16_array;
   View<const uint8_t> k{nullptr, 0}, v{nullptr, 0};
   if (a.kvF16) {
@@ -648,15 +668,15 @@ Napi::Value AttentionValue(const Napi::CallbackInfo& info) {
     k = {reinterpret_cast<const uint8_t*>(kf.data), kf.length * 4};
     v = {reinterpret_cast<const uint8_t*>(vf.data), vf.length * 4};
   }
-  auto out = F32Arg(info, 3, fn, "out", static_cast<size_t>(a.Tq * a.Hq * a.hd));
+  auto out = F32Arg(info, 3, fn, "out", Mul(info, fn, {a.Tq, a.Hq, a.hd}));
   const float* p = nullptr;
   const float* u = nullptr;
   const float* vb = nullptr;
   if (!info[4].IsNull()) {
     if (mode != 0 || a.Tq != a.Tk || a.qpos0 != a.kpos0) ThrowRange(info.Env(), "attention: relative positions need full context and Tq = Tk at the same positions");
-    p = F32Arg(info, 4, fn, "p", static_cast<size_t>((2 * a.Tk - 1) * a.Hq * a.hd)).data;
-    u = F32Arg(info, 5, fn, "u", static_cast<size_t>(a.Hq * a.hd)).data;
-    vb = F32Arg(info, 6, fn, "vb", static_cast<size_t>(a.Hq * a.hd)).data;
+    p = F32Arg(info, 4, fn, "p", Mul(info, fn, {2 * a.Tk - 1, a.Hq, a.hd})).data;
+    u = F32Arg(info, 5, fn, "u", Mul(info, fn, {a.Hq, a.hd})).data;
+    vb = F32Arg(info, 6, fn, "vb", Mul(info, fn, {a.Hq, a.hd})).data;
   }
   auto scratch = F32Arg(info, 7, fn, "scratch", static_cast<size_t>(voxslab::AttentionScratchFloats(a.tq, a.tk, a.hd, a.Hq / a.Hkv)));
   if (Overlap(out, q) || Overlap(out, k) || Overlap(out, v) || Overlap(scratch, out) || Overlap(scratch, q) || Overlap(scratch, k) || Overlap(scratch, v)) {
@@ -676,11 +696,11 @@ Napi::Value Conv1dValue(const Napi::CallbackInfo& info) {
   const int64_t C = CountArg(info, 6, fn, "C");
   const int64_t k = CountArg(info, 7, fn, "k");
   if (mode > 1 || k == 0 || C == 0) ThrowRange(info.Env(), "conv1d: mode must be 0 (causal) or 1 (same), k and C positive");
-  auto x = F32Arg(info, 1, fn, "x", static_cast<size_t>(T * C));
-  auto w = F32Arg(info, 2, fn, "w", static_cast<size_t>(C * k));
+  auto x = F32Arg(info, 1, fn, "x", Mul(info, fn, {T, C}));
+  auto w = F32Arg(info, 2, fn, "w", Mul(info, fn, {C, k}));
   if (mode == 0) {
-    auto state = F32Arg(info, 3, fn, "state", static_cast<size_t>((k - 1) * C));
-    auto y = F32Arg(info, 4, fn, "y", static_cast<size_t>(T * C));
+    auto state = F32Arg(info, 3, fn, "state", Mul(info, fn, {(k - 1), C}));
+    auto y = F32Arg(info, 4, fn, "y", Mul(info, fn, {T, C}));
     if (Overlap(y, x) || Overlap(y, state)) ThrowRange(info.Env(), "conv1d: y must not overlap x or the state");
     voxslab::Conv1dCausal(x.data, w.data, state.data, y.data, T, C, k);
   } else {
@@ -689,7 +709,7 @@ Napi::Value Conv1dValue(const Napi::CallbackInfo& info) {
     const int64_t t1 = CountArg(info, 9, fn, "t1");
     if (t0 > t1 || t1 > T) ThrowRange(info.Env(), "conv1d: rows [t0, t1) must lie in [0, T]");
     const float* bias = info[3].IsNull() ? nullptr : F32Arg(info, 3, fn, "bias", static_cast<size_t>(C)).data;
-    auto y = F32Arg(info, 4, fn, "y", static_cast<size_t>((t1 - t0) * C));
+    auto y = F32Arg(info, 4, fn, "y", Mul(info, fn, {(t1 - t0), C}));
     if (Overlap(y, x)) ThrowRange(info.Env(), "conv1d: y must not overlap x");
     voxslab::Conv1dSame(x.data, w.data, bias, y.data, T, C, k, t0, t1);
   }
@@ -722,10 +742,10 @@ Napi::Value Conv2dValue(const Napi::CallbackInfo& info) {
                                  std::to_string(inRow0) + "…" + std::to_string(inRow0 + inRows - 1));
     }
   }
-  auto in = F32Arg(info, 0, fn, "in", static_cast<size_t>(Cin * inRows * inCols));
-  auto w = F32Arg(info, 6, fn, "w", static_cast<size_t>(dw ? Cout * 9 : Cout * Cin * 9));
+  auto in = F32Arg(info, 0, fn, "in", Mul(info, fn, {Cin, inRows, inCols}));
+  auto w = F32Arg(info, 6, fn, "w", dw ? Mul(info, fn, {Cout, 9}) : Mul(info, fn, {Cout, Cin, 9}));
   const float* bias = info[7].IsNull() ? nullptr : F32Arg(info, 7, fn, "bias", static_cast<size_t>(Cout)).data;
-  auto out = F32Arg(info, 9, fn, "out", static_cast<size_t>(Cout * outRows * outCols));
+  auto out = F32Arg(info, 9, fn, "out", Mul(info, fn, {Cout, outRows, outCols}));
   if (Overlap(out, in)) ThrowRange(info.Env(), "conv2dS2: out must not overlap in");
   voxslab::Conv2dS2(in.data, Cin, inRow0, inRows, inTotal, inCols, w.data, bias, dw, out.data, Cout, outRow0, outRows, outCols,
                     info[14].As<Napi::Boolean>().Value());
@@ -740,10 +760,10 @@ Napi::Value PointwiseValue(const Napi::CallbackInfo& info) {
   const int64_t Cout = CountArg(info, 5, fn, "Cout");
   const int64_t P = CountArg(info, 6, fn, "P");
   if (!info[7].IsBoolean()) ThrowType(info.Env(), "pointwise: relu must be a boolean");
-  auto in = F32Arg(info, 0, fn, "in", static_cast<size_t>(Cin * P));
-  auto w = F32Arg(info, 1, fn, "w", static_cast<size_t>(Cout * Cin));
+  auto in = F32Arg(info, 0, fn, "in", Mul(info, fn, {Cin, P}));
+  auto w = F32Arg(info, 1, fn, "w", Mul(info, fn, {Cout, Cin}));
   const float* bias = info[2].IsNull() ? nullptr : F32Arg(info, 2, fn, "bias", static_cast<size_t>(Cout)).data;
-  auto out = F32Arg(info, 3, fn, "out", static_cast<size_t>(Cout * P));
+  auto out = F32Arg(info, 3, fn, "out", Mul(info, fn, {Cout, P}));
   if (Overlap(out, in)) ThrowRange(info.Env(), "pointwise: out must not overlap in");
   voxslab::Pointwise(in.data, w.data, bias, out.data, Cin, Cout, P, info[7].As<Napi::Boolean>().Value());
   return info.Env().Undefined();

@@ -971,7 +971,16 @@ class RowPool {
 
   int threads() const { return static_cast<int>(helpers_.size()) + 1; }
 
+  // Only the owning thread resizes; holding `busy_` meanwhile keeps a Run from starting on a
+  // pool whose helpers are being replaced (such a Run computes alone).
   void Resize(int n) {
+    while (busy_.exchange(true, std::memory_order_acquire)) CpuRelax();
+    ResizeHeld(n);
+    busy_.store(false, std::memory_order_release);
+  }
+
+ private:
+  void ResizeHeld(int n) {
     if (!helpers_.empty()) {
       stop_.store(true, std::memory_order_release);
       {
@@ -988,6 +997,7 @@ class RowPool {
     for (int i = 1; i < n; ++i) helpers_.emplace_back([this, i, g0] { Loop(i, g0); });
   }
 
+ public:
   // fn(ctx, r0, r1) over [0, rows), in contiguous parts aligned to `align` rows.
   void Run(Fn fn, const void* ctx, int64_t rows, int64_t align, int64_t work) {
     const int n = threads();

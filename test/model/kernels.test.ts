@@ -1,4 +1,5 @@
 import t from 'tap';
+import { spawnSync } from 'node:child_process';
 import { computeThreads, GEMM_PACK_FLOATS, gelu, gemm, gemv, gemvScratchFloats, glu, kernelIsa, linear1, linearRows, setComputeThreads, layerNorm, rmsNorm, rope, ropeTables, silu, swiglu, type Weights } from '../../src/model/blocks/kernels.js';
 import { dequantizedAt, quantize } from '../../src/model/format/quant.js';
 import { f32ToBf16, f32ToF16, bf16ToF32, f16ToF32 } from '../../src/model/format/dtype.js';
@@ -354,6 +355,27 @@ t.test('norms, activations and RoPE match references', async (t) => {
           want[bb] = orig[bb]! * Math.cos(ang) + orig[a]! * Math.sin(ang);
         }
     close(v, want, `RoPE ${adjacent ? 'adjacent pairs' : 'rotate-half'}`);
+  }
+});
+
+t.test('sizes at the addon boundary cannot overflow: huge counts are refused, never read or written out of bounds', async (t) => {
+  // Each case runs in a child: before the checks, some wrapped and crashed the process.
+  const url = new URL('../../src/native.js', import.meta.url).href;
+  const cases: [string, string][] = [
+    ['rope: (pos0 + rows) × hd/2 wraps', 'native.rope(f(8192), f(8), f(8), 1, 1, 8192, 2 ** 52 - 1, true)'],
+    ['pointwise: Cin × P = 2^64', 'native.pointwise(f(0), f(0), null, f(0), 2 ** 32, 2 ** 32, 2 ** 32, false)'],
+    ['gemm: T × K = 2^64', 'native.gemm(f(4), 0, f(4), null, null, 0, null, f(4), 2 ** 32, 2 ** 32, 2 ** 32, f(GEMM))'],
+    ['conv2d: Cout × Cin × 9 past 2^53', 'native.conv2dS2(f(1), 1, 0, 1, 1, 1, f(0), null, false, f(0), 2 ** 52, 0, 1, 1, false)'],
+  ];
+  for (const [what, call] of cases) {
+    const src = `import(${JSON.stringify(url)}).then(({ native }) => {
+      const f = (n) => new Float32Array(n);
+      const GEMM = ${GEMM_PACK_FLOATS};
+      try { ${call}; console.log('no error'); } catch (e) { console.log(e.name + ' ' + e.code + ' ' + e.message); }
+    });`;
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', src], { encoding: 'utf8', timeout: 60_000 });
+    t.equal(r.signal, null, `${what}: no crash`);
+    t.match(r.stdout, /^RangeError ERR_VOXSLAB_ARGUMENT \w+: sizes out of range/, `${what}: a typed refusal (${r.stdout.trim()})`);
   }
 });
 
