@@ -8,10 +8,10 @@
  * `--dump` writes every stage's outputs as .npy files with a JSON index.
  */
 import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
-import { basename, dirname, join, resolve } from 'node:path';
+import { basename, join, resolve } from 'node:path';
 import { BadInputError, UsageError } from '../errors.js';
 import { MemoryDomain } from '../memory/domain.js';
-import { openFileSource, WavFileWriter } from '../io/files.js';
+import { checkOutputs, checkWritable, openFileSource, stagingName, WavFileWriter, writeWhole } from '../io/files.js';
 import { resolveModel } from '../io/checkpoint.js';
 import { encodeNpyFloat32, encodeNpyInt32 } from '../dsp/npy.js';
 import { WavReader } from '../dsp/wav.js';
@@ -101,24 +101,6 @@ interface Job {
   conversation?: Conversation;
 }
 
-/** A temporary name beside `file`, renamed into place only when everything succeeded. */
-function stagingName(file: string): string {
-  return join(dirname(file), `.${basename(file)}.${process.pid}.partial`);
-}
-
-/** Writes `text` to `file` through a temporary name, so a failure leaves no partial file. */
-function writeWhole(file: string, text: string): void {
-  mkdirSync(dirname(resolve(file)), { recursive: true });
-  const tmp = stagingName(file);
-  try {
-    writeFileSync(tmp, text);
-    renameSync(tmp, file);
-  } catch (error) {
-    rmSync(tmp, { force: true });
-    throw error;
-  }
-}
-
 /** Milliseconds kept to a microsecond in reports. */
 const ms = (x: number): number => Math.round(x * 1000) / 1000;
 
@@ -181,25 +163,17 @@ function writeReport(
     allocations: { atReadiness: r.atReadiness, atEnd: r.atEnd, afterReadinessAttempts: r.atEnd.afterReadiness.attempts },
     manifest: r.manifest,
   };
-  writeWhole(file, `${JSON.stringify(report, null, 2)}\n`);
-}
-
-/** Refuses, before anything is opened for writing, an output that is an input or another output. */
-function checkOutputs(r: RunRequest): void {
-  const seen = new Map<string, string>();
-  for (const f of r.inputs) seen.set(resolve(f), `input '${f}'`);
-  for (const [flag, files] of [['--out', r.outputs], ['--report', r.report === undefined ? [] : [r.report]]] as const) {
-    for (const f of files) {
-      const other = seen.get(resolve(f));
-      if (other !== undefined) throw new UsageError(`${flag} '${f}' is also ${other}: refusing to overwrite it`);
-      seen.set(resolve(f), `${flag} '${f}'`);
-    }
-  }
+  writeWhole(file, `${JSON.stringify(report, null, 2)}\n`, '--report');
 }
 
 export async function runCommand(r: RunRequest, log: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): Promise<string> {
   if (r.inputs.length === 0 || r.inputs.length !== r.outputs.length) throw new UsageError('run: give --model DIR and one --out B.wav for every --in A.wav');
-  checkOutputs(r);
+  checkOutputs(
+    r.inputs.map((f) => ['--in', f] as [string, string]),
+    [...r.outputs.map((f) => ['--out', f] as [string, string]), ...(r.report === undefined ? [] : [['--report', r.report] as [string, string]])],
+  );
+  for (const f of r.outputs) checkWritable(f, '--out');
+  if (r.report !== undefined) checkWritable(r.report, '--report');
   const rate = flagValue<number>('outputRate', r.rate);
   const seed = flagValue<number>('seed', r.seed);
   const segment = flagValue<number>('segmentSeconds', r.segment);

@@ -9,7 +9,7 @@ import { openFileSource } from './files.js';
 import { checkpointLayout, DTYPE_BYTES, type Dtype, type TensorSpec } from '../model/format/layout.js';
 import { encodeSafetensorsHeader } from '../model/format/safetensors.js';
 import { encodeValues, SYNTH_VERSION, TensorStream } from '../model/format/synth.js';
-import { UsageError } from '../errors.js';
+import { BadInputError, UsageError } from '../errors.js';
 import { Progress } from './progress.js';
 import { syntheticTokenizer } from '../model/format/tokenizer.js';
 import { loadConfig } from './config.js';
@@ -112,8 +112,14 @@ export function resolveModel(model: string, log: (line: string) => void): string
   if (existsSync(model) || BUILTIN_CONFIGS[model] === undefined) return model;
   const dir = join(checkpointCache(), `${model}-seed1-f32-v${SYNTH_VERSION}`);
   if (existsSync(join(dir, 'config.json'))) return dir;
-  mkdirSync(checkpointCache(), { recursive: true });
-  const tmp = mkdtempSync(join(checkpointCache(), `.${model}-`));
+  let tmp: string;
+  try {
+    mkdirSync(checkpointCache(), { recursive: true });
+    tmp = mkdtempSync(join(checkpointCache(), `.${model}-`));
+  } catch (cause) {
+    const field = process.env.VOXSLAB_CACHE === undefined ? 'checkpoint cache' : 'VOXSLAB_CACHE';
+    throw new BadInputError({ file: checkpointCache(), field }, `cannot make the built-in '${model}' checkpoint there (${(cause as NodeJS.ErrnoException).code ?? 'error'}): it must be a folder this user can write`, { cause });
+  }
   try {
     log(`generating the '${model}' checkpoint in ${dir} (first use)`);
     makeCheckpoint({ config: model, seed: 1, out: tmp, dtype: 'f32' });

@@ -14,7 +14,7 @@ import type { Dtype } from '../model/format/layout.js';
 import { type Bits, isQuantizable, QUANT_METADATA_KEY } from '../model/format/quant.js';
 import type { QuantResult, QuantTask } from '../model/format/quant.js';
 import { encodeSafetensorsHeader, readSafetensorsHeader, type TensorEntry } from '../model/format/safetensors.js';
-import { openFileSource } from './files.js';
+import { checkOutputs, openFileSource, stagedFolder } from './files.js';
 import { Progress } from './progress.js';
 
 interface OutTensor {
@@ -110,6 +110,13 @@ export interface QuantizeOptions {
 export async function quantizeCheckpoint(o: QuantizeOptions): Promise<{ quantized: number; kept: number }> {
   if (o.bits !== 4 && o.bits !== 8) throw new UsageError(`--bits must be 4 or 8, got ${String(o.bits)}`);
   if (o.group !== 32 && o.group !== 64) throw new UsageError(`--group must be 32 or 64, got ${String(o.group)}`);
+  checkOutputs([['--in', o.input]], [['--out', o.output]]);
+  // Everything is written into a temporary folder renamed into place at the end: a failure
+  // (a bad detokenizer file, a full disk) leaves nothing behind.
+  return stagedFolder(o.output, '--out', (out) => quantizeInto({ ...o, output: out }));
+}
+
+async function quantizeInto(o: QuantizeOptions): Promise<{ quantized: number; kept: number }> {
   mkdirSync(join(o.output, 'audio_detokenizer'), { recursive: true });
   const pool = new Piscina({
     filename: new URL('../../workers/quantize.js', import.meta.url).href,

@@ -151,7 +151,7 @@ t.test('small (planes past the sizing run’s view limit): the pipeline equals o
 t.test('outputs: an output that is an input is refused before anything is written; a failed run leaves no partial reply', async (t) => {
   const copy = join(work, 'copy.wav');
   writeFileSync(copy, readFileSync(shortWav));
-  await t.rejects(runCommand({ model, inputs: [copy], outputs: [copy], reply: '1' }, quiet), { name: 'UsageError', message: /--out '.*copy\.wav' is also input/ });
+  await t.rejects(runCommand({ model, inputs: [copy], outputs: [copy], reply: '1' }, quiet), { name: 'UsageError', message: /--out '.*copy\.wav' is also --in '.*copy\.wav'/ });
   t.ok(readFileSync(copy).equals(readFileSync(shortWav)), 'the input is untouched');
   const out = join(work, 'never.wav');
   await t.rejects(runCommand({ model, inputs: [shortWav], outputs: [out], reply: '3', hooks: { exitAfterRecords: { playback: 10 } } }, quiet), { name: 'WorkerError' });
