@@ -37,6 +37,11 @@ t.test('nonsense values are refused with the field path', async (t) => {
     ['no ffn size', (m) => { delete m.lfm.block_ff_dim; delete m.lfm.intermediate_size; }, /field lfm\.intermediate_size: intermediate_size or block_ff_dim is required/],
     ['detokenizer window', (_m, d) => (d.sliding_window = 0), /audio_detokenizer\/config\.json, field sliding_window/],
     ['detokenizer output', (_m, d) => (d.output_size = 1000), /audio_detokenizer\/config\.json, field output_size/],
+    ['a billion codebooks', (m) => (m.codebooks = 1e9), /config\.json, field codebooks: Too big/],
+    ['a billion encoder layers', (m) => (m.encoder.n_layers = 1e9), /field encoder\.n_layers: Too big/],
+    ['100,000 layer types', (m) => { m.lfm.layer_types = new Array(100_000).fill('conv'); delete m.lfm.num_hidden_layers; }, /field lfm\.layer_types: Too big/],
+    ['a vast vocabulary', (m) => (m.lfm.vocab_size = 2 ** 40), /field lfm\.vocab_size: Too big/],
+    ['a vast detokenizer', (_m, d) => (d.hidden_size = 1e7), /audio_detokenizer\/config\.json, field hidden_size: Too big/],
     ['main context missing', (m) => delete m.lfm.max_position_embeddings, /config\.json, field lfm\.max_position_embeddings/],
   ];
   for (const [what, mutate, pattern] of cases) {

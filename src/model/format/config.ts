@@ -10,27 +10,33 @@ import { BadInputError } from '../../errors.js';
 
 const posInt = z.number().int().positive();
 const posNum = z.number().positive();
+/**
+ * A dimension with a sane upper bound (well above any real checkpoint's), so a configuration
+ * from a small file cannot ask for unbounded memory or time before the planner sees it.
+ */
+const upTo = (max: number) => posInt.max(max);
+const K = 1024;
 
 const Lfm2Schema = z
   .looseObject({
-    hidden_size: posInt,
-    num_attention_heads: posInt,
-    num_key_value_heads: posInt,
-    num_hidden_layers: posInt.optional(),
-    layer_types: z.array(z.enum(['conv', 'full_attention', 'sliding_attention'])).min(1),
-    conv_L_cache: posInt.default(3),
+    hidden_size: upTo(16 * K),
+    num_attention_heads: upTo(256),
+    num_key_value_heads: upTo(256),
+    num_hidden_layers: upTo(256).optional(),
+    layer_types: z.array(z.enum(['conv', 'full_attention', 'sliding_attention'])).min(1).max(256),
+    conv_L_cache: upTo(64).default(3),
     conv_bias: z.boolean().default(false),
-    vocab_size: posInt,
+    vocab_size: upTo(1024 * K),
     // The backbone's context; the detokenizer's config need not carry it (MODEL.md, LAYOUT.md).
-    max_position_embeddings: posInt.optional(),
+    max_position_embeddings: upTo(1024 * K).optional(),
     rope_theta: posNum.default(1_000_000),
     norm_eps: posNum.default(1e-5),
-    intermediate_size: posInt.optional(),
-    block_ff_dim: posInt.optional(),
-    block_multiple_of: posInt.default(256),
+    intermediate_size: upTo(128 * K).optional(),
+    block_ff_dim: upTo(128 * K).optional(),
+    block_multiple_of: upTo(4 * K).default(256),
     block_ffn_dim_multiplier: posNum.default(1),
     block_auto_adjust_ff_dim: z.boolean().default(true),
-    sliding_window: posInt.optional(),
+    sliding_window: upTo(1024 * K).optional(),
   })
   .superRefine((c, ctx) => {
     if (c.hidden_size % c.num_attention_heads !== 0) {
@@ -48,42 +54,42 @@ const Lfm2Schema = z
   });
 
 const MainSchema = z.looseObject({
-  codebooks: posInt.default(8),
-  interleaved_n_text: posInt.default(6),
-  interleaved_n_audio: posInt.default(12),
+  codebooks: upTo(64).default(8),
+  interleaved_n_text: upTo(256).default(6),
+  interleaved_n_audio: upTo(256).default(12),
   preprocessor: z.looseObject({
-    sample_rate: posInt,
-    window_size: posNum,
-    window_stride: posNum,
-    n_fft: posInt,
-    features: posInt,
+    sample_rate: upTo(384_000),
+    window_size: posNum.max(1),
+    window_stride: posNum.max(1),
+    n_fft: upTo(16 * K),
+    features: upTo(K),
   }),
   encoder: z
     .looseObject({
-      feat_in: posInt,
-      n_layers: posInt,
-      d_model: posInt,
+      feat_in: upTo(K),
+      n_layers: upTo(256),
+      d_model: upTo(8 * K),
       subsampling: z.literal('dw_striding'),
-      subsampling_factor: posInt.refine((f) => f >= 2 && (f & (f - 1)) === 0, 'must be a power of two of at least 2'),
-      subsampling_conv_channels: posInt,
-      ff_expansion_factor: posInt,
+      subsampling_factor: upTo(64).refine((f) => f >= 2 && (f & (f - 1)) === 0, 'must be a power of two of at least 2'),
+      subsampling_conv_channels: upTo(8 * K),
+      ff_expansion_factor: upTo(16),
       self_attention_model: z.literal('rel_pos'),
-      n_heads: posInt,
-      conv_kernel_size: posInt.refine((k) => k % 2 === 1, 'must be odd'),
+      n_heads: upTo(256),
+      conv_kernel_size: upTo(255).refine((k) => k % 2 === 1, 'must be odd'),
     })
     .superRefine((e, ctx) => {
       if (e.d_model % e.n_heads !== 0) ctx.addIssue({ code: 'custom', path: ['n_heads'], message: `must divide d_model ${e.d_model}` });
     }),
-  lfm: z.intersection(Lfm2Schema, z.looseObject({ max_position_embeddings: posInt })),
+  lfm: z.intersection(Lfm2Schema, z.looseObject({ max_position_embeddings: upTo(1024 * K) })),
   depthformer: z
     .looseObject({
-      layers: posInt,
-      dim: posInt,
+      layers: upTo(64),
+      dim: upTo(8 * K),
       tie: z.boolean().default(true),
-      num_attention_heads: posInt.default(32),
-      num_key_value_heads: posInt.default(8),
-      multiple_of: posInt.default(256),
-      intermediate_size: posInt.optional(),
+      num_attention_heads: upTo(256).default(32),
+      num_key_value_heads: upTo(256).default(8),
+      multiple_of: upTo(4 * K).default(256),
+      intermediate_size: upTo(128 * K).optional(),
     })
     .superRefine((d, ctx) => {
       if (d.dim % d.num_attention_heads !== 0) ctx.addIssue({ code: 'custom', path: ['num_attention_heads'], message: `must divide dim ${d.dim}` });
@@ -95,7 +101,7 @@ const MainSchema = z.looseObject({
 
 const DetokenizerSchema = z.intersection(
   Lfm2Schema,
-  z.looseObject({ sliding_window: posInt, output_size: z.literal(1282) }),
+  z.looseObject({ sliding_window: upTo(1024 * K), output_size: z.literal(1282) }),
 );
 
 export type MainConfigJson = z.input<typeof MainSchema>;
