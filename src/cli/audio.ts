@@ -31,7 +31,12 @@ export function resampleFile(input: string, rateText: string, output: string): s
         const n = counts[0] as number;
         for (let c = 0; c < channels; c++) {
           const l = outLanes[c] as Float32Array;
-          for (let i = 0; i < n; i++) interleaved[i * channels + c] = l[i] as number;
+          for (let i = 0; i < n; i++) {
+            const v = l[i] as number;
+            // Huge but finite samples can overflow the filter's float32 sums: refuse, never write Inf.
+            if (!Number.isFinite(v)) throw new BadInputError({ file: input, field: 'data' }, 'samples this large overflow 32-bit floats when resampled (the output would not be finite)');
+            interleaved[i * channels + c] = v;
+          }
         }
         writer.write(interleaved.subarray(0, n * channels));
       };

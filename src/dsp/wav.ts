@@ -11,6 +11,9 @@ import { WAV_MAX_HZ, WAV_MIN_HZ } from '../options.js';
 import type { ByteSource } from '../bytes.js';
 export { memorySource, type ByteSource } from '../bytes.js';
 
+/** The largest finite 32-bit float: samples beyond it cannot be represented downstream. */
+const F32_MAX = 3.4028234663852886e38;
+
 export type SampleFormat = 'pcm8' | 'pcm16' | 'pcm24' | 'pcm32' | 'float32' | 'float64';
 
 export interface WavFormat {
@@ -209,8 +212,9 @@ export class WavReader {
             default:
               s = v.getFloat64(o, true);
           }
-          if (!Number.isFinite(s)) {
-            throw new BadInputError({ file: this.#src.name, field: 'data', offset: at + o }, `sample is ${s} (frame ${this.#frame + done + f}, channel ${c})`);
+          if (!(Math.abs(s) <= F32_MAX)) {
+            const why = Number.isFinite(s) ? ' (beyond the 32-bit float range the pipeline computes in)' : '';
+            throw new BadInputError({ file: this.#src.name, field: 'data', offset: at + o }, `sample is ${s}${why} (frame ${this.#frame + done + f}, channel ${c})`);
           }
           if (mono) sum += s;
           else out[(done + f) * channels + c] = s;

@@ -183,7 +183,8 @@ export function staged<T>(file: string, flag: string, write: (tmp: string) => T)
   } catch (error) {
     rmSync(tmp, { force: true, recursive: true });
     const code = (error as NodeJS.ErrnoException).code;
-    if (typeof code === 'string' && code.startsWith('E')) throw new BadInputError({ file, field: flag }, `cannot write it (${code})`, { cause: error });
+    // System errors (ENOSPC, EACCES, …) name the output; voxslab's own errors pass as they are.
+    if (typeof code === 'string' && /^E[A-Z]+$/.test(code)) throw new BadInputError({ file, field: flag }, `cannot write it (${code})`, { cause: error });
     throw error;
   }
 }

@@ -78,3 +78,20 @@ t.test('a configuration file is read with a size limit', async (t) => {
   writeFileSync(big, `{"pad": "${'x'.repeat(65 << 20)}"}`);
   refused(t, voxslab('plan', '--config', big), 4, /big\.json: the configuration is \d+ bytes; the limit is 67108864/);
 });
+
+t.test('samples too large for 32-bit floats are refused, never written as Inf or NaN', async (t) => {
+  const huge64 = join(work, 'huge64.wav');
+  // Written as float64 bytes: 1e300 would become Infinity on its way through a Float32Array.
+  const wav = Buffer.from(encodeWav({ sampleRate: 16000, channels: 1, format: 'float64', extensible: false }, new Float32Array(16000)));
+  const data = wav.length - 16000 * 8;
+  for (let i = 0; i < 16000; i++) wav.writeDoubleLE(i === 5000 ? 1e300 : Math.sin(i / 9) * 0.3, data + 8 * i);
+  writeFileSync(huge64, wav);
+  refused(t, voxslab('resample', '--in', huge64, '--out', join(work, 'h1.wav'), '--rate', '8000'), 4, /huge64\.wav, field data, offset \d+: sample is 1e\+300 \(beyond the 32-bit float range/);
+  refused(t, voxslab('run', '--model', 'tiny', '--in', huge64, '--out', join(work, 'h2.wav'), '--reply', '1'), 4, /sample is 1e\+300/);
+  const huge32 = join(work, 'huge32.wav');
+  // A step to near the float32 maximum: the band-limited step overshoots past it.
+  const y = new Float32Array(16000).fill(3.4e38);
+  writeFileSync(huge32, encodeWav({ sampleRate: 16000, channels: 1, format: 'float32', extensible: false }, y));
+  refused(t, voxslab('resample', '--in', huge32, '--out', join(work, 'h3.wav'), '--rate', '8000'), 4, /huge32\.wav, field data: samples this large overflow/);
+  t.notOk(existsSync(join(work, 'h1.wav')) || existsSync(join(work, 'h2.wav')) || existsSync(join(work, 'h3.wav')), 'no output written');
+});
