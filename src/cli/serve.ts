@@ -72,7 +72,7 @@ export async function serveCommand(r: ServeRequest, log: (line: string) => void 
     let stopping = false;
     const stop = (signal: string): void => {
       if (stopping) {
-        log(`${signal} again: exiting now`);
+        log(`${signal} while stopping: exiting now`);
         process.exit(130);
       }
       stopping = true;

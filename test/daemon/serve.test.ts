@@ -163,3 +163,13 @@ t.test('oversized and malformed frames close only their own socket, with a reaso
   t.equal((await get(`${s.url}/healthz`)).status, 200);
   t.equal(await stop(s), 0);
 });
+
+t.test('a second signal during the graceful stop exits at once', async (t) => {
+  const s = await serve([]);
+  t.teardown(() => void s.proc.kill('SIGKILL'));
+  // Two different signals, so neither merges into the other while pending.
+  s.proc.kill('SIGTERM');
+  s.proc.kill('SIGINT');
+  t.equal(await s.exited, 130, 'exit 130 without waiting for the stop');
+  t.match(s.stderr(), /SIG(INT|TERM) while stopping: exiting now/);
+});
