@@ -11,6 +11,7 @@
  * - Throughput: the fixture fed at once, reply audio seconds per wall second, for one
  *   conversation and two at once.
  */
+import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { load, type Engine } from '../src/api/engine.js';
@@ -114,12 +115,29 @@ async function pings(url: string, n: number): Promise<number[]> {
   return out;
 }
 
+/** The peer for the round trip: a bare `ws` server in a child process, nothing behind it. */
+async function bareServer(): Promise<{ url: string; stop(): void }> {
+  const src = `import('ws').then(({ WebSocketServer }) => { const s = new WebSocketServer({ host: '127.0.0.1', port: 0 }); s.on('listening', () => console.log('port ' + s.address().port)); });`;
+  const proc = spawn(process.execPath, ['-e', src], { stdio: ['ignore', 'pipe', 'ignore'], cwd: fileURLToPath(new URL('../..', import.meta.url)) });
+  const port = await new Promise<number>((resolve, reject) => {
+    proc.stdout!.on('data', (d: Buffer) => {
+      const m = /port (\d+)/.exec(d.toString());
+      if (m !== null) resolve(Number(m[1]));
+    });
+    proc.once('exit', (code) => reject(new Error(`bare ws server exited with ${code}`)));
+  });
+  return { url: `ws://127.0.0.1:${port}`, stop: () => proc.kill() };
+}
+
 export interface ServeBenchRow {
   checkpoint: string;
   roundTripIdleMs: { p50: number; p99: number };
+  /** The same pings to a bare ws server in the same run, and the daemon's p50 over it. */
+  roundTripBareMs: { p50: number; p99: number };
+  roundTripDaemonOverBare: number;
   roundTripBusyMs: { p50: number; p99: number };
   firstAudioMs: { daemon: number; library: number; daemonOverLibrary: number };
-  throughput: { oneDaemon: number; oneLibrary: number; twoDaemon: number; twoLibrary: number; twoOverOneDaemon: number };
+  throughput: { oneDaemon: number; oneLibrary: number; oneDaemonOverLibrary: number; twoDaemon: number; twoLibrary: number; twoDaemonOverLibrary: number; twoOverOneDaemon: number };
 }
 
 export async function run(o: { quick: boolean }): Promise<{ rows: ServeBenchRow[] }> {
@@ -143,6 +161,8 @@ export async function run(o: { quick: boolean }): Promise<{ rows: ServeBenchRow[
     const d = await spawnServe(['--model', model, '--port', '0', '--reply', String(REPLY)]);
     try {
       const idle = await pings(d.ws, o.quick ? 50 : 200);
+      const bare = await bareServer();
+      const bareTimes = await pings(bare.url, o.quick ? 50 : 200).finally(() => bare.stop());
       const first: number[] = [];
       for (let i = 0; i < rounds; i++) first.push((await socketTurn(d.ws, speech, true, outputRate)).firstAudioMs);
       const one = await socketTurn(d.ws, speech, false, outputRate);
@@ -156,9 +176,19 @@ export async function run(o: { quick: boolean }): Promise<{ rows: ServeBenchRow[
       rows.push({
         checkpoint: name,
         roundTripIdleMs: quantiles(idle),
+        roundTripBareMs: quantiles(bareTimes),
+        roundTripDaemonOverBare: round(quantiles(idle).p50 / quantiles(bareTimes).p50, 2),
         roundTripBusyMs: quantiles(busy),
         firstAudioMs: { daemon: round(fd, 2), library: round(fl, 2), daemonOverLibrary: round(fd / fl, 2) },
-        throughput: { oneDaemon: rate(one), oneLibrary: rate(libOne), twoDaemon: both(two, twoWall), twoLibrary: both(libTwo, libTwoWall), twoOverOneDaemon: round(both(two, twoWall) / rate(one), 2) },
+        throughput: {
+          oneDaemon: rate(one),
+          oneLibrary: rate(libOne),
+          oneDaemonOverLibrary: round(rate(one) / rate(libOne), 2),
+          twoDaemon: both(two, twoWall),
+          twoLibrary: both(libTwo, libTwoWall),
+          twoDaemonOverLibrary: round(both(two, twoWall) / both(libTwo, libTwoWall), 2),
+          twoOverOneDaemon: round(both(two, twoWall) / rate(one), 2),
+        },
       });
     } finally {
       d.proc.kill('SIGTERM');
@@ -172,9 +202,9 @@ export function format(r: Awaited<ReturnType<typeof run>>): string {
   const lines = [`serve (voxslab serve in a child process, loopback WebSocket, fixture hello.wav, reply ${REPLY} s); library = the same turns in-process, same run`];
   for (const x of r.rows) {
     lines.push(
-      `${x.checkpoint}: WebSocket round trip p50 ${x.roundTripIdleMs.p50} / p99 ${x.roundTripIdleMs.p99} ms idle, ${x.roundTripBusyMs.p50} / ${x.roundTripBusyMs.p99} ms with two conversations generating`,
+      `${x.checkpoint}: WebSocket round trip p50 ${x.roundTripIdleMs.p50} / p99 ${x.roundTripIdleMs.p99} ms idle (a bare ws server: ${x.roundTripBareMs.p50} / ${x.roundTripBareMs.p99}, ×${x.roundTripDaemonOverBare}), ${x.roundTripBusyMs.p50} / ${x.roundTripBusyMs.p99} ms with two conversations generating`,
       `  first reply sample after end of speech (device pace): ${x.firstAudioMs.daemon} ms daemon, ${x.firstAudioMs.library} ms library (×${x.firstAudioMs.daemonOverLibrary})`,
-      `  throughput (reply audio s per wall s): one ${x.throughput.oneDaemon} daemon / ${x.throughput.oneLibrary} library; two at once ${x.throughput.twoDaemon} / ${x.throughput.twoLibrary} (×${x.throughput.twoOverOneDaemon} of one)`,
+      `  throughput (reply audio s per wall s): one ${x.throughput.oneDaemon} daemon / ${x.throughput.oneLibrary} library (×${x.throughput.oneDaemonOverLibrary}); two at once ${x.throughput.twoDaemon} / ${x.throughput.twoLibrary} (×${x.throughput.twoDaemonOverLibrary}; ×${x.throughput.twoOverOneDaemon} of one)`,
     );
   }
   return lines.join('\n');

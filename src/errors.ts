@@ -115,7 +115,7 @@ export class ControlTimeoutError extends VoxslabError {
   override readonly code = 'ERR_VOXSLAB_CONTROL_TIMEOUT';
 }
 
-/** An AbortSignal ended the operation, or it was used after close. Exit code 1. */
+/** An AbortSignal ended the operation. Exit code 1. */
 export class AbortedError extends VoxslabError {
   override readonly code = 'ERR_VOXSLAB_ABORTED';
 }

@@ -24,23 +24,7 @@ import { resolveModel } from '../io/checkpoint.js';
 import type { ModelConfig } from '../model/format/config.js';
 import type { SpeechModelOptions } from '../pipeline/conversation.js';
 import { Pipeline, type PinMap, type PipelineConversation } from '../pipeline/coordinator.js';
-import {
-  BELL_MAIN,
-  REC_CODES,
-  REC_END_OF_AUDIO,
-  REC_END_SEGMENT,
-  REC_PCM,
-  REC_TEXT,
-  REC_TURN_END,
-  TURN_COMPACTIONS,
-  TURN_DROPPED,
-  TURN_END_OF_AUDIO,
-  TURN_FIELDS,
-  TURN_FRAMES,
-  TURN_POSITIONS,
-  TURN_STOP,
-  TURN_USER_FRAMES,
-} from '../pipeline/protocol.js';
+import { BELL_MAIN, readTurnFields, REC_CODES, REC_END_OF_AUDIO, REC_END_SEGMENT, REC_PCM, REC_TEXT, REC_TURN_END, TURN_FIELDS } from '../pipeline/protocol.js';
 
 export type SampleFormat = 'f32' | 's16';
 
@@ -317,19 +301,38 @@ export class Conversation extends EventEmitter<ConversationEvents> {
    * Non-finite samples reach the model as silence (the stage statistics count them).
    */
   write(samples: Float32Array | Int16Array): boolean {
-    if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
     let f: Float32Array;
     if (samples instanceof Float32Array) f = samples.slice();
     else if (samples instanceof Int16Array) {
       f = new Float32Array(samples.length);
       for (let i = 0; i < samples.length; i++) f[i] = (samples[i] as number) / 32768;
     } else throw new ArgumentError('write takes a Float32Array or an Int16Array of samples');
+    return this.#enqueue(f);
+  }
+
+  #enqueue(f: Float32Array): boolean {
+    if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
     if (f.length > 0) {
       this.#queue.push(f);
       this.#queuedThisTurn += f.length;
       this.engine.wake();
     }
     return this.#backlog() <= this.inputRate;
+  }
+
+  /**
+   * Queues user speech as little-endian bytes in the conversation's `format`: whole samples
+   * only (ArgumentError otherwise). Decoded straight into the queued block: one copy.
+   */
+  writeBytes(bytes: Uint8Array): boolean {
+    const per = this.format === 'f32' ? 4 : 2;
+    if (bytes.length % per !== 0) throw new ArgumentError(`${bytes.length} bytes is not whole ${this.format} samples`);
+    const n = bytes.length / per;
+    const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    const f = new Float32Array(n);
+    if (per === 4) for (let i = 0; i < n; i++) f[i] = v.getFloat32(4 * i, true);
+    else for (let i = 0; i < n; i++) f[i] = v.getInt16(2 * i, true) / 32768;
+    return this.#enqueue(f);
   }
 
   /** Ends the user's turn: the reply follows. A turn with no speech is ignored. */
@@ -360,13 +363,11 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     const s = new Duplex({
       write(chunk: Buffer, _enc, done) {
         try {
+          // A sample may straddle two chunks: keep the stray bytes for the next one.
           const all = rest.length > 0 ? Buffer.concat([rest, chunk]) : chunk;
-          const n = Math.floor(all.length / bytesPer);
-          rest = Buffer.from(all.subarray(n * bytesPer));
-          if (n > 0) {
-            const copy = Buffer.from(all.subarray(0, n * bytesPer)); // aligned for the typed view
-            conv.write(bytesPer === 4 ? new Float32Array(copy.buffer, copy.byteOffset, n) : new Int16Array(copy.buffer, copy.byteOffset, n));
-          }
+          const whole = all.length - (all.length % bytesPer);
+          rest = Buffer.from(all.subarray(whole));
+          if (whole > 0) conv.writeBytes(all.subarray(0, whole));
           conv.#whenDrained(done);
         } catch (error) {
           done(error as Error);
@@ -592,20 +593,20 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   }
 
   #turnEnd(): void {
-    const s = this.#summary;
+    const f = readTurnFields(this.#summary);
     const endedAt = this.#endedAt.shift() ?? performance.now();
     const t: TurnSummary = {
       turn: this.#replied,
       text: this.#text,
       tokens: this.#tokens,
-      frames: s[TURN_FRAMES]!,
+      frames: f.frames,
       samples: this.#samples,
-      stop: s[TURN_STOP] === 1 ? 'end-of-turn' : 'length',
-      endOfAudio: s[TURN_END_OF_AUDIO] === 1,
-      userFrames: s[TURN_USER_FRAMES]!,
-      positions: s[TURN_POSITIONS]!,
-      compactions: s[TURN_COMPACTIONS]!,
-      droppedPositions: s[TURN_DROPPED]!,
+      stop: f.stop,
+      endOfAudio: f.endOfAudio,
+      userFrames: f.userFrames,
+      positions: f.positions,
+      compactions: f.compactions,
+      droppedPositions: f.droppedPositions,
       firstAudioMs: this.#firstAudioAt < 0 ? null : Math.round((this.#firstAudioAt - endedAt) * 1000) / 1000,
     };
     this.#replied++;

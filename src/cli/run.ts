@@ -7,7 +7,7 @@
  * records the manifest, per-stage times, allocation counts, text tokens and audio codes, and
  * `--dump` writes every stage's outputs as .npy files with a JSON index.
  */
-import { mkdirSync, renameSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, renameSync, rmSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { BadInputError, UsageError } from '../errors.js';
 import { MemoryDomain } from '../memory/domain.js';
@@ -19,7 +19,7 @@ import { flagValue, parseFlag } from '../options.js';
 import { Conversation, SpeechModel, type ReplySink, type ReplySummary } from '../pipeline/conversation.js';
 import { STAGES } from '../pipeline/clock.js';
 import { Pipeline, type PinMap, type PipelineConversation } from '../pipeline/coordinator.js';
-import { BELL_MAIN, REC_CODES, REC_END_OF_AUDIO, REC_END_SEGMENT, REC_PCM, REC_TEXT, REC_TURN_END, STAGE_NAMES, TURN_COMPACTIONS, TURN_DROPPED, TURN_END_OF_AUDIO, TURN_FIELDS, TURN_FRAMES, TURN_POSITIONS, TURN_STOP, TURN_USER_FRAMES, type StageName } from '../pipeline/protocol.js';
+import { BELL_MAIN, readTurnFields, REC_CODES, REC_END_OF_AUDIO, REC_END_SEGMENT, REC_PCM, REC_TEXT, REC_TURN_END, STAGE_NAMES, TURN_FIELDS, type StageName } from '../pipeline/protocol.js';
 
 export interface RunRequest {
   model: string;
@@ -84,7 +84,7 @@ class Dump {
       }
       const shape = [total / per, ...p.row];
       const file = `${prefix}${name}.npy`;
-      writeFileSync(join(dir, file), data instanceof Int32Array ? encodeNpyInt32(data, shape) : encodeNpyFloat32(data, shape));
+      writeWhole(join(dir, file), data instanceof Int32Array ? encodeNpyInt32(data, shape) : encodeNpyFloat32(data, shape), '--dump');
       index.push({ file, stage: p.what, dtype: p.dtype, shape });
     }
     return index;
@@ -311,7 +311,7 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
       log(`${j.output}: ${audioSeconds.toFixed(2)} s at ${rate} Hz, ${summary.audioFrames} audio frames, ${tokens.length} text tokens, stop: ${summary.stop}, ${(wallMs / 1000).toFixed(2)} s wall`);
     }
     const atEnd = domain.snapshot().allocations;
-    if (r.dump !== undefined) writeFileSync(join(r.dump, 'index.json'), `${JSON.stringify({ schema: 'voxslab.dump/v1', model: dir, files: index }, null, 2)}\n`);
+    if (r.dump !== undefined) writeWhole(join(r.dump, 'index.json'), `${JSON.stringify({ schema: 'voxslab.dump/v1', model: dir, files: index }, null, 2)}\n`, '--dump');
     if (r.report !== undefined) {
       const s = model.slot;
       const plans = {
@@ -487,22 +487,23 @@ async function runPipeline(p: PipelineRun): Promise<string> {
         }
       }
       const audioSeconds = f.samples / p.rate;
-      const stop = s[TURN_STOP] === 1 ? 'end-of-turn' : 'length';
+      const tf = readTurnFields(s);
+      const stop = tf.stop;
       const turn: TurnRecord = {
         job: f.job,
         rate: p.rate,
         seed: p.seed + i,
-        encoderFrames: s[TURN_USER_FRAMES]!,
+        encoderFrames: tf.userFrames,
         text,
         tokens: f.tokens,
         codes: f.codes,
-        audioFrames: s[TURN_FRAMES]!,
+        audioFrames: tf.frames,
         samples: f.samples,
         stop,
-        endOfAudio: s[TURN_END_OF_AUDIO] === 1,
-        positions: s[TURN_POSITIONS]!,
-        compactions: s[TURN_COMPACTIONS]!,
-        droppedPositions: s[TURN_DROPPED]!,
+        endOfAudio: tf.endOfAudio,
+        positions: tf.positions,
+        compactions: tf.compactions,
+        droppedPositions: tf.droppedPositions,
         timings,
         wallMs,
       };
@@ -516,7 +517,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
         }),
       );
       lines.push(`${basename(f.job.input)} → ${f.job.output}: ${JSON.stringify(text)}`);
-      p.log(`${f.job.output}: ${audioSeconds.toFixed(2)} s at ${p.rate} Hz, ${s[TURN_FRAMES]} audio frames, ${f.tokens.length} text tokens, stop: ${stop}, first audio ${f.firstAudioAt < 0 ? '-' : `${(f.firstAudioAt - f.endAt).toFixed(1)} ms`} after the end of speech`);
+      p.log(`${f.job.output}: ${audioSeconds.toFixed(2)} s at ${p.rate} Hz, ${tf.frames} audio frames, ${f.tokens.length} text tokens, stop: ${stop}, first audio ${f.firstAudioAt < 0 ? '-' : `${(f.firstAudioAt - f.endAt).toFixed(1)} ms`} after the end of speech`);
     }
     p.log(`pipeline: ${flows.length} conversation(s) in ${(wallMs / 1000).toFixed(2)} s wall; ${pipeline.placement.map((w) => `${w.stage}@${w.affinity.join('+')}${w.pinError === null ? '' : ` (pin failed: ${w.pinError})`}`).join(', ')}`);
     if (p.report !== undefined) {

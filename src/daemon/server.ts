@@ -458,9 +458,7 @@ export class Daemon {
         const buf = Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
         if (binary) {
           if (buf.length % bytesPer !== 0) return fail(1007, `binary frame of ${buf.length} bytes is not whole ${e.format} samples`);
-          const copy = Buffer.from(buf); // aligned for the typed view
-          const n = buf.length / bytesPer;
-          c.write(bytesPer === 4 ? new Float32Array(copy.buffer, copy.byteOffset, n) : new Int16Array(copy.buffer, copy.byteOffset, n));
+          c.writeBytes(buf);
           return;
         }
         let msg: unknown;

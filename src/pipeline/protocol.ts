@@ -45,6 +45,31 @@ export const TURN_DROPPED = 6;
 export const TURN_USER_FRAMES = 7;
 export const TURN_FIELDS = 8;
 
+/** A TURN_END record's fields, decoded (the one reader of the layout above). */
+export interface TurnFields {
+  textTokens: number;
+  frames: number;
+  stop: 'end-of-turn' | 'length';
+  endOfAudio: boolean;
+  positions: number;
+  compactions: number;
+  droppedPositions: number;
+  userFrames: number;
+}
+
+export function readTurnFields(s: Int32Array): TurnFields {
+  return {
+    textTokens: s[TURN_TEXT_TOKENS]!,
+    frames: s[TURN_FRAMES]!,
+    stop: s[TURN_STOP] === 1 ? 'end-of-turn' : 'length',
+    endOfAudio: s[TURN_END_OF_AUDIO] === 1,
+    positions: s[TURN_POSITIONS]!,
+    compactions: s[TURN_COMPACTIONS]!,
+    droppedPositions: s[TURN_DROPPED]!,
+    userFrames: s[TURN_USER_FRAMES]!,
+  };
+}
+
 /** The rings of one conversation, in pipeline order. */
 export const RING_NAMES = ['input', 'pcm16', 'mel', 'embed', 'codes', 'events', 'output'] as const;
 export type RingName = (typeof RING_NAMES)[number];
