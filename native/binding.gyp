@@ -1,14 +1,24 @@
 {
+  "variables": {
+    "apm%": "<!(pkg-config --exists webrtc-audio-processing && echo 1 || echo 0)"
+  },
   "targets": [
     {
       "target_name": "voxslab_native",
-      "sources": ["src/addon.cc", "src/system.cc", "src/dsp.cc", "src/kernels.cc"],
+      "sources": ["src/addon.cc", "src/system.cc", "src/dsp.cc", "src/kernels.cc", "src/apm.cc"],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
       "cflags!": ["-fno-exceptions"],
       "cflags_cc!": ["-fno-exceptions"],
       "cflags_cc": ["-std=c++17", "-O3", "-ffp-contract=off", "-Wall", "-Wextra", "-pthread"],
       "ldflags": ["-pthread"],
+      "conditions": [
+        ["apm==1", {
+          "defines": ["VOXSLAB_APM", "WEBRTC_AUDIO_PROCESSING_ONLY_BUILD", "WEBRTC_POSIX"],
+          "include_dirs": ["<!@(pkg-config --variable=includedir webrtc-audio-processing)/webrtc_audio_processing"],
+          "libraries": ["<!@(pkg-config --libs webrtc-audio-processing)"]
+        }]
+      ],
       "xcode_settings": {
         "GCC_ENABLE_CPP_EXCEPTIONS": "YES",
         "CLANG_CXX_LANGUAGE_STANDARD": "c++17"

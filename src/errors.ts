@@ -126,6 +126,23 @@ export class ClosedError extends VoxslabError {
   override readonly exitCode = 2;
 }
 
+/** This build lacks an optional engine the caller asked for (echo cancellation, devices). Exit code 2. */
+export class UnsupportedError extends VoxslabError {
+  override readonly code = 'ERR_VOXSLAB_UNSUPPORTED';
+  override readonly exitCode = 2;
+}
+
+/** An audio device is missing, busy, or went away. Exit code 4. */
+export class DeviceError extends VoxslabError {
+  override readonly code = 'ERR_VOXSLAB_DEVICE';
+  override readonly exitCode = 4;
+  readonly device: string;
+  constructor(device: string, reason: string, options?: ErrorOptions) {
+    super(`audio device ${device}: ${reason}`, options);
+    this.device = device;
+  }
+}
+
 /** The exit code a CLI should use for an error thrown by voxslab. */
 export function exitCodeOf(error: unknown): number {
   if (error !== null && typeof error === 'object' && 'exitCode' in error) {

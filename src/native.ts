@@ -46,6 +46,9 @@ export type ByteView =
   | BigInt64Array
   | BigUint64Array;
 
+/** An audio processing engine owned by the addon (freed by apmDestroy or when collected). */
+export type ApmHandle = { readonly __apm: unique symbol };
+
 export interface NativeAddon {
   /** Pins the calling thread to `cpus`. Throws TypeError/RangeError on bad CPU lists. */
   pinThread(cpus: number[]): PinResult;
@@ -64,6 +67,13 @@ export interface NativeAddon {
   lockRange(view: ByteView): NativeResult;
   unlockRange(view: ByteView): NativeResult;
   cpuFeatures(): CpuFeatures;
+  /** True when the addon was linked with WebRTC's audio processing module. */
+  apmAvailable(): boolean;
+  /** One engine: echo 0 (off)..3 suppression low/moderate/high, highPass 0|1, noise 0 (off)..4, voice 0 (off)..4 likelihood, delayAgnostic 0|1. */
+  apmCreate(echo: number, highPass: number, noise: number, voice: number, delayAgnostic: number): { handle: ApmHandle; heapBytes: number };
+  apmDestroy(handle: ApmHandle): void;
+  /** One 10 ms frame at 16 kHz; flags 1 voice, 2 echo present; negative = engine error. */
+  apmProcess(handle: ApmHandle, near: Float32Array, nearAt: number, far: Float32Array | null, farAt: number, out: Float32Array, outAt: number, delayMs: number): number;
   /**
    * Streaming polyphase resampling over caller-owned buffers (see dsp/resample.ts for the
    * layouts). `input` null flushes with zeros until `limit` outputs exist. Returns outputs

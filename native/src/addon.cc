@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "apm.h"
 #include "dsp.h"
 #include "kernels.h"
 #include "system.h"
@@ -795,6 +796,78 @@ Napi::Value DotPathValue(const Napi::CallbackInfo& info) {
   return Napi::String::New(info.Env(), voxslab::DotPath());
 }
 
+// Echo cancellation and voice activity (apm.h). A handle is an External that owns one engine;
+// the finalizer frees it when the handle is collected, apmDestroy at once.
+struct ApmHandle {
+  voxslab::Apm* apm;
+};
+
+Napi::Value ApmAvailableValue(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 0, "apmAvailable");
+  return Napi::Boolean::New(info.Env(), voxslab::ApmAvailable());
+}
+
+// apmCreate(echo 0 (off)..3 suppression, highPass 0|1, noise 0..4, voice 0..4, delayAgnostic 0|1) -> { handle, heapBytes }
+Napi::Value ApmCreateValue(const Napi::CallbackInfo& info) {
+  const char* fn = "apmCreate";
+  ExpectArgs(info, 5, fn);
+  const int64_t echo = CountArg(info, 0, fn, "echo");
+  const int64_t agnostic = CountArg(info, 4, fn, "delayAgnostic");
+  const int64_t high = CountArg(info, 1, fn, "highPass");
+  const int64_t noise = CountArg(info, 2, fn, "noise");
+  const int64_t voice = CountArg(info, 3, fn, "voice");
+  if (echo > 3) ThrowRange(info.Env(), "apmCreate: echo must be 0 (off) to 3");
+  if (high > 1 || agnostic > 1) ThrowRange(info.Env(), "apmCreate: highPass and delayAgnostic must be 0 or 1");
+  if (noise > 4 || voice > 4) ThrowRange(info.Env(), "apmCreate: noise and voice must be 0 (off) to 4");
+  if (!voxslab::ApmAvailable()) throw Napi::Error::New(info.Env(), "apmCreate: the addon was built without WebRTC audio processing");
+  voxslab::ApmSettings s{static_cast<int>(echo), high == 1, static_cast<int>(noise), static_cast<int>(voice), agnostic == 1};
+  int64_t heap = 0;
+  voxslab::Apm* apm = voxslab::ApmCreate(s, &heap);
+  if (apm == nullptr) throw Napi::Error::New(info.Env(), "apmCreate: the audio processing engine refused its settings");
+  auto handle = Napi::External<ApmHandle>::New(info.Env(), new ApmHandle{apm}, [](Napi::Env, ApmHandle* h) {
+    voxslab::ApmDestroy(h->apm);
+    delete h;
+  });
+  Napi::Object out = Napi::Object::New(info.Env());
+  out.Set("handle", handle);
+  out.Set("heapBytes", Napi::Number::New(info.Env(), static_cast<double>(heap)));
+  return out;
+}
+
+ApmHandle* ApmArg(const Napi::CallbackInfo& info, const char* fn) {
+  if (!info[0].IsExternal()) ThrowType(info.Env(), std::string(fn) + ": argument 1 must be a handle from apmCreate");
+  return info[0].As<Napi::External<ApmHandle>>().Data();
+}
+
+Napi::Value ApmDestroyValue(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 1, "apmDestroy");
+  ApmHandle* h = ApmArg(info, "apmDestroy");
+  voxslab::ApmDestroy(h->apm);
+  h->apm = nullptr;
+  return info.Env().Undefined();
+}
+
+// apmProcess(handle, near, nearAt, far | null, farAt, out, outAt, delayMs) -> flags
+// One 10 ms frame at 16 kHz. Flags: 1 voice, 2 echo present.
+Napi::Value ApmProcessValue(const Napi::CallbackInfo& info) {
+  const char* fn = "apmProcess";
+  ExpectArgs(info, 8, fn);
+  ApmHandle* h = ApmArg(info, fn);
+  if (h->apm == nullptr) throw Napi::Error::New(info.Env(), "apmProcess: the engine was destroyed");
+  const int64_t na = CountArg(info, 2, fn, "nearAt");
+  const int64_t fa = CountArg(info, 4, fn, "farAt");
+  const int64_t oa = CountArg(info, 6, fn, "outAt");
+  const int64_t delay = CountArg(info, 7, fn, "delayMs");
+  if (na > (int64_t{1} << 40) || fa > (int64_t{1} << 40) || oa > (int64_t{1} << 40)) ThrowRange(info.Env(), "apmProcess: offsets must be below 2^40");
+  if (delay > 500) ThrowRange(info.Env(), "apmProcess: delayMs must be at most 500");
+  auto near = F32Arg(info, 1, fn, "near", static_cast<size_t>(na + voxslab::kApmFrame));
+  const float* far = nullptr;
+  if (!info[3].IsNull()) far = F32Arg(info, 3, fn, "far", static_cast<size_t>(fa + voxslab::kApmFrame)).data + fa;
+  auto out = F32Arg(info, 5, fn, "out", static_cast<size_t>(oa + voxslab::kApmFrame));
+  const int r = voxslab::ApmProcess(h->apm, near.data + na, far, out.data + oa, static_cast<int>(delay));
+  return Napi::Number::New(info.Env(), r);
+}
+
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("resampleRun", Napi::Function::New(env, ResampleRunValue, "resampleRun"));
   exports.Set("fft", Napi::Function::New(env, FftValue, "fft"));
@@ -828,6 +901,10 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("residentBytes", Napi::Function::New(env, ResidentBytes, "residentBytes"));
   exports.Set("lockRange", Napi::Function::New(env, LockRange, "lockRange"));
   exports.Set("unlockRange", Napi::Function::New(env, UnlockRange, "unlockRange"));
+  exports.Set("apmAvailable", Napi::Function::New(env, ApmAvailableValue, "apmAvailable"));
+  exports.Set("apmCreate", Napi::Function::New(env, ApmCreateValue, "apmCreate"));
+  exports.Set("apmDestroy", Napi::Function::New(env, ApmDestroyValue, "apmDestroy"));
+  exports.Set("apmProcess", Napi::Function::New(env, ApmProcessValue, "apmProcess"));
   exports.Set("cpuFeatures", Napi::Function::New(env, CpuFeaturesValue, "cpuFeatures"));
   return exports;
 }

@@ -1,0 +1,162 @@
+/**
+ * WebRTC's audio processing module over any chunking of 16 kHz PCM: echo cancellation with the
+ * far-end reference, high-pass and noise suppression (`EchoCanceller`), or voice activity alone
+ * (`VoiceDetector`). The engine takes 10 ms frames; both classes gather samples into one frame
+ * and hand out whole frames, so streaming equals one pass whatever the chunk sizes.
+ *
+ * The engine's own memory comes from the C heap when it is created (measured, `heapBytes`, for
+ * the manifest); processing afterwards does not grow it. Where the addon was built without the
+ * engine, `apmAvailable()` is false and constructors throw a clear error.
+ *
+ * Thread contract: one instance per stream, one thread; `push` neither allocates nor throws.
+ */
+import { ArgumentError, InternalError, UnsupportedError } from '../errors.js';
+import { native, type ApmHandle } from '../native.js';
+import { heapWorkspace, type Workspace } from './workspace.js';
+
+/** Samples per engine frame (10 ms at 16 kHz). */
+export const APM_FRAME = 160;
+export const APM_RATE = 16000;
+export const APM_VOICE = 1;
+export const APM_ECHO = 2;
+
+/** Whether echo cancellation and the WebRTC VAD are available in this build. */
+export function apmAvailable(): boolean {
+  return native.apmAvailable();
+}
+
+function create(echo: number, highPass: boolean, noise: number, voice: number, agnostic: boolean): { handle: ApmHandle; heapBytes: number } {
+  if (!native.apmAvailable()) {
+    throw new UnsupportedError('echo cancellation and voice activity are off: the native addon was built without WebRTC audio processing (install libwebrtc-audio-processing-dev and rebuild)');
+  }
+  return native.apmCreate(echo, highPass ? 1 : 0, noise, voice, agnostic ? 1 : 0);
+}
+
+export interface EchoCancellerOptions {
+  /** Noise suppression level, 0 (off) to 4. Default 2. */
+  noise?: number;
+  /** High-pass filter. Default on. */
+  highPass?: boolean;
+  /** How hard residual echo is suppressed. Default 'moderate'. */
+  suppression?: 'low' | 'moderate' | 'high';
+  /**
+   * Delay from a far-end sample's aligned position to its echo in the microphone, as far as the
+   * device knows it (its output and input latency), 0..500 ms. Unknown: the engine estimates it,
+   * which converges far more slowly.
+   */
+  delayMs?: number;
+}
+
+export class EchoCanceller {
+  readonly heapBytes: number;
+  readonly #handle: ApmHandle;
+  readonly #near: Float32Array; // [APM_FRAME]
+  readonly #far: Float32Array; // [APM_FRAME]
+  readonly #out: Float32Array; // [APM_FRAME]
+  readonly #delay: number;
+  #fill = 0;
+  /** Frames processed, and those in which the engine judged echo present. */
+  frames = 0;
+  echoFrames = 0;
+  errors = 0;
+
+  constructor(o: EchoCancellerOptions = {}, ws: Workspace = heapWorkspace) {
+    if (o.delayMs !== undefined && !(Number.isInteger(o.delayMs) && o.delayMs >= 0 && o.delayMs <= 500)) {
+      throw new ArgumentError(`echo canceller delayMs must be an integer 0..500, got ${o.delayMs}`);
+    }
+    const made = create({ low: 1, moderate: 2, high: 3 }[o.suppression ?? 'moderate'], o.highPass ?? true, o.noise ?? 2, 0, o.delayMs === undefined);
+    this.#delay = o.delayMs ?? 0;
+    this.#handle = made.handle;
+    this.heapBytes = made.heapBytes;
+    this.#near = ws('aec.near', Float32Array, APM_FRAME);
+    this.#far = ws('aec.far', Float32Array, APM_FRAME);
+    this.#out = ws('aec.out', Float32Array, APM_FRAME);
+  }
+
+  /** Most samples `push` of `n` can write. */
+  maxOutput(n: number): number {
+    return Math.floor((n + APM_FRAME - 1) / APM_FRAME) * APM_FRAME;
+  }
+
+  /**
+   * Cancels the echo of `far[fa, fa + n)` (played at the same device time) from
+   * `near[na, na + n)`; writes whole cleaned frames to `out` at `at` and returns how many samples.
+   */
+  push(near: Float32Array, na: number, far: Float32Array, fa: number, n: number, out: Float32Array, at: number): number {
+    let w = 0;
+    for (let i = 0; i < n; ) {
+      const k = Math.min(APM_FRAME - this.#fill, n - i);
+      for (let j = 0; j < k; j++) {
+        this.#near[this.#fill + j] = near[na + i + j]!;
+        this.#far[this.#fill + j] = far[fa + i + j]!;
+      }
+      this.#fill += k;
+      i += k;
+      if (this.#fill < APM_FRAME) break;
+      this.#fill = 0;
+      const flags = native.apmProcess(this.#handle, this.#near, 0, this.#far, 0, this.#out, 0, this.#delay);
+      this.frames++;
+      if (flags < 0) {
+        // The engine refused the frame: pass the microphone through rather than drop it.
+        this.errors++;
+        out.set(this.#near, at + w);
+      } else {
+        if ((flags & APM_ECHO) !== 0) this.echoFrames++;
+        out.set(this.#out, at + w);
+      }
+      w += APM_FRAME;
+    }
+    return w;
+  }
+
+  /** Frees the engine now (it is also freed when collected). */
+  close(): void {
+    native.apmDestroy(this.#handle);
+  }
+}
+
+/** Voice likelihood thresholds of the WebRTC VAD, least to most eager to say "no voice". */
+export const VAD_LIKELIHOOD = { 'very-low': 1, low: 2, moderate: 3, high: 4 } as const;
+export type VadLikelihood = keyof typeof VAD_LIKELIHOOD;
+
+/** WebRTC's VAD (the GMM detector inside the audio processing module), one decision per 10 ms. */
+export class VoiceDetector {
+  readonly heapBytes: number;
+  readonly #handle: ApmHandle;
+  readonly #frame: Float32Array; // [APM_FRAME]
+  readonly #out: Float32Array; // [APM_FRAME]
+  #fill = 0;
+
+  constructor(likelihood: VadLikelihood = 'moderate', ws: Workspace = heapWorkspace) {
+    const level = VAD_LIKELIHOOD[likelihood];
+    if (level === undefined) throw new InternalError(`unknown VAD likelihood '${likelihood}'`);
+    const made = create(0, false, 0, level, false);
+    this.#handle = made.handle;
+    this.heapBytes = made.heapBytes;
+    this.#frame = ws('vad.frame', Float32Array, APM_FRAME);
+    this.#out = ws('vad.out', Float32Array, APM_FRAME);
+  }
+
+  /**
+   * Takes `pcm[at, at + n)`; writes one decision (1 voice, 0 not) per completed frame to
+   * `decisions` from `dAt`, and returns how many frames completed.
+   */
+  push(pcm: Float32Array, at: number, n: number, decisions: Uint8Array, dAt: number): number {
+    let frames = 0;
+    for (let i = 0; i < n; ) {
+      const k = Math.min(APM_FRAME - this.#fill, n - i);
+      for (let j = 0; j < k; j++) this.#frame[this.#fill + j] = pcm[at + i + j]!;
+      this.#fill += k;
+      i += k;
+      if (this.#fill < APM_FRAME) break;
+      this.#fill = 0;
+      const flags = native.apmProcess(this.#handle, this.#frame, 0, null, 0, this.#out, 0, 0);
+      decisions[dAt + frames++] = flags > 0 && (flags & APM_VOICE) !== 0 ? 1 : 0;
+    }
+    return frames;
+  }
+
+  close(): void {
+    native.apmDestroy(this.#handle);
+  }
+}
