@@ -109,6 +109,11 @@ export const OPTIONS = {
   maxConnections: { kind: 'int', flag: 'max-connections', value: 'N', min: 1, max: 10000, default: 64, doc: 'TCP connections at once' },
   maxMessageBytes: { kind: 'int', flag: 'max-message', value: 'BYTES', min: 1024, max: 2 ** 26, default: 1 << 20, doc: 'largest WebSocket message' },
   maxRequestBytes: { kind: 'int', flag: 'max-request', value: 'BYTES', min: 256, max: 2 ** 24, default: 1 << 16, doc: 'largest HTTP request body' },
+  silenceMs: { kind: 'int', flag: 'silence', value: 'MS', min: 100, max: 10_000, default: 600, doc: 'silence after speech that ends the user\'s turn' },
+  onsetMs: { kind: 'int', flag: 'onset', value: 'MS', min: 10, max: 1000, default: 80, doc: 'voiced time in a row that starts speech (and interrupts the assistant)' },
+  minSpeechMs: { kind: 'int', flag: 'min-speech', value: 'MS', min: 10, max: 10_000, default: 200, doc: 'shortest speech kept as a user turn (shorter bursts are dropped)' },
+  vad: { kind: 'choice', flag: 'vad', choices: ['very-low', 'low', 'moderate', 'high'], default: 'low', doc: 'voice likelihood the WebRTC VAD requires' },
+  lookaheadMs: { kind: 'int', flag: 'lookahead', value: 'MS', min: 80, max: 30_000, default: 1000, doc: 'how far generation may run ahead of playback' },
   align: { kind: 'int', flag: 'align', value: 'N', min: 1, max: 2 ** 30, default: 1, powerOfTwo: true, doc: 'offset alignment in bytes (a power of two)' },
 } as const satisfies Record<string, OptionSpec>;
 

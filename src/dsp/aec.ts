@@ -12,6 +12,7 @@
  */
 import { ArgumentError, InternalError, UnsupportedError } from '../errors.js';
 import { native, type ApmHandle } from '../native.js';
+import { defaultOf } from '../options.js';
 import { heapWorkspace, type Workspace } from './workspace.js';
 
 /** Samples per engine frame (10 ms at 16 kHz). */
@@ -127,7 +128,7 @@ export class VoiceDetector {
   readonly #out: Float32Array; // [APM_FRAME]
   #fill = 0;
 
-  constructor(likelihood: VadLikelihood = 'moderate', ws: Workspace = heapWorkspace) {
+  constructor(likelihood: VadLikelihood = defaultOf('vad') as VadLikelihood, ws: Workspace = heapWorkspace) {
     const level = VAD_LIKELIHOOD[likelihood];
     if (level === undefined) throw new InternalError(`unknown VAD likelihood '${likelihood}'`);
     const made = create(0, false, 0, level, false);

@@ -1,0 +1,98 @@
+/**
+ * Endpointing over per-frame voice decisions (10 ms each): when the user's speech starts, and
+ * when their turn ends. A pure state machine; the decisions come from `VoiceDetector` (aec.ts).
+ *
+ *   idle     → speech     after `onset` voiced frames in a row (SPEECH_START; the speech began
+ *                         at the first of them)
+ *   speech   → idle       once the last `silence` frames hold at most a tenth voiced ones:
+ *                         SPEECH_END when the speech lasted at least `minSpeech` frames,
+ *                         otherwise SPEECH_DROP (a cough, a click: not a turn)
+ *   speech   → idle       after `maxSegment` frames of speech: SPEECH_END (the longest segment)
+ *
+ * Silence is judged over a window rather than as unvoiced frames in a row, because a frame-level
+ * VAD in noise says "voice" now and then in the pauses; one such frame must not restart the wait.
+ *
+ * Thread contract: one instance per stream, one thread; nothing allocates after construction.
+ */
+import { ArgumentError } from '../errors.js';
+
+export const VAD_NONE = 0;
+export const VAD_SPEECH_START = 1;
+export const VAD_SPEECH_END = 2;
+export const VAD_SPEECH_DROP = 3;
+
+export interface EndpointOptions {
+  /** Voiced frames in a row that start speech. */
+  onset: number;
+  /** Frames of (nearly) no voice that end it. */
+  silence: number;
+  /** Frames of speech (from its start to its last voiced frame) a turn needs. */
+  minSpeech: number;
+  /** Frames of speech after which the segment closes anyway. */
+  maxSegment: number;
+}
+
+/** Frames from milliseconds (10 ms per frame, at least one). */
+export function framesOf(ms: number): number {
+  return Math.max(1, Math.round(ms / 10));
+}
+
+export class Endpointer {
+  readonly o: EndpointOptions;
+  /** Frames seen. */
+  frame = 0;
+  /** While speaking: the frame the speech began at; -1 when idle. */
+  start = -1;
+  /** The last voiced frame. */
+  lastVoiced = -1;
+  #run = 0;
+  readonly #window: Uint8Array; // [silence] the last decisions while speaking, a ring
+  #voicedInWindow = 0;
+
+  constructor(o: EndpointOptions) {
+    for (const k of ['onset', 'silence', 'minSpeech', 'maxSegment'] as const) {
+      if (!Number.isInteger(o[k]) || o[k] < 1) throw new ArgumentError(`endpointing ${k} must be a positive whole number of frames, got ${o[k]}`);
+    }
+    this.o = { ...o };
+    this.#window = new Uint8Array(o.silence);
+  }
+
+  get speaking(): boolean {
+    return this.start >= 0;
+  }
+
+  /** Takes the next frame's decision; returns a VAD_* event. */
+  push(voiced: boolean): number {
+    const f = this.frame++;
+    if (voiced) this.lastVoiced = f;
+    if (this.start < 0) {
+      this.#run = voiced ? this.#run + 1 : 0;
+      if (this.#run < this.o.onset) return VAD_NONE;
+      this.start = f - this.o.onset + 1;
+      this.#run = 0;
+      this.#window.fill(0);
+      this.#voicedInWindow = 0;
+      return VAD_SPEECH_START;
+    }
+    // Frames since the onset, into the window ring.
+    const k = this.#run++ % this.o.silence;
+    this.#voicedInWindow += (voiced ? 1 : 0) - this.#window[k]!;
+    this.#window[k] = voiced ? 1 : 0;
+    if (f - this.start + 1 >= this.o.maxSegment) return this.#end(VAD_SPEECH_END);
+    if (this.#run < this.o.silence || 10 * this.#voicedInWindow > this.o.silence) return VAD_NONE;
+    return this.#end(this.lastVoiced - this.start + 1 >= this.o.minSpeech ? VAD_SPEECH_END : VAD_SPEECH_DROP);
+  }
+
+  #end(event: number): number {
+    this.start = -1;
+    this.#run = 0;
+    return event;
+  }
+
+  reset(): void {
+    this.frame = 0;
+    this.start = -1;
+    this.lastVoiced = -1;
+    this.#run = 0;
+  }
+}
