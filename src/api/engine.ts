@@ -14,6 +14,7 @@
  * Thread contract: one thread (the application's); the stages run in their own workers.
  */
 import { EventEmitter } from 'node:events';
+import type { ReplyStop } from '../pipeline/protocol.js';
 import { Duplex } from 'node:stream';
 import { AbortedError, ArgumentError, ClosedError, VoxslabError, WorkerError } from '../errors.js';
 import { MemoryDomain } from '../memory/domain.js';
@@ -65,7 +66,7 @@ export interface TurnSummary {
   /** Audio frames generated, and samples at the output rate. */
   frames: number;
   samples: number;
-  stop: 'end-of-turn' | 'length';
+  stop: ReplyStop;
   endOfAudio: boolean;
   /** Encoder frames of the user's speech. */
   userFrames: number;

@@ -19,6 +19,7 @@
  * clocks read the native monotonic clock.
  */
 import { ArgumentError, BadInputError } from '../errors.js';
+import type { ReplyStop } from './protocol.js';
 import { optionValue } from '../options.js';
 import type { Arena } from '../memory/arena.js';
 import type { MemoryDomain } from '../memory/domain.js';
@@ -84,7 +85,7 @@ export interface ReplySummary {
   textTokens: number;
   audioFrames: number;
   samples: number;
-  stop: 'end-of-turn' | 'length';
+  stop: ReplyStop;
   endOfAudio: boolean;
 }
 

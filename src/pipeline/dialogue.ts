@@ -11,6 +11,13 @@
  * on codebook 0 = 2048, the whole frame becomes 2048, is fed back, and text resumes. Every
  * emitted token or frame is fed back as the next position.
  *
+ * Barge-in: with `checkpoints` > 0, the dialogue keeps, for each of the last `checkpoints` audio
+ * frames of a reply, what a conversation stopped right after that frame would hold (its
+ * position, short-conv states, sampler state and the frame itself, pending). `truncate(h)`
+ * returns to the checkpoint of frame h: the reply then ends as if it had only ever generated
+ * its first h frames and the text interleaved before them (KV rows past the position are dead:
+ * attention never reads them). Memory: [checkpoints][short-conv floats + codebooks + fields].
+ *
  * Context policy: when the next positions would pass the context, the oldest quarter of the
  * positions after the system prompt are forgotten (Lfm2Stack.dropPositions).
  *
@@ -23,6 +30,8 @@
  * stage clocks read the native monotonic clock.
  */
 import { native } from '../native.js';
+import type { ReplyStop } from './protocol.js';
+import { ArgumentError } from '../errors.js';
 import type { Arena } from '../memory/arena.js';
 import { arenaWorkspace, type Workspace } from '../dsp/workspace.js';
 import type { Planner } from '../memory/planner.js';
@@ -87,7 +96,22 @@ export interface DialogueOptions {
   maxFrames: number;
   text: SamplingOptions;
   audio: SamplingOptions;
+  /** Audio frames of a reply `truncate` can return to (0: none). */
+  checkpoints?: number;
 }
+
+/** Named fields of a checkpoint's metadata row. */
+const CK_FRAME = 0; // frames emitted (1-based frame number), -1 = empty
+const CK_POSITION = 1;
+const CK_SAMPLER = 2;
+const CK_TEXT = 3;
+const CK_LEFT = 4;
+const CK_TEXT_DONE = 5;
+const CK_STEP = 6;
+const CK_TEXT_TOKENS = 7;
+const CK_END_OF_AUDIO = 8;
+const CK_DROPPED = 9;
+const CK_FIELDS = 10;
 
 /** Inspection taps of a step (slower: set them only to dump stages). */
 export interface StepTaps {
@@ -102,11 +126,15 @@ export class Dialogue {
   readonly sampler: Sampler;
   readonly codes: Int32Array; // [codebooks] the last frame
   readonly prompts: Prompts;
-  readonly options: Readonly<DialogueOptions>;
+  readonly options: Readonly<Required<DialogueOptions>>;
   /** Positions of the system prompt (kept when the context is compacted). */
   readonly keep: number;
   readonly #clocks: StageClocks;
   readonly #watch = new Stopwatch();
+  readonly #ckMeta: Int32Array; // [checkpoints][CK_FIELDS]
+  readonly #ckConv: Float32Array; // [checkpoints][short-conv layers][kernel − 1][hidden]
+  readonly #ckCodes: Int32Array; // [checkpoints][codebooks]
+  readonly #convFloats: number;
   /** Positions forgotten by the context policy so far, and how many times. */
   dropped = 0;
   compactions = 0;
@@ -122,23 +150,33 @@ export class Dialogue {
   #textDone = false;
   #step = 0;
   #maxSteps = 0;
+  #maxFrames = 0;
   /** Adapter rows of the current (or last) user turn. */
   userFrames = 0;
   /** The current (or last) reply's counts and how it ended. */
   textTokens = 0;
   frames = 0;
   endOfAudio = false;
-  stop: 'end-of-turn' | 'length' = 'length';
+  stop: ReplyStop = 'length';
 
   constructor(c: ModelConfig, arena: Arena, o: DialogueOptions & { seed: number; prompts: Prompts; clocks: StageClocks }) {
     this.config = c;
-    this.options = Object.freeze({ context: o.context, kv: o.kv, prefillChunk: o.prefillChunk, maxFrames: o.maxFrames, text: o.text, audio: o.audio });
+    const checkpoints = o.checkpoints ?? 0;
+    if (!Number.isInteger(checkpoints) || checkpoints < 0 || checkpoints > 4096) throw new ArgumentError(`dialogue checkpoints must be 0..4096, got ${checkpoints}`);
+    this.options = Object.freeze({ context: o.context, kv: o.kv, prefillChunk: o.prefillChunk, maxFrames: o.maxFrames, text: o.text, audio: o.audio, checkpoints });
     this.state = new BackboneState(c, arena, o.context, o.context, '', o.kv);
     this.codes = arena.carve('codes', 'workspace.sampler', Int32Array, c.audio.codebooks);
     this.sampler = new Sampler(o.seed, arenaWorkspace(arena, 'workspace.sampler', 'dialogue'));
     this.prompts = o.prompts;
     this.keep = o.prompts.system.length;
     this.#clocks = o.clocks;
+    let convFloats = 0;
+    for (const conv of this.state.conv) convFloats += conv === null ? 0 : conv.length;
+    this.#convFloats = convFloats;
+    this.#ckMeta = arena.carve('barge.meta', 'metadata', Int32Array, checkpoints * CK_FIELDS);
+    this.#ckConv = arena.carve('barge.conv', 'recurrence', Float32Array, checkpoints * convFloats);
+    this.#ckCodes = arena.carve('barge.codes', 'metadata', Int32Array, checkpoints * c.audio.codebooks);
+    for (let k = 0; k < checkpoints; k++) this.#ckMeta[k * CK_FIELDS + CK_FRAME] = -1;
   }
 
   #tic(): void {
@@ -183,8 +221,11 @@ export class Dialogue {
     this.#toc(CLOCK_PREFILL);
   }
 
-  /** Closes the user turn (`<|im_end|>\n<|im_start|>assistant\n`) and readies the reply. */
-  endUser(slot: StepSlot): void {
+  /**
+   * Closes the user turn (`<|im_end|>\n<|im_start|>assistant\n`) and readies the reply, of at
+   * most `maxFrames` audio frames (the dialogue's own limit by default, never more).
+   */
+  endUser(slot: StepSlot, maxFrames = this.options.maxFrames): void {
     this.#tic();
     this.#stageTokens(slot, this.prompts.userClose);
     this.#toc(CLOCK_PREFILL);
@@ -192,11 +233,13 @@ export class Dialogue {
     this.#left = this.config.interleave.text;
     this.#textDone = false;
     this.#step = 0;
-    this.#maxSteps = 2 * this.options.maxFrames + 4 * this.config.interleave.text + 64;
+    this.#maxFrames = Math.max(0, Math.min(maxFrames, this.options.maxFrames));
+    this.#maxSteps = 2 * this.#maxFrames + 4 * this.config.interleave.text + 64;
     this.textTokens = 0;
     this.frames = 0;
     this.endOfAudio = false;
     this.stop = 'length';
+    for (let k = 0; k < this.options.checkpoints; k++) this.#ckMeta[k * CK_FIELDS + CK_FRAME] = -1;
   }
 
   #stageTokens(slot: StepSlot, ids: Int32Array): void {
@@ -225,6 +268,14 @@ export class Dialogue {
     if (s.position + n <= s.context) return;
     const drop = Math.min(s.position - this.keep, Math.max(n + s.position - s.context, Math.ceil((s.context - this.keep) / 4)));
     slot.backbone.stack.dropPositions(s, this.keep, drop);
+    // Checkpoints move with the positions they name; one whose positions were forgotten is gone.
+    for (let k = 0; k < this.options.checkpoints; k++) {
+      const m = k * CK_FIELDS;
+      if (this.#ckMeta[m + CK_FRAME]! < 0) continue;
+      const p = this.#ckMeta[m + CK_POSITION]! - drop;
+      if (p < this.keep) this.#ckMeta[m + CK_FRAME] = -1;
+      else this.#ckMeta[m + CK_POSITION] = p;
+    }
     this.dropped += drop;
     this.compactions++;
   }
@@ -235,7 +286,7 @@ export class Dialogue {
    */
   step(slot: StepSlot, taps: StepTaps | null = null): number {
     if (this.#maxSteps === 0) return EMIT_DONE;
-    if (this.#step >= this.#maxSteps || this.frames >= this.options.maxFrames) return this.#done();
+    if (this.#step >= this.#maxSteps || this.frames >= this.#maxFrames) return this.#done();
     const c = this.config;
     const stack = slot.backbone.stack;
     this.#tic();
@@ -292,7 +343,75 @@ export class Dialogue {
     }
     slot.backbone.embedAudio(this.codes, stack.input, 0);
     this.#pending = 2;
+    if (this.options.checkpoints > 0) this.#checkpoint();
     return emitted;
+  }
+
+  /** Keeps what a reply stopped right after this frame would hold. */
+  #checkpoint(): void {
+    const k = this.frames % this.options.checkpoints;
+    const m = k * CK_FIELDS;
+    const meta = this.#ckMeta;
+    meta[m + CK_FRAME] = this.frames;
+    meta[m + CK_POSITION] = this.state.position;
+    meta[m + CK_SAMPLER] = this.sampler.state | 0;
+    meta[m + CK_TEXT] = this.#text ? 1 : 0;
+    meta[m + CK_LEFT] = this.#left;
+    meta[m + CK_TEXT_DONE] = this.#textDone ? 1 : 0;
+    meta[m + CK_STEP] = this.#step;
+    meta[m + CK_TEXT_TOKENS] = this.textTokens;
+    meta[m + CK_END_OF_AUDIO] = this.endOfAudio ? 1 : 0;
+    meta[m + CK_DROPPED] = this.dropped;
+    let at = k * this.#convFloats;
+    const conv = this.state.conv;
+    for (let l = 0; l < conv.length; l++) {
+      const s = conv[l];
+      if (s === null || s === undefined) continue;
+      this.#ckConv.set(s, at);
+      at += s.length;
+    }
+    this.#ckCodes.set(this.codes, k * this.config.audio.codebooks);
+  }
+
+  /**
+   * Barge-in: ends the reply as if it had stopped right after audio frame `heard` (1-based; the
+   * frames the listener heard), forgetting every position generated after it. False, changing
+   * nothing, when that frame's checkpoint is not kept (older than the last `checkpoints` frames,
+   * not generated, or forgotten by a compaction). After it the turn is over (`stop` is
+   * 'interrupted') and the frame is fed back first at the next user turn.
+   */
+  truncate(heard: number): boolean {
+    const n = this.options.checkpoints;
+    if (n === 0 || heard < 1 || heard > this.frames) return false;
+    const k = heard % n;
+    const m = k * CK_FIELDS;
+    const meta = this.#ckMeta;
+    if (meta[m + CK_FRAME] !== heard || meta[m + CK_DROPPED] !== this.dropped) return false;
+    this.state.position = meta[m + CK_POSITION]!;
+    this.sampler.state = meta[m + CK_SAMPLER]! >>> 0;
+    this.#text = meta[m + CK_TEXT] === 1;
+    this.#left = meta[m + CK_LEFT]!;
+    this.#textDone = meta[m + CK_TEXT_DONE] === 1;
+    this.textTokens = meta[m + CK_TEXT_TOKENS]!;
+    this.endOfAudio = meta[m + CK_END_OF_AUDIO] === 1;
+    this.frames = heard;
+    let at = k * this.#convFloats;
+    const conv = this.state.conv;
+    for (let l = 0; l < conv.length; l++) {
+      const s = conv[l];
+      if (s === null || s === undefined) continue;
+      s.set(this.#ckConv.subarray(at, at + s.length));
+      at += s.length;
+    }
+    const cb = this.config.audio.codebooks;
+    this.codes.set(this.#ckCodes.subarray(k * cb, (k + 1) * cb));
+    this.#pending = 2;
+    this.stop = 'interrupted';
+    if (this.#maxSteps !== 0) {
+      this.#turns++;
+      this.#step = this.#maxSteps = 0;
+    }
+    return true;
   }
 
   #done(): number {

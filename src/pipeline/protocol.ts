@@ -37,7 +37,7 @@ export const REC_TURN_END = 9; // TURN_FIELDS
 /** Fields of a TURN_END record on the event ring. */
 export const TURN_TEXT_TOKENS = 0;
 export const TURN_FRAMES = 1;
-export const TURN_STOP = 2; // 0 length, 1 end of turn
+export const TURN_STOP = 2; // 0 length, 1 end of turn, 2 interrupted
 export const TURN_END_OF_AUDIO = 3;
 export const TURN_POSITIONS = 4;
 export const TURN_COMPACTIONS = 5;
@@ -45,11 +45,14 @@ export const TURN_DROPPED = 6;
 export const TURN_USER_FRAMES = 7;
 export const TURN_FIELDS = 8;
 
+/** How a reply ended: `<|im_end|>`, the reply length, or the listener's barge-in. */
+export type ReplyStop = 'end-of-turn' | 'length' | 'interrupted';
+
 /** A TURN_END record's fields, decoded (the one reader of the layout above). */
 export interface TurnFields {
   textTokens: number;
   frames: number;
-  stop: 'end-of-turn' | 'length';
+  stop: ReplyStop;
   endOfAudio: boolean;
   positions: number;
   compactions: number;
@@ -61,7 +64,7 @@ export function readTurnFields(s: Int32Array): TurnFields {
   return {
     textTokens: s[TURN_TEXT_TOKENS]!,
     frames: s[TURN_FRAMES]!,
-    stop: s[TURN_STOP] === 1 ? 'end-of-turn' : 'length',
+    stop: s[TURN_STOP] === 1 ? 'end-of-turn' : s[TURN_STOP] === 2 ? 'interrupted' : 'length',
     endOfAudio: s[TURN_END_OF_AUDIO] === 1,
     positions: s[TURN_POSITIONS]!,
     compactions: s[TURN_COMPACTIONS]!,

@@ -669,7 +669,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
         const sm = c.summary;
         sm[TURN_TEXT_TOKENS] = d.textTokens;
         sm[TURN_FRAMES] = d.frames;
-        sm[TURN_STOP] = d.stop === 'end-of-turn' ? 1 : 0;
+        sm[TURN_STOP] = d.stop === 'end-of-turn' ? 1 : d.stop === 'interrupted' ? 2 : 0;
         sm[TURN_END_OF_AUDIO] = d.endOfAudio ? 1 : 0;
         sm[TURN_POSITIONS] = d.position;
         sm[TURN_COMPACTIONS] = d.compactions;

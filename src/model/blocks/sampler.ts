@@ -39,6 +39,15 @@ export class Sampler {
     this.#state[0] = this.#seed >>> 0;
   }
 
+  /** The generator's whole state (one word), to checkpoint and restore. */
+  get state(): number {
+    return this.#state[0] as number;
+  }
+
+  set state(v: number) {
+    this.#state[0] = v >>> 0;
+  }
+
   /** Uniform in [0, 1). */
   #uniform(): number {
     const a = ((this.#state[0] as number) + 0x6d2b79f5) >>> 0;

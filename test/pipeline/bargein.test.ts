@@ -1,0 +1,97 @@
+import t from 'tap';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { MemoryDomain } from '../../src/memory/index.js';
+import { sizedArenas } from '../../src/memory/sizing.js';
+import { makeCheckpoint } from '../../src/io/checkpoint.js';
+import { SpeechModel } from '../../src/pipeline/conversation.js';
+import { carveClocks } from '../../src/pipeline/clock.js';
+import { Dialogue, EMIT_DONE, EMIT_TEXT } from '../../src/pipeline/dialogue.js';
+import { prng } from '../helpers.js';
+
+const dir = mkdtempSync(join(tmpdir(), 'voxslab-barge-'));
+makeCheckpoint({ config: 'tiny', seed: 3, out: dir, dtype: 'f32' });
+const domain = MemoryDomain.create({ limit: '2GiB' });
+const model = SpeechModel.load(dir, domain, {});
+const c = model.config;
+const D = c.backbone.hidden;
+const slot = model.slot;
+let next = 1;
+
+function dialogue(maxFrames: number, checkpoints: number): Dialogue {
+  const index = next++;
+  const o = model.options;
+  return sizedArenas(domain, [{ owner: domain.owner('conversation', index), name: `dialogue ${index}` }], 1 << 28, ([a]) =>
+    new Dialogue(c, a!, { context: o.context, kv: o.kv, prefillChunk: o.prefillChunk, maxFrames, text: o.text, audio: o.audio, seed: 5, prompts: model.prompts, clocks: carveClocks(a!, ''), checkpoints }),
+  ).value;
+}
+
+function userRows(seed: number, frames: number): Float32Array {
+  const r = prng(seed);
+  return Float32Array.from({ length: frames * D }, () => r() - 0.5);
+}
+
+/** One turn: the user's rows, then steps until `until` says stop or the reply ends; what it emitted. */
+function turn(d: Dialogue, rows: Float32Array, until: (d: Dialogue) => boolean = () => false, maxFrames?: number): number[] {
+  d.beginUser(slot);
+  d.pushRows(slot, rows, 0, rows.length / D);
+  d.endUser(slot, maxFrames);
+  const out: number[] = [];
+  for (;;) {
+    if (until(d)) break;
+    const e = d.step(slot);
+    if (e === EMIT_DONE) break;
+    if (e === EMIT_TEXT) out.push(-1 - d.token);
+    else out.push(...d.codes);
+  }
+  return out;
+}
+
+/** The conversation's context: positions, short-conv states, live KV rows, sampler, pending frame. */
+function context(d: Dialogue): Buffer {
+  const s = d.state;
+  const parts: Buffer[] = [Buffer.from(Int32Array.of(s.position, d.frames, d.textTokens, d.sampler.state | 0).buffer)];
+  for (const conv of s.conv) if (conv !== null) parts.push(Buffer.from(conv.buffer, conv.byteOffset, conv.byteLength));
+  const row = c.backbone.kvHeads * c.backbone.headDim;
+  for (const k of [...s.k, ...s.v]) if (k !== null) parts.push(Buffer.from(k.buffer, k.byteOffset, s.position * row * k.BYTES_PER_ELEMENT));
+  parts.push(Buffer.from(d.codes.buffer, d.codes.byteOffset, d.codes.byteLength));
+  return Buffer.concat(parts);
+}
+
+t.test('barge-in: the truncated context equals a conversation that only ever generated the heard part', async (t) => {
+  const first = userRows(1, 6);
+  const second = userRows(2, 5);
+  for (const heard of [1, 5, 12, 13]) {
+    const lookahead = 8;
+    // A runs ahead of the listener by `lookahead` frames, then the listener interrupts.
+    const a = dialogue(400, 16);
+    const aOut = turn(a, first, (d) => d.frames >= heard + lookahead);
+    t.equal(a.frames, heard + lookahead, `A generated ${a.frames} frames`);
+    // B's first reply stops by itself right after the heard frame.
+    const b = dialogue(400, 0);
+    const bOut = turn(b, first, undefined, heard);
+    t.same(aOut.slice(0, bOut.length), bOut, `heard ${heard}: B's reply is A's first ${heard} frames and the text before them`);
+    t.not(context(a).equals(context(b)), true, 'before truncation the contexts differ (negative control)');
+    t.equal(a.truncate(heard), true, `truncate to frame ${heard}`);
+    t.equal(a.stop, 'interrupted');
+    t.equal(context(a).equals(context(b)), true, `heard ${heard}: the same context, byte for byte (position ${a.position})`);
+    // The next turn is the same, emission for emission.
+    const a2 = turn(a, second);
+    const b2 = turn(b, second);
+    t.same(a2, b2, `heard ${heard}: the next reply is the same (${a2.length} values)`);
+    t.equal(context(a).equals(context(b)), true, 'and so is the context after it');
+  }
+});
+
+t.test('barge-in: a frame older than the checkpoints kept cannot be returned to', async (t) => {
+  const a = dialogue(400, 4);
+  turn(a, userRows(3, 4), (d) => d.frames >= 10);
+  const before = context(a);
+  t.equal(a.truncate(5), false, 'frame 5 is six frames back; four are kept');
+  t.equal(a.truncate(11), false, 'frame 11 was never generated');
+  t.equal(a.truncate(0), false, 'frame 0 is not a frame');
+  t.equal(context(a).equals(before), true, 'a refused truncation changes nothing');
+  t.equal(a.truncate(7), true, 'frame 7 is kept');
+  t.throws(() => dialogue(10, -1), /checkpoints must be 0\.\.4096/);
+});
