@@ -1,6 +1,7 @@
 /** The `voxslab/bench` entry: registers every benchmark with the command line's registry. */
 import { registerBench } from '../src/cli/benches.js';
 import * as dsp from './dsp.js';
+import * as duplex from './duplex.js';
 import * as kernels from './kernels.js';
 import * as memory from './memory.js';
 import * as model from './model.js';
@@ -14,4 +15,5 @@ registerBench('dsp', 'resampler, FFT, log-mel and ISTFT throughput', dsp);
 registerBench('kernels', 'GEMV/GEMM kernels per weight encoding against the measured read bandwidth', kernels);
 registerBench('model', 'backbone steps, prefill and frames per model (--production: lfm2-audio-1.5b q4/q8)', model);
 registerBench('pipeline', 'the five-stage pipeline against the single-thread engine, one and two conversations', pipeline);
+registerBench('duplex', 'echo cancellation, VAD, end of speech and barge-in on the loopback device, with the labelled speech set', duplex);
 registerBench('serve', 'the daemon over loopback WebSockets beside the library: round trip, first reply sample, throughput', serve);

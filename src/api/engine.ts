@@ -14,7 +14,7 @@
  * Thread contract: one thread (the application's); the stages run in their own workers.
  */
 import { EventEmitter } from 'node:events';
-import type { ReplyStop } from '../pipeline/protocol.js';
+import type { ReplyStop } from '../pipeline/dialogue.js';
 import { Duplex } from 'node:stream';
 import { AbortedError, ArgumentError, ClosedError, VoxslabError, WorkerError } from '../errors.js';
 import { MemoryDomain } from '../memory/domain.js';

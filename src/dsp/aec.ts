@@ -46,6 +46,13 @@ export interface EchoCancellerOptions {
    * which converges far more slowly.
    */
   delayMs?: number;
+  /**
+   * Residual echo gate, dB: while the far end plays, a frame the canceller took more than this
+   * out of is echo alone, and is silenced (what the engine leaves of the echo, quiet as it is,
+   * still sounds like speech to a VAD). A frame with the user in it keeps far more. 0: off.
+   * Default 15.
+   */
+  gateDb?: number;
 }
 
 export class EchoCanceller {
@@ -56,6 +63,25 @@ export class EchoCanceller {
   readonly #out: Float32Array; // [APM_FRAME]
   readonly #delay: number;
   #fill = 0;
+  #micEnergy = 0;
+  #outEnergy = 0;
+  #activeFrames = 0;
+  /**
+   * Whether the far end played (above -60 dBFS) recently enough for its echo to be in the
+   * microphone still: within the reported delay and 300 ms of room and filter tail.
+   */
+  farActive = false;
+  #farHold = 0;
+  readonly #holdFrames: number;
+  readonly #gate: number; // energy ratio out/mic below which a far-end frame is echo alone
+  /** Frames the residual echo gate silenced. */
+  gated = 0;
+  /**
+   * Latched once the canceller has converged: over at least a second of far-end activity, the
+   * smoothed echo return loss enhancement has reached 12 dB. Until then residual echo may
+   * sound like speech, so barge-in waits for it.
+   */
+  converged = false;
   /** Frames processed, and those in which the engine judged echo present. */
   frames = 0;
   echoFrames = 0;
@@ -67,6 +93,10 @@ export class EchoCanceller {
     }
     const made = create({ low: 1, moderate: 2, high: 3 }[o.suppression ?? 'moderate'], o.highPass ?? true, o.noise ?? 2, 0, o.delayMs === undefined);
     this.#delay = o.delayMs ?? 0;
+    this.#holdFrames = Math.ceil(((o.delayMs ?? 500) + 300) / 10);
+    const gate = o.gateDb ?? 15;
+    if (!(gate >= 0 && gate <= 60)) throw new ArgumentError(`echo canceller gateDb must be 0..60, got ${gate}`);
+    this.#gate = gate === 0 ? 0 : Math.pow(10, -gate / 10);
     this.#handle = made.handle;
     this.heapBytes = made.heapBytes;
     this.#near = ws('aec.near', Float32Array, APM_FRAME);
@@ -103,11 +133,39 @@ export class EchoCanceller {
         out.set(this.#near, at + w);
       } else {
         if ((flags & APM_ECHO) !== 0) this.echoFrames++;
-        out.set(this.#out, at + w);
+        if (this.#track()) {
+          this.gated++;
+          out.fill(0, at + w, at + w + APM_FRAME);
+        } else out.set(this.#out, at + w);
       }
       w += APM_FRAME;
     }
     return w;
+  }
+
+  /**
+   * Follows far-end activity and the enhancement over it (smoothed over about half a second);
+   * returns whether the frame is echo alone (the residual echo gate).
+   */
+  #track(): boolean {
+    let ef = 0;
+    let em = 0;
+    let eo = 0;
+    for (let i = 0; i < APM_FRAME; i++) {
+      ef += this.#far[i]! * this.#far[i]!;
+      em += this.#near[i]! * this.#near[i]!;
+      eo += this.#out[i]! * this.#out[i]!;
+    }
+    if (ef > APM_FRAME * 1e-6) this.#farHold = this.#holdFrames;
+    else if (this.#farHold > 0) this.#farHold--;
+    this.farActive = this.#farHold > 0;
+    if (ef > APM_FRAME * 1e-6 && !this.converged) {
+      this.#micEnergy = 0.98 * this.#micEnergy + em;
+      this.#outEnergy = 0.98 * this.#outEnergy + eo;
+      this.#activeFrames++;
+      if (this.#activeFrames >= 100 && this.#micEnergy >= 15.85 * this.#outEnergy) this.converged = true;
+    }
+    return this.farActive && eo < this.#gate * em;
   }
 
   /** Frees the engine now (it is also freed when collected). */

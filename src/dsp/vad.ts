@@ -2,8 +2,11 @@
  * Endpointing over per-frame voice decisions (10 ms each): when the user's speech starts, and
  * when their turn ends. A pure state machine; the decisions come from `VoiceDetector` (aec.ts).
  *
+ *   idle     → idle       after `pause` voiced frames in a row: SPEECH_MAYBE (playback pauses
+ *                         at once), then SPEECH_NOT if the run breaks before `onset` (playback
+ *                         resumes where it paused: nothing is lost)
  *   idle     → speech     after `onset` voiced frames in a row (SPEECH_START; the speech began
- *                         at the first of them)
+ *                         at the first of them; barge-in is confirmed)
  *   speech   → idle       once the last `silence` frames hold at most a tenth voiced ones:
  *                         SPEECH_END when the speech lasted at least `minSpeech` frames,
  *                         otherwise SPEECH_DROP (a cough, a click: not a turn)
@@ -20,16 +23,25 @@ export const VAD_NONE = 0;
 export const VAD_SPEECH_START = 1;
 export const VAD_SPEECH_END = 2;
 export const VAD_SPEECH_DROP = 3;
+export const VAD_SPEECH_MAYBE = 4;
+export const VAD_SPEECH_NOT = 5;
 
 export interface EndpointOptions {
   /** Voiced frames in a row that start speech. */
   onset: number;
+  /** Voiced frames in a row that may be speech (SPEECH_MAYBE); at most `onset`. Default 3. */
+  pause?: number;
   /** Frames of (nearly) no voice that end it. */
   silence: number;
   /** Frames of speech (from its start to its last voiced frame) a turn needs. */
   minSpeech: number;
   /** Frames of speech after which the segment closes anyway. */
   maxSegment: number;
+  /**
+   * Frames at the start of a stream whose decisions are ignored: the VAD learns the noise floor
+   * and the echo canceller converges there, and both misfire until they have. Default 50.
+   */
+  warmup?: number;
 }
 
 /** Frames from milliseconds (10 ms per frame, at least one). */
@@ -38,7 +50,7 @@ export function framesOf(ms: number): number {
 }
 
 export class Endpointer {
-  readonly o: EndpointOptions;
+  readonly o: Required<EndpointOptions>;
   /** Frames seen. */
   frame = 0;
   /** While speaking: the frame the speech began at; -1 when idle. */
@@ -53,7 +65,11 @@ export class Endpointer {
     for (const k of ['onset', 'silence', 'minSpeech', 'maxSegment'] as const) {
       if (!Number.isInteger(o[k]) || o[k] < 1) throw new ArgumentError(`endpointing ${k} must be a positive whole number of frames, got ${o[k]}`);
     }
-    this.o = { ...o };
+    const pause = Math.min(o.pause ?? 3, o.onset);
+    if (!Number.isInteger(pause) || pause < 1) throw new ArgumentError(`endpointing pause must be a positive whole number of frames, got ${pause}`);
+    const warmup = o.warmup ?? 50;
+    if (!Number.isInteger(warmup) || warmup < 0) throw new ArgumentError(`endpointing warmup must be a whole number of frames, got ${warmup}`);
+    this.o = { ...o, warmup, pause };
     this.#window = new Uint8Array(o.silence);
   }
 
@@ -64,10 +80,13 @@ export class Endpointer {
   /** Takes the next frame's decision; returns a VAD_* event. */
   push(voiced: boolean): number {
     const f = this.frame++;
+    if (f < this.o.warmup) return VAD_NONE;
     if (voiced) this.lastVoiced = f;
     if (this.start < 0) {
+      const was = this.#run;
       this.#run = voiced ? this.#run + 1 : 0;
-      if (this.#run < this.o.onset) return VAD_NONE;
+      if (this.#run === 0) return was >= this.o.pause ? VAD_SPEECH_NOT : VAD_NONE;
+      if (this.#run < this.o.onset) return this.#run === this.o.pause ? VAD_SPEECH_MAYBE : VAD_NONE;
       this.start = f - this.o.onset + 1;
       this.#run = 0;
       this.#window.fill(0);

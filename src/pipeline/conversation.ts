@@ -19,7 +19,7 @@
  * clocks read the native monotonic clock.
  */
 import { ArgumentError, BadInputError } from '../errors.js';
-import type { ReplyStop } from './protocol.js';
+import type { ReplyStop } from './dialogue.js';
 import { optionValue } from '../options.js';
 import type { Arena } from '../memory/arena.js';
 import type { MemoryDomain } from '../memory/domain.js';
@@ -211,8 +211,11 @@ export class SpeechModel {
     return new SpeechModel(dir, domain, loaded, tokenizer, o);
   }
 
-  /** A new conversation (state carved now; call `ready()` before talking). */
-  conversation(o: { seed: number; inputRate: number }): Conversation {
+  /**
+   * A new conversation (state carved now; call `ready()` before talking). `checkpoints`: the
+   * reply frames barge-in can truncate back to (0 for a conversation without barge-in).
+   */
+  conversation(o: { seed: number; inputRate: number; checkpoints?: number }): Conversation {
     return new Conversation(this, this.#conversations++, o);
   }
 
@@ -249,7 +252,7 @@ export class Conversation {
   readonly #clocks: StageClocks;
   readonly #watch = new Stopwatch();
 
-  constructor(model: SpeechModel, index: number, o: { seed: number; inputRate: number }) {
+  constructor(model: SpeechModel, index: number, o: { seed: number; inputRate: number; checkpoints?: number }) {
     const c = model.config;
     this.model = model;
     this.index = index;
@@ -271,6 +274,7 @@ export class Conversation {
         seed: o.seed,
         prompts: model.prompts,
         clocks,
+        checkpoints: o.checkpoints ?? 0,
       });
       const detokenizer = new DetokenizerState(c, a, arenaWorkspace(a, 'recurrence', 'detok'), { turnPositions: model.turnPositions, outputRate: mo.outputRate });
       const f = c.frontend;
@@ -399,39 +403,82 @@ export class Conversation {
     return frames;
   }
 
-  /** Generates the assistant's reply to the prefilled user turn. */
+  /**
+   * Drops the open segment (speech too short to be a turn): nothing of it reaches the model.
+   */
+  discardSegment(): void {
+    this.#mel.reset();
+    this.#resampler.reset();
+    this.#segmentSamples = 0;
+  }
+
+  /** Generates the assistant's whole reply to the prefilled user turn. */
   reply(sink: ReplySink = {}): ReplySummary {
+    this.startReply();
+    while (this.replyStep(sink) !== EMIT_DONE);
+    return this.finishReply(sink);
+  }
+
+  #detokOpen = false;
+  #samples = 0;
+
+  /** Readies the reply to the prefilled user turn, to be generated a `replyStep` at a time. */
+  startReply(): void {
+    this.#detokOpen = false;
+    this.#samples = 0;
+    this.detokenizer.startTurn();
+  }
+
+  /**
+   * One backbone position of the reply: its text token or audio frame goes to `sink`, the
+   * frame's device-rate samples too. Returns the dialogue's EMIT_* value; EMIT_DONE at the end
+   * (then call `finishReply`). Allocates nothing.
+   */
+  replyStep(sink: ReplySink): number {
     const slot = this.model.slot;
-    const det = slot.detokenizer;
     const d = this.dialogue;
     const taps = sink.hidden !== undefined || sink.textLogits !== undefined || sink.audioLogits !== undefined || sink.bins !== undefined ? sink : null;
-    let samples = 0;
-    let detokOpen = false;
-    this.detokenizer.startTurn();
-    for (;;) {
-      const e = d.step(slot, taps);
-      if (e === EMIT_DONE) break;
-      if (e === EMIT_TEXT) {
-        sink.text?.(d.token);
-        continue;
-      }
-      sink.audio?.(d.codes);
-      if (e === EMIT_END_OF_AUDIO) {
-        if (detokOpen) samples += this.#finishAudio(sink);
-        detokOpen = false;
-        continue;
-      }
-      this.#tic();
-      if (!detokOpen) this.detokenizer.startTurn();
-      detokOpen = true;
-      const n = det.frame(this.detokenizer, d.codes, this.#pcm, 0);
-      this.#toc(6);
-      if (sink.bins !== undefined) sink.bins(det.bins);
-      sink.pcm?.(this.#pcm, n);
-      samples += n;
+    const e = d.step(slot, taps);
+    if (e === EMIT_DONE) return e;
+    if (e === EMIT_TEXT) {
+      sink.text?.(d.token);
+      return e;
     }
-    if (detokOpen) samples += this.#finishAudio(sink);
-    return { textTokens: d.textTokens, audioFrames: d.frames, samples, stop: d.stop, endOfAudio: d.endOfAudio };
+    sink.audio?.(d.codes);
+    if (e === EMIT_END_OF_AUDIO) {
+      if (this.#detokOpen) this.#samples += this.#finishAudio(sink);
+      this.#detokOpen = false;
+      return e;
+    }
+    this.#tic();
+    if (!this.#detokOpen) this.detokenizer.startTurn();
+    this.#detokOpen = true;
+    const det = slot.detokenizer;
+    const n = det.frame(this.detokenizer, d.codes, this.#pcm, 0);
+    this.#toc(6);
+    if (sink.bins !== undefined) sink.bins(det.bins);
+    sink.pcm?.(this.#pcm, n);
+    this.#samples += n;
+    return e;
+  }
+
+  /** Flushes the reply's last audio to `sink` and sums it up. */
+  finishReply(sink: ReplySink): ReplySummary {
+    const d = this.dialogue;
+    if (this.#detokOpen) this.#samples += this.#finishAudio(sink);
+    this.#detokOpen = false;
+    return { textTokens: d.textTokens, audioFrames: d.frames, samples: this.#samples, stop: d.stop, endOfAudio: d.endOfAudio };
+  }
+
+  /**
+   * Barge-in: the listener heard `heard` frames of the reply being played; the reply ends
+   * there (Dialogue.truncate) and its unplayed audio is dropped. False when that frame's
+   * checkpoint is not kept (then nothing changes).
+   */
+  truncateReply(heard: number): boolean {
+    if (!this.dialogue.truncate(heard)) return false;
+    this.#detokOpen = false;
+    return true;
   }
 
   #finishAudio(sink: ReplySink): number {

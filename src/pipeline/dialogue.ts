@@ -30,7 +30,6 @@
  * stage clocks read the native monotonic clock.
  */
 import { native } from '../native.js';
-import type { ReplyStop } from './protocol.js';
 import { ArgumentError } from '../errors.js';
 import type { Arena } from '../memory/arena.js';
 import { arenaWorkspace, type Workspace } from '../dsp/workspace.js';
@@ -44,6 +43,9 @@ import { TOKENS } from '../model/format/tokenizer.js';
 import { gemvScratchFloats } from '../model/blocks/kernels.js';
 import './categories.js';
 import { Stopwatch, type StageClocks } from './clock.js';
+
+/** How a reply ended: `<|im_end|>`, the reply length, or the listener's barge-in. */
+export type ReplyStop = 'end-of-turn' | 'length' | 'interrupted';
 
 /** What one `step()` produced. */
 export const EMIT_NONE = 0;

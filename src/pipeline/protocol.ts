@@ -9,6 +9,7 @@ import type { SharedWeightsImage } from '../model/format/image.js';
 import type { ModelConfig } from '../model/format/config.js';
 import type { ResolvedSpeechOptions } from './conversation.js';
 import type { SharedRing } from './ring.js';
+import type { ReplyStop } from './dialogue.js';
 import type { SlabRecord } from '../memory/slab.js';
 import './categories.js';
 
@@ -44,9 +45,6 @@ export const TURN_COMPACTIONS = 5;
 export const TURN_DROPPED = 6;
 export const TURN_USER_FRAMES = 7;
 export const TURN_FIELDS = 8;
-
-/** How a reply ended: `<|im_end|>`, the reply length, or the listener's barge-in. */
-export type ReplyStop = 'end-of-turn' | 'length' | 'interrupted';
 
 /** A TURN_END record's fields, decoded (the one reader of the layout above). */
 export interface TurnFields {

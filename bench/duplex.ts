@@ -1,0 +1,319 @@
+/**
+ * `voxslab bench duplex`: the full-duplex front end on the loopback device (16 kHz, 10 ms
+ * periods, simulated device clock): echo return loss enhancement of the WebRTC canceller on
+ * assistant speech through the echo path, the user's SNR in double talk, VAD F1 per SNR and
+ * noise, end-of-speech decision latency, barge-in detection latency over scripted
+ * interruptions at 10 dB SNR over equal-level echo, false barge-ins on echo alone, and the CPU
+ * each part takes per second of audio.
+ *
+ * Barge-in here is measured on the device clock from the labelled speech onset to the moment
+ * playback is silent: the endpointer's first sign of speech (SPEECH_MAYBE: playback pauses) plus
+ * the fade (20 ms), counted for interruptions the endpointer then confirms (SPEECH_START). A
+ * pause the endpointer takes back (SPEECH_NOT) resumes playback where it stopped.
+ */
+import { APM_FRAME, EchoCanceller, VoiceDetector, apmAvailable } from '../src/dsp/aec.js';
+import { Endpointer, framesOf, VAD_SPEECH_DROP, VAD_SPEECH_END, VAD_SPEECH_MAYBE, VAD_SPEECH_NOT, VAD_SPEECH_START } from '../src/dsp/vad.js';
+import { LoopbackDevice } from '../src/io/loopback.js';
+import { defaultOf } from '../src/options.js';
+import { corpusTools, f1, labelFrames, NOISES, noise as makeNoise, rms, scene, utterance, RATE, SENTENCES, SPEEDS, VOICES } from './corpus.js';
+import { prng } from '../src/memory/prng.js';
+import { round } from './util.js';
+
+const FADE_MS = 20;
+const PERIOD = RATE / 100;
+
+export interface DuplexBenchResult {
+  available: boolean;
+  erle: { delayMs: number; erleDb: number }[];
+  doubleTalk: { micDb: number; afterDb: number };
+  vad: { snrDb: number; noise: string; f1: number; precision: number; recall: number }[];
+  endOfSpeech: { silenceMs: number; p50Ms: number; p95Ms: number; maxMs: number; turns: number };
+  bargeIn: { interruptions: number; detected: number; stoppedEarly: number; missed: number; p50Ms: number; p95Ms: number; maxMs: number };
+  bargeInNoisy: DuplexBenchResult['bargeIn'];
+  falseBargeIns: { seconds: number; count: number; pauses: number };
+  cpu: { aecRealtime: number; vadRealtime: number };
+}
+
+export function assistant(seconds: number, seed: number): Float32Array {
+  const r = prng(seed);
+  const out = new Float32Array(Math.round(seconds * RATE));
+  for (let at = 0; at < out.length; ) {
+    const u = utterance(SENTENCES[Math.floor(r() * SENTENCES.length)]!, VOICES[Math.floor(r() * VOICES.length)]!, 170);
+    out.set(u.subarray(0, Math.min(u.length, out.length - at)), at);
+    at += u.length + Math.round(0.15 * RATE);
+  }
+  return out;
+}
+
+function pct(xs: number[], p: number): number {
+  if (xs.length === 0) return Number.NaN;
+  const s = [...xs].sort((a, b) => a - b);
+  return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
+}
+
+function endpointer(): Endpointer {
+  return new Endpointer({ onset: framesOf(defaultOf('onsetMs') as number), silence: framesOf(defaultOf('silenceMs') as number), minSpeech: framesOf(defaultOf('minSpeechMs') as number), maxSegment: 3000 });
+}
+
+/**
+ * Plays `speech` through the loopback device while `user` talks; runs capture (echo
+ * cancellation) and the VAD + endpointer period by period. Playback fades out at a speech onset
+ * and resumes after the user's turn ends, as a live session does.
+ */
+export function session(speech: Float32Array, user: Float32Array, delayMs: number, bargeIn = true, echoGain = 1): { onsets: number[]; pauses: number; silent: Uint8Array; cleaned: Float32Array; aecMs: number; vadMs: number } {
+  const dev = new LoopbackDevice({ rate: RATE, echo: { delayMs, gain: echoGain, seed: 9 }, user });
+  const aec = new EchoCanceller({ delayMs: dev.latencyMs });
+  const vad = new VoiceDetector();
+  const ep = endpointer();
+  const played = new Float32Array(PERIOD);
+  const mic = new Float32Array(PERIOD);
+  const far = new Float32Array(PERIOD);
+  const clean = new Float32Array(APM_FRAME * 2);
+  const d = new Uint8Array(4);
+  const total = user.length;
+  const cleaned = new Float32Array(total + APM_FRAME);
+  // Confirmed barge-ins: the device time playback went silent for each.
+  const onsets: number[] = [];
+  // Per period: 1 when playback ended it silent.
+  const silent = new Uint8Array(Math.floor(total / PERIOD));
+  const step = 1 / ((FADE_MS * RATE) / 1000);
+  let source = 0;
+  let gain = 1;
+  let paused = -1; // device time of the pause in force, -1 when playing
+  let cancelled = false;
+  let pauses = 0;
+  let w = 0;
+  let aecMs = 0;
+  let vadMs = 0;
+  for (let t = 0; t + PERIOD <= total; t += PERIOD) {
+    for (let i = 0; i < PERIOD; i++) {
+      const target = paused >= 0 || cancelled ? 0 : 1;
+      if (target < gain) gain = Math.max(target, gain - step);
+      else if (target > gain) gain = Math.min(target, gain + step);
+      played[i] = gain * (speech[source % speech.length] ?? 0);
+      // A paused reply holds its place; a cancelled one is gone.
+      if (gain > 0 || (paused < 0 && !cancelled)) source++;
+    }
+    silent[t / PERIOD] = gain === 0 ? 1 : 0;
+    dev.tick(played, mic, far);
+    let t0 = performance.now();
+    const m = aec.push(mic, 0, far, 0, PERIOD, clean, 0);
+    aecMs += performance.now() - t0;
+    cleaned.set(clean.subarray(0, m), w);
+    w += m;
+    t0 = performance.now();
+    const frames = vad.push(clean, 0, m, d, 0);
+    vadMs += performance.now() - t0;
+    if (!bargeIn) {
+      for (let f = 0; f < frames; f++) if (ep.push(d[f] === 1) === VAD_SPEECH_START) onsets.push(t);
+      continue;
+    }
+    // Until the canceller has converged, what it leaves of the echo is not the user.
+    const trusted = aec.converged || !aec.farActive;
+    for (let f = 0; f < frames; f++) {
+      const e = ep.push(d[f] === 1 && trusted);
+      if (e === VAD_SPEECH_MAYBE) {
+        paused = t + PERIOD;
+        pauses++;
+      } else if (e === VAD_SPEECH_NOT) {
+        paused = -1;
+      } else if (e === VAD_SPEECH_START) {
+        onsets.push(t);
+        cancelled = true;
+        paused = -1;
+      } else if (e === VAD_SPEECH_END || e === VAD_SPEECH_DROP) {
+        // The next reply starts.
+        cancelled = false;
+      }
+    }
+  }
+  aec.close();
+  vad.close();
+  return { onsets, pauses, silent, cleaned, aecMs, vadMs };
+}
+
+export async function run(options: { quick?: boolean } = {}): Promise<DuplexBenchResult | { available: false; reason: string }> {
+  if (!apmAvailable()) return { available: false, reason: 'the native addon was built without WebRTC audio processing' };
+  if (!corpusTools()) return { available: false, reason: 'espeak-ng and sox are needed to make the speech set' };
+  const quick = options.quick === true;
+
+  // ERLE: assistant speech alone through the echo path.
+  const speech = assistant(quick ? 12 : 20, 1);
+  const erle: DuplexBenchResult['erle'] = [];
+  for (const delayMs of [10, 60, 120, 200]) {
+    const dev = new LoopbackDevice({ rate: RATE, echo: { delayMs, gain: 1, seed: 9 } });
+    const aec = new EchoCanceller({ delayMs: dev.latencyMs, noise: 2 });
+    const mic = new Float32Array(speech.length);
+    const far = new Float32Array(speech.length);
+    for (let t = 0; t + PERIOD <= speech.length; t += PERIOD) dev.tick(speech.subarray(t, t + PERIOD), mic.subarray(t), far.subarray(t));
+    const out = new Float32Array(speech.length + APM_FRAME);
+    const n = aec.push(mic, 0, far, 0, speech.length, out, 0);
+    const from = 4 * RATE;
+    erle.push({ delayMs, erleDb: round(20 * Math.log10(rms(mic, from, n) / Math.max(1e-12, rms(out, from, n))), 1) });
+    aec.close();
+  }
+
+  // Double talk: the user over equal-level echo.
+  const dt = scene({ seed: 3, utterances: 3, snrDb: Infinity, noise: 'white', gap: [2.5, 3] });
+  const dtLen = Math.min(dt.speech.length, speech.length);
+  const withUser = session(speech.subarray(0, dtLen), dt.speech.subarray(0, dtLen), 60, false);
+  const alone = session(new Float32Array(dtLen), dt.speech.subarray(0, dtLen), 60, false);
+  let uu = 0;
+  let ee = 0;
+  let dot = 0;
+  let aa = 0;
+  let oo = 0;
+  const dev = new LoopbackDevice({ rate: RATE, echo: { delayMs: 60, gain: 1, seed: 9 } });
+  const echoMic = new Float32Array(dtLen);
+  const farTmp = new Float32Array(PERIOD);
+  for (let t = 0; t + PERIOD <= dtLen; t += PERIOD) dev.tick(speech.subarray(t, t + PERIOD), echoMic.subarray(t), farTmp);
+  for (let f = 300; f < Math.floor(dtLen / APM_FRAME); f++) {
+    if (dt.labels[f] !== 1) continue;
+    for (let i = f * APM_FRAME; i < (f + 1) * APM_FRAME; i++) {
+      uu += dt.speech[i]! ** 2;
+      ee += echoMic[i]! ** 2;
+      dot += withUser.cleaned[i]! * alone.cleaned[i]!;
+      aa += alone.cleaned[i]! ** 2;
+      oo += withUser.cleaned[i]! ** 2;
+    }
+  }
+  const g = dot / Math.max(1e-12, aa);
+  const doubleTalk = { micDb: round(10 * Math.log10(uu / ee), 1), afterDb: round(10 * Math.log10((g * g * aa) / Math.max(1e-12, oo - 2 * g * dot + g * g * aa)), 1) };
+
+  // VAD F1 per SNR and noise.
+  const vad: DuplexBenchResult['vad'] = [];
+  let vadSeconds = 0;
+  let vadMs = 0;
+  for (const snrDb of [20, 10, 5]) {
+    for (const kind of NOISES) {
+      const s = scene({ seed: 11, utterances: quick ? 6 : 12, snrDb, noise: kind });
+      const v = new VoiceDetector();
+      const dec = new Uint8Array(s.labels.length);
+      const t0 = performance.now();
+      v.push(s.signal, 0, s.signal.length, dec, 0);
+      vadMs += performance.now() - t0;
+      vadSeconds += s.signal.length / RATE;
+      v.close();
+      const r = f1(dec, s.labels);
+      vad.push({ snrDb, noise: kind, f1: round(r.f1, 3), precision: round(r.precision, 3), recall: round(r.recall, 3) });
+    }
+  }
+
+  // End of speech at 10 dB.
+  const lags: number[] = [];
+  for (const kind of NOISES) {
+    const s = scene({ seed: 21, utterances: quick ? 4 : 10, snrDb: 10, noise: kind, gap: [1.2, 2] });
+    const v = new VoiceDetector();
+    const dec = new Uint8Array(s.labels.length);
+    v.push(s.signal, 0, s.signal.length, dec, 0);
+    v.close();
+    const ep = endpointer();
+    const ends: number[] = [];
+    for (let f = 0; f < dec.length; f++) if (ep.push(dec[f] === 1) === VAD_SPEECH_END) ends.push(f);
+    for (const [, end] of s.segments) {
+      let last = Math.floor(end / APM_FRAME);
+      while (last > 0 && s.labels[last] !== 1) last--;
+      const at = ends.find((f) => f > last);
+      if (at !== undefined) lags.push((at - last) * 10);
+    }
+  }
+  const endOfSpeech = { silenceMs: defaultOf('silenceMs') as number, p50Ms: pct(lags, 50), p95Ms: pct(lags, 95), maxMs: Math.max(...lags), turns: lags.length };
+
+  // Barge-in: scripted interruptions, each its own session: the assistant talks for 6 s (the
+  // canceller converges, as it has mid-conversation), then the user starts talking 1.5 to 4 s
+  // later, 10 dB above the assistant's echo in the microphone.
+  // Beside it, the harder case: the echo at the user's level and pink, white or brown noise 10 dB
+  // below the user all along.
+  const want = quick ? 20 : 50;
+  const interruptions = (noisy: boolean): DuplexBenchResult['bargeIn'] => {
+    const latencies: number[] = [];
+    let early = 0;
+    let missed = 0;
+    const rand = prng(noisy ? 405 : 404);
+    const beds = NOISES.map((kind) => makeNoise(kind, 8));
+    for (let k = 0; k < want; k++) {
+      const u = utterance(SENTENCES[Math.floor(rand() * SENTENCES.length)]!, VOICES[Math.floor(rand() * VOICES.length)]!, SPEEDS[Math.floor(rand() * SPEEDS.length)]!);
+      const settle = 6 * RATE;
+      const start = settle + Math.round(((1.5 + 2.5 * rand()) * RATE) / PERIOD) * PERIOD;
+      const user = new Float32Array(start + u.length + RATE);
+      user.set(u, start);
+      const labels = labelFrames(u);
+      let first = 0;
+      while (labels[first] !== 1) first++;
+      let e = 0;
+      let n = 0;
+      for (let f = 0; f < labels.length; f++) if (labels[f] === 1) for (let i = f * APM_FRAME; i < (f + 1) * APM_FRAME; i++, n++) e += u[i]! * u[i]!;
+      const userRms = Math.sqrt(e / n);
+      const reply = assistant(user.length / RATE + 1, 500 + k);
+      let echoGain = 1;
+      if (noisy) {
+        const bed = beds[k % 3]!;
+        const g = userRms / Math.sqrt(10);
+        for (let i = 0; i < user.length; i++) user[i] = user[i]! + g * bed[i % bed.length]!;
+        echoGain = (userRms / rms(reply)) ** 2;
+      } else {
+        echoGain = (userRms / rms(reply)) ** 2 / 10;
+      }
+      const r = session(reply, user, 20 + Math.floor(rand() * 9) * 20, true, echoGain);
+      aecMs += r.aecMs;
+      aecSeconds += user.length / RATE;
+      const onsetPeriod = (start + first * APM_FRAME) / PERIOD;
+      if (r.onsets.some((t) => t >= settle && t < onsetPeriod * PERIOD)) {
+        // A barge-in confirmed before the user spoke: a false one, not a reaction.
+        early++;
+        continue;
+      }
+      if (!r.onsets.some((t) => t >= onsetPeriod * PERIOD && t < start + u.length)) {
+        missed++;
+        continue;
+      }
+      // Silent from the first period playback ends at gain 0 (the pause before the confirmation).
+      let p = onsetPeriod;
+      while (p < r.silent.length && r.silent[p] === 0) p++;
+      latencies.push(((p + 1 - onsetPeriod) * PERIOD * 1000) / RATE);
+    }
+    return { interruptions: want, detected: latencies.length, stoppedEarly: early, missed, p50Ms: round(pct(latencies, 50), 0), p95Ms: round(pct(latencies, 95), 0), maxMs: round(Math.max(...latencies), 0) };
+  };
+  let aecMs = 0;
+  let aecSeconds = 0;
+  const bargeIn = interruptions(false);
+  const bargeInNoisy = interruptions(true);
+
+  // False barge-ins: assistant speech with equal-level echo, pink noise 30 dB below it, no user.
+  const seconds = quick ? 60 : 300;
+  const echoOnly = assistant(seconds, 77);
+  const floor = makeNoise('pink', seconds + 1);
+  const quiet = new Float32Array(echoOnly.length);
+  const level = rms(echoOnly) / 31.6;
+  for (let i = 0; i < quiet.length; i++) quiet[i] = level * floor[i]!;
+  const fb = session(echoOnly, quiet, 80);
+  const falseBargeIns = { seconds, count: fb.onsets.length, pauses: fb.pauses };
+
+  return {
+    available: true,
+    erle,
+    doubleTalk,
+    vad,
+    endOfSpeech,
+    bargeIn,
+    bargeInNoisy,
+    falseBargeIns,
+    cpu: { aecRealtime: round(aecSeconds / (aecMs / 1000), 1), vadRealtime: round(vadSeconds / (vadMs / 1000), 1) },
+  };
+}
+
+export function format(r: DuplexBenchResult | { available: false; reason: string }): string {
+  if (!r.available) return `duplex bench skipped: ${(r as { reason: string }).reason}`;
+  const x = r as DuplexBenchResult;
+  const lines = ['full-duplex front end on the loopback device (16 kHz, 10 ms periods; WebRTC echo cancellation and VAD)'];
+  lines.push(`  ERLE after convergence:   ${x.erle.map((e) => `${e.delayMs} ms ${e.erleDb} dB`).join(', ')}`);
+  lines.push(`  double talk:              user-to-echo ${x.doubleTalk.micDb} dB in the microphone → ${x.doubleTalk.afterDb} dB after cancellation`);
+  for (const snr of [20, 10, 5]) lines.push(`  VAD F1 at ${String(snr).padStart(2)} dB:         ${x.vad.filter((v) => v.snrDb === snr).map((v) => `${v.noise} ${v.f1}`).join(', ')}`);
+  lines.push(`  end of speech:            p50 ${x.endOfSpeech.p50Ms} ms, p95 ${x.endOfSpeech.p95Ms} ms, max ${x.endOfSpeech.maxMs} ms after the last word (silence ${x.endOfSpeech.silenceMs} ms; ${x.endOfSpeech.turns} turns)`);
+  const bi = (b: DuplexBenchResult['bargeIn']): string => `p50 ${b.p50Ms} ms, p95 ${b.p95Ms} ms, max ${b.maxMs} ms from the speech onset (${b.detected}/${b.interruptions} interruptions; ${b.stoppedEarly} stopped before the user spoke, ${b.missed} missed)`;
+  lines.push(`  barge-in, user 10 dB over the echo: ${bi(x.bargeIn)}`);
+  lines.push(`  barge-in, equal echo + noise at 10 dB: ${bi(x.bargeInNoisy)}`);
+  lines.push(`  false barge-ins:          ${x.falseBargeIns.count} in ${x.falseBargeIns.seconds} s of assistant speech with equal-level echo (${x.falseBargeIns.pauses} brief pauses that resumed)`);
+  lines.push(`  CPU:                      echo cancellation ${x.cpu.aecRealtime}× real time, VAD ${x.cpu.vadRealtime}× real time (one core)`);
+  return lines.join('\n');
+}

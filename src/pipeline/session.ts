@@ -1,0 +1,287 @@
+/**
+ * A full-duplex conversation on a duplex device, on one thread, period by period of the device
+ * clock: the reference for the pipeline's duplex stages, and what runs the loopback scenarios
+ * deterministically and faster than real time.
+ *
+ *   device period → capture: microphone and far end (what was played in the same period) to
+ *   16 kHz, echo cancellation → VAD and endpointing per 10 ms → the user's segment (with a
+ *   pre-roll before the onset) into the conversation → at the end of speech the reply is
+ *   generated a position at a time, at most `lookaheadMs` of audio ahead of playback → the
+ *   playback queue → the device.
+ *
+ * Barge-in: the first sign of speech while the assistant talks pauses playback (a 20 ms fade;
+ * the queue holds its place); if the endpointer takes it back, playback resumes where it
+ * paused; once speech is confirmed, the reply is cut to the frames the listener heard
+ * (Conversation.truncateReply) and its unplayed audio dropped. Until the echo canceller has
+ * converged, nothing heard while the far end plays counts as the user.
+ *
+ * Thread contract: one thread. Everything is made at construction; `tick` allocates nothing.
+ */
+import { ArgumentError } from '../errors.js';
+import { defaultOf, optionValue } from '../options.js';
+import { Resampler } from '../dsp/resample.js';
+import { APM_FRAME, APM_RATE, EchoCanceller, VoiceDetector, type VadLikelihood } from '../dsp/aec.js';
+import { Endpointer, framesOf, VAD_SPEECH_DROP, VAD_SPEECH_END, VAD_SPEECH_MAYBE, VAD_SPEECH_NOT, VAD_SPEECH_START } from '../dsp/vad.js';
+import { EMIT_DONE } from './dialogue.js';
+import type { Conversation, ReplySink } from './conversation.js';
+
+/** A device that plays and captures in lockstep, a period at a time (io/loopback.ts). */
+export interface DuplexDevice {
+  readonly rate: number;
+  readonly period: number;
+  /** The delay it reports between a played sample and its echo, ms. */
+  readonly latencyMs: number;
+  /** Samples played (and captured) so far: the device clock. */
+  readonly clock: number;
+  tick(played: Float32Array, mic: Float32Array, far: Float32Array): void;
+}
+
+export interface DuplexOptions {
+  silenceMs?: number;
+  onsetMs?: number;
+  minSpeechMs?: number;
+  vad?: VadLikelihood;
+  lookaheadMs?: number;
+  /** Fade length when playback pauses or stops, ms. Default 20. */
+  fadeMs?: number;
+}
+
+/** What the session tells its listener (all optional; called on the session's thread). */
+export interface DuplexEvents {
+  speechStart?(clock: number): void;
+  speechEnd?(clock: number): void;
+  /** Confirmed barge-in: the reply was cut to `heard` frames (false: nothing was playing). */
+  bargeIn?(clock: number, heard: number): void;
+  text?(token: number): void;
+  /** The first sample of a reply reached the device. */
+  replyStart?(clock: number): void;
+  replyEnd?(clock: number): void;
+  /** Every endpointer event (VAD_* in dsp/vad.ts). */
+  endpoint?(clock: number, event: number): void;
+}
+
+const PRE_ROLL_FRAMES = 30;
+const NO_SINK: ReplySink = {};
+
+export class DuplexSession {
+  readonly conversation: Conversation;
+  readonly device: DuplexDevice;
+  readonly aec: EchoCanceller;
+  readonly vad: VoiceDetector;
+  readonly endpointer: Endpointer;
+  /** Counters. */
+  pauses = 0;
+  bargeIns = 0;
+  turns = 0;
+  replies = 0;
+  underruns = 0;
+  /** Samples of the current reply the device has played. */
+  played = 0;
+  readonly #events: DuplexEvents;
+  readonly #micIn: Resampler;
+  readonly #farIn: Resampler;
+  readonly #buf: { played: Float32Array; mic: Float32Array; far: Float32Array; mic16: Float32Array; far16: Float32Array; clean: Float32Array; decisions: Uint8Array };
+  readonly #preRoll: Float32Array; // [PRE_ROLL_FRAMES][APM_FRAME] ring of cleaned frames
+  readonly #one: Float32Array; // [APM_FRAME] the frame handed to the conversation
+  #preRollAt = 0;
+  #preRollFill = 0;
+  readonly #queue: Float32Array; // ring of device-rate reply samples
+  #qHead = 0;
+  #qCount = 0;
+  readonly #lookahead: number; // samples
+  readonly #frameSamples: number; // device samples per reply frame
+  readonly #fadeStep: number;
+  #gain = 1;
+  #paused = false;
+  #replying = false;
+  #replyDone = false;
+  #replyStarted = false;
+  readonly #sink: ReplySink;
+
+  constructor(conversation: Conversation, device: DuplexDevice, o: DuplexOptions = {}, events: DuplexEvents = {}) {
+    const c = conversation.model.config;
+    if (conversation.inputRate !== APM_RATE) throw new ArgumentError(`a duplex conversation takes ${APM_RATE} Hz input, this one ${conversation.inputRate} Hz`);
+    if (device.rate !== conversation.model.options.outputRate) throw new ArgumentError(`the device plays at ${device.rate} Hz but the conversation speaks at ${conversation.model.options.outputRate} Hz`);
+    const silence = optionValue<number>('silenceMs', o.silenceMs);
+    const onset = optionValue<number>('onsetMs', o.onsetMs);
+    const minSpeech = optionValue<number>('minSpeechMs', o.minSpeechMs);
+    const lookaheadMs = optionValue<number>('lookaheadMs', o.lookaheadMs);
+    const fadeMs = o.fadeMs ?? 20;
+    if (!(fadeMs >= 1 && fadeMs <= 1000)) throw new ArgumentError(`fadeMs must be 1..1000, got ${fadeMs}`);
+    this.conversation = conversation;
+    this.device = device;
+    this.#events = events;
+    this.aec = new EchoCanceller({ delayMs: Math.min(500, Math.round(device.latencyMs)) });
+    this.vad = new VoiceDetector(optionValue<string>('vad', o.vad) as VadLikelihood);
+    this.endpointer = new Endpointer({ onset: framesOf(onset), silence: framesOf(silence), minSpeech: framesOf(minSpeech), maxSegment: Math.floor(conversation.model.options.segmentSeconds * 100) });
+    this.#micIn = new Resampler(device.rate, APM_RATE);
+    this.#farIn = new Resampler(device.rate, APM_RATE);
+    const m16 = this.#micIn.maxOutput(device.period) + 2;
+    this.#buf = {
+      played: new Float32Array(device.period),
+      mic: new Float32Array(device.period),
+      far: new Float32Array(device.period),
+      mic16: new Float32Array(m16),
+      far16: new Float32Array(m16),
+      clean: new Float32Array(this.aec.maxOutput(m16)),
+      decisions: new Uint8Array(Math.ceil(this.aec.maxOutput(m16) / APM_FRAME)),
+    };
+    this.#preRoll = new Float32Array(PRE_ROLL_FRAMES * APM_FRAME);
+    this.#one = new Float32Array(APM_FRAME);
+    this.#frameSamples = Math.ceil((device.rate * c.detokenizer.upsample * c.detokenizer.hop) / c.detokenizer.sampleRate);
+    this.#lookahead = Math.max(this.#frameSamples, Math.round((lookaheadMs * device.rate) / 1000));
+    this.#queue = new Float32Array(this.#lookahead + 4 * this.#frameSamples + device.period);
+    this.#fadeStep = 1 / ((fadeMs * device.rate) / 1000);
+    this.#sink = {
+      text: (token) => this.#events.text?.(token),
+      pcm: (samples, count) => this.#enqueue(samples, count),
+    };
+  }
+
+  /** Reply frames barge-in may need to truncate back to (the conversation's `checkpoints`). */
+  static checkpointsFor(model: { config: { detokenizer: { upsample: number; hop: number; sampleRate: number } } }, lookaheadMs = defaultOf('lookaheadMs') as number): number {
+    const d = model.config.detokenizer;
+    const frameMs = (1000 * d.upsample * d.hop) / d.sampleRate;
+    return Math.ceil(lookaheadMs / frameMs) + 8;
+  }
+
+  get speaking(): boolean {
+    return this.#qCount > 0 || this.#replying;
+  }
+
+  #enqueue(samples: Float32Array, count: number): void {
+    const q = this.#queue;
+    for (let i = 0; i < count; i++) q[(this.#qHead + this.#qCount + i) % q.length] = samples[i]!;
+    this.#qCount += count;
+  }
+
+  /** One device period: play, capture, cancel, detect, listen, and generate ahead of playback. */
+  tick(): void {
+    const b = this.#buf;
+    const dev = this.device;
+    const clock = dev.clock;
+    this.#fill(b.played, clock);
+    dev.tick(b.played, b.mic, b.far);
+    const n16 = this.#micIn.push(b.mic, b.mic16, 0, dev.period);
+    this.#farIn.push(b.far, b.far16, 0, dev.period);
+    const clean = this.aec.push(b.mic16, 0, b.far16, 0, n16, b.clean, 0);
+    const frames = this.vad.push(b.clean, 0, clean, b.decisions, 0);
+    // Until the canceller has converged, what it leaves of the echo is not the user.
+    const trusted = this.aec.converged || !this.aec.farActive;
+    for (let f = 0; f < frames; f++) this.#frame(b.clean, f * APM_FRAME, b.decisions[f] === 1 && trusted, clock);
+    this.#generate();
+  }
+
+  /** Device-rate samples for this period from the queue, through the pause/stop fade. */
+  #fill(out: Float32Array, clock: number): void {
+    const q = this.#queue;
+    for (let i = 0; i < out.length; i++) {
+      const target = this.#paused ? 0 : 1;
+      if (target < this.#gain) this.#gain = Math.max(0, this.#gain - this.#fadeStep);
+      else if (target > this.#gain) this.#gain = Math.min(1, this.#gain + this.#fadeStep);
+      if (this.#qCount > 0 && (this.#gain > 0 || !this.#paused)) {
+        if (!this.#replyStarted) {
+          this.#replyStarted = true;
+          this.#events.replyStart?.(clock + i);
+        }
+        out[i] = this.#gain * q[this.#qHead]!;
+        this.#qHead = (this.#qHead + 1) % q.length;
+        this.#qCount--;
+        this.played++;
+      } else {
+        out[i] = 0;
+        if (this.#replying && !this.#paused) this.underruns++;
+      }
+    }
+    if (this.#replyStarted && this.#replyDone && this.#qCount === 0) {
+      this.#replyStarted = false;
+      this.#replyDone = false;
+      this.#events.replyEnd?.(clock + out.length);
+    }
+  }
+
+  #frame(clean: Float32Array, at: number, voiced: boolean, clock: number): void {
+    const r = this.#preRoll;
+    const one = this.#one;
+    // Copies, not subarray views: a view is an allocation.
+    for (let i = 0, o = this.#preRollAt * APM_FRAME; i < APM_FRAME; i++) r[o + i] = clean[at + i]!;
+    this.#preRollAt = (this.#preRollAt + 1) % PRE_ROLL_FRAMES;
+    this.#preRollFill = Math.min(PRE_ROLL_FRAMES, this.#preRollFill + 1);
+    const e = this.endpointer.push(voiced);
+    const conv = this.conversation;
+    if (e !== 0) this.#events.endpoint?.(clock, e);
+    if (e === VAD_SPEECH_MAYBE) {
+      if (this.speaking) {
+        this.#paused = true;
+        this.pauses++;
+      }
+    } else if (e === VAD_SPEECH_NOT) {
+      this.#paused = false;
+    } else if (e === VAD_SPEECH_START) {
+      this.#paused = false;
+      if (this.speaking) this.#bargeIn(clock);
+      this.#events.speechStart?.(clock);
+      // The pre-roll: the frames since the speech began, and a few before.
+      const back = Math.min(this.#preRollFill, this.endpointer.o.onset + 10);
+      for (let k = back; k >= 1; k--) {
+        const o = ((this.#preRollAt - k + PRE_ROLL_FRAMES) % PRE_ROLL_FRAMES) * APM_FRAME;
+        for (let i = 0; i < APM_FRAME; i++) one[i] = r[o + i]!;
+        conv.listen(one, APM_FRAME);
+      }
+      return;
+    }
+    if (!this.endpointer.speaking && e !== VAD_SPEECH_END && e !== VAD_SPEECH_DROP) return;
+    if (conv.segmentRoom > 0) {
+      for (let i = 0; i < APM_FRAME; i++) one[i] = clean[at + i]!;
+      conv.listen(one, APM_FRAME);
+    }
+    if (e === VAD_SPEECH_DROP) conv.discardSegment();
+    else if (e === VAD_SPEECH_END) {
+      this.#events.speechEnd?.(clock);
+      conv.endSegment();
+      conv.startReply();
+      this.turns++;
+      this.#replying = true;
+      this.#replyDone = false;
+      this.played = 0;
+    }
+  }
+
+  /**
+   * The listener spoke over the reply: cut it to what they heard. The first frame always stays
+   * (a reply cut before any audio would keep its text alone, which no listener heard either).
+   */
+  #bargeIn(clock: number): void {
+    const conv = this.conversation;
+    const d = conv.dialogue;
+    while (this.#replying && d.frames === 0 && conv.replyStep(NO_SINK) !== EMIT_DONE);
+    const heard = Math.max(1, Math.min(d.frames, Math.ceil(this.played / this.#frameSamples)));
+    let cut = 0;
+    if (d.frames >= 1 && conv.truncateReply(heard)) cut = heard;
+    else if (this.#replying) while (conv.replyStep(NO_SINK) !== EMIT_DONE);
+    this.#replying = false;
+    this.#replyDone = false;
+    this.#replyStarted = false;
+    this.#qCount = 0;
+    this.#gain = 0;
+    this.bargeIns++;
+    this.#events.bargeIn?.(clock, cut);
+  }
+
+  /** Reply positions while the queue is under the look-ahead. */
+  #generate(): void {
+    const conv = this.conversation;
+    while (this.#replying && this.#qCount < this.#lookahead) {
+      if (conv.replyStep(this.#sink) !== EMIT_DONE) continue;
+      conv.finishReply(this.#sink);
+      this.#replying = false;
+      this.#replyDone = true;
+      this.replies++;
+    }
+  }
+
+  close(): void {
+    this.aec.close();
+    this.vad.close();
+  }
+}

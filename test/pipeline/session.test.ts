@@ -1,0 +1,129 @@
+import t from 'tap';
+import { mkdtempSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { MemoryDomain } from '../../src/memory/index.js';
+import { makeCheckpoint } from '../../src/io/checkpoint.js';
+import { SpeechModel } from '../../src/pipeline/conversation.js';
+import { DuplexSession } from '../../src/pipeline/session.js';
+import { LoopbackDevice } from '../../src/io/loopback.js';
+import { Resampler } from '../../src/dsp/resample.js';
+import { apmAvailable } from '../../src/dsp/aec.js';
+import { corpusTools, labelFrames, utterance } from '../../bench/corpus.js';
+import { allocationProbe } from '../helpers.js';
+
+const skip = apmAvailable() && corpusTools() ? false : 'needs WebRTC audio processing, espeak-ng and sox';
+const RATE = 48000;
+
+function up(x: Float32Array): Float32Array {
+  const r = new Resampler(16000, RATE);
+  const out = new Float32Array(r.outputLength(x.length) + 1);
+  let n = r.push(x, out, 0, x.length);
+  n += r.finish(out, n);
+  return out.subarray(0, n);
+}
+
+/** Where speech starts in `x` (16 kHz), by its labels. */
+function onsetOf(x: Float32Array): number {
+  const l = labelFrames(x);
+  let f = 0;
+  while (l[f] !== 1) f++;
+  return f * 160;
+}
+
+const dir = skip === false ? mkdtempSync(join(tmpdir(), 'voxslab-session-')) : '';
+if (skip === false) makeCheckpoint({ config: 'tiny', seed: 3, out: dir, dtype: 'f32' });
+
+interface Run {
+  log: string[];
+  played: Buffer;
+  silentFrom: number[];
+  session: DuplexSession;
+}
+
+/** The user asks, the assistant answers, the user interrupts it 1.5 s into the answer. */
+function scenario(): Run {
+  const domain = MemoryDomain.create({ limit: '2GiB' });
+  const model = SpeechModel.load(dir, domain, { outputRate: RATE });
+  const conv = model.conversation({ seed: 7, inputRate: 16000, checkpoints: DuplexSession.checkpointsFor(model) });
+  model.ready();
+  conv.ready();
+  const first = utterance('What is the weather going to be like in Paris tomorrow morning?', 'en-us', 165);
+  const second = utterance('Stop, that is not what I asked for at all.', 'en-gb', 165);
+  const at1 = 16000;
+  // Speech end, the 600 ms silence, then 1.5 s into the reply.
+  const at2 = at1 + first.length + 9600 + 24000;
+  const user16 = new Float32Array(at2 + second.length + 32000);
+  user16.set(first, at1);
+  user16.set(second, at2);
+  const user = up(user16);
+  const device = new LoopbackDevice({ rate: RATE, echo: { delayMs: 40, gain: 0.5, seed: 2 }, user });
+  const log: string[] = [];
+  const session = new DuplexSession(conv, device, {}, {
+    speechStart: (c) => log.push(`speech ${c}`),
+    speechEnd: (c) => log.push(`end ${c}`),
+    bargeIn: (c, heard) => log.push(`barge-in ${c} heard ${heard} kept ${conv.dialogue.frames} ${conv.dialogue.stop}`),
+    replyStart: (c) => log.push(`reply ${c}`),
+    replyEnd: (c) => log.push(`reply-end ${c}`),
+    text: (tk) => log.push(`text ${tk}`),
+    endpoint: (c, e) => log.push(`vad ${e} ${c}`),
+  });
+  const played: Buffer[] = [];
+  const silentFrom: number[] = [];
+  let wasSilent = true;
+  const onset2 = ((at2 + onsetOf(second)) * RATE) / 16000;
+  while (device.clock + device.period <= user.length) {
+    session.tick();
+    played.push(Buffer.from(device.lastPlayed));
+    const silent = device.lastPlayed.every((v) => v === 0);
+    if (silent && !wasSilent) silentFrom.push(device.clock);
+    wasSilent = silent;
+  }
+  log.push(`onset2 ${onset2}`);
+  return { log, played: Buffer.concat(played), silentFrom, session };
+}
+
+t.test('duplex session on the loopback device: a turn, a reply, a barge-in cut to what was heard', { skip }, async (t) => {
+  const a = scenario();
+  const s = a.session;
+  const events = a.log.filter((l) => !l.startsWith('text'));
+  t.comment(events.join(' | '));
+  t.equal(s.turns >= 1, true, `the user's question ended a turn (${s.turns})`);
+  t.equal(events.some((e) => e.startsWith('reply ')), true, 'the reply reached the device');
+  const barge = events.find((e) => e.startsWith('barge-in'));
+  t.ok(barge !== undefined, 'the interruption was a barge-in');
+  const heard = Number(barge?.split(' ')[3]);
+  t.match(barge, new RegExp(`kept ${heard} interrupted$`), 'the conversation keeps exactly the frames heard, its reply interrupted');
+  t.ok(heard >= 1, `the reply was cut to the ${heard} frames heard`);
+  t.equal(s.conversation.dialogue.stop === 'interrupted' || s.turns >= 2, true, 'the reply ended as interrupted');
+  const onset2 = Number(events.find((e) => e.startsWith('onset2'))!.split(' ')[1]);
+  // The first sign of speech pauses playback: silent within the next period, the 20 ms fade and
+  // the period that shows it.
+  const maybe = Number(events.find((e) => e.startsWith('vad 4') && Number(e.split(' ')[2]) >= onset2 - 0.1 * RATE)?.split(' ')[2]);
+  const stop = a.silentFrom.find((c) => c >= maybe);
+  const period = 480;
+  t.ok(stop !== undefined && stop - maybe <= 2 * period + 0.02 * RATE + period, `playback silent ${stop === undefined ? 'never' : `${Math.round(((stop - maybe) * 1000) / RATE)} ms`} after the first sign of speech`);
+  t.comment(`from the labelled onset of the interruption to silence: ${stop === undefined ? '-' : Math.round(((stop - onset2) * 1000) / RATE)} ms (the p95 over many is bench duplex's)`);
+  // Deterministic: the same bytes played and the same events, run again.
+  const b = scenario();
+  t.equal(b.played.equals(a.played), true, `the same ${a.played.length} bytes played`);
+  t.same(b.log, a.log, 'the same events and text');
+  a.session.close();
+  b.session.close();
+});
+
+t.test('duplex session: listening allocates nothing', { skip }, async (t) => {
+  const domain = MemoryDomain.create({ limit: '2GiB' });
+  const model = SpeechModel.load(dir, domain, { outputRate: RATE });
+  const conv = model.conversation({ seed: 7, inputRate: 16000, checkpoints: DuplexSession.checkpointsFor(model) });
+  model.ready();
+  conv.ready();
+  const noise = new Float32Array(RATE * 600);
+  for (let i = 0; i < noise.length; i++) noise[i] = 0.001 * Math.sin(i * 0.37);
+  const device = new LoopbackDevice({ rate: RATE, echo: { delayMs: 40, gain: 0.5 }, user: noise });
+  const session = new DuplexSession(conv, device);
+  const probe = allocationProbe(200, () => session.tick());
+  t.equal(probe.arrayBuffers, 0, 'no ArrayBuffer');
+  t.ok(probe.heap < 1024, `JS heap growth ${probe.heap} bytes over 200 periods`);
+  session.close();
+});
