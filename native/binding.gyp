@@ -1,6 +1,7 @@
 {
   "variables": {
-    "apm%": "<!(pkg-config --exists webrtc-audio-processing && echo 1 || echo 0)"
+    "apm%": "<!(pkg-config --exists webrtc-audio-processing && echo 1 || echo 0)",
+    "alsa%": "<!(pkg-config --exists alsa && echo 1 || echo 0)"
   },
   "targets": [
     {
@@ -13,6 +14,10 @@
       "cflags_cc": ["-std=c++17", "-O3", "-ffp-contract=off", "-Wall", "-Wextra", "-pthread"],
       "ldflags": ["-pthread"],
       "conditions": [
+        ["alsa==1", {
+          "defines": ["VOXSLAB_ALSA"],
+          "libraries": ["<!@(pkg-config --libs alsa)"]
+        }],
         ["apm==1", {
           "defines": ["VOXSLAB_APM", "WEBRTC_AUDIO_PROCESSING_ONLY_BUILD", "WEBRTC_POSIX"],
           "include_dirs": ["<!@(pkg-config --variable=includedir webrtc-audio-processing)/webrtc_audio_processing"],

@@ -67,6 +67,8 @@ export interface NativeAddon {
   lockRange(view: ByteView): NativeResult;
   unlockRange(view: ByteView): NativeResult;
   cpuFeatures(): CpuFeatures;
+  /** Silences alsa-lib's own error messages; false when built without ALSA. */
+  quietAlsa(): boolean;
   /** True when the addon was linked with WebRTC's audio processing module. */
   apmAvailable(): boolean;
   /** One engine: echo 0 (off)..3 suppression low/moderate/high, highPass 0|1, noise 0 (off)..4, voice 0 (off)..4 likelihood, delayAgnostic 0|1. */

@@ -114,6 +114,11 @@ export const OPTIONS = {
   minSpeechMs: { kind: 'int', flag: 'min-speech', value: 'MS', min: 10, max: 10_000, default: 200, doc: 'shortest speech kept as a user turn (shorter bursts are dropped)' },
   vad: { kind: 'choice', flag: 'vad', choices: ['very-low', 'low', 'moderate', 'high'], default: 'low', doc: 'voice likelihood the WebRTC VAD requires' },
   lookaheadMs: { kind: 'int', flag: 'lookahead', value: 'MS', min: 80, max: 30_000, default: 1000, doc: 'how far generation may run ahead of playback' },
+  inputDevice: { kind: 'text', flag: 'input-device', value: 'ID|NAME', doc: 'microphone (an id or a name from voxslab devices; default: the system default)' },
+  outputDevice: { kind: 'text', flag: 'output-device', value: 'ID|NAME', doc: 'speaker (an id or a name from voxslab devices; default: the system default)' },
+  loopback: { kind: 'text', flag: 'loopback', value: 'USER.wav', doc: 'no devices: the in-process loopback device plays USER.wav as the user and feeds the reply back as echo' },
+  talkSeconds: { kind: 'seconds', flag: 'seconds', value: 'SECONDS', max: 86400, default: 86400, doc: 'stop after this much device time (default: until Ctrl-C)' },
+  deviceRate: { kind: 'int', flag: 'rate', value: 'HZ', min: 8000, max: 384000, doc: "device sample rate (default: the output device's)" },
   align: { kind: 'int', flag: 'align', value: 'N', min: 1, max: 2 ** 30, default: 1, powerOfTwo: true, doc: 'offset alignment in bytes (a power of two)' },
 } as const satisfies Record<string, OptionSpec>;
 

@@ -802,6 +802,11 @@ struct ApmHandle {
   voxslab::Apm* apm;
 };
 
+Napi::Value QuietAlsaValue(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 0, "quietAlsa");
+  return Napi::Boolean::New(info.Env(), voxslab::QuietAlsaErrors());
+}
+
 Napi::Value ApmAvailableValue(const Napi::CallbackInfo& info) {
   ExpectArgs(info, 0, "apmAvailable");
   return Napi::Boolean::New(info.Env(), voxslab::ApmAvailable());
@@ -901,6 +906,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("residentBytes", Napi::Function::New(env, ResidentBytes, "residentBytes"));
   exports.Set("lockRange", Napi::Function::New(env, LockRange, "lockRange"));
   exports.Set("unlockRange", Napi::Function::New(env, UnlockRange, "unlockRange"));
+  exports.Set("quietAlsa", Napi::Function::New(env, QuietAlsaValue, "quietAlsa"));
   exports.Set("apmAvailable", Napi::Function::New(env, ApmAvailableValue, "apmAvailable"));
   exports.Set("apmCreate", Napi::Function::New(env, ApmCreateValue, "apmCreate"));
   exports.Set("apmDestroy", Napi::Function::New(env, ApmDestroyValue, "apmDestroy"));

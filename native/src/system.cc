@@ -1,5 +1,9 @@
 #include "system.h"
 
+#ifdef VOXSLAB_ALSA
+#include <alsa/asoundlib.h>
+#endif
+
 #include <cerrno>
 #include <chrono>
 
@@ -179,6 +183,21 @@ CpuFeatures DetectCpuFeatures() {
   f.arch = "other";
 #endif
   return f;
+}
+
+namespace {
+#ifdef VOXSLAB_ALSA
+int g_alsa_quieted = 0;
+extern "C" void QuietAlsa(const char*, int, const char*, int, const char*, ...) { g_alsa_quieted++; }
+#endif
+}  // namespace
+
+bool QuietAlsaErrors() {
+#ifdef VOXSLAB_ALSA
+  return snd_lib_error_set_handler(reinterpret_cast<snd_lib_error_handler_t>(&QuietAlsa)) == 0;
+#else
+  return false;
+#endif
 }
 
 }  // namespace voxslab

@@ -44,4 +44,8 @@ int UnlockRange(const uint8_t* data, size_t length);
 
 CpuFeatures DetectCpuFeatures();
 
+// Routes alsa-lib's error messages (about sound cards a machine does not have, printed to
+// stderr while PortAudio scans) to a no-op; false when the addon was built without ALSA.
+bool QuietAlsaErrors();
+
 }  // namespace voxslab

@@ -14,6 +14,7 @@ import { PLAN_KEYS, planConfig, planIntervals } from './plan.js';
 import { melFile, resampleFile } from './audio.js';
 import { runCommand } from './run.js';
 import { serveCommand } from './serve.js';
+import { devicesCommand, talkCommand } from './talk.js';
 import { registeredBenches, type Bench } from './benches.js';
 import { makeCheckpoint, type FloatDtype } from '../io/checkpoint.js';
 import { quantizeCheckpoint } from '../io/quantize.js';
@@ -121,6 +122,34 @@ const COMMANDS: Record<string, Command> = {
       const fields = { host: 'host', port: 'port', token: 'token', memory: 'memoryLimit', maxConversations: 'maxConversations', maxConnections: 'maxConnections', maxMessage: 'maxMessageBytes', maxRequest: 'maxRequestBytes', rate: 'outputRate', segment: 'segmentSeconds', reply: 'replySeconds', context: 'context', threads: 'threads', kv: 'kv', slots: 'slots', pin: 'pin' } as const;
       for (const [field, key] of Object.entries(fields)) request[field as keyof typeof fields] = text(v, key);
       await serveCommand(request);
+    },
+  },
+  talk: {
+    usage: 'voxslab talk [--model <DIR|tiny|small>] [--input-device ID] [--output-device ID] [--rate HZ] [--seconds N] | --loopback USER.wav',
+    summary:
+      'a live full-duplex conversation: the transcript as it is spoken, the input level, barge-in when you talk over the reply (echo cancellation and VAD need the addon built with WebRTC audio processing)',
+    keys: ['model', 'inputDevice', 'outputDevice', 'loopback', 'deviceRate', 'talkSeconds', 'seed'],
+    async run(v) {
+      const controller = new AbortController();
+      const stop = (): void => controller.abort();
+      process.once('SIGINT', stop);
+      try {
+        const summary = await talkCommand(
+          { model: (v.model as string | undefined) ?? 'tiny', inputDevice: text(v, 'inputDevice'), outputDevice: text(v, 'outputDevice'), loopback: text(v, 'loopback'), seconds: text(v, 'talkSeconds'), rate: text(v, 'deviceRate'), seed: text(v, 'seed') },
+          { write: (s) => process.stdout.write(s), log, meter: process.stderr.isTTY === true, signal: controller.signal },
+        );
+        log(`talk: ${summary.seconds} s, ${summary.turns} turns, ${summary.replies} replies, ${summary.bargeIns} barge-ins, ${summary.pauses} pauses; echo canceller ${summary.echo.converged ? 'converged' : 'not converged'}${summary.device === null ? '' : `; device library: ${summary.device.libraryBuffers} buffers, ${summary.device.libraryBytes} bytes; ${summary.device.overruns} samples overrun`}`);
+      } finally {
+        process.off('SIGINT', stop);
+      }
+    },
+  },
+  devices: {
+    usage: 'voxslab devices [--json]',
+    summary: 'the audio inputs and outputs PortAudio sees: ids, channels, default rates',
+    keys: ['json'],
+    async run(v) {
+      process.stdout.write(`${devicesCommand(v.json === true)}\n`);
     },
   },
   resample: {

@@ -75,6 +75,8 @@ export class DuplexSession {
   turns = 0;
   replies = 0;
   underruns = 0;
+  /** The loudest microphone sample of the last period (a level meter's input). */
+  inputPeak = 0;
   /** Samples of the current reply the device has played. */
   played = 0;
   readonly #events: DuplexEvents;
@@ -162,6 +164,9 @@ export class DuplexSession {
     const clock = dev.clock;
     this.#fill(b.played, clock);
     dev.tick(b.played, b.mic, b.far);
+    let peak = 0;
+    for (let i = 0; i < b.mic.length; i++) peak = Math.max(peak, Math.abs(b.mic[i]!));
+    this.inputPeak = peak;
     const n16 = this.#micIn.push(b.mic, b.mic16, 0, dev.period);
     this.#farIn.push(b.far, b.far16, 0, dev.period);
     const clean = this.aec.push(b.mic16, 0, b.far16, 0, n16, b.clean, 0);
