@@ -6,32 +6,38 @@
  * interruptions at 10 dB SNR over equal-level echo, false barge-ins on echo alone, and the CPU
  * each part takes per second of audio.
  *
- * Barge-in here is measured on the device clock from the labelled speech onset to the moment
- * playback is silent: the endpointer's first sign of speech (SPEECH_MAYBE: playback pauses) plus
- * the fade (20 ms), counted for interruptions the endpointer then confirms (SPEECH_START). A
- * pause the endpointer takes back (SPEECH_NOT) resumes playback where it stopped.
+ * Barge-in and false barge-ins run the real DuplexSession (src/pipeline/session.ts) with the
+ * assistant's speech played through `say`: latency is measured on the device clock from the
+ * labelled speech onset to the first period playback ends silent (its pause and fade), counted
+ * for interruptions the session then confirms.
  */
 import { APM_FRAME, EchoCanceller, VoiceDetector, apmAvailable } from '../src/dsp/aec.js';
-import { Endpointer, framesOf, VAD_SPEECH_DROP, VAD_SPEECH_END, VAD_SPEECH_MAYBE, VAD_SPEECH_NOT, VAD_SPEECH_START } from '../src/dsp/vad.js';
+import { Endpointer, framesOf, VAD_SPEECH_END } from '../src/dsp/vad.js';
 import { LoopbackDevice } from '../src/io/loopback.js';
 import { defaultOf } from '../src/options.js';
 import { corpusTools, f1, labelFrames, NOISES, noise as makeNoise, rms, scene, utterance, RATE, SENTENCES, SPEEDS, VOICES } from './corpus.js';
 import { prng } from '../src/memory/prng.js';
 import { round } from './util.js';
+import { resolveModel } from '../src/io/checkpoint.js';
+import { MemoryDomain } from '../src/memory/index.js';
+import { SpeechModel } from '../src/pipeline/conversation.js';
+import { DuplexSession } from '../src/pipeline/session.js';
+import { STAGES } from '../src/pipeline/clock.js';
+import { Resampler } from '../src/dsp/resample.js';
 
-const FADE_MS = 20;
 const PERIOD = RATE / 100;
 
 export interface DuplexBenchResult {
   available: boolean;
   erle: { delayMs: number; erleDb: number }[];
-  doubleTalk: { micDb: number; afterDb: number };
+  doubleTalk: { micDb: number; afterDb: number; gatedDb: number };
   vad: { snrDb: number; noise: string; f1: number; precision: number; recall: number }[];
   endOfSpeech: { silenceMs: number; p50Ms: number; p95Ms: number; maxMs: number; turns: number };
   bargeIn: { interruptions: number; detected: number; stoppedEarly: number; missed: number; p50Ms: number; p95Ms: number; maxMs: number };
   bargeInNoisy: DuplexBenchResult['bargeIn'];
   falseBargeIns: { seconds: number; count: number; pauses: number };
-  cpu: { aecRealtime: number; vadRealtime: number };
+  cpu: { loopRealtime: number; vadRealtime: number };
+  reply: { questions: number; turns: number; endOfSpeechP50Ms: number; computeP50Ms: number; firstSampleP50Ms: number; firstSampleP95Ms: number; realtime: number; cpuPercent: Record<string, number> };
 }
 
 export function assistant(seconds: number, seed: number): Float32Array {
@@ -56,80 +62,39 @@ function endpointer(): Endpointer {
 }
 
 /**
- * Plays `speech` through the loopback device while `user` talks; runs capture (echo
- * cancellation) and the VAD + endpointer period by period. Playback fades out at a speech onset
- * and resumes after the user's turn ends, as a live session does.
+ * The capture front end alone: `speech` played through the loopback device while `user` talks,
+ * echo cancellation period by period; the cleaned microphone at 16 kHz (double talk).
  */
-export function session(speech: Float32Array, user: Float32Array, delayMs: number, bargeIn = true, echoGain = 1): { onsets: number[]; pauses: number; silent: Uint8Array; cleaned: Float32Array; aecMs: number; vadMs: number } {
-  const dev = new LoopbackDevice({ rate: RATE, echo: { delayMs, gain: echoGain, seed: 9 }, user });
-  const aec = new EchoCanceller({ delayMs: dev.latencyMs });
-  const vad = new VoiceDetector();
-  const ep = endpointer();
-  const played = new Float32Array(PERIOD);
+function frontEnd(speech: Float32Array, user: Float32Array, delayMs: number, gateDb: number): Float32Array {
+  const dev = new LoopbackDevice({ rate: RATE, echo: { delayMs, gain: 1, seed: 9 }, user });
+  const aec = new EchoCanceller({ delayMs: dev.latencyMs, gateDb });
   const mic = new Float32Array(PERIOD);
   const far = new Float32Array(PERIOD);
-  const clean = new Float32Array(APM_FRAME * 2);
-  const d = new Uint8Array(4);
-  const total = user.length;
-  const cleaned = new Float32Array(total + APM_FRAME);
-  // Confirmed barge-ins: the device time playback went silent for each.
-  const onsets: number[] = [];
-  // Per period: 1 when playback ended it silent.
-  const silent = new Uint8Array(Math.floor(total / PERIOD));
-  const step = 1 / ((FADE_MS * RATE) / 1000);
-  let source = 0;
-  let gain = 1;
-  let paused = -1; // device time of the pause in force, -1 when playing
-  let cancelled = false;
-  let pauses = 0;
+  const cleaned = new Float32Array(user.length + APM_FRAME);
   let w = 0;
-  let aecMs = 0;
-  let vadMs = 0;
-  for (let t = 0; t + PERIOD <= total; t += PERIOD) {
-    for (let i = 0; i < PERIOD; i++) {
-      const target = paused >= 0 || cancelled ? 0 : 1;
-      if (target < gain) gain = Math.max(target, gain - step);
-      else if (target > gain) gain = Math.min(target, gain + step);
-      played[i] = gain * (speech[source % speech.length] ?? 0);
-      // A paused reply holds its place; a cancelled one is gone.
-      if (gain > 0 || (paused < 0 && !cancelled)) source++;
-    }
-    silent[t / PERIOD] = gain === 0 ? 1 : 0;
-    dev.tick(played, mic, far);
-    let t0 = performance.now();
-    const m = aec.push(mic, 0, far, 0, PERIOD, clean, 0);
-    aecMs += performance.now() - t0;
-    cleaned.set(clean.subarray(0, m), w);
-    w += m;
-    t0 = performance.now();
-    const frames = vad.push(clean, 0, m, d, 0);
-    vadMs += performance.now() - t0;
-    if (!bargeIn) {
-      for (let f = 0; f < frames; f++) if (ep.push(d[f] === 1) === VAD_SPEECH_START) onsets.push(t);
-      continue;
-    }
-    // Until the canceller has converged, what it leaves of the echo is not the user.
-    const trusted = aec.converged || !aec.farActive;
-    for (let f = 0; f < frames; f++) {
-      const e = ep.push(d[f] === 1 && trusted);
-      if (e === VAD_SPEECH_MAYBE) {
-        paused = t + PERIOD;
-        pauses++;
-      } else if (e === VAD_SPEECH_NOT) {
-        paused = -1;
-      } else if (e === VAD_SPEECH_START) {
-        onsets.push(t);
-        cancelled = true;
-        paused = -1;
-      } else if (e === VAD_SPEECH_END || e === VAD_SPEECH_DROP) {
-        // The next reply starts.
-        cancelled = false;
-      }
-    }
+  for (let t = 0; t + PERIOD <= user.length; t += PERIOD) {
+    dev.tick(speech.subarray(t, t + PERIOD), mic, far);
+    w += aec.push(mic, 0, far, 0, PERIOD, cleaned, w);
   }
   aec.close();
-  vad.close();
-  return { onsets, pauses, silent, cleaned, aecMs, vadMs };
+  return cleaned;
+}
+
+/** A DuplexSession at 16 kHz on the tiny model, for assistant speech played with `say`. */
+function duplexModel(): { model: SpeechModel; open(user: Float32Array, delayMs: number, echoGain: number): { session: DuplexSession; device: LoopbackDevice; events: { starts: number[] } } } {
+  const model = SpeechModel.load(resolveModel('tiny', () => undefined), MemoryDomain.create({}), { outputRate: RATE });
+  const conv = model.conversation({ seed: 1, inputRate: RATE, checkpoints: DuplexSession.checkpointsFor(model) });
+  model.ready();
+  conv.ready();
+  return {
+    model,
+    open(user, delayMs, echoGain) {
+      const device = new LoopbackDevice({ rate: RATE, echo: { delayMs, gain: echoGain, seed: 9 }, user });
+      const events = { starts: [] as number[] };
+      const session = new DuplexSession(conv, device, {}, { bargeIn: (c) => events.starts.push(c) });
+      return { session, device, events };
+    },
+  };
 }
 
 export async function run(options: { quick?: boolean } = {}): Promise<DuplexBenchResult | { available: false; reason: string }> {
@@ -156,29 +121,34 @@ export async function run(options: { quick?: boolean } = {}): Promise<DuplexBenc
   // Double talk: the user over equal-level echo.
   const dt = scene({ seed: 3, utterances: 3, snrDb: Infinity, noise: 'white', gap: [2.5, 3] });
   const dtLen = Math.min(dt.speech.length, speech.length);
-  const withUser = session(speech.subarray(0, dtLen), dt.speech.subarray(0, dtLen), 60, false);
-  const alone = session(new Float32Array(dtLen), dt.speech.subarray(0, dtLen), 60, false);
-  let uu = 0;
-  let ee = 0;
-  let dot = 0;
-  let aa = 0;
-  let oo = 0;
-  const dev = new LoopbackDevice({ rate: RATE, echo: { delayMs: 60, gain: 1, seed: 9 } });
   const echoMic = new Float32Array(dtLen);
+  const dev = new LoopbackDevice({ rate: RATE, echo: { delayMs: 60, gain: 1, seed: 9 } });
   const farTmp = new Float32Array(PERIOD);
   for (let t = 0; t + PERIOD <= dtLen; t += PERIOD) dev.tick(speech.subarray(t, t + PERIOD), echoMic.subarray(t), farTmp);
-  for (let f = 300; f < Math.floor(dtLen / APM_FRAME); f++) {
-    if (dt.labels[f] !== 1) continue;
-    for (let i = f * APM_FRAME; i < (f + 1) * APM_FRAME; i++) {
-      uu += dt.speech[i]! ** 2;
-      ee += echoMic[i]! ** 2;
-      dot += withUser.cleaned[i]! * alone.cleaned[i]!;
-      aa += alone.cleaned[i]! ** 2;
-      oo += withUser.cleaned[i]! ** 2;
+  /** The user's segment SNR after cancellation, against what the engine makes of the user alone. */
+  const userSnr = (gateDb: number): { micDb: number; afterDb: number } => {
+    const withUser = { cleaned: frontEnd(speech.subarray(0, dtLen), dt.speech.subarray(0, dtLen), 60, gateDb) };
+    const alone = { cleaned: frontEnd(new Float32Array(dtLen), dt.speech.subarray(0, dtLen), 60, gateDb) };
+    let uu = 0;
+    let ee = 0;
+    let dot = 0;
+    let aa = 0;
+    let oo = 0;
+    for (let f = 300; f < Math.floor(dtLen / APM_FRAME); f++) {
+      if (dt.labels[f] !== 1) continue;
+      for (let i = f * APM_FRAME; i < (f + 1) * APM_FRAME; i++) {
+        uu += dt.speech[i]! ** 2;
+        ee += echoMic[i]! ** 2;
+        dot += withUser.cleaned[i]! * alone.cleaned[i]!;
+        aa += alone.cleaned[i]! ** 2;
+        oo += withUser.cleaned[i]! ** 2;
+      }
     }
-  }
-  const g = dot / Math.max(1e-12, aa);
-  const doubleTalk = { micDb: round(10 * Math.log10(uu / ee), 1), afterDb: round(10 * Math.log10((g * g * aa) / Math.max(1e-12, oo - 2 * g * dot + g * g * aa)), 1) };
+    const g = dot / Math.max(1e-12, aa);
+    return { micDb: round(10 * Math.log10(uu / ee), 1), afterDb: round(10 * Math.log10((g * g * aa) / Math.max(1e-12, oo - 2 * g * dot + g * g * aa)), 1) };
+  };
+  const engineOnly = userSnr(0);
+  const doubleTalk = { micDb: engineOnly.micDb, afterDb: engineOnly.afterDb, gatedDb: userSnr(15).afterDb };
 
   // VAD F1 per SNR and noise.
   const vad: DuplexBenchResult['vad'] = [];
@@ -254,40 +224,54 @@ export async function run(options: { quick?: boolean } = {}): Promise<DuplexBenc
       } else {
         echoGain = (userRms / rms(reply)) ** 2 / 10;
       }
-      const r = session(reply, user, 20 + Math.floor(rand() * 9) * 20, true, echoGain);
-      aecMs += r.aecMs;
-      aecSeconds += user.length / RATE;
+      const { session, device, events } = duplex.open(user, 20 + Math.floor(rand() * 9) * 20, echoGain);
+      session.say(reply);
+      // Per period: 1 when playback ended it silent.
+      const silent = new Uint8Array(Math.floor(user.length / PERIOD));
+      const t0 = performance.now();
+      while (device.clock + PERIOD <= user.length) {
+        session.tick();
+        silent[device.clock / PERIOD - 1] = device.lastPlayed.every((v) => v === 0) ? 1 : 0;
+      }
+      loopMs += performance.now() - t0;
+      loopSeconds += user.length / RATE;
+      session.close();
       const onsetPeriod = (start + first * APM_FRAME) / PERIOD;
-      if (r.onsets.some((t) => t >= settle && t < onsetPeriod * PERIOD)) {
+      if (events.starts.some((t) => t >= settle && t < onsetPeriod * PERIOD)) {
         // A barge-in confirmed before the user spoke: a false one, not a reaction.
         early++;
         continue;
       }
-      if (!r.onsets.some((t) => t >= onsetPeriod * PERIOD && t < start + u.length)) {
+      if (!events.starts.some((t) => t >= onsetPeriod * PERIOD && t < start + u.length)) {
         missed++;
         continue;
       }
       // Silent from the first period playback ends at gain 0 (the pause before the confirmation).
       let p = onsetPeriod;
-      while (p < r.silent.length && r.silent[p] === 0) p++;
+      while (p < silent.length && silent[p] === 0) p++;
       latencies.push(((p + 1 - onsetPeriod) * PERIOD * 1000) / RATE);
     }
     return { interruptions: want, detected: latencies.length, stoppedEarly: early, missed, p50Ms: round(pct(latencies, 50), 0), p95Ms: round(pct(latencies, 95), 0), maxMs: round(Math.max(...latencies), 0) };
   };
-  let aecMs = 0;
-  let aecSeconds = 0;
+  let loopMs = 0;
+  let loopSeconds = 0;
+  const duplex = duplexModel();
   const bargeIn = interruptions(false);
   const bargeInNoisy = interruptions(true);
 
-  // False barge-ins: assistant speech with equal-level echo, pink noise 30 dB below it, no user.
+  // False barge-ins: assistant speech with its echo at equal level and a quiet room (pink noise
+  // 30 dB under the speech), no user.
   const seconds = quick ? 60 : 300;
   const echoOnly = assistant(seconds, 77);
   const floor = makeNoise('pink', seconds + 1);
   const quiet = new Float32Array(echoOnly.length);
   const level = rms(echoOnly) / 31.6;
   for (let i = 0; i < quiet.length; i++) quiet[i] = level * floor[i]!;
-  const fb = session(echoOnly, quiet, 80);
-  const falseBargeIns = { seconds, count: fb.onsets.length, pauses: fb.pauses };
+  const fb = duplex.open(quiet, 80, 1);
+  fb.session.say(echoOnly);
+  while (fb.device.clock + PERIOD <= echoOnly.length) fb.session.tick();
+  const falseBargeIns = { seconds, count: fb.session.bargeIns + fb.session.turns, pauses: fb.session.pauses };
+  fb.session.close();
 
   return {
     available: true,
@@ -298,7 +282,79 @@ export async function run(options: { quick?: boolean } = {}): Promise<DuplexBenc
     bargeIn,
     bargeInNoisy,
     falseBargeIns,
-    cpu: { aecRealtime: round(aecSeconds / (aecMs / 1000), 1), vadRealtime: round(vadSeconds / (vadMs / 1000), 1) },
+    reply: replyLoop(quick),
+    cpu: { loopRealtime: round(loopSeconds / (loopMs / 1000), 1), vadRealtime: round(vadSeconds / (vadMs / 1000), 1) },
+  };
+}
+
+/**
+ * The whole loop with the model (tiny, one thread): questions spoken on the loopback device at
+ * 48 kHz, answered. On the simulated device clock compute takes no time, so the latency from
+ * the last word to the first reply sample is the end-of-speech decision (device clock) plus the
+ * wall time from that decision to the first reply sample leaving the session, plus the two
+ * periods a real device queues.
+ */
+function replyLoop(quick: boolean): DuplexBenchResult['reply'] {
+  const rate = 48000;
+  const dir = resolveModel('tiny', () => undefined);
+  const model = SpeechModel.load(dir, MemoryDomain.create({}), { outputRate: rate, replySeconds: 2 });
+  const conv = model.conversation({ seed: 1, inputRate: 16000, checkpoints: DuplexSession.checkpointsFor(model) });
+  model.ready();
+  conv.ready();
+  const questions = quick ? 3 : 8;
+  const parts: { at: number; x: Float32Array; last: number }[] = [];
+  let at = rate;
+  for (let k = 0; k < questions; k++) {
+    const u = utterance(SENTENCES[k % SENTENCES.length]!, VOICES[k % VOICES.length]!, 165);
+    const labels = labelFrames(u);
+    let last = labels.length - 1;
+    while (last > 0 && labels[last] !== 1) last--;
+    const r = new Resampler(16000, rate);
+    const x = new Float32Array(r.outputLength(u.length) + 1);
+    let n = r.push(u, x, 0, u.length);
+    n += r.finish(x, n);
+    parts.push({ at, x: x.subarray(0, n), last: at + ((last + 1) * APM_FRAME * rate) / 16000 });
+    at += n + 5 * rate;
+  }
+  const user = new Float32Array(at);
+  for (const p of parts) user.set(p.x, p.at);
+  const device = new LoopbackDevice({ rate, echo: { delayMs: 60, gain: 0.5, seed: 3 }, user });
+  const decisions: number[] = [];
+  const compute: number[] = [];
+  let endWall = 0;
+  let turn = -1;
+  const session = new DuplexSession(conv, device, {}, {
+    speechEnd: (c) => {
+      turn = parts.findIndex((p) => p.last <= c && c < p.last + 2 * rate);
+      if (turn >= 0) decisions.push(((c - parts[turn]!.last) * 1000) / rate);
+      endWall = performance.now();
+    },
+    replyStart: () => {
+      if (turn >= 0) compute.push(performance.now() - endWall);
+      turn = -1;
+    },
+  });
+  const t0 = performance.now();
+  while (device.clock + device.period <= user.length) session.tick();
+  const wall = performance.now() - t0;
+  session.close();
+  const seconds = user.length / rate;
+  const cpu: Record<string, number> = {};
+  STAGES.forEach((name, i) => {
+    const ms = conv.stageMs[i] as number;
+    if (ms > 0) cpu[name] = round((100 * ms) / 1000 / seconds, 2);
+  });
+  const queue = (2 * device.period * 1000) / rate;
+  const total = decisions.map((d, i) => d + (compute[i] ?? 0) + queue);
+  return {
+    questions,
+    turns: session.turns,
+    endOfSpeechP50Ms: round(pct(decisions, 50), 0),
+    computeP50Ms: round(pct(compute, 50), 1),
+    firstSampleP50Ms: round(pct(total, 50), 0),
+    firstSampleP95Ms: round(pct(total, 95), 0),
+    realtime: round(seconds / (wall / 1000), 1),
+    cpuPercent: cpu,
   };
 }
 
@@ -307,13 +363,17 @@ export function format(r: DuplexBenchResult | { available: false; reason: string
   const x = r as DuplexBenchResult;
   const lines = ['full-duplex front end on the loopback device (16 kHz, 10 ms periods; WebRTC echo cancellation and VAD)'];
   lines.push(`  ERLE after convergence:   ${x.erle.map((e) => `${e.delayMs} ms ${e.erleDb} dB`).join(', ')}`);
-  lines.push(`  double talk:              user-to-echo ${x.doubleTalk.micDb} dB in the microphone → ${x.doubleTalk.afterDb} dB after cancellation`);
+  lines.push(`  double talk:              user-to-echo ${x.doubleTalk.micDb} dB in the microphone → ${x.doubleTalk.afterDb} dB after cancellation (${x.doubleTalk.gatedDb} dB with the residual echo gate)`);
   for (const snr of [20, 10, 5]) lines.push(`  VAD F1 at ${String(snr).padStart(2)} dB:         ${x.vad.filter((v) => v.snrDb === snr).map((v) => `${v.noise} ${v.f1}`).join(', ')}`);
   lines.push(`  end of speech:            p50 ${x.endOfSpeech.p50Ms} ms, p95 ${x.endOfSpeech.p95Ms} ms, max ${x.endOfSpeech.maxMs} ms after the last word (silence ${x.endOfSpeech.silenceMs} ms; ${x.endOfSpeech.turns} turns)`);
   const bi = (b: DuplexBenchResult['bargeIn']): string => `p50 ${b.p50Ms} ms, p95 ${b.p95Ms} ms, max ${b.maxMs} ms from the speech onset (${b.detected}/${b.interruptions} interruptions; ${b.stoppedEarly} stopped before the user spoke, ${b.missed} missed)`;
   lines.push(`  barge-in, user 10 dB over the echo: ${bi(x.bargeIn)}`);
   lines.push(`  barge-in, equal echo + noise at 10 dB: ${bi(x.bargeInNoisy)}`);
   lines.push(`  false barge-ins:          ${x.falseBargeIns.count} in ${x.falseBargeIns.seconds} s of assistant speech with equal-level echo (${x.falseBargeIns.pauses} brief pauses that resumed)`);
-  lines.push(`  CPU:                      echo cancellation ${x.cpu.aecRealtime}× real time, VAD ${x.cpu.vadRealtime}× real time (one core)`);
+  const rp = x.reply;
+  lines.push(`  the loop with the model:  ${rp.turns}/${rp.questions} questions answered on the loopback device (tiny model, one thread, ${rp.realtime}× real time)`);
+  lines.push(`  last word → first reply sample: p50 ${rp.firstSampleP50Ms} ms, p95 ${rp.firstSampleP95Ms} ms (end-of-speech decision p50 ${rp.endOfSpeechP50Ms} ms + compute p50 ${rp.computeP50Ms} ms + 20 ms device queue)`);
+  lines.push(`  CPU per stage (% of one core): ${Object.entries(rp.cpuPercent).map(([k, v]) => `${k} ${v}`).join(', ')}`);
+  lines.push(`  CPU:                      the duplex front end (resampling, echo cancellation, VAD, endpointing, room simulation) ${x.cpu.loopRealtime}× real time, the VAD alone ${x.cpu.vadRealtime}× (one core)`);
   return lines.join('\n');
 }

@@ -20,6 +20,8 @@ export const APM_FRAME = 160;
 export const APM_RATE = 16000;
 export const APM_VOICE = 1;
 export const APM_ECHO = 2;
+/** Far-end frames (10 ms) before the canceller counts as converged: its first seconds misfire. */
+const CONVERGE_FRAMES = 300;
 
 /** Whether echo cancellation and the WebRTC VAD are available in this build. */
 export function apmAvailable(): boolean {
@@ -77,8 +79,8 @@ export class EchoCanceller {
   /** Frames the residual echo gate silenced. */
   gated = 0;
   /**
-   * Latched once the canceller has converged: over at least a second of far-end activity, the
-   * smoothed echo return loss enhancement has reached 12 dB. Until then residual echo may
+   * Latched once the canceller has converged: over at least 3 s of far-end activity, the
+   * smoothed echo return loss enhancement has reached 20 dB. Until then residual echo may
    * sound like speech, so barge-in waits for it.
    */
   converged = false;
@@ -163,7 +165,7 @@ export class EchoCanceller {
       this.#micEnergy = 0.98 * this.#micEnergy + em;
       this.#outEnergy = 0.98 * this.#outEnergy + eo;
       this.#activeFrames++;
-      if (this.#activeFrames >= 100 && this.#micEnergy >= 15.85 * this.#outEnergy) this.converged = true;
+      if (this.#activeFrames >= CONVERGE_FRAMES && this.#micEnergy >= 100 * this.#outEnergy) this.converged = true;
     }
     return this.farActive && eo < this.#gate * em;
   }

@@ -148,7 +148,24 @@ export class DuplexSession {
   }
 
   get speaking(): boolean {
-    return this.#qCount > 0 || this.#replying;
+    return this.#qCount > 0 || this.#replying || this.#say !== null;
+  }
+
+  #say: Float32Array | null = null;
+  #sayAt = 0;
+  #saying = false;
+
+  /**
+   * Plays `pcm` (device rate) in the assistant's voice without the model: a prompt, a chime, a
+   * recording. Barge-in stops it like a reply (the conversation is untouched). The array is
+   * read as it plays, not copied: keep it unchanged until `speaking` is false.
+   */
+  say(pcm: Float32Array): void {
+    if (this.speaking) throw new ArgumentError('say: the assistant is speaking; wait until speaking is false');
+    this.#say = pcm;
+    this.#sayAt = 0;
+    this.#saying = true;
+    this.#replyDone = false;
   }
 
   #enqueue(samples: Float32Array, count: number): void {
@@ -201,6 +218,7 @@ export class DuplexSession {
     if (this.#replyStarted && this.#replyDone && this.#qCount === 0) {
       this.#replyStarted = false;
       this.#replyDone = false;
+      this.#saying = false;
       this.#events.replyEnd?.(clock + out.length);
     }
   }
@@ -257,6 +275,16 @@ export class DuplexSession {
    * (a reply cut before any audio would keep its text alone, which no listener heard either).
    */
   #bargeIn(clock: number): void {
+    if (this.#saying) {
+      this.#say = null;
+      this.#saying = false;
+      this.#qCount = 0;
+      this.#gain = 0;
+      this.#replyStarted = false;
+      this.bargeIns++;
+      this.#events.bargeIn?.(clock, 0);
+      return;
+    }
     const conv = this.conversation;
     const d = conv.dialogue;
     while (this.#replying && d.frames === 0 && conv.replyStep(NO_SINK) !== EMIT_DONE);
@@ -275,6 +303,19 @@ export class DuplexSession {
 
   /** Reply positions while the queue is under the look-ahead. */
   #generate(): void {
+    const say = this.#say;
+    if (say !== null) {
+      const n = Math.min(say.length - this.#sayAt, this.#queue.length - this.#qCount);
+      const q = this.#queue;
+      for (let i = 0; i < n; i++) q[(this.#qHead + this.#qCount + i) % q.length] = say[this.#sayAt + i]!;
+      this.#qCount += n;
+      this.#sayAt += n;
+      if (this.#sayAt === say.length) {
+        this.#say = null;
+        this.#replyDone = true;
+      }
+      return;
+    }
     const conv = this.conversation;
     while (this.#replying && this.#qCount < this.#lookahead) {
       if (conv.replyStep(this.#sink) !== EMIT_DONE) continue;

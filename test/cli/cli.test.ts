@@ -22,7 +22,7 @@ t.test('usage errors exit 2 with a message', async (t) => {
   }
   const ok = voxslab('help');
   t.equal(ok.status, 0);
-  t.match(ok.stdout, /bench <memory\|planner\|dsp\|kernels\|model\|pipeline\|serve>/);
+  t.match(ok.stdout, /bench <memory\|planner\|dsp\|kernels\|model\|pipeline\|duplex\|serve>/);
   t.match(voxslab('version').stdout, /^\d+\.\d+\.\d+\n$/);
 });
 

@@ -41,7 +41,7 @@ interface Run {
   session: DuplexSession;
 }
 
-/** The user asks, the assistant answers, the user interrupts it 1.5 s into the answer. */
+/** The user asks, the assistant answers, the user interrupts it 4 s into the answer. */
 function scenario(): Run {
   const domain = MemoryDomain.create({ limit: '2GiB' });
   const model = SpeechModel.load(dir, domain, { outputRate: RATE });
@@ -51,8 +51,9 @@ function scenario(): Run {
   const first = utterance('What is the weather going to be like in Paris tomorrow morning?', 'en-us', 165);
   const second = utterance('Stop, that is not what I asked for at all.', 'en-gb', 165);
   const at1 = 16000;
-  // Speech end, the 600 ms silence, then 1.5 s into the reply.
-  const at2 = at1 + first.length + 9600 + 24000;
+  // Speech end, the 600 ms silence, then 4 s into the reply (barge-in waits for the echo
+  // canceller's first 3 s of far end).
+  const at2 = at1 + first.length + 9600 + 64000;
   const user16 = new Float32Array(at2 + second.length + 32000);
   user16.set(first, at1);
   user16.set(second, at2);
@@ -125,5 +126,79 @@ t.test('duplex session: listening allocates nothing', { skip }, async (t) => {
   const probe = allocationProbe(200, () => session.tick());
   t.equal(probe.arrayBuffers, 0, 'no ArrayBuffer');
   t.ok(probe.heap < 1024, `JS heap growth ${probe.heap} bytes over 200 periods`);
+  session.close();
+});
+
+/** Assistant speech at 16 kHz (or 48 kHz): espeak-ng sentences back to back with short pauses. */
+function assistantSpeech(seconds: number, rate = RATE): Float32Array {
+  const lines = ['I can help with that. The forecast says light rain in the afternoon.', 'Your next meeting starts at ten, in the small room on the second floor.', 'Here is a recipe that takes about twenty minutes from start to finish.', 'The train to the airport leaves every fifteen minutes from platform four.'];
+  const voices = ['en-us', 'en-gb', 'en-gb-scotland', 'en-gb-x-rp'];
+  const parts: Float32Array[] = [];
+  let n = 0;
+  for (let k = 0; n < seconds * 16000; k++) {
+    const u = utterance(lines[k % lines.length]!, voices[k % voices.length]!, 150 + 10 * (k % 4));
+    parts.push(u, new Float32Array(2400));
+    n += u.length + 2400;
+  }
+  const x = new Float32Array(n);
+  let at = 0;
+  for (const p of parts) {
+    x.set(p, at);
+    at += p.length;
+  }
+  return (rate === 16000 ? x : up(x)).subarray(0, seconds * rate);
+}
+
+t.test('duplex session: no false barge-in in 5 minutes of assistant speech with its echo at equal level', { skip }, async (t) => {
+  // At 16 kHz (the simulated room costs a convolution per sample).
+  const rate = 16000;
+  const domain = MemoryDomain.create({ limit: '2GiB' });
+  const model = SpeechModel.load(dir, domain, { outputRate: rate });
+  const conv = model.conversation({ seed: 7, inputRate: 16000, checkpoints: DuplexSession.checkpointsFor(model) });
+  model.ready();
+  conv.ready();
+  let falseStarts = 0;
+  for (const [delayMs, seconds] of [[120, 300], [30, 60]] as const) {
+    const speech = assistantSpeech(seconds, rate);
+    // Equal level: the echo path's energy gain is 1. A quiet room: noise 60 dB under full scale.
+    const room = new Float32Array(speech.length);
+    let s = 1;
+    for (let i = 0; i < room.length; i++) {
+      s = (s * 1103515245 + 12345) >>> 0;
+      room[i] = 0.002 * (s / 4294967296 - 0.5);
+    }
+    const device = new LoopbackDevice({ rate, echo: { delayMs, gain: 1, seed: 4 }, user: room });
+    const session = new DuplexSession(conv, device);
+    session.say(speech);
+    while (device.clock + device.period <= speech.length) session.tick();
+    t.comment(`${seconds} s, echo at ${delayMs} ms: ${session.bargeIns} barge-ins, ${session.pauses} pauses that resumed, ${session.aec.gated} of ${session.aec.frames} frames gated`);
+    falseStarts += session.bargeIns + session.turns;
+    session.close();
+  }
+  t.equal(falseStarts, 0, 'no barge-in and no user turn from the echo alone');
+});
+
+t.test('duplex session: the user interrupts a prompt played with say()', { skip }, async (t) => {
+  const domain = MemoryDomain.create({ limit: '2GiB' });
+  const model = SpeechModel.load(dir, domain, { outputRate: RATE });
+  const conv = model.conversation({ seed: 7, inputRate: 16000, checkpoints: DuplexSession.checkpointsFor(model) });
+  model.ready();
+  conv.ready();
+  const prompt = assistantSpeech(12);
+  const stop = utterance('Stop, that is not what I asked for at all.', 'en-gb', 165);
+  const user16 = new Float32Array(16000 * 14);
+  user16.set(stop, 16000 * 8);
+  const device = new LoopbackDevice({ rate: RATE, echo: { delayMs: 60, gain: 0.3, seed: 4 }, user: up(user16) });
+  const log: string[] = [];
+  const session = new DuplexSession(conv, device, {}, { bargeIn: (c, heard) => log.push(`barge-in ${c} ${heard}`) });
+  session.say(prompt);
+  t.throws(() => session.say(prompt), /the assistant is speaking/, 'one voice at a time');
+  // The first seconds converge the canceller (barge-in waits for it); the user speaks at 8 s.
+  while (device.clock + device.period <= 13 * RATE) session.tick();
+  t.equal(log.length, 1, `one barge-in: ${log.join(', ')}`);
+  const at = Number(log[0]?.split(' ')[1]);
+  t.ok(at > 8 * RATE && at < 8.6 * RATE, `when the user spoke (${(at / RATE).toFixed(2)} s)`);
+  t.equal(Number(log[0]?.split(' ')[2]), 0, 'nothing of the conversation was cut (the prompt was not the model)');
+  t.equal(session.turns, 1, "the user's words became a turn");
   session.close();
 });
