@@ -67,6 +67,8 @@ export interface NativeAddon {
   lockRange(view: ByteView): NativeResult;
   unlockRange(view: ByteView): NativeResult;
   cpuFeatures(): CpuFeatures;
+  /** Index of the first NaN or infinity among the values (type 0 f32, 1 f16, 2 bf16) of `bytes`, or -1. */
+  firstNonFinite(bytes: Uint8Array, type: number): number;
   /** Silences alsa-lib's own error messages; false when built without ALSA. */
   quietAlsa(): boolean;
   /** True when the addon was linked with WebRTC's audio processing module. */

@@ -802,6 +802,18 @@ struct ApmHandle {
   voxslab::Apm* apm;
 };
 
+// firstNonFinite(bytes: Uint8Array, type 0 f32 | 1 f16 | 2 bf16) -> index or -1
+Napi::Value FirstNonFiniteValue(const Napi::CallbackInfo& info) {
+  const char* fn = "firstNonFinite";
+  ExpectArgs(info, 2, fn);
+  Bytes b = TypedArrayBytes(info, 0, fn);
+  const int64_t type = CountArg(info, 1, fn, "type");
+  if (type > 2) ThrowRange(info.Env(), "firstNonFinite: type must be 0 (f32), 1 (f16) or 2 (bf16)");
+  const int64_t size = type == 0 ? 4 : 2;
+  const int64_t r = voxslab::FirstNonFinite(b.data, static_cast<int64_t>(b.length) / size, static_cast<int>(type));
+  return Napi::Number::New(info.Env(), static_cast<double>(r));
+}
+
 Napi::Value QuietAlsaValue(const Napi::CallbackInfo& info) {
   ExpectArgs(info, 0, "quietAlsa");
   return Napi::Boolean::New(info.Env(), voxslab::QuietAlsaErrors());
@@ -906,6 +918,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("residentBytes", Napi::Function::New(env, ResidentBytes, "residentBytes"));
   exports.Set("lockRange", Napi::Function::New(env, LockRange, "lockRange"));
   exports.Set("unlockRange", Napi::Function::New(env, UnlockRange, "unlockRange"));
+  exports.Set("firstNonFinite", Napi::Function::New(env, FirstNonFiniteValue, "firstNonFinite"));
   exports.Set("quietAlsa", Napi::Function::New(env, QuietAlsaValue, "quietAlsa"));
   exports.Set("apmAvailable", Napi::Function::New(env, ApmAvailableValue, "apmAvailable"));
   exports.Set("apmCreate", Napi::Function::New(env, ApmCreateValue, "apmCreate"));

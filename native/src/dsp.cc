@@ -1,5 +1,7 @@
 #include "dsp.h"
 
+#include <cstring>
+
 #include <cmath>
 #include <cstdlib>
 
@@ -286,6 +288,24 @@ void RfftInverse(const int32_t* factors, const double* twiddles_inverse, double*
   FftRun(factors, twiddles_inverse, scratch, z, zt, h, true);
   const double scale = 1.0 / h;
   for (int k = 0; k < n; ++k) x[k] = zt[k] * scale;
+}
+
+int64_t FirstNonFinite(const uint8_t* data, int64_t count, int type) {
+  if (type == 0) {
+    for (int64_t i = 0; i < count; i++) {
+      uint32_t u;
+      std::memcpy(&u, data + 4 * i, 4);
+      if ((u & 0x7f800000u) == 0x7f800000u) return i;
+    }
+    return -1;
+  }
+  const uint16_t mask = type == 1 ? 0x7c00 : 0x7f80;
+  for (int64_t i = 0; i < count; i++) {
+    uint16_t h;
+    std::memcpy(&h, data + 2 * i, 2);
+    if ((h & mask) == mask) return i;
+  }
+  return -1;
 }
 
 }  // namespace voxslab

@@ -1,6 +1,6 @@
 import t from 'tap';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BadInputError } from '../../src/errors.js';
@@ -236,4 +236,30 @@ t.test('two worker threads read the same image; the ledger shows its bytes once'
     t.same([r.heldBefore, r.heldAfter], [held, held], 'and allocates nothing');
   }
   t.equal(domain.snapshot().held.total, held, 'the image is counted once');
+});
+
+t.test('non-finite weights are refused at load, naming the file, the tensor and the offset', async (t) => {
+  for (const [dtype, value, size] of [['f32', 'NaN', 4], ['f16', 'Infinity', 2], ['bf16', 'NaN', 2]] as const) {
+    const out = join(dir, `nan-${dtype}`);
+    makeCheckpoint({ config: 'tiny', seed: 7, out, dtype });
+    const file = join(out, 'model.safetensors');
+    const bytes = readFileSync(file);
+    const h = readSafetensorsHeader(memorySource(new Uint8Array(bytes), file));
+    const e = h.tensors.get('lfm.layers.0.feed_forward.w1.weight')!;
+    const at = e.begin + 5 * size;
+    // The bits of NaN / +Infinity in each encoding.
+    if (dtype === 'f32') bytes.writeFloatLE(value === 'NaN' ? Number.NaN : Infinity, at);
+    else bytes.writeUInt16LE(dtype === 'f16' ? 0x7c00 : 0x7fc0, at);
+    writeFileSync(file, bytes);
+    const domain = MemoryDomain.create({ limit: '1GiB' });
+    let err: unknown = null;
+    try {
+      loadCheckpoint(out, domain);
+    } catch (e) {
+      err = e;
+    }
+    t.type(err, BadInputError, `${dtype}: refused`);
+    t.match((err as Error).message, new RegExp(`model\\.safetensors, field tensor 'lfm\\.layers\\.0\\.feed_forward\\.w1\\.weight', offset ${at}: value 5 is not finite`), `${dtype}: ${(err as Error).message.split('/').pop()}`);
+    t.equal(domain.snapshot().held.total, 0, `${dtype}: nothing held`);
+  }
 });

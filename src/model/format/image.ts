@@ -9,6 +9,7 @@
  * their stored dtype. Batch-norm is folded into the Conformer's depthwise convolution at load:
  * the folded f32 weight and bias are new tensors, charged as retained-derived bytes.
  */
+import { native } from '../../native.js';
 import type { ByteSource } from '../../bytes.js';
 import { BadInputError } from '../../errors.js';
 import type { MemoryDomain } from '../../memory/domain.js';
@@ -216,6 +217,9 @@ function check(entries: ReadonlyMap<string, TensorEntry>, specs: readonly Tensor
  * (owner `model`). Nothing is allocated if validation fails. The owner is sealed (ready) unless
  * `sealOwner` is false: a caller that carves more model-owned state seals it itself.
  */
+/** Float encodings whose values are checked for NaN and infinity at load (firstNonFinite's type). */
+const FLOAT_TYPES: Partial<Record<string, number>> = { F32: 0, F16: 1, BF16: 2 };
+
 export function buildWeightsImage(domain: MemoryDomain, config: ModelConfig, sources: { main: ByteSource; detokenizer: ByteSource }, sealOwner = true): { image: WeightsImage; report: LoadReport; release(): void } {
   const layout = checkpointLayout(config);
   const mainHeader = readSafetensorsHeader(sources.main);
@@ -285,6 +289,15 @@ export function buildWeightsImage(domain: MemoryDomain, config: ModelConfig, sou
         if (it.from !== undefined) {
           const got = it.from.src.read(view, 0, it.bytes, it.from.entry.begin);
           if (got !== it.bytes) throw new BadInputError({ file: it.from.src.name, field: `tensor '${it.from.entry.name}'`, offset: it.from.entry.begin + got }, 'the file ended while the tensor was read');
+          // Weights must be finite: one NaN makes every reply NaN, and the run would still exit 0.
+          const type = FLOAT_TYPES[it.dtype];
+          if (type !== undefined) {
+            const bad = native.firstNonFinite(view, type);
+            if (bad >= 0) {
+              const size = type === 0 ? 4 : 2;
+              throw new BadInputError({ file: it.from.src.name, field: `tensor '${it.from.entry.name}'`, offset: it.from.entry.begin + bad * size }, `value ${bad} is not finite (NaN or infinity); the weights must be finite`);
+            }
+          }
         }
         const entry: ImageTensor = { name: it.name, dtype: it.dtype, shape: it.shape, slab, offset: view.byteOffset, bytes: it.bytes };
         tensors.push(Object.freeze(it.quant !== undefined ? { ...entry, quant: it.quant } : entry));
