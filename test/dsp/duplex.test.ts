@@ -46,7 +46,8 @@ function cancel(far: Float32Array, o: { delayMs: number; gain: number; hint?: nu
   new EchoPath({ rate: RATE, delayMs: o.delayMs, gain: o.gain, seed: 5 }).push(far, echo, 0, far.length);
   const mic = Float32Array.from(echo, (v) => v * (o.echoGain ?? 1));
   if (o.user !== undefined) for (let i = 0; i < mic.length; i++) mic[i] = mic[i]! + (o.user[i] ?? 0);
-  const aec = new EchoCanceller(o.hint === undefined ? {} : { delayMs: o.hint });
+  // The engine alone (no residual echo gate): the ERLE and double-talk figures are its own.
+  const aec = new EchoCanceller(o.hint === undefined ? { gateDb: 0 } : { delayMs: o.hint, gateDb: 0 });
   const out = new Float32Array(far.length + APM_FRAME);
   const chunk = o.chunk ?? 441;
   let w = 0;
