@@ -28,6 +28,20 @@ export function apmAvailable(): boolean {
   return native.apmAvailable();
 }
 
+/** A native engine: its handle and the host-heap bytes making it took. */
+export interface ApmEngine {
+  readonly handle: ApmHandle;
+  readonly heapBytes: number;
+}
+
+/**
+ * What one engine may take from the host heap, charged to the cap for it: an upper bound, as a
+ * footprint is. The heap is measured as the engine is made (`heapBytes`: about 380 KB for the
+ * canceller, 30 KB for the VAD with this library), but other threads allocate and free at the
+ * same time, so a measurement can be off either way; the bound cannot.
+ */
+export const APM_HEAP_BOUND = { echo: 1 << 20, voice: 128 << 10 } as const;
+
 function create(echo: number, highPass: boolean, noise: number, voice: number, agnostic: boolean): { handle: ApmHandle; heapBytes: number } {
   if (!native.apmAvailable()) {
     throw new UnsupportedError('echo cancellation and voice activity are off: the native addon was built without WebRTC audio processing (install libwebrtc-audio-processing-dev and rebuild)');
@@ -89,11 +103,15 @@ export class EchoCanceller {
   echoFrames = 0;
   errors = 0;
 
-  constructor(o: EchoCancellerOptions = {}, ws: Workspace = heapWorkspace) {
+  /** The engine for `o`, to be held before the canceller is built around it (or made by it). */
+  static engine(o: EchoCancellerOptions = {}): ApmEngine {
     if (o.delayMs !== undefined && !(Number.isInteger(o.delayMs) && o.delayMs >= 0 && o.delayMs <= 500)) {
       throw new ArgumentError(`echo canceller delayMs must be an integer 0..500, got ${o.delayMs}`);
     }
-    const made = create({ low: 1, moderate: 2, high: 3 }[o.suppression ?? 'moderate'], o.highPass ?? true, o.noise ?? 2, 0, o.delayMs === undefined);
+    return create({ low: 1, moderate: 2, high: 3 }[o.suppression ?? 'moderate'], o.highPass ?? true, o.noise ?? 2, 0, o.delayMs === undefined);
+  }
+
+  constructor(o: EchoCancellerOptions = {}, ws: Workspace = heapWorkspace, made: ApmEngine = EchoCanceller.engine(o)) {
     this.#delay = o.delayMs ?? 0;
     this.#holdFrames = Math.ceil(((o.delayMs ?? 500) + 300) / 10);
     const gate = o.gateDb ?? 15;
@@ -188,10 +206,14 @@ export class VoiceDetector {
   readonly #out: Float32Array; // [APM_FRAME]
   #fill = 0;
 
-  constructor(likelihood: VadLikelihood = defaultOf('vad') as VadLikelihood, ws: Workspace = heapWorkspace) {
+  /** The engine for `likelihood`, to be held before the detector is built around it. */
+  static engine(likelihood: VadLikelihood = defaultOf('vad') as VadLikelihood): ApmEngine {
     const level = VAD_LIKELIHOOD[likelihood];
     if (level === undefined) throw new InternalError(`unknown VAD likelihood '${likelihood}'`);
-    const made = create(0, false, 0, level, false);
+    return create(0, false, 0, level, false);
+  }
+
+  constructor(likelihood: VadLikelihood = defaultOf('vad') as VadLikelihood, ws: Workspace = heapWorkspace, made: ApmEngine = VoiceDetector.engine(likelihood)) {
     this.#handle = made.handle;
     this.heapBytes = made.heapBytes;
     this.#frame = ws('vad.frame', Float32Array, APM_FRAME);

@@ -18,6 +18,7 @@
  * Thread contract: one instance per stream, one thread; nothing allocates after construction.
  */
 import { ArgumentError } from '../errors.js';
+import { heapWorkspace, type Workspace } from './workspace.js';
 
 export const VAD_NONE = 0;
 export const VAD_SPEECH_START = 1;
@@ -61,7 +62,7 @@ export class Endpointer {
   readonly #window: Uint8Array; // [silence] the last decisions while speaking, a ring
   #voicedInWindow = 0;
 
-  constructor(o: EndpointOptions) {
+  constructor(o: EndpointOptions, ws: Workspace = heapWorkspace) {
     for (const k of ['onset', 'silence', 'minSpeech', 'maxSegment'] as const) {
       if (!Number.isInteger(o[k]) || o[k] < 1) throw new ArgumentError(`endpointing ${k} must be a positive whole number of frames, got ${o[k]}`);
     }
@@ -70,7 +71,7 @@ export class Endpointer {
     const warmup = o.warmup ?? 50;
     if (!Number.isInteger(warmup) || warmup < 0) throw new ArgumentError(`endpointing warmup must be a whole number of frames, got ${warmup}`);
     this.o = { ...o, warmup, pause };
-    this.#window = new Uint8Array(o.silence);
+    this.#window = ws('endpoint.window', Uint8Array, o.silence);
   }
 
   get speaking(): boolean {

@@ -104,7 +104,7 @@ export function blueprintManifest(bp: Blueprint, policy: FootprintPolicy, limit:
     schema: MEMORY_SCHEMA,
     sequence: 0,
     limit,
-    held: { slab, pinned, total },
+    held: { slab, pinned, native: 0, total },
     reserved: 0,
     peak: total,
     virtualAlias: 0,

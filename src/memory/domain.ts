@@ -3,7 +3,7 @@ import { Arena } from './arena.js';
 import { AllocationError, ArgumentError } from '../errors.js';
 import { FootprintPolicy, type FootprintOptions, type FootprintSettings } from './footprint.js';
 import { SharedCounters } from './counters.js';
-import { adoptCategories, categoryNames, kLimit, type OwnerKind } from './layout.js';
+import { adoptCategories, categoryNames, kLimit, type Category, type OwnerKind } from './layout.js';
 import { Ledger, type Owner } from './ledger.js';
 import { AllocationLimit, limitFromEnvironment } from './limit.js';
 import { toManifest, type MemoryManifest, type PlanSummary } from './manifest.js';
@@ -82,6 +82,13 @@ function checkLocker(l: unknown): PageLocker {
  * Thread contract: one MemoryDomain object per thread; setup-time methods may allocate.
  */
 const UNBACKED = new SharedArrayBuffer(0);
+
+/** A native engine's host-heap bytes, held under the cap (MemoryDomain.holdNative). */
+export interface NativeHold<T> {
+  readonly value: T;
+  readonly bytes: number;
+  release(): void;
+}
 
 export class MemoryDomain {
   readonly policy: FootprintPolicy;
@@ -224,6 +231,41 @@ export class MemoryDomain {
   releaseSlab(slab: Slab): void {
     slab.release();
     this.#slabs.delete(slab);
+  }
+
+  /**
+   * Host-heap memory of a native engine (echo cancellation, a VAD), held like a slab: `bound`
+   * bytes are reserved under the cap before `make` runs; what the engine measured it took
+   * (`bytesOf`, at most `bound`) is committed to `owner` and charged to `category`, the rest
+   * refunded. A refusal or a failed `make` leaves nothing held. `release()` gives it back (call
+   * it after freeing the engine).
+   */
+  holdNative<T>(owner: Owner, category: Category, bound: number, make: () => T, bytesOf: (value: T) => number, what = 'a native engine'): NativeHold<T> {
+    this.limit.reserve(owner, bound, what);
+    let value: T;
+    let bytes: number;
+    try {
+      value = make();
+      bytes = bytesOf(value);
+      if (!Number.isSafeInteger(bytes) || bytes < 0 || bytes > bound) throw new AllocationError(`${what} measured ${bytes} bytes; at most ${bound} were reserved for it`);
+    } catch (error) {
+      this.limit.refund(bound);
+      throw error;
+    }
+    this.limit.unreserve(bound - bytes);
+    this.limit.commit(owner, 'native', bytes, what);
+    this.ledger.charge(owner, category, bytes, bytes);
+    let held = true;
+    return {
+      value,
+      bytes,
+      release: () => {
+        if (!held) return;
+        held = false;
+        this.ledger.uncharge(owner, category, bytes, bytes, 1);
+        this.limit.release(owner, 'native', bytes);
+      },
+    };
   }
 
   /**

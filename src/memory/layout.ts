@@ -77,6 +77,8 @@ export const kAfterReadinessBytes = 10;
 export const kRefusals = 11;
 export const kAllocatorFailures = 12;
 export const kLiveSlabs = 13;
+/** Host-heap bytes native engines hold (echo cancellation, VAD), measured when they are made. */
+export const kNativeHeld = 14;
 export const kGlobalSlots = 16;
 
 /** Per-owner slots, relative to the owner's record. */

@@ -14,6 +14,7 @@ import {
   kOwnerSealed,
   kPeak,
   kPinnedHeld,
+  kNativeHeld,
   kRefusals,
   kReserved,
   kSlabHeld,
@@ -23,7 +24,12 @@ import type { Ledger, Owner } from './ledger.js';
 import { parseByteSize } from './sizes.js';
 
 /** Where held bytes live: a SharedArrayBuffer slab, or the same locked in RAM (pinned). */
-export type HoldKind = 'slab' | 'pinned';
+export type HoldKind = 'slab' | 'pinned' | 'native';
+
+/** The global counter of held bytes of a kind. */
+function heldSlot(kind: HoldKind): number {
+  return kind === 'pinned' ? kPinnedHeld : kind === 'native' ? kNativeHeld : kSlabHeld;
+}
 
 export const MEMORY_LIMIT_ENV = 'VOXSLAB_MEMORY_LIMIT';
 
@@ -88,7 +94,7 @@ export class AllocationLimit {
     c.beginWrite();
     try {
       const limit = c.get(kLimit);
-      const inUse = c.get(kSlabHeld) + c.get(kPinnedHeld) + c.get(kReserved);
+      const inUse = c.get(kSlabHeld) + c.get(kPinnedHeld) + c.get(kNativeHeld) + c.get(kReserved);
       if (this.#sealedIn(owner, bytes)) {
         refused = new ReadinessError(`owner '${owner.name}' is ready (sealed); allocating ${what} is refused`);
       } else if (inUse + bytes > limit) {
@@ -125,8 +131,8 @@ export class AllocationLimit {
       this.#takeReservation(bytes);
       sealed = this.#sealedIn(owner, bytes);
       if (!sealed) {
-        const held = c.add(kind === 'pinned' ? kPinnedHeld : kSlabHeld, bytes);
-        const total = kind === 'pinned' ? held + c.get(kSlabHeld) : held + c.get(kPinnedHeld);
+        c.add(heldSlot(kind), bytes);
+        const total = c.get(kSlabHeld) + c.get(kPinnedHeld) + c.get(kNativeHeld);
         if (total > c.get(kPeak)) c.set(kPeak, total);
         const b = ownerBase(owner.slot);
         const ownerHeld = c.add(b + kOwnerHeld, bytes);
@@ -141,6 +147,17 @@ export class AllocationLimit {
     if (sealed) throw new ReadinessError(`owner '${owner.name}' was sealed (ready) while ${what} was being allocated; it is refused`);
   }
 
+
+  /** Returns the unused part of a reservation (an allocation smaller than its bound). */
+  unreserve(bytes: number): void {
+    const c = this.#ledger.counters;
+    c.beginWrite();
+    try {
+      this.#takeReservation(bytes);
+    } finally {
+      c.endWrite();
+    }
+  }
 
   /** Returns a reservation whose allocation failed. Held bytes and the peak do not change. */
   refund(bytes: number): void {
@@ -159,7 +176,7 @@ export class AllocationLimit {
     const c = this.#ledger.counters;
     c.beginWrite();
     try {
-      const slot = kind === 'pinned' ? kPinnedHeld : kSlabHeld;
+      const slot = heldSlot(kind);
       const slack = categorySlot(owner.slot, 0, kFootprint);
       if (c.get(slot) < bytes || c.get(slack) < bytes) {
         throw new InternalError(`release of ${bytes} ${kind} bytes by '${owner.name}' exceeds what it holds`);

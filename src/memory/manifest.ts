@@ -43,6 +43,8 @@ export interface MemoryManifest {
     reserved: number;
     slab: number;
     pinned: number;
+    /** Host-heap bytes of native engines (echo cancellation, VAD), measured when made. */
+    native: number;
     /** Resident bytes of the slabs this thread holds (mincore), or null when not measured. */
     resident: number | null;
     virtualAlias: number;
@@ -84,6 +86,7 @@ export function toManifest(
       reserved: snapshot.reserved,
       slab: snapshot.held.slab,
       pinned: snapshot.held.pinned,
+      native: snapshot.held.native,
       resident: extra.resident ?? null,
       virtualAlias: snapshot.virtualAlias,
     },

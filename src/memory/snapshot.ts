@@ -20,6 +20,7 @@ import {
   kOwnerSealed,
   kPeak,
   kPinnedHeld,
+  kNativeHeld,
   kRefusals,
   kRegions,
   kRequested,
@@ -44,7 +45,7 @@ export interface OwnerSnapshot {
   kind: OwnerKind;
   index: number;
   sealed: boolean;
-  /** Slab bytes charged to this owner (the sum of its categories' footprints). */
+  /** Bytes charged to this owner, slabs and native engines (the sum of its categories' footprints). */
   held: number;
   peak: number;
   passSlots: number;
@@ -60,7 +61,8 @@ export interface MemorySnapshot {
   /** Seqlock sequence number the reading belongs to. */
   sequence: number;
   limit: number;
-  held: { slab: number; pinned: number; total: number };
+  /** Held bytes: SharedArrayBuffer slabs, page-locked slabs, and native engines' host heap. */
+  held: { slab: number; pinned: number; native: number; total: number };
   reserved: number;
   peak: number;
   virtualAlias: number;
@@ -124,11 +126,12 @@ export function decodeSnapshot(raw: Float64Array, sequence: number): MemorySnaps
   }
   const slab = at(raw, kSlabHeld);
   const pinned = at(raw, kPinnedHeld);
+  const native = at(raw, kNativeHeld);
   return {
     schema: MEMORY_SCHEMA,
     sequence,
     limit: at(raw, kLimit),
-    held: { slab, pinned, total: slab + pinned },
+    held: { slab, pinned, native, total: slab + pinned + native },
     reserved: at(raw, kReserved),
     peak: at(raw, kPeak),
     virtualAlias: at(raw, kVirtualAlias),

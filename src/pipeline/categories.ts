@@ -2,7 +2,7 @@
 import { registerCategories } from '../memory/layout.js';
 import '../model/categories.js';
 
-export const PIPELINE_CATEGORIES = ['capture', 'playback.payload', 'playback.metadata'] as const;
+export const PIPELINE_CATEGORIES = ['capture', 'playback.payload', 'playback.metadata', 'native.audio'] as const;
 export type PipelineCategory = (typeof PIPELINE_CATEGORIES)[number];
 
 registerCategories(PIPELINE_CATEGORIES);

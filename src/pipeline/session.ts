@@ -20,7 +20,13 @@
 import { ArgumentError } from '../errors.js';
 import { defaultOf, optionValue } from '../options.js';
 import { Resampler } from '../dsp/resample.js';
-import { APM_FRAME, APM_RATE, EchoCanceller, VoiceDetector, type VadLikelihood } from '../dsp/aec.js';
+import { APM_FRAME, APM_HEAP_BOUND, APM_RATE, EchoCanceller, VoiceDetector, type ApmEngine, type VadLikelihood } from '../dsp/aec.js';
+import { arenaWorkspace } from '../dsp/workspace.js';
+import { sizedArenas } from '../memory/sizing.js';
+import type { Arena } from '../memory/arena.js';
+import type { NativeHold } from '../memory/domain.js';
+import { native } from '../native.js';
+import './categories.js';
 import { Endpointer, framesOf, VAD_SPEECH_DROP, VAD_SPEECH_END, VAD_SPEECH_MAYBE, VAD_SPEECH_NOT, VAD_SPEECH_START } from '../dsp/vad.js';
 import { EMIT_DONE } from './dialogue.js';
 import type { Conversation, ReplySink } from './conversation.js';
@@ -80,6 +86,9 @@ export class DuplexSession {
   /** Samples of the current reply the device has played. */
   played = 0;
   readonly #events: DuplexEvents;
+  readonly #holds: NativeHold<ApmEngine>[];
+  readonly #arena: Arena;
+  #closed = false;
   readonly #micIn: Resampler;
   readonly #farIn: Resampler;
   readonly #buf: { played: Float32Array; mic: Float32Array; far: Float32Array; mic16: Float32Array; far16: Float32Array; clean: Float32Array; decisions: Uint8Array };
@@ -113,26 +122,70 @@ export class DuplexSession {
     this.conversation = conversation;
     this.device = device;
     this.#events = events;
-    this.aec = new EchoCanceller({ delayMs: Math.min(500, Math.round(device.latencyMs)) });
-    this.vad = new VoiceDetector(optionValue<string>('vad', o.vad) as VadLikelihood);
-    this.endpointer = new Endpointer({ onset: framesOf(onset), silence: framesOf(silence), minSpeech: framesOf(minSpeech), maxSegment: Math.floor(conversation.model.options.segmentSeconds * 100) });
-    this.#micIn = new Resampler(device.rate, APM_RATE);
-    this.#farIn = new Resampler(device.rate, APM_RATE);
-    const m16 = this.#micIn.maxOutput(device.period) + 2;
-    this.#buf = {
-      played: new Float32Array(device.period),
-      mic: new Float32Array(device.period),
-      far: new Float32Array(device.period),
-      mic16: new Float32Array(m16),
-      far16: new Float32Array(m16),
-      clean: new Float32Array(this.aec.maxOutput(m16)),
-      decisions: new Uint8Array(Math.ceil(this.aec.maxOutput(m16) / APM_FRAME)),
-    };
-    this.#preRoll = new Float32Array(PRE_ROLL_FRAMES * APM_FRAME);
-    this.#one = new Float32Array(APM_FRAME);
-    this.#frameSamples = Math.ceil((device.rate * c.detokenizer.upsample * c.detokenizer.hop) / c.detokenizer.sampleRate);
-    this.#lookahead = Math.max(this.#frameSamples, Math.round((lookaheadMs * device.rate) / 1000));
-    this.#queue = new Float32Array(this.#lookahead + 4 * this.#frameSamples + device.period);
+    // Everything the session uses is held under the cap, by `session/<conversation index>`:
+    // the engines' host heap first (measured as they are made), then one arena for the rest.
+    const domain = conversation.model.domain;
+    const owner = domain.owner('session', conversation.index);
+    const aecOptions = { delayMs: Math.min(500, Math.round(device.latencyMs)) };
+    const likelihood = optionValue<string>('vad', o.vad) as VadLikelihood;
+    const holds: NativeHold<ApmEngine>[] = [];
+    try {
+      holds.push(domain.holdNative(owner, 'native.audio', APM_HEAP_BOUND.echo, () => EchoCanceller.engine(aecOptions), () => APM_HEAP_BOUND.echo, 'the echo canceller'));
+      holds.push(domain.holdNative(owner, 'native.audio', APM_HEAP_BOUND.voice, () => VoiceDetector.engine(likelihood), () => APM_HEAP_BOUND.voice, 'the VAD'));
+      this.#holds = holds;
+      const frameSamples = Math.ceil((device.rate * c.detokenizer.upsample * c.detokenizer.hop) / c.detokenizer.sampleRate);
+      const lookahead = Math.max(frameSamples, Math.round((lookaheadMs * device.rate) / 1000));
+      const { value, arenas } = sizedArenas(domain, [{ owner, name: `session ${conversation.index}` }], 1 << 28, ([arena]) => {
+        const a = arena!;
+        const capture = arenaWorkspace(a, 'capture', 'duplex');
+        const aec = new EchoCanceller(aecOptions, capture, holds[0]!.value);
+        const vad = new VoiceDetector(likelihood, capture, holds[1]!.value);
+        const endpointer = new Endpointer({ onset: framesOf(onset), silence: framesOf(silence), minSpeech: framesOf(minSpeech), maxSegment: Math.floor(conversation.model.options.segmentSeconds * 100) }, capture);
+        const micIn = new Resampler(device.rate, APM_RATE, {}, arenaWorkspace(a, 'capture', 'duplex.mic'));
+        const farIn = new Resampler(device.rate, APM_RATE, {}, arenaWorkspace(a, 'capture', 'duplex.far'));
+        const m16 = micIn.maxOutput(device.period) + 2;
+        return {
+          aec,
+          vad,
+          endpointer,
+          micIn,
+          farIn,
+          buf: {
+            played: a.carve('duplex.played', 'playback.payload', Float32Array, device.period),
+            mic: a.carve('duplex.mic', 'capture', Float32Array, device.period),
+            far: a.carve('duplex.far', 'capture', Float32Array, device.period),
+            mic16: a.carve('duplex.mic16', 'capture', Float32Array, m16),
+            far16: a.carve('duplex.far16', 'capture', Float32Array, m16),
+            clean: a.carve('duplex.clean', 'capture', Float32Array, aec.maxOutput(m16)),
+            decisions: a.carve('duplex.decisions', 'metadata', Uint8Array, Math.ceil(aec.maxOutput(m16) / APM_FRAME)),
+          },
+          preRoll: a.carve('duplex.pre_roll', 'capture', Float32Array, PRE_ROLL_FRAMES * APM_FRAME),
+          one: a.carve('duplex.frame', 'capture', Float32Array, APM_FRAME),
+          queue: a.carve('duplex.queue', 'playback.payload', Float32Array, lookahead + 4 * frameSamples + device.period),
+        };
+      });
+      this.#arena = arenas[0]!;
+      this.aec = value.aec;
+      this.vad = value.vad;
+      this.endpointer = value.endpointer;
+      this.#micIn = value.micIn;
+      this.#farIn = value.farIn;
+      this.#buf = value.buf;
+      this.#preRoll = value.preRoll;
+      this.#one = value.one;
+      this.#queue = value.queue;
+      this.#frameSamples = frameSamples;
+      this.#lookahead = lookahead;
+    } catch (error) {
+      for (const h of holds) {
+        native.apmDestroy(h.value.handle);
+        h.release();
+      }
+      throw error;
+    }
+    // Readiness: nothing more is carved for this session.
+    this.#arena.seal();
+    domain.ledger.seal(owner);
     this.#fadeStep = 1 / ((fadeMs * device.rate) / 1000);
     this.#sink = {
       text: (token) => this.#events.text?.(token),
@@ -326,8 +379,16 @@ export class DuplexSession {
     }
   }
 
+  /** Frees the engines and gives every byte of the session back to the cap. */
   close(): void {
+    if (this.#closed) return;
+    this.#closed = true;
     this.aec.close();
     this.vad.close();
+    for (const h of this.#holds) h.release();
+    const domain = this.conversation.model.domain;
+    domain.releaseSlab(this.#arena.slab);
+    // Nothing held: the owner may be set up again (another session of this conversation).
+    domain.ledger.unseal(domain.owner('session', this.conversation.index));
   }
 }

@@ -11,6 +11,7 @@ import { Resampler } from '../../src/dsp/resample.js';
 import { apmAvailable } from '../../src/dsp/aec.js';
 import { corpusTools, labelFrames, utterance } from '../../bench/corpus.js';
 import { allocationProbe } from '../helpers.js';
+import { APM_HEAP_BOUND } from '../../src/dsp/aec.js';
 
 const skip = apmAvailable() && corpusTools() ? false : 'needs WebRTC audio processing, espeak-ng and sox';
 const RATE = 48000;
@@ -201,4 +202,37 @@ t.test('duplex session: the user interrupts a prompt played with say()', { skip 
   t.equal(Number(log[0]?.split(' ')[2]), 0, 'nothing of the conversation was cut (the prompt was not the model)');
   t.equal(session.turns, 1, "the user's words became a turn");
   session.close();
+});
+
+t.test('duplex session: every byte is held under the cap by session/N, and given back at close', { skip }, async (t) => {
+  const domain = MemoryDomain.create({ limit: '2GiB' });
+  const model = SpeechModel.load(dir, domain, { outputRate: RATE });
+  const conv = model.conversation({ seed: 7, inputRate: 16000, checkpoints: DuplexSession.checkpointsFor(model) });
+  model.ready();
+  conv.ready();
+  const before = domain.snapshot();
+  const session = new DuplexSession(conv, new LoopbackDevice({ rate: RATE, echo: null }));
+  const during = domain.snapshot();
+  const owner = during.owners.find((o) => o.name === 'session/0');
+  t.ok(owner !== undefined, 'the session has its owner');
+  const cat = (name: string): number => owner?.categories[name]?.footprint ?? 0;
+  t.equal(cat('native.audio'), APM_HEAP_BOUND.echo + APM_HEAP_BOUND.voice, 'the engines are held at their bound');
+  t.ok(cat('capture') > 0 && cat('playback.payload') > 0, `capture ${cat('capture')} and playback ${cat('playback.payload')} bytes carved`);
+  t.equal(during.held.native, APM_HEAP_BOUND.echo + APM_HEAP_BOUND.voice, 'native bytes in the process total');
+  t.equal(during.held.total - before.held.total, owner?.held, 'the process total grew by what the session holds, once');
+  t.equal(owner?.sealed, true, 'sealed: ready');
+  session.close();
+  const after = domain.snapshot();
+  t.equal(after.held.total, before.held.total, 'every byte given back at close');
+  t.equal(after.held.native, 0, 'the engines too');
+  // A second session of the same conversation may be set up again.
+  new DuplexSession(conv, new LoopbackDevice({ rate: RATE, echo: null })).close();
+  const tight = MemoryDomain.create({ limit: '2GiB' });
+  const m2 = SpeechModel.load(dir, tight, { outputRate: RATE });
+  const c2 = m2.conversation({ seed: 7, inputRate: 16000 });
+  m2.ready();
+  c2.ready();
+  tight.limit.setLimit(tight.snapshot().held.total + 256 * 1024);
+  t.throws(() => new DuplexSession(c2, new LoopbackDevice({ rate: RATE, echo: null })), { code: 'ERR_VOXSLAB_MEMORY_LIMIT' }, 'a session that does not fit under the cap is refused');
+  t.equal(tight.snapshot().held.native, 0, 'and holds nothing');
 });
