@@ -49,6 +49,21 @@ t.test('bad tokenizer files are bad input naming the file and field', async (t) 
   t.throws(() => loadTokenizer(dir, 256), /field <\|im_end\|>: the special token must have id 7, found none/);
   writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(tokenizer));
   writeFileSync(join(dir, 'tokenizer_config.json'), JSON.stringify(config));
-  t.throws(() => loadTokenizer(dir, 128), /more than the model's vocabulary of 128/);
+  t.throws(() => loadTokenizer(dir, 128), /field model\.vocab\['.*'\]: id 1\d\d is not a token id of the model's vocabulary of 128/);
   t.ok(loadTokenizer(dir, 256) instanceof TextTokenizer);
+  // An id far outside the vocabulary is refused at once (the library would size tables by it).
+  const huge = JSON.parse(JSON.stringify(tokenizer)) as { model: { vocab: Record<string, number> }; added_tokens: { id: number }[] };
+  huge.model.vocab['zz'] = 1e9;
+  writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(huge));
+  t.throws(() => loadTokenizer(dir, 256), /field model\.vocab\['zz'\]: id 1000000000 is not a token id/);
+  const added = JSON.parse(JSON.stringify(tokenizer)) as { added_tokens: { id: number }[] };
+  added.added_tokens[0]!.id = -3;
+  writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(added));
+  t.throws(() => loadTokenizer(dir, 256), /field added_tokens\[0\]\.id: id -3 is not a token id/);
+  // An emptied vocabulary would decode every reply to nothing.
+  const empty = JSON.parse(JSON.stringify(tokenizer)) as { model: { vocab: Record<string, number>; merges: unknown[] } };
+  empty.model.vocab = {};
+  empty.model.merges = [];
+  writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(empty));
+  t.throws(() => loadTokenizer(dir, 256), /field model\.vocab: the vocabulary is empty/);
 });

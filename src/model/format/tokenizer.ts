@@ -164,6 +164,34 @@ export function syntheticTokenizer(vocab: number): { tokenizer: object; config: 
   return { tokenizer, config };
 }
 
+/**
+ * Every id the file names is inside the model's vocabulary, checked before the library builds
+ * tables sized by the largest id (an id of 10⁹ would take it a minute and gigabytes), and the
+ * vocabulary has words in it (an emptied one decodes every reply to nothing).
+ */
+function checkIds(file: string, tokenizer: object, vocab: number): void {
+  const t = tokenizer as { model?: { vocab?: unknown }; added_tokens?: unknown };
+  const words = t.model?.vocab;
+  if (words !== null && typeof words === 'object' && !Array.isArray(words)) {
+    let count = 0;
+    for (const [word, id] of Object.entries(words as Record<string, unknown>)) {
+      count++;
+      if (typeof id !== 'number' || !Number.isInteger(id) || id < 0 || id >= vocab) {
+        throw new BadInputError({ file, field: `model.vocab['${word.slice(0, 40)}']` }, `id ${String(id).slice(0, 40)} is not a token id of the model's vocabulary of ${vocab}`);
+      }
+    }
+    if (count === 0) throw new BadInputError({ file, field: 'model.vocab' }, 'the vocabulary is empty: every reply would decode to nothing');
+  }
+  if (Array.isArray(t.added_tokens)) {
+    for (const [i, a] of (t.added_tokens as unknown[]).entries()) {
+      const id = (a as { id?: unknown } | null)?.id;
+      if (typeof id !== 'number' || !Number.isInteger(id) || id < 0 || id >= vocab) {
+        throw new BadInputError({ file, field: `added_tokens[${i}].id` }, `id ${String(id).slice(0, 40)} is not a token id of the model's vocabulary of ${vocab}`);
+      }
+    }
+  }
+}
+
 /** A checkpoint's tokenizer, with the special ids checked against MODEL.md. */
 export class TextTokenizer {
   readonly file: string;
@@ -171,6 +199,7 @@ export class TextTokenizer {
 
   constructor(file: string, tokenizer: object, config: object, vocab: number) {
     this.file = file;
+    checkIds(file, tokenizer, vocab);
     try {
       this.#tk = new Tokenizer(tokenizer, config);
     } catch (cause) {
