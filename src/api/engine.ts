@@ -5,8 +5,9 @@
  * return every byte to the cap.
  *
  * A turn is the user's speech up to `endTurn()` (or the longest segment, `segmentSeconds`,
- * whichever comes first); the reply streams out as it is generated. Speech written while a reply
- * is being generated becomes the next turn.
+ * whichever comes first), or, in VAD mode, what the frontend stage's endpointer finds; the reply
+ * streams out as it is generated. Speech written while a reply is being generated becomes the
+ * next turn.
  *
  * The stages allocate nothing once a conversation is ready. This thread hands the application
  * copies: one typed array per block of input it queues and per block of reply audio it emits.
@@ -25,7 +26,7 @@ import { resolveModel } from '../io/checkpoint.js';
 import type { ModelConfig } from '../model/format/config.js';
 import type { SpeechModelOptions } from '../pipeline/conversation.js';
 import { Pipeline, type PinMap, type PipelineConversation } from '../pipeline/coordinator.js';
-import { BELL_MAIN, readTurnFields, REC_CODES, REC_END_OF_AUDIO, REC_END_SEGMENT, REC_PCM, REC_TEXT, REC_TURN_END, TURN_FIELDS } from '../pipeline/protocol.js';
+import { BELL_MAIN, readTurnFields, REC_CODES, REC_END_OF_AUDIO, REC_END_SEGMENT, REC_PCM, REC_SPEECH_END, REC_SPEECH_START, REC_TEXT, REC_TURN_END, SPEECH_TURN, TURN_FIELDS } from '../pipeline/protocol.js';
 
 export type SampleFormat = 'f32' | 's16';
 
@@ -55,6 +56,13 @@ export interface ConversationOptions {
   seed?: number;
   /** Closes the conversation when aborted. */
   signal?: AbortSignal;
+  /**
+   * The conversation finds the user's turns itself: WebRTC's VAD and endpointing run in the
+   * pipeline's frontend stage (options silenceMs, onsetMs, minSpeechMs, vad of `load`), and
+   * `speech_start`/`speech_end` come from them. `endTurn()` then feeds silence enough to end
+   * the speech in progress. Default false: the application ends each turn.
+   */
+  vad?: boolean;
 }
 
 /** What a finished turn produced. */
@@ -80,7 +88,8 @@ export interface TurnSummary {
 
 export interface ConversationEvents {
   speech_start: [{ turn: number }];
-  speech_end: [{ turn: number; samples: number; reason: 'end-turn' | 'segment-limit' }];
+  /** `vad`: the frontend's endpointer ended the turn; `dropped`: it was too short to be one (no reply). */
+  speech_end: [{ turn: number; samples: number; reason: 'end-turn' | 'segment-limit' | 'vad' | 'dropped' }];
   text: [{ turn: number; token: number; delta: string; text: string }];
   audio: [{ turn: number; pcm: Float32Array | Int16Array; sampleRate: number }];
   turn_end: [TurnSummary];
@@ -168,8 +177,10 @@ export class Engine {
     if (format !== 'f32' && format !== 's16') throw new ArgumentError(`format must be 'f32' or 's16', got '${String(format)}'`);
     const seed = optionValue<number>('seed', options.seed);
     if (options.signal?.aborted === true) throw aborted(options.signal, 'opening the conversation');
-    const pc = await this.pipeline.open({ seed, inputRate });
-    const conv = new Conversation(this, pc, format, this.pipeline.setup.options.segmentSeconds);
+    if (options.vad !== undefined && typeof options.vad !== 'boolean') throw new ArgumentError('vad must be true or false');
+    const vad = options.vad === true;
+    const pc = await this.pipeline.open({ seed, inputRate, vad });
+    const conv = new Conversation(this, pc, format, this.pipeline.setup.options.segmentSeconds, vad ? this.pipeline.setup.options.silenceMs : 0);
     this.#live.add(conv);
     if (options.signal !== undefined) conv.abortOn(options.signal);
     conv.emitMemory();
@@ -279,7 +290,10 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   readonly #iterators = new Set<(e: ConversationEvent | null) => void>();
 
   /** @internal Use `engine.open()`. */
-  constructor(engine: Engine, pc: PipelineConversation, format: SampleFormat, segmentSeconds: number) {
+  /** VAD mode: the silence `endTurn()` feeds (null: the application ends turns). */
+  readonly #flush: Float32Array | null;
+
+  constructor(engine: Engine, pc: PipelineConversation, format: SampleFormat, segmentSeconds: number, vadSilenceMs = 0) {
     super();
     this.engine = engine;
     this.#pc = pc;
@@ -290,6 +304,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     this.#maxTurnSamples = Math.floor(segmentSeconds * pc.inputRate);
     this.#frame = new Int32Array(engine.config.audio.codebooks);
     this.#pcm = new Float32Array(pc.output.maxPayload);
+    this.#flush = vadSilenceMs > 0 ? new Float32Array(Math.ceil(((vadSilenceMs + 200) * pc.inputRate) / 1000)) : null;
   }
 
   get closed(): boolean {
@@ -340,6 +355,13 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   endTurn(): void {
     if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
     if (this.#queuedThisTurn === 0) return;
+    if (this.#flush !== null) {
+      // VAD mode: silence ends the speech in progress, as it would live.
+      this.#queue.push(this.#flush);
+      this.#queuedThisTurn = 0;
+      this.engine.wake();
+      return;
+    }
     this.#queue.push(null);
     this.#queuedThisTurn = 0;
     this.engine.wake();
@@ -507,8 +529,10 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     if (this.#closing !== null) return false;
     const pc = this.#pc;
     let progress = false;
-    // Input, up to the ring's room; a turn ends at endTurn() or at the longest segment.
-    while (this.#queue.length > 0) {
+    // Input, up to the ring's room; a turn ends at endTurn() or at the longest segment (in VAD
+    // mode, where the frontend's endpointer says).
+    while (this.#flush !== null && this.#queue.length > 0 && this.#feed(this.#queue[0]!, pc.chunk)) progress = true;
+    while (this.#flush === null && this.#queue.length > 0) {
       const head = this.#queue[0]!;
       if (head === null) {
         if (!pc.input.write(REC_END_SEGMENT, null, 0, 0)) break;
@@ -528,14 +552,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
         progress = true;
         continue;
       }
-      const n = Math.min(pc.chunk, head.length - this.#queueAt, room);
-      if (!pc.input.write(REC_PCM, head, this.#queueAt, n)) break;
-      this.#queueAt += n;
-      this.#fedThisTurn += n;
-      if (this.#queueAt === head.length) {
-        this.#queue.shift();
-        this.#queueAt = 0;
-      }
+      if (!this.#feed(head, Math.min(pc.chunk, room))) break;
       progress = true;
     }
     if (this.#drainCallbacks.length > 0 && this.#backlog() <= this.inputRate) for (const cb of this.#drainCallbacks.splice(0)) cb();
@@ -553,7 +570,20 @@ export class Conversation extends EventEmitter<ConversationEvents> {
       } else if (kind === REC_CODES || kind === REC_END_OF_AUDIO) {
         ev.read(this.#frame, 0);
       } else if (kind === REC_TURN_END) ev.read(this.#summary, 0);
-      else ev.skip();
+      else if (kind === REC_SPEECH_START) {
+        ev.skip();
+        this.#inTurn = true;
+        this.#fedThisTurn = 0;
+        this.#emit('speech_start', { turn: this.#spoken });
+      } else if (kind === REC_SPEECH_END) {
+        const why = ev.peekInt(0);
+        ev.skip();
+        if (why === SPEECH_TURN) this.#endTurnFed('vad');
+        else {
+          this.#emit('speech_end', { turn: this.#spoken, samples: this.#fedThisTurn, reason: 'dropped' });
+          this.#inTurn = false;
+        }
+      } else ev.skip();
       progress = true;
     }
     // Reply audio, unless the stream's reader is behind (the rings then hold the reply back).
@@ -578,7 +608,20 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     return progress;
   }
 
-  #endTurnFed(reason: 'end-turn' | 'segment-limit'): void {
+  /** Writes up to `most` samples of the queue's head as one PCM record; false when the ring is full. */
+  #feed(head: Float32Array, most: number): boolean {
+    const n = Math.min(most, head.length - this.#queueAt);
+    if (!this.#pc.input.write(REC_PCM, head, this.#queueAt, n)) return false;
+    this.#queueAt += n;
+    this.#fedThisTurn += n;
+    if (this.#queueAt === head.length) {
+      this.#queue.shift();
+      this.#queueAt = 0;
+    }
+    return true;
+  }
+
+  #endTurnFed(reason: 'end-turn' | 'segment-limit' | 'vad'): void {
     this.#emit('speech_end', { turn: this.#spoken, samples: this.#fedThisTurn, reason });
     this.#spoken++;
     this.#fedThisTurn = 0;

@@ -9,10 +9,10 @@
  *   GET    /v1/memory                 the memory manifest (owners sum to the process total)
  *   GET    /metrics                   Prometheus text
  *   GET    /v1/conversations          the open conversations
- *   POST   /v1/conversations          open one: {"inputRate":16000,"format":"s16","seed":1}
+ *   POST   /v1/conversations          open one: {"inputRate":16000,"format":"s16","seed":1,"vad":true}
  *   DELETE /v1/conversations/ID       close one
  *   WS     /v1/conversations/ID/ws    binary frames: PCM both ways; text frames: JSON events
- *   WS     /v1/ws?inputRate=&format=  open a conversation that lives as long as the socket
+ *   WS     /v1/ws?inputRate=&format=&seed=&vad=  open a conversation that lives as long as the socket
  *
  * On the socket the client sends binary PCM (the conversation's format, little-endian, mono)
  * and JSON text frames `{"type":"end_turn"}` or `{"type":"close"}`; the daemon sends reply PCM
@@ -345,8 +345,9 @@ export class Daemon {
       this.#refused.inc();
       throw new HttpError(503, `${this.#entries.size} of ${this.#limits.conversations} conversations are open`, { 'Retry-After': String(RETRY_AFTER) });
     }
-    const known = new Set(['inputRate', 'format', 'seed']);
-    for (const k of Object.keys(body)) if (!known.has(k)) throw new HttpError(400, `unknown field '${k}' (fields: inputRate, format, seed)`);
+    const known = new Set(['inputRate', 'format', 'seed', 'vad']);
+    for (const k of Object.keys(body)) if (!known.has(k)) throw new HttpError(400, `unknown field '${k}' (fields: inputRate, format, seed, vad)`);
+    if (body.vad !== undefined && typeof body.vad !== 'boolean') throw new HttpError(400, "field 'vad' must be true or false");
     const num = (k: string): number | undefined => {
       const v = body[k];
       if (v === undefined) return undefined;
@@ -360,6 +361,7 @@ export class Daemon {
     const seed = num('seed');
     if (inputRate !== undefined) options.inputRate = inputRate;
     if (seed !== undefined) options.seed = seed;
+    if (body.vad === true) options.vad = true;
     const conversation = await this.engine.open(options);
     const id = String(this.#nextId++);
     const entry: Entry = { id, conversation, format, createdAt: new Date().toISOString(), turns: 0, socket: null, ephemeral };
@@ -413,6 +415,11 @@ export class Daemon {
         }
         const f = url.searchParams.get('format');
         if (f !== null) body.format = f;
+        const vad = url.searchParams.get('vad');
+        if (vad !== null) {
+          if (vad !== 'true' && vad !== 'false' && vad !== '1' && vad !== '0') throw new HttpError(400, "query 'vad' must be true or false");
+          body.vad = vad === 'true' || vad === '1';
+        }
         entry = await this.#open(body, true);
       } else return this.#refuse(socket, 404, `no WebSocket at ${url.pathname}`);
       this.#wss.handleUpgrade(req, socket, head, (ws) => this.#attach(entry, ws));

@@ -62,6 +62,11 @@ export interface SpeechModelOptions {
   /** Threads sharing each row-by-row linear layer of the calling thread (see setComputeThreads). */
   threads?: number;
   layout?: 'planned' | 'separate';
+  /** Endpointing, for conversations whose turns the frontend finds (VAD). */
+  vad?: 'very-low' | 'low' | 'moderate' | 'high';
+  onsetMs?: number;
+  silenceMs?: number;
+  minSpeechMs?: number;
 }
 
 export type ResolvedSpeechOptions = Required<Omit<SpeechModelOptions, 'text' | 'audio' | 'threads'>> & { text: SamplingOptions; audio: SamplingOptions; threads: number };
@@ -111,6 +116,10 @@ export function resolveSpeechOptions(config: ModelConfig, o: SpeechModelOptions)
     audio: checkSampling('audio', o.audio ?? AUDIO_SAMPLING),
     layout: optionValue('layout', o.layout),
     threads: optionValue('threads', o.threads),
+    vad: optionValue('vad', o.vad),
+    onsetMs: optionValue('onsetMs', o.onsetMs),
+    silenceMs: optionValue('silenceMs', o.silenceMs),
+    minSpeechMs: optionValue('minSpeechMs', o.minSpeechMs),
   };
 }
 

@@ -234,9 +234,9 @@ export class Pipeline {
    * What opening a conversation at `inputRate` would charge to the cap: its rings' slab and
    * each stage's dry run of its open. Nothing is allocated.
    */
-  async plannedBytes(inputRate: number, index = this.#freeIndex()): Promise<number> {
+  async plannedBytes(inputRate: number, index = this.#freeIndex(), vad = false): Promise<number> {
     optionValue('inputRate', inputRate);
-    const spec = { index, seed: 0, inputRate, capacities: ringCapacities(this.config, this.setup.options.outputRate) };
+    const spec = { index, seed: 0, inputRate, vad, capacities: ringCapacities(this.config, this.setup.options.outputRate) };
     const stages = await Promise.all(this.workers.map((w) => w.call('size', spec)));
     return stages.reduce((s, b) => s + b, this.domain.policy.slabFootprint(this.#ringArenaBytes(), 'conversation rings'));
   }
@@ -253,17 +253,18 @@ export class Pipeline {
    * `session/<n>`) and each stage's state for it (owner `conversation/<n>`). Before `ready()`
    * it becomes ready with the pipeline; after, at once, while the others run.
    */
-  open(o: { seed: number; inputRate: number }): Promise<PipelineConversation> {
+  open(o: { seed: number; inputRate: number; vad?: boolean }): Promise<PipelineConversation> {
     return this.#inTurn(() => this.#open(o));
   }
 
-  async #open(o: { seed: number; inputRate: number }): Promise<PipelineConversation> {
+  async #open(o: { seed: number; inputRate: number; vad?: boolean }): Promise<PipelineConversation> {
     if (this.#closed) throw new ArgumentError('the pipeline is closed');
     if (this.failure !== null) throw this.failure;
     optionValue('inputRate', o.inputRate);
     const index = this.#freeIndex();
     const capacities = ringCapacities(this.config, this.setup.options.outputRate);
-    const planned = await this.plannedBytes(o.inputRate, index);
+    const vad = o.vad === true;
+    const planned = await this.plannedBytes(o.inputRate, index, vad);
     const snap = this.domain.snapshot();
     const inUse = snap.held.total + snap.reserved;
     if (inUse + planned > snap.limit) throw new MemoryLimitError(planned, inUse, snap.limit, `conversation/${index}`);
@@ -282,7 +283,7 @@ export class Pipeline {
       }
       for (const w of this.workers) {
         opened.push(w);
-        w.slabs.push(...(await w.call('open', { index, seed: o.seed, inputRate: o.inputRate, capacities, rings: shared })));
+        w.slabs.push(...(await w.call('open', { index, seed: o.seed, inputRate: o.inputRate, vad, capacities, rings: shared })));
       }
       const conv = new PipelineConversation(index, o.seed, o.inputRate, rings, arena, planned);
       this.conversations.set(index, conv);

@@ -34,6 +34,11 @@ export const REC_TEXT = 6; // [token]
 export const REC_CODES = 7; // [codebooks] one audio frame
 export const REC_END_OF_AUDIO = 8; // [codebooks] all 2048
 export const REC_TURN_END = 9; // TURN_FIELDS
+export const REC_SPEECH_START = 10; // [] the user started speaking (the frontend's VAD)
+export const REC_SPEECH_END = 11; // [reason] SPEECH_TURN: a turn follows; SPEECH_DROPPED: too short
+export const REC_DISCARD = 12; // [] forget the segment's rows so far
+export const SPEECH_TURN = 1;
+export const SPEECH_DROPPED = 2;
 
 /** Fields of a TURN_END record on the event ring. */
 export const TURN_TEXT_TOKENS = 0;
@@ -124,6 +129,8 @@ export interface StageConversation {
   index: number;
   seed: number;
   inputRate: number;
+  /** The frontend finds the user's turns itself (VAD and endpointing), not the host. */
+  vad: boolean;
   /** Data words of each of its rings. */
   capacities: Readonly<Record<RingName, number>>;
 }

@@ -37,11 +37,14 @@ import { setComputeThreads } from '../model/blocks/kernels.js';
 import { Doorbells, maxPayloadOf, RecordRing, RECORD_OVERHEAD } from './ring.js';
 import {
   REC_CODES,
+  REC_DISCARD,
   REC_EMBED,
   REC_END_OF_AUDIO,
   REC_END_SEGMENT,
   REC_MEL,
   REC_PCM,
+  REC_SPEECH_END,
+  REC_SPEECH_START,
   REC_TEXT,
   REC_TURN_END,
   REC_TURN_START,
@@ -54,6 +57,8 @@ import {
   TURN_STOP,
   TURN_TEXT_TOKENS,
   TURN_USER_FRAMES,
+  SPEECH_DROPPED,
+  SPEECH_TURN,
   type RingName,
   type StageInit,
   type StageConversation,
@@ -61,12 +66,21 @@ import {
   type StageOpen,
 } from './protocol.js';
 import { TicketPool } from './tickets.js';
+import { APM_FRAME, APM_HEAP_BOUND, VoiceDetector, type ApmEngine, type VadLikelihood } from '../dsp/aec.js';
+import { Endpointer, framesOf, VAD_SPEECH_DROP, VAD_SPEECH_END, VAD_SPEECH_START } from '../dsp/vad.js';
+import { native, type ApmHandle } from '../native.js';
+
+/** Stands in for the VAD engine in a sizing run (nothing calls it). */
+const SIZING_ENGINE: ApmEngine = { handle: null as unknown as ApmHandle, heapBytes: 0 };
 import './categories.js';
 
 /** Samples per input record (the capture stage's unit), by input rate: about 64 ms of 16 kHz output. */
 export function inputChunk(inputRate: number): number {
   return Math.max(1, Math.min(4096, Math.floor((1024 * inputRate) / 16000)));
 }
+
+/** Most 16 kHz samples in one capture record (the frontend sizes its VAD mode by it). */
+export const CAPTURE_RECORD_MAX = 4096;
 
 /** Adapter rows per embedding record. */
 export const EMBED_ROWS = 4;
@@ -106,6 +120,8 @@ export abstract class Stage<C> {
   readonly #owned = new Map<number, Arena[]>();
   /** While sizing: the footprint the conversation's carve would charge. */
   #sizing: { bytes: number } | null = null;
+  /** Native engines each open conversation holds: freed, then given back, at its close. */
+  readonly #natives = new Map<number, { free(): void; release(): void }[]>();
   /** How pass buffers are laid out (planned, or separate for comparison). */
   readonly planner: Planner;
   records = 0;
@@ -180,8 +196,35 @@ export abstract class Stage<C> {
     return sizing.bytes;
   }
 
+  /**
+   * A native engine for conversation `index`, its host heap held under the cap at `bound`
+   * (category `native.audio`) until the conversation closes; while sizing, only the bound counts
+   * and nothing is made (null).
+   */
+  protected holdNative<T>(index: number, bound: number, make: () => T, free: (value: T) => void): T | null {
+    if (this.#sizing !== null) {
+      this.#sizing.bytes += bound;
+      return null;
+    }
+    const d = this.env.domain;
+    const h = d.holdNative(d.owner('conversation', index), 'native.audio', bound, make, () => bound);
+    const list = this.#natives.get(index) ?? [];
+    list.push({ free: () => free(h.value), release: () => h.release() });
+    this.#natives.set(index, list);
+    return h.value;
+  }
+
+  #releaseNatives(index: number): void {
+    for (const n of this.#natives.get(index) ?? []) {
+      n.free();
+      n.release();
+    }
+    this.#natives.delete(index);
+  }
+
   /** Drops conversation `index`: what it holds here goes back to the cap. */
   close(index: number): void {
+    this.#releaseNatives(index);
     this.drop(index);
     this.conversations[index] = undefined;
     this.clocks[index] = undefined;
@@ -324,8 +367,8 @@ interface RoomConv extends RingConv {
 abstract class StreamStage<C extends RoomConv> extends Stage<C> {
   /** Handles the PCM record at the head of `c.input` (and consumes it). */
   protected abstract pcm(c: C): void;
-  /** Flushes what the segment left; the end-of-segment record is written after it. */
-  protected abstract endSegment(c: C): void;
+  /** Flushes what the segment left; true to write the end-of-segment record after it. */
+  protected abstract endSegment(c: C): boolean;
 
   poll(): boolean {
     return this.pollRecords(this.conversations);
@@ -337,10 +380,7 @@ abstract class StreamStage<C extends RoomConv> extends Stage<C> {
       this.pcm(c);
     } else {
       c.input.skip();
-      if (kind === REC_END_SEGMENT) {
-        this.endSegment(c);
-        c.out.write(REC_END_SEGMENT, null, 0, 0);
-      }
+      if (kind === REC_END_SEGMENT && this.endSegment(c)) c.out.write(REC_END_SEGMENT, null, 0, 0);
     }
     this.toc(c.index, 0);
     return true;
@@ -368,6 +408,7 @@ export class CaptureStage extends StreamStage<CaptureConv> {
       const buf = a!.carve('capture.input', 'workspace.frontend', Float32Array, chunk);
       return { room: res.length + 2 * RECORD_OVERHEAD, resampler, buf, res };
     });
+    if (conv.res.length > CAPTURE_RECORD_MAX) throw new InternalError(`capture: a record at ${o.inputRate} Hz would hold ${conv.res.length} samples, more than ${CAPTURE_RECORD_MAX}`);
     if (conv.res.length > maxPayloadOf(o.capacities.pcm16)) throw new BadInputError({ field: 'inputRate' }, `the capture ring cannot hold a record at ${o.inputRate} Hz`);
     this.conversations[o.index] = { index: o.index, input: this.ring(o, 'input'), out: this.ring(o, 'pcm16'), ...conv };
   }
@@ -385,10 +426,11 @@ export class CaptureStage extends StreamStage<CaptureConv> {
     if (m > 0) c.out.write(REC_PCM, c.res, 0, m);
   }
 
-  protected endSegment(c: CaptureConv): void {
+  protected endSegment(c: CaptureConv): boolean {
     const m = c.resampler.finish(c.res, 0);
     if (m > 0) c.out.write(REC_PCM, c.res, 0, m);
     c.resampler.reset();
+    return true;
   }
 }
 
@@ -400,7 +442,19 @@ interface FrontendConv extends RoomConv {
   rows: Float32Array; // the rows one record completes
   maxRows: number; // rows of the longest segment
   rowsPer: number; // rows `rows` holds
+  /** VAD mode: the turns are found here (null: the host ends them). */
+  vad: VoiceDetector | null;
+  ep: Endpointer | null;
+  decisions: Uint8Array; // one per 10 ms frame of a record
+  preRoll: Float32Array; // [PRE_ROLL_ROWS][nMels] the last rows before speech, a ring
+  preAt: number;
+  preCount: number;
+  sent: number; // rows of the open segment sent
+  reason: Int32Array; // [1] a SPEECH_END record's payload
 }
+
+/** Mel rows kept from before a speech onset (the onset is confirmed after it began). */
+const PRE_ROLL_ROWS = 24;
 
 export class FrontendStage extends StreamStage<FrontendConv> {
   constructor(env: Environment) {
@@ -410,36 +464,101 @@ export class FrontendStage extends StreamStage<FrontendConv> {
   open(o: StageConversation & { rings?: StageOpen['rings'] }): void {
     const c = this.config;
     const f = c.frontend;
-    const maxIn = maxPayloadOf(o.capacities.pcm16);
+    const so = this.env.init.options;
+    // In VAD mode records come from the capture stage (at most CAPTURE_RECORD_MAX samples).
+    const maxIn = o.vad ? Math.min(CAPTURE_RECORD_MAX, maxPayloadOf(o.capacities.pcm16)) : maxPayloadOf(o.capacities.pcm16);
     const rowsPer = Math.min(Math.floor(maxPayloadOf(o.capacities.mel) / f.nMels), Math.ceil(maxIn / f.hop) + 4);
+    const maxRows = melRows(c, segmentSamples(c, so.segmentSeconds));
+    const engine = o.vad ? this.holdNative(o.index, APM_HEAP_BOUND.voice, () => VoiceDetector.engine(so.vad as VadLikelihood), (e) => native.apmDestroy(e.handle)) : null;
     const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} frontend` }], 1 << 24, ([a]) => {
       this.clocksFor(o.index, a!);
       const ws = arenaWorkspace(a!, 'workspace.frontend', 'frontend');
       const mel = new MelFrontend({ sampleRate: f.sampleRate, nFft: f.nFft, winLength: f.winLength, hop: f.hop, nMels: f.nMels }, ws);
+      const vadWs = arenaWorkspace(a!, 'capture', 'frontend');
+      const vad = o.vad ? new VoiceDetector(so.vad as VadLikelihood, vadWs, engine ?? SIZING_ENGINE) : null;
+      // The longest segment, less the pre-roll and a record's rows, so the rows never overflow it.
+      const ep = o.vad ? new Endpointer({ onset: framesOf(so.onsetMs), silence: framesOf(so.silenceMs), minSpeech: framesOf(so.minSpeechMs), maxSegment: Math.max(1, maxRows - PRE_ROLL_ROWS - rowsPer) }, vadWs) : null;
       return {
-        room: rowsPer * f.nMels + 2 * RECORD_OVERHEAD,
+        room: (o.vad ? rowsPer + PRE_ROLL_ROWS : rowsPer) * f.nMels + 6 * RECORD_OVERHEAD + 1,
         rowsPer,
         mel,
         pcm: a!.carve('frontend.pcm', 'workspace.frontend', Float32Array, maxIn),
         rows: a!.carve('frontend.rows', 'workspace.frontend', Float32Array, rowsPer * f.nMels),
-        maxRows: melRows(c, segmentSamples(c, this.env.init.options.segmentSeconds)),
+        maxRows,
+        vad,
+        ep,
+        decisions: a!.carve('frontend.vad', 'metadata', Uint8Array, o.vad ? Math.ceil(maxIn / APM_FRAME) + 1 : 0),
+        preRoll: a!.carve('frontend.pre_roll', 'workspace.frontend', Float32Array, o.vad ? PRE_ROLL_ROWS * f.nMels : 0),
+        preAt: 0,
+        preCount: 0,
+        sent: 0,
+        reason: a!.carve('frontend.reason', 'metadata', Int32Array, 1),
       };
     });
+    if (conv.room > o.capacities.mel) throw new InternalError(`frontend: the mel ring (${o.capacities.mel} words) cannot hold a record's rows (${conv.room})`);
     this.conversations[o.index] = { index: o.index, input: this.ring(o, 'pcm16'), out: this.ring(o, 'mel'), ...conv };
   }
 
   protected pcm(c: FrontendConv): void {
     const n = c.input.read(c.pcm, 0);
+    const nMels = this.config.frontend.nMels;
+    if (c.vad === null) {
+      const base = c.mel.rows;
+      const rows = c.mel.push(c.pcm, c.rows, n, base, Math.min(c.maxRows, base + c.rowsPer));
+      if (rows > 0) c.out.write(REC_MEL, c.rows, 0, rows * nMels);
+      return;
+    }
+    // VAD mode: the mel runs on; rows go out only inside the user's speech.
     const base = c.mel.rows;
-    const rows = c.mel.push(c.pcm, c.rows, n, base, Math.min(c.maxRows, base + c.rowsPer));
-    if (rows > 0) c.out.write(REC_MEL, c.rows, 0, rows * this.config.frontend.nMels);
+    const rows = c.mel.push(c.pcm, c.rows, n, base, base + c.rowsPer);
+    const frames = c.vad.push(c.pcm, 0, n, c.decisions, 0);
+    const ep = c.ep!;
+    const was = ep.speaking;
+    let started = false;
+    let ended = 0;
+    for (let k = 0; k < frames; k++) {
+      const e = ep.push(c.decisions[k] === 1);
+      if (e === VAD_SPEECH_START) started = true;
+      else if (e === VAD_SPEECH_END) ended = SPEECH_TURN;
+      else if (e === VAD_SPEECH_DROP) ended = SPEECH_DROPPED;
+    }
+    if (started && !was) {
+      c.out.write(REC_SPEECH_START, null, 0, 0);
+      // The pre-roll, oldest first (in at most two records: it is a ring).
+      const first = (c.preAt - c.preCount + PRE_ROLL_ROWS) % PRE_ROLL_ROWS;
+      const head = Math.min(c.preCount, PRE_ROLL_ROWS - first);
+      if (head > 0) c.out.write(REC_MEL, c.preRoll, first * nMels, head * nMels);
+      if (c.preCount > head) c.out.write(REC_MEL, c.preRoll, 0, (c.preCount - head) * nMels);
+      c.sent = c.preCount;
+      c.preCount = 0;
+    }
+    if (was || started) {
+      const k = Math.min(rows, c.maxRows - c.sent);
+      if (k > 0) c.out.write(REC_MEL, c.rows, 0, k * nMels);
+      c.sent += k;
+    } else {
+      for (let r = 0; r < rows; r++) {
+        for (let j = 0; j < nMels; j++) c.preRoll[c.preAt * nMels + j] = c.rows[r * nMels + j]!;
+        c.preAt = (c.preAt + 1) % PRE_ROLL_ROWS;
+        c.preCount = Math.min(PRE_ROLL_ROWS, c.preCount + 1);
+      }
+    }
+    if (ended !== 0) {
+      c.out.write(ended === SPEECH_TURN ? REC_END_SEGMENT : REC_DISCARD, null, 0, 0);
+      c.reason[0] = ended;
+      c.out.write(REC_SPEECH_END, c.reason, 0, 1);
+      c.sent = 0;
+    }
   }
 
-  protected endSegment(c: FrontendConv): void {
+  /** In VAD mode the turns are found here: a host's end of segment is not forwarded. */
+  protected endSegment(c: FrontendConv): boolean {
+    if (c.vad !== null) return false;
     const base = c.mel.rows;
     const rows = c.mel.finish(c.rows, base, Math.min(c.maxRows, base + c.rowsPer));
     if (rows > 0) c.out.write(REC_MEL, c.rows, 0, rows * this.config.frontend.nMels);
     c.mel.reset();
+    return true;
   }
 }
 
@@ -537,6 +656,16 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
           this.records++;
           progress = true;
           break;
+        } else if (kind === REC_DISCARD) {
+          // Speech too short for a turn: its rows are forgotten.
+          c.input.skip();
+          c.count = 0;
+        } else if (kind === REC_SPEECH_START || kind === REC_SPEECH_END) {
+          // The frontend's turn events travel on to the host, in order with the segments.
+          if (!c.out.canWrite(2)) break;
+          const v = c.input.peekLength() > 0 ? c.input.peekInt(0) : 0;
+          c.input.skip();
+          c.out.write2(kind, v, 0);
         } else c.input.skip();
         this.records++;
         progress = true;
@@ -634,6 +763,15 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       while (c.phase !== PHASE_REPLY) {
         const kind = c.input.peekKind();
         if (kind < 0) break;
+        if (kind === REC_SPEECH_START || kind === REC_SPEECH_END) {
+          if (!c.events.canWrite(2)) break;
+          const v = c.input.peekInt(0);
+          c.input.skip();
+          c.events.write2(kind, v, 0);
+          this.records++;
+          progress = true;
+          continue;
+        }
         if (c.phase === PHASE_IDLE) {
           const slot = this.tickets.acquire(c.index);
           if (slot < 0) break;

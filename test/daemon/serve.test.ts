@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { readWavSamples } from '../helpers.js';
+import { apmAvailable } from '../../src/dsp/aec.js';
 import { runCommand } from '../../src/cli/run.js';
 import { load } from '../../src/index.js';
 import { serve as serveModel, stop, talk as talkTo, type Served } from './daemon.js';
@@ -172,4 +173,37 @@ t.test('a second signal during the graceful stop exits at once', async (t) => {
   s.proc.kill('SIGINT');
   t.equal(await s.exited, 130, 'exit 130 without waiting for the stop');
   t.match(s.stderr(), /SIG(INT|TERM) while stopping: exiting now/);
+});
+
+t.test('a WebSocket conversation with vad=true: the daemon finds the turn; no end_turn is sent', { skip: apmAvailable() ? false : 'no WebRTC audio processing' }, async (t) => {
+  const s = await serve([]);
+  t.teardown(() => void s.proc.kill('SIGKILL'));
+  const events = await new Promise<string[]>((resolve, reject) => {
+    const ws = new WebSocket(`${s.ws}/v1/ws?inputRate=${speech.rate}&format=f32&vad=true`);
+    const seen: string[] = [];
+    ws.on('open', () => {
+      const silence = new Float32Array(Math.round(1.5 * speech.rate));
+      for (const part of [silence, speech.samples, silence]) {
+        const all = Buffer.from(part.buffer, part.byteOffset, part.byteLength);
+        for (let at = 0; at < all.length; at += 4096) ws.send(all.subarray(at, at + 4096));
+      }
+    });
+    ws.on('message', (d: Buffer, binary: boolean) => {
+      if (binary) return;
+      const e = JSON.parse(d.toString()) as { type: string; reason?: string };
+      if (e.type !== 'text') seen.push(e.reason === undefined ? e.type : `${e.type} ${e.reason}`);
+      if (e.type === 'turn_end') ws.close(1000);
+    });
+    ws.on('close', () => resolve(seen));
+    ws.on('error', reject);
+  });
+  t.same(events.filter((e) => e !== 'ready'), ['speech_start', 'speech_end vad', 'turn_end'], `events: ${events.join(', ')}`);
+  const bad = await new Promise<number>((resolve) => {
+    const ws = new WebSocket(`${s.ws}/v1/ws?vad=maybe`);
+    ws.on('unexpected-response', (_q, res) => resolve(res.statusCode ?? 0));
+    ws.on('open', () => resolve(101));
+    ws.on('error', () => undefined);
+  });
+  t.equal(bad, 400, 'a vad that is not true or false is refused');
+  t.equal(await stop(s), 0);
 });

@@ -2,6 +2,7 @@
 // worker thread of its own (one stage per thread, as in the pipeline): once V8 has optimised
 // it, a record in and its records out leave nothing on the JS heap and no ArrayBuffer behind.
 import t from 'tap';
+import { apmAvailable } from '../../src/dsp/aec.js';
 import { mkdtempSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -33,3 +34,16 @@ for (const stage of STAGE_NAMES) {
     t.ok(p.records > 0, `${p.records} records handled`);
   });
 }
+
+// The frontend in VAD mode: the WebRTC VAD and the endpointer, turns starting, ending, dropped.
+t.test('frontend with VAD: a record through its poll allocates nothing in steady state', { skip: apmAvailable() ? false : 'no WebRTC audio processing' }, async (t) => {
+  const seen: number[] = [];
+  let p = { heap: Number.POSITIVE_INFINITY, arrayBuffers: 0, windows: 0, records: 0, kinds: {} as Record<string, number> };
+  for (let attempt = 0; attempt < 3 && !(p.heap >= 0 && p.heap < 1024); attempt++) {
+    p = await runWorker<typeof p>(probe, { dir, stage: 'frontend', vad: true });
+    seen.push(p.heap);
+  }
+  t.ok(p.heap >= 0 && p.heap < 1024, `JS heap growth over a window: ${p.heap} bytes (attempts: ${seen.join(', ')})`);
+  t.ok(p.arrayBuffers <= 0, `no ArrayBuffer growth (${p.arrayBuffers} bytes)`);
+  t.ok((p.kinds.speechStart ?? 0) > 0 && (p.kinds.endSegment ?? 0) > 0 && (p.kinds.discard ?? 0) > 0, `turns started, ended and dropped: ${JSON.stringify(p.kinds)}`);
+});
