@@ -40,7 +40,7 @@ export interface DuplexBenchResult {
   reply: { questions: number; turns: number; endOfSpeechP50Ms: number; computeP50Ms: number; firstSampleP50Ms: number; firstSampleP95Ms: number; realtime: number; cpuPercent: Record<string, number> };
 }
 
-export function assistant(seconds: number, seed: number): Float32Array {
+function assistant(seconds: number, seed: number): Float32Array {
   const r = prng(seed);
   const out = new Float32Array(Math.round(seconds * RATE));
   for (let at = 0; at < out.length; ) {

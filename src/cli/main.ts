@@ -128,14 +128,14 @@ const COMMANDS: Record<string, Command> = {
     usage: 'voxslab talk [--model <DIR|tiny|small>] [--input-device ID] [--output-device ID] [--rate HZ] [--seconds N] | --loopback USER.wav',
     summary:
       'a live full-duplex conversation: the transcript as it is spoken, the input level, barge-in when you talk over the reply (echo cancellation and VAD need the addon built with WebRTC audio processing)',
-    keys: ['model', 'inputDevice', 'outputDevice', 'loopback', 'deviceRate', 'talkSeconds', 'seed'],
+    keys: ['model', 'inputDevice', 'outputDevice', 'loopback', 'deviceRate', 'talkSeconds', 'seed', 'silenceMs', 'onsetMs', 'minSpeechMs', 'vad', 'lookaheadMs'],
     async run(v) {
       const controller = new AbortController();
       const stop = (): void => controller.abort();
       process.once('SIGINT', stop);
       try {
         const summary = await talkCommand(
-          { model: (v.model as string | undefined) ?? 'tiny', inputDevice: text(v, 'inputDevice'), outputDevice: text(v, 'outputDevice'), loopback: text(v, 'loopback'), seconds: text(v, 'talkSeconds'), rate: text(v, 'deviceRate'), seed: text(v, 'seed') },
+          { model: (v.model as string | undefined) ?? 'tiny', inputDevice: text(v, 'inputDevice'), outputDevice: text(v, 'outputDevice'), loopback: text(v, 'loopback'), seconds: text(v, 'talkSeconds'), rate: text(v, 'deviceRate'), seed: text(v, 'seed'), silence: text(v, 'silenceMs'), onset: text(v, 'onsetMs'), minSpeech: text(v, 'minSpeechMs'), vad: text(v, 'vad'), lookahead: text(v, 'lookaheadMs') },
           { write: (s) => process.stdout.write(s), log, meter: process.stderr.isTTY === true, signal: controller.signal },
         );
         log(`talk: ${summary.seconds} s, ${summary.turns} turns, ${summary.replies} replies, ${summary.bargeIns} barge-ins, ${summary.pauses} pauses; echo canceller ${summary.echo.converged ? 'converged' : 'not converged'}${summary.device === null ? '' : `; device library: ${summary.device.libraryBuffers} buffers, ${summary.device.libraryBytes} bytes; ${summary.device.overruns} samples overrun`}`);

@@ -5,7 +5,7 @@
  */
 import { MemoryDomain } from '../memory/index.js';
 import { SpeechModel } from '../pipeline/conversation.js';
-import { DuplexSession, type DuplexDevice } from '../pipeline/session.js';
+import { DuplexSession, type DuplexDevice, type DuplexOptions } from '../pipeline/session.js';
 import { LoopbackDevice } from '../io/loopback.js';
 import { findDevice, listDevices, PortAudioDevice, type AudioDevice } from '../io/devices.js';
 import { readMonoWav } from '../io/files.js';
@@ -34,6 +34,11 @@ export interface TalkRequest {
   seconds?: string | undefined;
   rate?: string | undefined;
   seed?: string | undefined;
+  silence?: string | undefined;
+  onset?: string | undefined;
+  minSpeech?: string | undefined;
+  vad?: string | undefined;
+  lookahead?: string | undefined;
 }
 
 export interface TalkSummary {
@@ -72,7 +77,7 @@ export async function talkCommand(r: TalkRequest, o: { write: (s: string) => voi
   rate ??= 48000;
   const domain = MemoryDomain.create({});
   const model = SpeechModel.load(dir, domain, { outputRate: rate });
-  const conv = model.conversation({ seed, inputRate: 16000, checkpoints: DuplexSession.checkpointsFor(model) });
+  const conv = model.conversation({ seed, inputRate: 16000, checkpoints: DuplexSession.checkpointsFor(model, parseFlag('lookaheadMs', r.lookahead) as number | undefined) });
   let device: DuplexDevice & { start?: (f: () => void) => void };
   let pa: PortAudioDevice | null = null;
   let userLength = Number.POSITIVE_INFINITY;
@@ -94,7 +99,18 @@ export async function talkCommand(r: TalkRequest, o: { write: (s: string) => voi
     words.length = 0;
   };
   const at = (clock: number): string => `[${(clock / rate!).toFixed(2)} s]`;
-  const session = new DuplexSession(conv, device, {}, {
+  const duplex: DuplexOptions = {};
+  const silence = parseFlag('silenceMs', r.silence) as number | undefined;
+  const onset = parseFlag('onsetMs', r.onset) as number | undefined;
+  const minSpeech = parseFlag('minSpeechMs', r.minSpeech) as number | undefined;
+  const vad = parseFlag('vad', r.vad) as DuplexOptions['vad'];
+  const lookahead = parseFlag('lookaheadMs', r.lookahead) as number | undefined;
+  if (silence !== undefined) duplex.silenceMs = silence;
+  if (onset !== undefined) duplex.onsetMs = onset;
+  if (minSpeech !== undefined) duplex.minSpeechMs = minSpeech;
+  if (vad !== undefined) duplex.vad = vad;
+  if (lookahead !== undefined) duplex.lookaheadMs = lookahead;
+  const session = new DuplexSession(conv, device, duplex, {
     speechStart: (c) => {
       flushText();
       o.write(`\n${at(c)} you: (speaking)`);
