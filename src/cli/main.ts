@@ -116,10 +116,10 @@ const COMMANDS: Record<string, Command> = {
     usage: 'voxslab serve [--model <DIR|tiny|small>] [--host 127.0.0.1] [--port 7860] [--token SECRET] [--memory SIZE] [options]',
     summary:
       'the voice daemon: HTTP and WebSocket conversations on one loaded model, a live page at /, /healthz, /readyz, /v1/memory, /metrics; SIGINT or SIGTERM ends the conversations, returns every byte and exits 0',
-    keys: ['model', 'host', 'port', 'token', 'memoryLimit', 'maxConversations', 'maxConnections', 'maxMessageBytes', 'maxRequestBytes', 'outputRate', 'segmentSeconds', 'replySeconds', 'context', 'threads', 'kv', 'slots', 'pin'],
+    keys: ['model', 'host', 'port', 'token', 'memoryLimit', 'maxConversations', 'maxConnections', 'maxMessageBytes', 'maxRequestBytes', 'outputRate', 'segmentSeconds', 'replySeconds', 'context', 'threads', 'kv', 'slots', 'pin', 'silenceMs', 'onsetMs', 'minSpeechMs', 'vad'],
     async run(v) {
       const request: Parameters<typeof serveCommand>[0] = { model: (v.model as string | undefined) ?? 'tiny' };
-      const fields = { host: 'host', port: 'port', token: 'token', memory: 'memoryLimit', maxConversations: 'maxConversations', maxConnections: 'maxConnections', maxMessage: 'maxMessageBytes', maxRequest: 'maxRequestBytes', rate: 'outputRate', segment: 'segmentSeconds', reply: 'replySeconds', context: 'context', threads: 'threads', kv: 'kv', slots: 'slots', pin: 'pin' } as const;
+      const fields = { host: 'host', port: 'port', token: 'token', memory: 'memoryLimit', maxConversations: 'maxConversations', maxConnections: 'maxConnections', maxMessage: 'maxMessageBytes', maxRequest: 'maxRequestBytes', rate: 'outputRate', segment: 'segmentSeconds', reply: 'replySeconds', context: 'context', threads: 'threads', kv: 'kv', slots: 'slots', pin: 'pin', silence: 'silenceMs', onset: 'onsetMs', minSpeech: 'minSpeechMs', vad: 'vad' } as const;
       for (const [field, key] of Object.entries(fields)) request[field as keyof typeof fields] = text(v, key);
       await serveCommand(request);
     },

@@ -26,6 +26,10 @@ export interface ServeRequest {
   kv?: string | undefined;
   slots?: string | undefined;
   pin?: string | undefined;
+  silence?: string | undefined;
+  onset?: string | undefined;
+  minSpeech?: string | undefined;
+  vad?: string | undefined;
 }
 
 export async function serveCommand(r: ServeRequest, log: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): Promise<void> {
@@ -49,6 +53,11 @@ export async function serveCommand(r: ServeRequest, log: (line: string) => void 
     threads: flagValue<number>('threads', r.threads),
     kv: flagValue<'f32' | 'f16'>('kv', r.kv),
     slots: flagValue<number>('slots', r.slots),
+    // Endpointing of conversations opened with vad.
+    silenceMs: flagValue<number>('silenceMs', r.silence),
+    onsetMs: flagValue<number>('onsetMs', r.onset),
+    minSpeechMs: flagValue<number>('minSpeechMs', r.minSpeech),
+    vad: flagValue<'very-low' | 'low' | 'moderate' | 'high'>('vad', r.vad),
     log,
   };
   const context = parseFlag('context', r.context) as number | undefined;
