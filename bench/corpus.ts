@@ -12,7 +12,7 @@ import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { readMonoWav } from '../src/io/files.js';
-import { Resampler } from '../src/dsp/resample.js';
+import { resampleSignal } from '../src/dsp/resample.js';
 import { prng } from '../src/memory/prng.js';
 
 export const RATE = 16000;
@@ -52,12 +52,7 @@ export function corpusTools(): boolean {
 
 function to16k(file: string): Float32Array {
   const { rate, samples } = readMonoWav(file);
-  if (rate === RATE) return samples;
-  const r = new Resampler(rate, RATE);
-  const out = new Float32Array(Math.ceil((samples.length * RATE) / rate) + r.taps + 2);
-  let n = r.push(samples, out, 0, samples.length);
-  n += r.finish(out, n);
-  return out.subarray(0, n);
+  return rate === RATE ? samples : resampleSignal(samples, rate, RATE);
 }
 
 const cache = new Map<string, Float32Array>();
@@ -106,6 +101,22 @@ function scaleToRms(x: Float32Array, target: number): Float32Array {
   const r = rms(x);
   const s = r > 0 ? target / r : 0;
   return Float32Array.from(x, (v) => v * s);
+}
+
+/**
+ * The assistant's voice for echo tests: four sentences in four voices at four speeds, back to
+ * back with 150 ms pauses, `seconds` long at 16 kHz.
+ */
+export function assistantVoice(seconds: number): Float32Array {
+  const lines = ['I can help with that. The forecast says light rain in the afternoon.', 'Your next meeting starts at ten, in the small room on the second floor.', 'Here is a recipe that takes about twenty minutes from start to finish.', 'The train to the airport leaves every fifteen minutes from platform four.'];
+  const voices = ['en-us', 'en-gb', 'en-gb-scotland', 'en-gb-x-rp'];
+  const x = new Float32Array(Math.round(seconds * RATE));
+  for (let k = 0, at = 0; at < x.length; k++) {
+    const u = utterance(lines[k % lines.length]!, voices[k % voices.length]!, 150 + 10 * (k % 4));
+    x.set(u.subarray(0, Math.min(u.length, x.length - at)), at);
+    at += u.length + 2400;
+  }
+  return x;
 }
 
 /** Frame labels of one clean utterance (see the head comment). */

@@ -23,7 +23,7 @@ import { MemoryDomain } from '../src/memory/index.js';
 import { SpeechModel } from '../src/pipeline/conversation.js';
 import { DuplexSession } from '../src/pipeline/session.js';
 import { STAGES } from '../src/pipeline/clock.js';
-import { Resampler } from '../src/dsp/resample.js';
+import { resampleSignal } from '../src/dsp/resample.js';
 
 const PERIOD = RATE / 100;
 
@@ -310,12 +310,9 @@ function replyLoop(quick: boolean): DuplexBenchResult['reply'] {
     const labels = labelFrames(u);
     let last = labels.length - 1;
     while (last > 0 && labels[last] !== 1) last--;
-    const r = new Resampler(16000, rate);
-    const x = new Float32Array(r.outputLength(u.length) + 1);
-    let n = r.push(u, x, 0, u.length);
-    n += r.finish(x, n);
-    parts.push({ at, x: x.subarray(0, n), last: at + ((last + 1) * APM_FRAME * rate) / 16000 });
-    at += n + 5 * rate;
+    const x = resampleSignal(u, 16000, rate);
+    parts.push({ at, x, last: at + ((last + 1) * APM_FRAME * rate) / 16000 });
+    at += x.length + 5 * rate;
   }
   const user = new Float32Array(at);
   for (const p of parts) user.set(p.x, p.at);

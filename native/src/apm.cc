@@ -22,7 +22,10 @@ bool ApmAvailable() { return true; }
 
 namespace {
 
-int64_t HeapInUse() { return static_cast<int64_t>(mallinfo2().uordblks + mallinfo2().hblkhd); }
+int64_t HeapInUse() {
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<int64_t>(m.uordblks + m.hblkhd);
+}
 
 bool Configure(Apm* a) {
   const ApmSettings& s = a->settings;

@@ -158,9 +158,9 @@ export class Engine {
     return this.#live.size;
   }
 
-  /** The bytes a conversation at `inputRate` would take, and whether the cap has them now. */
-  async admission(inputRate = 16000): Promise<{ planned: number; free: number; admit: boolean }> {
-    const planned = await this.pipeline.plannedBytes(inputRate);
+  /** The bytes a conversation at `inputRate` (with `vad`: its VAD engine too) would take, and whether the cap has them now. */
+  async admission(inputRate = 16000, vad = false): Promise<{ planned: number; free: number; admit: boolean }> {
+    const planned = await this.pipeline.plannedBytes(inputRate, undefined, vad);
     const s = this.domain.snapshot();
     const free = Math.max(0, s.limit - s.held.total - s.reserved);
     return { planned, free, admit: planned <= free };

@@ -10,7 +10,7 @@ import { LoopbackDevice } from '../io/loopback.js';
 import { findDevice, listDevices, PortAudioDevice, type AudioDevice } from '../io/devices.js';
 import { readMonoWav } from '../io/files.js';
 import { resolveModel } from '../io/checkpoint.js';
-import { Resampler } from '../dsp/resample.js';
+import { resampleSignal } from '../dsp/resample.js';
 import { flagValue, parseFlag } from '../options.js';
 import { ArgumentError } from '../errors.js';
 
@@ -52,14 +52,6 @@ export interface TalkSummary {
   echo: { converged: boolean; gatedFrames: number };
 }
 
-function toRate(x: Float32Array, from: number, to: number): Float32Array {
-  const r = new Resampler(from, to);
-  const out = new Float32Array(r.outputLength(x.length) + 1);
-  let n = r.push(x, out, 0, x.length);
-  n += r.finish(out, n);
-  return out.subarray(0, n);
-}
-
 /** Runs a talk session; resolves with its summary when time is up, the WAV is done or `signal` aborts. */
 export async function talkCommand(r: TalkRequest, o: { write: (s: string) => void; log: (s: string) => void; meter: boolean; signal?: AbortSignal }): Promise<TalkSummary> {
   const dir = resolveModel(r.model, o.log);
@@ -87,7 +79,7 @@ export async function talkCommand(r: TalkRequest, o: { write: (s: string) => voi
     o.log(`talk: ${devices.input.name} → ${devices.output.name} at ${rate} Hz (Ctrl-C ends)`);
   } else {
     const wav = readMonoWav(r.loopback!);
-    const user = toRate(wav.samples, wav.rate, rate);
+    const user = resampleSignal(wav.samples, wav.rate, rate);
     userLength = user.length;
     device = new LoopbackDevice({ rate, echo: { delayMs: 60, gain: 0.5 }, user });
     o.log(`talk: loopback device at ${rate} Hz, the user is ${r.loopback}`);

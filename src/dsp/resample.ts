@@ -187,3 +187,12 @@ export class Resampler {
     return native.resampleRun(this.#h, this.#ring, this.#state, null, 0, out, outAt, this.outputLength(this.#state[kInputs] as number));
   }
 }
+
+/** A whole signal at another rate, in one pass (made for tools and tests; it allocates). */
+export function resampleSignal(x: Float32Array, from: number, to: number): Float32Array {
+  const r = new Resampler(from, to);
+  const out = new Float32Array(r.outputLength(x.length) + 1);
+  let n = r.push(x, out, 0, x.length);
+  n += r.finish(out, n);
+  return out.subarray(0, n);
+}

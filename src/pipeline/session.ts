@@ -189,7 +189,7 @@ export class DuplexSession {
     this.#fadeStep = 1 / ((fadeMs * device.rate) / 1000);
     this.#sink = {
       text: (token) => this.#events.text?.(token),
-      pcm: (samples, count) => this.#enqueue(samples, count),
+      pcm: (samples, count) => this.#enqueue(samples, 0, count),
     };
   }
 
@@ -221,9 +221,10 @@ export class DuplexSession {
     this.#replyDone = false;
   }
 
-  #enqueue(samples: Float32Array, count: number): void {
+  /** Appends `samples[at, at + count)` to the playback queue (the caller checked the room). */
+  #enqueue(samples: Float32Array, at: number, count: number): void {
     const q = this.#queue;
-    for (let i = 0; i < count; i++) q[(this.#qHead + this.#qCount + i) % q.length] = samples[i]!;
+    for (let i = 0; i < count; i++) q[(this.#qHead + this.#qCount + i) % q.length] = samples[at + i]!;
     this.#qCount += count;
   }
 
@@ -359,9 +360,7 @@ export class DuplexSession {
     const say = this.#say;
     if (say !== null) {
       const n = Math.min(say.length - this.#sayAt, this.#queue.length - this.#qCount);
-      const q = this.#queue;
-      for (let i = 0; i < n; i++) q[(this.#qHead + this.#qCount + i) % q.length] = say[this.#sayAt + i]!;
-      this.#qCount += n;
+      this.#enqueue(say, this.#sayAt, n);
       this.#sayAt += n;
       if (this.#sayAt === say.length) {
         this.#say = null;

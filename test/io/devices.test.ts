@@ -5,7 +5,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { apmAvailable } from '../../src/dsp/aec.js';
-import { Resampler } from '../../src/dsp/resample.js';
+import { resampleSignal } from '../../src/dsp/resample.js';
 import { corpusTools, utterance } from '../../bench/corpus.js';
 
 const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
@@ -30,10 +30,10 @@ const voxslab = (env: NodeJS.ProcessEnv, ...args: string[]) => spawnSync(process
 
 function speech48k(): Float32Array {
   const u = utterance('What is the weather going to be like in Paris tomorrow morning?', 'en-us', 165);
-  const r = new Resampler(16000, RATE);
-  const x = new Float32Array(RATE + r.outputLength(u.length) + 8 * RATE);
-  let n = r.push(u, x, RATE, u.length);
-  n += r.finish(x, RATE + n);
+  // A second of silence, the question, eight seconds of silence.
+  const q = resampleSignal(u, 16000, RATE);
+  const x = new Float32Array(RATE + q.length + 8 * RATE);
+  x.set(q, RATE);
   return x;
 }
 

@@ -4,25 +4,19 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
-import { SpeechModel } from '../../src/pipeline/conversation.js';
+import { SpeechModel, type Conversation } from '../../src/pipeline/conversation.js';
 import { DuplexSession } from '../../src/pipeline/session.js';
 import { LoopbackDevice } from '../../src/io/loopback.js';
-import { Resampler } from '../../src/dsp/resample.js';
+import { resampleSignal } from '../../src/dsp/resample.js';
 import { apmAvailable } from '../../src/dsp/aec.js';
-import { corpusTools, labelFrames, utterance } from '../../bench/corpus.js';
+import { assistantVoice, corpusTools, labelFrames, utterance } from '../../bench/corpus.js';
 import { allocationProbe } from '../helpers.js';
 import { APM_HEAP_BOUND } from '../../src/dsp/aec.js';
 
 const skip = apmAvailable() && corpusTools() ? false : 'needs WebRTC audio processing, espeak-ng and sox';
 const RATE = 48000;
 
-function up(x: Float32Array): Float32Array {
-  const r = new Resampler(16000, RATE);
-  const out = new Float32Array(r.outputLength(x.length) + 1);
-  let n = r.push(x, out, 0, x.length);
-  n += r.finish(out, n);
-  return out.subarray(0, n);
-}
+const up = (x: Float32Array): Float32Array => resampleSignal(x, 16000, RATE);
 
 /** Where speech starts in `x` (16 kHz), by its labels. */
 function onsetOf(x: Float32Array): number {
@@ -35,6 +29,16 @@ function onsetOf(x: Float32Array): number {
 const dir = skip === false ? mkdtempSync(join(tmpdir(), 'voxslab-session-')) : '';
 if (skip === false) makeCheckpoint({ config: 'tiny', seed: 3, out: dir, dtype: 'f32' });
 
+/** A ready duplex conversation of the tiny model speaking at `rate`, in a domain of its own. */
+function ready(rate: number): { domain: MemoryDomain; conv: Conversation } {
+  const domain = MemoryDomain.create({ limit: '2GiB' });
+  const model = SpeechModel.load(dir, domain, { outputRate: rate });
+  const conv = model.conversation({ seed: 7, inputRate: 16000, checkpoints: DuplexSession.checkpointsFor(model) });
+  model.ready();
+  conv.ready();
+  return { domain, conv };
+}
+
 interface Run {
   log: string[];
   played: Buffer;
@@ -44,11 +48,7 @@ interface Run {
 
 /** The user asks, the assistant answers, the user interrupts it 4 s into the answer. */
 function scenario(): Run {
-  const domain = MemoryDomain.create({ limit: '2GiB' });
-  const model = SpeechModel.load(dir, domain, { outputRate: RATE });
-  const conv = model.conversation({ seed: 7, inputRate: 16000, checkpoints: DuplexSession.checkpointsFor(model) });
-  model.ready();
-  conv.ready();
+  const { conv } = ready(RATE);
   const first = utterance('What is the weather going to be like in Paris tomorrow morning?', 'en-us', 165);
   const second = utterance('Stop, that is not what I asked for at all.', 'en-gb', 165);
   const at1 = 16000;
@@ -115,11 +115,7 @@ t.test('duplex session on the loopback device: a turn, a reply, a barge-in cut t
 });
 
 t.test('duplex session: listening allocates nothing', { skip }, async (t) => {
-  const domain = MemoryDomain.create({ limit: '2GiB' });
-  const model = SpeechModel.load(dir, domain, { outputRate: RATE });
-  const conv = model.conversation({ seed: 7, inputRate: 16000, checkpoints: DuplexSession.checkpointsFor(model) });
-  model.ready();
-  conv.ready();
+  const { conv } = ready(RATE);
   const noise = new Float32Array(RATE * 600);
   for (let i = 0; i < noise.length; i++) noise[i] = 0.001 * Math.sin(i * 0.37);
   const device = new LoopbackDevice({ rate: RATE, echo: { delayMs: 40, gain: 0.5 }, user: noise });
@@ -130,34 +126,16 @@ t.test('duplex session: listening allocates nothing', { skip }, async (t) => {
   session.close();
 });
 
-/** Assistant speech at 16 kHz (or 48 kHz): espeak-ng sentences back to back with short pauses. */
-function assistantSpeech(seconds: number, rate = RATE): Float32Array {
-  const lines = ['I can help with that. The forecast says light rain in the afternoon.', 'Your next meeting starts at ten, in the small room on the second floor.', 'Here is a recipe that takes about twenty minutes from start to finish.', 'The train to the airport leaves every fifteen minutes from platform four.'];
-  const voices = ['en-us', 'en-gb', 'en-gb-scotland', 'en-gb-x-rp'];
-  const parts: Float32Array[] = [];
-  let n = 0;
-  for (let k = 0; n < seconds * 16000; k++) {
-    const u = utterance(lines[k % lines.length]!, voices[k % voices.length]!, 150 + 10 * (k % 4));
-    parts.push(u, new Float32Array(2400));
-    n += u.length + 2400;
-  }
-  const x = new Float32Array(n);
-  let at = 0;
-  for (const p of parts) {
-    x.set(p, at);
-    at += p.length;
-  }
-  return (rate === 16000 ? x : up(x)).subarray(0, seconds * rate);
-}
+/** The assistant's speech at the device rate. */
+const assistantSpeech = (seconds: number, rate = RATE): Float32Array => {
+  const x = assistantVoice(seconds);
+  return rate === 16000 ? x : up(x).subarray(0, seconds * rate);
+};
 
 t.test('duplex session: no false barge-in in 5 minutes of assistant speech with its echo at equal level', { skip }, async (t) => {
   // At 16 kHz (the simulated room costs a convolution per sample).
   const rate = 16000;
-  const domain = MemoryDomain.create({ limit: '2GiB' });
-  const model = SpeechModel.load(dir, domain, { outputRate: rate });
-  const conv = model.conversation({ seed: 7, inputRate: 16000, checkpoints: DuplexSession.checkpointsFor(model) });
-  model.ready();
-  conv.ready();
+  const { conv } = ready(rate);
   let falseStarts = 0;
   for (const [delayMs, seconds] of [[120, 300], [30, 60]] as const) {
     const speech = assistantSpeech(seconds, rate);
@@ -180,11 +158,7 @@ t.test('duplex session: no false barge-in in 5 minutes of assistant speech with 
 });
 
 t.test('duplex session: the user interrupts a prompt played with say()', { skip }, async (t) => {
-  const domain = MemoryDomain.create({ limit: '2GiB' });
-  const model = SpeechModel.load(dir, domain, { outputRate: RATE });
-  const conv = model.conversation({ seed: 7, inputRate: 16000, checkpoints: DuplexSession.checkpointsFor(model) });
-  model.ready();
-  conv.ready();
+  const { conv } = ready(RATE);
   const prompt = assistantSpeech(12);
   const stop = utterance('Stop, that is not what I asked for at all.', 'en-gb', 165);
   const user16 = new Float32Array(16000 * 14);
@@ -205,11 +179,7 @@ t.test('duplex session: the user interrupts a prompt played with say()', { skip 
 });
 
 t.test('duplex session: every byte is held under the cap by session/N, and given back at close', { skip }, async (t) => {
-  const domain = MemoryDomain.create({ limit: '2GiB' });
-  const model = SpeechModel.load(dir, domain, { outputRate: RATE });
-  const conv = model.conversation({ seed: 7, inputRate: 16000, checkpoints: DuplexSession.checkpointsFor(model) });
-  model.ready();
-  conv.ready();
+  const { domain, conv } = ready(RATE);
   const before = domain.snapshot();
   const session = new DuplexSession(conv, new LoopbackDevice({ rate: RATE, echo: null }));
   const during = domain.snapshot();
