@@ -4,7 +4,7 @@
  */
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
-import { InternalError } from './errors.js';
+import { ArgumentError, InternalError } from './errors.js';
 
 export interface NativeResult {
   ok: boolean;
@@ -30,8 +30,19 @@ export interface CpuFeatures {
   avx512f: boolean;
   avx512bw: boolean;
   avx512vl: boolean;
+  avx512vnni: boolean;
   neon: boolean;
 }
+
+/**
+ * The addon's argument codes, named once (native/src/kernels.h declares the same values as
+ * enums): weight encodings, norm and activation kinds, attention masks, conv1d modes.
+ */
+export const WEIGHT_TYPE = { f32: 0, f16: 1, bf16: 2, q8: 3, q4: 4 } as const;
+export const NORM = { rms: 0, layer: 1 } as const;
+export const ACTIVATION = { gelu: 0, silu: 1, swiglu: 2, glu: 3 } as const;
+export const ATTENTION_MASK = { full: 0, causal: 1, sliding: 2 } as const;
+export const CONV_MODE = { causal: 0, same: 1 } as const;
 
 export type ByteView =
   | Uint8Array
@@ -67,7 +78,7 @@ export interface NativeAddon {
   lockRange(view: ByteView): NativeResult;
   unlockRange(view: ByteView): NativeResult;
   cpuFeatures(): CpuFeatures;
-  /** Index of the first NaN or infinity among the values (type 0 f32, 1 f16, 2 bf16) of `bytes`, or -1. */
+  /** Index of the first NaN or infinity among the values (WEIGHT_TYPE f32, f16 or bf16) of `bytes`, or -1. */
   firstNonFinite(bytes: Uint8Array, type: number): number;
   /** Silences alsa-lib's own error messages; false when built without ALSA. */
   quietAlsa(): boolean;
@@ -159,6 +170,14 @@ export interface NativeAddon {
   kernelIsa(): string;
   /** The dot-product path chosen at load: 'avx2+fma' or 'scalar'. */
   kernelPath(): string;
+  /** VOXSLAB_KERNELS when it names no instruction set, else ''. */
+  kernelsRequestError(): string;
+  /** Bytes of scratch gemvInt needs for K inputs quantized in groups of `group`. */
+  gemvScratchBytes(K: number, group: number): number;
+  /** Floats of scratch the tiled attention needs (never a function of the sequence length). */
+  attentionScratchFloats(tq: number, tk: number, hd: number, group: number): number;
+  /** Floats of packing scratch gemm needs. */
+  readonly gemmPackFloats: number;
 }
 
 const require = createRequire(import.meta.url);
@@ -176,3 +195,9 @@ function load(): NativeAddon {
 }
 
 export const native: NativeAddon = load();
+
+// Checked here, once per thread that loads the addon: the native side cannot throw while it loads.
+const badKernels = native.kernelsRequestError();
+if (badKernels !== '') {
+  throw new ArgumentError(`VOXSLAB_KERNELS must be scalar, avx2 or avx512 (got '${badKernels}')`);
+}

@@ -8,8 +8,10 @@
 #include <string>
 
 #include "apm.h"
+#include "cpu.h"
 #include "dsp.h"
 #include "kernels.h"
+#include "simd.h"
 #include "system.h"
 
 namespace {
@@ -139,6 +141,14 @@ int64_t CountArg(const Napi::CallbackInfo& info, size_t index, const char* fn, c
   return static_cast<int64_t>(d);
 }
 
+// An enum argument: a whole number from 0 to `last` (the values src/native.ts names).
+template <typename E>
+E EnumArg(const Napi::CallbackInfo& info, size_t index, const char* fn, const char* what, E last, const char* values) {
+  const int64_t v = CountArg(info, index, fn, what);
+  if (v > static_cast<int64_t>(last)) ThrowRange(info.Env(), std::string(fn) + ": " + what + " must be " + values);
+  return static_cast<E>(v);
+}
+
 // Every size computed from JS counts goes through here: factors must be non-negative and the
 // product at most 2^53, checked without wrapping, so a huge count fails as a RangeError
 // instead of indexing outside a view.
@@ -157,6 +167,24 @@ bool Overlap(const View<A>& a, const View<B>& b) {
   const auto* a0 = reinterpret_cast<const uint8_t*>(a.data);
   const auto* b0 = reinterpret_cast<const uint8_t*>(b.data);
   return a0 < b0 + b.length * sizeof(B) && b0 < a0 + a.length * sizeof(A);
+}
+
+// Values a function of no arguments may return, as JS values.
+Napi::Value Js(const Napi::Env& env, bool v) { return Napi::Boolean::New(env, v); }
+Napi::Value Js(const Napi::Env& env, int v) { return Napi::Number::New(env, v); }
+Napi::Value Js(const Napi::Env& env, size_t v) { return Napi::Number::New(env, static_cast<double>(v)); }
+Napi::Value Js(const Napi::Env& env, const char* v) { return Napi::String::New(env, v); }
+
+// The entry point of a native function of no arguments; its JS name travels as the data pointer.
+template <auto F>
+Napi::Value NoArgs(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 0, static_cast<const char*>(info.Data()));
+  return Js(info.Env(), F());
+}
+
+template <Napi::Value (*F)(const Napi::CallbackInfo&)>
+void Export(Napi::Env env, Napi::Object exports, const char* name) {
+  exports.Set(name, Napi::Function::New(env, F, name, const_cast<char*>(name)));
 }
 
 Napi::Object Result(const Napi::Env& env, int err) {
@@ -204,21 +232,6 @@ Napi::Value AllowedCpus(const Napi::CallbackInfo& info) {
   return out;
 }
 
-Napi::Value CurrentCpu(const Napi::CallbackInfo& info) {
-  ExpectArgs(info, 0, "currentCpu");
-  return Napi::Number::New(info.Env(), voxslab::CurrentCpu());
-}
-
-Napi::Value AffinitySupported(const Napi::CallbackInfo& info) {
-  ExpectArgs(info, 0, "affinitySupported");
-  return Napi::Boolean::New(info.Env(), voxslab::AffinitySupported());
-}
-
-Napi::Value ConfiguredCpus(const Napi::CallbackInfo& info) {
-  ExpectArgs(info, 0, "configuredCpus");
-  return Napi::Number::New(info.Env(), voxslab::ConfiguredCpus());
-}
-
 // Monotonic milliseconds written into out[index]: a clock read that leaves nothing on the JS
 // heap (a returned double would be boxed when the call is not inlined).
 Napi::Value ClockInto(const Napi::CallbackInfo& info) {
@@ -228,11 +241,6 @@ Napi::Value ClockInto(const Napi::CallbackInfo& info) {
   if (static_cast<uint64_t>(index) >= out.length) ThrowRange(info.Env(), "clockInto: index is past the end of out");
   out.data[index] = voxslab::MonotonicMs();
   return info.Env().Undefined();
-}
-
-Napi::Value PageSize(const Napi::CallbackInfo& info) {
-  ExpectArgs(info, 0, "pageSize");
-  return Napi::Number::New(info.Env(), static_cast<double>(voxslab::PageSize()));
 }
 
 Napi::Value ResidentBytes(const Napi::CallbackInfo& info) {
@@ -260,7 +268,7 @@ Napi::Value UnlockRange(const Napi::CallbackInfo& info) {
 Napi::Value CpuFeaturesValue(const Napi::CallbackInfo& info) {
   ExpectArgs(info, 0, "cpuFeatures");
   Napi::Env env = info.Env();
-  CpuFeatures f = voxslab::DetectCpuFeatures();
+  const CpuFeatures& f = voxslab::Cpu();
   Napi::Object out = Napi::Object::New(env);
   out.Set("arch", Napi::String::New(env, f.arch));
   out.Set("sse42", Napi::Boolean::New(env, f.sse42));
@@ -271,6 +279,7 @@ Napi::Value CpuFeaturesValue(const Napi::CallbackInfo& info) {
   out.Set("avx512f", Napi::Boolean::New(env, f.avx512f));
   out.Set("avx512bw", Napi::Boolean::New(env, f.avx512bw));
   out.Set("avx512vl", Napi::Boolean::New(env, f.avx512vl));
+  out.Set("avx512vnni", Napi::Boolean::New(env, f.avx512vnni));
   out.Set("neon", Napi::Boolean::New(env, f.neon));
   return out;
 }
@@ -310,6 +319,35 @@ Napi::Value ResampleRunValue(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(n));
 }
 
+// A complex FFT's factor plan [p0, m0, p1, m1, ...] must multiply out to `points` and its
+// largest radix must fit the scratch (2 values per point of a radix).
+void CheckFactorPlan(const Napi::CallbackInfo& info, const char* fn, const View<int32_t>& factors, int64_t points,
+                     const char* what, const View<double>& scratch) {
+  const std::string prefix = std::string(fn) + ": factor plan ";
+  int64_t rest = points;
+  size_t i = 0;
+  int32_t maxP = 2;
+  while (rest > 1) {
+    if (i + 1 >= factors.length) ThrowRange(info.Env(), prefix + "is incomplete");
+    const int32_t p = factors.data[i];
+    const int32_t m = factors.data[i + 1];
+    if (p < 2 || rest % p != 0 || rest / p != m) ThrowRange(info.Env(), prefix + "does not match " + what);
+    maxP = std::max(maxP, p);
+    rest = m;
+    i += 2;
+  }
+  if (points == 1 && (factors.length < 2 || factors.data[0] != 1 || factors.data[1] != 1)) {
+    ThrowRange(info.Env(), prefix + "does not match " + what);
+  }
+  if (scratch.length < Mul(info, fn, {2, maxP})) ThrowRange(info.Env(), std::string(fn) + ": scratch is too small for the largest radix");
+}
+
+// A boolean argument.
+bool BoolArg(const Napi::CallbackInfo& info, size_t index, const char* fn, const char* what) {
+  if (!info[index].IsBoolean()) ThrowType(info.Env(), std::string(fn) + ": " + what + " must be a boolean");
+  return info[index].As<Napi::Boolean>().Value();
+}
+
 // fft(factors, twiddles, scratch, input, output, n, inverse)
 Napi::Value FftValue(const Napi::CallbackInfo& info) {
   const char* fn = "fft";
@@ -320,26 +358,11 @@ Napi::Value FftValue(const Napi::CallbackInfo& info) {
   auto in = TypedArg<double>(info, 3, napi_float64_array, fn, "input");
   auto out = TypedArg<double>(info, 4, napi_float64_array, fn, "output");
   const int64_t n = CountArg(info, 5, fn, "n");
-  if (!info[6].IsBoolean()) ThrowType(info.Env(), "fft: inverse must be a boolean");
-  const bool inverse = info[6].As<Napi::Boolean>().Value();
+  const bool inverse = BoolArg(info, 6, fn, "inverse");
   if (n < 1 || n > (1 << 24)) ThrowRange(info.Env(), "fft: n must be from 1 to 2^24");
   const size_t len = Mul(info, fn, {2, n});
   if (tw.length < len || in.length < len || out.length < len) ThrowRange(info.Env(), "fft: twiddles, input and output need 2·n values");
-  // The factor plan must multiply out to n and fit the scratch.
-  int64_t rest = n;
-  size_t i = 0;
-  int32_t maxP = 2;
-  while (rest > 1) {
-    if (i + 1 >= factors.length) ThrowRange(info.Env(), "fft: factor plan is incomplete");
-    const int32_t p = factors.data[i];
-    const int32_t m = factors.data[i + 1];
-    if (p < 2 || rest % p != 0 || rest / p != m) ThrowRange(info.Env(), "fft: factor plan does not match n");
-    maxP = std::max(maxP, p);
-    rest = m;
-    i += 2;
-  }
-  if (n == 1 && (factors.length < 2 || factors.data[0] != 1 || factors.data[1] != 1)) ThrowRange(info.Env(), "fft: factor plan does not match n");
-  if (scratch.length < Mul(info, fn, {2, maxP})) ThrowRange(info.Env(), "fft: scratch is too small for the largest radix");
+  CheckFactorPlan(info, fn, factors, n, "n", scratch);
   if (Overlap(in, out) || Overlap(scratch, out) || Overlap(scratch, in)) ThrowRange(info.Env(), "fft: input, output and scratch must not overlap");
   voxslab::FftRun(factors.data, tw.data, scratch.data, in.data, out.data, static_cast<int>(n), inverse);
   return info.Env().Undefined();
@@ -358,8 +381,7 @@ Napi::Value RfftValue(const Napi::CallbackInfo& info) {
   auto in = TypedArg<double>(info, 5, napi_float64_array, fn, "input");
   auto out = TypedArg<double>(info, 6, napi_float64_array, fn, "output");
   const int64_t n = CountArg(info, 7, fn, "n");
-  if (!info[8].IsBoolean()) ThrowType(info.Env(), "rfft: inverse must be a boolean");
-  const bool inverse = info[8].As<Napi::Boolean>().Value();
+  const bool inverse = BoolArg(info, 8, fn, "inverse");
   if (n < 2 || n % 2 != 0 || n > (1 << 24)) ThrowRange(info.Env(), "rfft: n must be even, from 2 to 2^24");
   const int64_t h = n / 2;
   const size_t bins2 = Mul(info, fn, {2, (h + 1)});
@@ -369,20 +391,7 @@ Napi::Value RfftValue(const Napi::CallbackInfo& info) {
   const size_t inNeed = inverse ? bins2 : static_cast<size_t>(n);
   const size_t outNeed = inverse ? static_cast<size_t>(n) : bins2;
   if (in.length < inNeed || out.length < outNeed) ThrowRange(info.Env(), "rfft: input or output is too short");
-  int64_t rest = h;
-  size_t i = 0;
-  int32_t maxP = 2;
-  while (rest > 1) {
-    if (i + 1 >= factors.length) ThrowRange(info.Env(), "rfft: factor plan is incomplete");
-    const int32_t p = factors.data[i];
-    const int32_t m = factors.data[i + 1];
-    if (p < 2 || rest % p != 0 || rest / p != m) ThrowRange(info.Env(), "rfft: factor plan does not match n/2");
-    maxP = std::max(maxP, p);
-    rest = m;
-    i += 2;
-  }
-  if (h == 1 && (factors.length < 2 || factors.data[0] != 1 || factors.data[1] != 1)) ThrowRange(info.Env(), "rfft: factor plan does not match n/2");
-  if (scratch.length < Mul(info, fn, {2, maxP})) ThrowRange(info.Env(), "rfft: scratch is too small for the largest radix");
+  CheckFactorPlan(info, fn, factors, h, "n/2", scratch);
   if (Overlap(in, out) || Overlap(work, in) || Overlap(work, out) || Overlap(scratch, work)) ThrowRange(info.Env(), "rfft: buffers must not overlap");
   if (inverse) {
     voxslab::RfftInverse(factors.data, tw.data, scratch.data, split.data, work.data, in.data, out.data, static_cast<int>(n));
@@ -415,53 +424,6 @@ Napi::Value CopyF32Value(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// gemv(type, w, scales | null, biases | null, group, x, y, M, K, xsum | null)
-Napi::Value GemvValue(const Napi::CallbackInfo& info) {
-  const char* fn = "gemv";
-  ExpectArgs(info, 10, fn);
-  const int64_t type = CountArg(info, 0, fn, "type");
-  if (type > 4) ThrowRange(info.Env(), "gemv: type must be 0 (f32), 1 (f16), 2 (bf16), 3 (q8) or 4 (q4)");
-  const int64_t M = CountArg(info, 7, fn, "M");
-  const int64_t K = CountArg(info, 8, fn, "K");
-  const auto wt = static_cast<voxslab::WeightType>(type);
-  const bool quant = wt == voxslab::WeightType::kQ8 || wt == voxslab::WeightType::kQ4;
-  const void* w = nullptr;
-  size_t wlen = 0, wneed = Mul(info, fn, {M, K});
-  if (wt == voxslab::WeightType::kF32) {
-    auto v = TypedArg<float>(info, 1, napi_float32_array, fn, "w");
-    w = v.data;
-    wlen = v.length;
-  } else if (!quant) {
-    auto v = TypedArg<uint16_t>(info, 1, napi_uint16_array, fn, "w");
-    w = v.data;
-    wlen = v.length;
-  } else {
-    auto v = TypedArg<uint8_t>(info, 1, napi_uint8_array, fn, "w");
-    w = v.data;
-    wlen = v.length;
-    if (wt == voxslab::WeightType::kQ4) wneed = Mul(info, fn, {M, K}) / 2;
-  }
-  if (wlen < wneed) ThrowRange(info.Env(), "gemv: w has " + std::to_string(wlen) + " elements, needs " + std::to_string(wneed));
-  int64_t group = 0;
-  const float* scales = nullptr;
-  const float* biases = nullptr;
-  float* xsum = nullptr;
-  if (quant) {
-    group = CountArg(info, 4, fn, "group");
-    if (group < 8 || group % 8 != 0 || K % group != 0) ThrowRange(info.Env(), "gemv: group must be a multiple of 8 that divides K");
-    const size_t g = Mul(info, fn, {M, (K / group)});
-    scales = F32Arg(info, 2, fn, "scales", g).data;
-    biases = F32Arg(info, 3, fn, "biases", g).data;
-    xsum = F32Arg(info, 9, fn, "xsum", static_cast<size_t>(K / group)).data;
-  }
-  auto x = F32Arg(info, 5, fn, "x", static_cast<size_t>(K));
-  auto y = F32Arg(info, 6, fn, "y", static_cast<size_t>(M));
-  if (Overlap(x, y)) ThrowRange(info.Env(), "gemv: x and y must not overlap");
-  if (quant) voxslab::Gemv(wt, w, scales, biases, static_cast<int>(group), x.data, y.data, M, K, xsum);
-  else voxslab::GemvSplit(wt, w, x.data, y.data, M, K);
-  return info.Env().Undefined();
-}
-
 // setComputeThreads(n): threads sharing each GEMV's rows (1–8; 1 stops the helpers).
 Napi::Value SetComputeThreadsValue(const Napi::CallbackInfo& info) {
   ExpectArgs(info, 1, "setComputeThreads");
@@ -471,59 +433,102 @@ Napi::Value SetComputeThreadsValue(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), voxslab::ComputeThreads());
 }
 
-Napi::Value ComputeThreadsValue(const Napi::CallbackInfo& info) {
-  ExpectArgs(info, 0, "computeThreads");
-  return Napi::Number::New(info.Env(), voxslab::ComputeThreads());
+voxslab::WeightType WeightTypeArg(const Napi::CallbackInfo& info, size_t index, const char* fn) {
+  return EnumArg(info, index, fn, "type", voxslab::WeightType::kQ4, "0 (f32), 1 (f16), 2 (bf16), 3 (q8) or 4 (q4)");
 }
 
-// Reads a weight matrix argument [M][K] of `type` (with scales/biases for q8/q4).
-voxslab::WeightRef WeightArg(const Napi::CallbackInfo& info, const char* fn, int64_t type, size_t wi, size_t si, size_t bi,
-                             size_t gi, int64_t M, int64_t K) {
-  if (type > 4) ThrowRange(info.Env(), std::string(fn) + ": type must be 0 (f32), 1 (f16), 2 (bf16), 3 (q8) or 4 (q4)");
-  voxslab::WeightRef w{static_cast<voxslab::WeightType>(type), nullptr, nullptr, nullptr, 0};
-  const bool quant = type >= 3;
+// The one reader of a weight matrix argument [M][K] of `type`: the data at info[at], then for
+// q8/q4 the scales, biases and group at info[at + 1 … at + 3].
+voxslab::WeightRef WeightArg(const Napi::CallbackInfo& info, const char* fn, voxslab::WeightType type, size_t at, int64_t M,
+                             int64_t K) {
+  voxslab::WeightRef w{type, nullptr, nullptr, nullptr, 0};
+  const bool quant = voxslab::Quantized(type);
   size_t wlen = 0, wneed = Mul(info, fn, {M, K});
-  if (type == 0) {
-    auto v = TypedArg<float>(info, wi, napi_float32_array, fn, "w");
+  if (type == voxslab::WeightType::kF32) {
+    auto v = TypedArg<float>(info, at, napi_float32_array, fn, "w");
     w.data = v.data;
     wlen = v.length;
   } else if (!quant) {
-    auto v = TypedArg<uint16_t>(info, wi, napi_uint16_array, fn, "w");
+    auto v = TypedArg<uint16_t>(info, at, napi_uint16_array, fn, "w");
     w.data = v.data;
     wlen = v.length;
   } else {
-    auto v = TypedArg<uint8_t>(info, wi, napi_uint8_array, fn, "w");
+    auto v = TypedArg<uint8_t>(info, at, napi_uint8_array, fn, "w");
     w.data = v.data;
     wlen = v.length;
-    if (type == 4) wneed = Mul(info, fn, {M, K}) / 2;
+    if (type == voxslab::WeightType::kQ4) wneed = Mul(info, fn, {M, K}) / 2;
   }
   if (wlen < wneed) ThrowRange(info.Env(), std::string(fn) + ": w has " + std::to_string(wlen) + " elements, needs " + std::to_string(wneed));
   if (quant) {
-    const int64_t group = CountArg(info, gi, fn, "group");
+    const int64_t group = CountArg(info, at + 3, fn, "group");
     if (group < 8 || group % 8 != 0 || K % group != 0) ThrowRange(info.Env(), std::string(fn) + ": group must be a multiple of 8 that divides K");
     const size_t g = Mul(info, fn, {M, (K / group)});
-    w.scales = F32Arg(info, si, fn, "scales", g).data;
-    w.biases = F32Arg(info, bi, fn, "biases", g).data;
+    w.scales = F32Arg(info, at + 1, fn, "scales", g).data;
+    w.biases = F32Arg(info, at + 2, fn, "biases", g).data;
     w.group = static_cast<int>(group);
   }
   return w;
+}
+
+// gemv(type, w, scales | null, biases | null, group, x, y, M, K, xsum | null)
+Napi::Value GemvValue(const Napi::CallbackInfo& info) {
+  const char* fn = "gemv";
+  ExpectArgs(info, 10, fn);
+  const voxslab::WeightType type = WeightTypeArg(info, 0, fn);
+  const int64_t M = CountArg(info, 7, fn, "M");
+  const int64_t K = CountArg(info, 8, fn, "K");
+  const voxslab::WeightRef w = WeightArg(info, fn, type, 1, M, K);
+  auto x = F32Arg(info, 5, fn, "x", static_cast<size_t>(K));
+  auto y = F32Arg(info, 6, fn, "y", static_cast<size_t>(M));
+  if (Overlap(x, y)) ThrowRange(info.Env(), "gemv: x and y must not overlap");
+  if (voxslab::Quantized(type)) {
+    float* xsum = F32Arg(info, 9, fn, "xsum", static_cast<size_t>(K / w.group)).data;
+    voxslab::Gemv(type, w.data, w.scales, w.biases, w.group, x.data, y.data, M, K, xsum);
+  } else {
+    voxslab::GemvSplit(type, w.data, x.data, y.data, M, K);
+  }
+  return info.Env().Undefined();
+}
+
+// gemvScratchBytes(K, group): the scratch gemvInt needs for an input of K values (the facade's
+// planners size from this, never from a copy of the formula).
+Napi::Value GemvScratchBytesValue(const Napi::CallbackInfo& info) {
+  const char* fn = "gemvScratchBytes";
+  ExpectArgs(info, 2, fn);
+  const int64_t K = CountArg(info, 0, fn, "K");
+  const int64_t group = CountArg(info, 1, fn, "group");
+  if (group == 0 || K > (int64_t{1} << 40)) ThrowRange(info.Env(), "gemvScratchBytes: group must be positive and K below 2^40");
+  return Napi::Number::New(info.Env(), static_cast<double>(voxslab::GemvIntScratchBytes(K, static_cast<int>(group))));
+}
+
+// attentionScratchFloats(tq, tk, hd, group)
+Napi::Value AttentionScratchFloatsValue(const Napi::CallbackInfo& info) {
+  const char* fn = "attentionScratchFloats";
+  ExpectArgs(info, 4, fn);
+  const int64_t tq = CountArg(info, 0, fn, "tq");
+  const int64_t tk = CountArg(info, 1, fn, "tk");
+  const int64_t hd = CountArg(info, 2, fn, "hd");
+  const int64_t group = CountArg(info, 3, fn, "group");
+  Mul(info, fn, {tq + group, tk + hd, 4});
+  return Napi::Number::New(info.Env(), static_cast<double>(voxslab::AttentionScratchFloats(tq, tk, hd, group)));
 }
 
 // gemvRows(type, w, scales, biases, group, X, Y, n, M, K, scratch | null)
 Napi::Value GemvRowsValue(const Napi::CallbackInfo& info) {
   const char* fn = "gemvRows";
   ExpectArgs(info, 11, fn);
-  const int64_t type = CountArg(info, 0, fn, "type");
+  const voxslab::WeightType type = WeightTypeArg(info, 0, fn);
   const int64_t n = CountArg(info, 7, fn, "n");
   const int64_t M = CountArg(info, 8, fn, "M");
   const int64_t K = CountArg(info, 9, fn, "K");
-  const voxslab::WeightRef w = WeightArg(info, fn, type, 1, 2, 3, 4, M, K);
-  if (type >= 3 && w.group < 32) ThrowRange(info.Env(), "gemvRows: group must be at least 32");
+  const voxslab::WeightRef w = WeightArg(info, fn, type, 1, M, K);
+  const bool quant = voxslab::Quantized(type);
+  if (quant && w.group < 32) ThrowRange(info.Env(), "gemvRows: group must be at least 32");
   auto X = F32Arg(info, 5, fn, "X", Mul(info, fn, {n, K}));
   auto Y = F32Arg(info, 6, fn, "Y", Mul(info, fn, {n, M}));
   if (Overlap(X, Y)) ThrowRange(info.Env(), "gemvRows: X and Y must not overlap");
   void* scratch = nullptr;
-  if (type >= 3) {
+  if (quant) {
     const int64_t need = voxslab::GemvRowsScratchBytes(n, K, w.group);
     auto sc = F32Arg(info, 10, fn, "scratch", static_cast<size_t>((need + 3) / 4));
     if (Overlap(X, sc) || Overlap(Y, sc)) ThrowRange(info.Env(), "gemvRows: scratch must not overlap X or Y");
@@ -537,11 +542,11 @@ Napi::Value GemvRowsValue(const Napi::CallbackInfo& info) {
 Napi::Value GemvIntValue(const Napi::CallbackInfo& info) {
   const char* fn = "gemvInt";
   ExpectArgs(info, 10, fn);
-  const int64_t type = CountArg(info, 0, fn, "type");
-  if (type != 3 && type != 4) ThrowRange(info.Env(), "gemvInt: type must be 3 (q8) or 4 (q4)");
+  const voxslab::WeightType type = WeightTypeArg(info, 0, fn);
+  if (!voxslab::Quantized(type)) ThrowRange(info.Env(), "gemvInt: type must be 3 (q8) or 4 (q4)");
   const int64_t M = CountArg(info, 7, fn, "M");
   const int64_t K = CountArg(info, 8, fn, "K");
-  const voxslab::WeightRef w = WeightArg(info, fn, type, 1, 2, 3, 4, M, K);
+  const voxslab::WeightRef w = WeightArg(info, fn, type, 1, M, K);
   if (w.group < 32) ThrowRange(info.Env(), "gemvInt: group must be at least 32");
   auto x = F32Arg(info, 5, fn, "x", static_cast<size_t>(K));
   auto y = F32Arg(info, 6, fn, "y", static_cast<size_t>(M));
@@ -559,9 +564,9 @@ Napi::Value GemmValue(const Napi::CallbackInfo& info) {
   const int64_t T = CountArg(info, 8, fn, "T");
   const int64_t N = CountArg(info, 9, fn, "N");
   const int64_t K = CountArg(info, 10, fn, "K");
-  const int64_t type = CountArg(info, 1, fn, "type");
+  const voxslab::WeightType type = WeightTypeArg(info, 1, fn);
   auto A = F32Arg(info, 0, fn, "A", Mul(info, fn, {T, K}));
-  const voxslab::WeightRef W = WeightArg(info, fn, type, 2, 3, 4, 5, N, K);
+  const voxslab::WeightRef W = WeightArg(info, fn, type, 2, N, K);
   const float* bias = info[6].IsNull() ? nullptr : F32Arg(info, 6, fn, "bias", static_cast<size_t>(N)).data;
   auto C = F32Arg(info, 7, fn, "C", Mul(info, fn, {T, N}));
   auto pack = F32Arg(info, 11, fn, "pack", static_cast<size_t>(voxslab::kGemmPackFloats));
@@ -574,15 +579,15 @@ Napi::Value GemmValue(const Napi::CallbackInfo& info) {
 Napi::Value NormValue(const Napi::CallbackInfo& info) {
   const char* fn = "norm";
   ExpectArgs(info, 8, fn);
-  const int64_t kind = CountArg(info, 0, fn, "kind");
+  const auto kind = EnumArg(info, 0, fn, "kind", voxslab::NormKind::kLayer, "0 (RMSNorm) or 1 (LayerNorm)");
   const int64_t rows = CountArg(info, 5, fn, "rows");
   const int64_t dim = CountArg(info, 6, fn, "dim");
   const double eps = NumberArg(info, 7, fn, "eps");
-  if (kind > 1 || dim == 0 || !(eps >= 0)) ThrowRange(info.Env(), "norm: kind must be 0 or 1, dim positive, eps non-negative");
+  if (dim == 0 || !(eps >= 0)) ThrowRange(info.Env(), "norm: dim must be positive and eps non-negative");
   auto x = F32Arg(info, 1, fn, "x", Mul(info, fn, {rows, dim}));
   auto w = F32Arg(info, 2, fn, "w", static_cast<size_t>(dim));
   auto y = F32Arg(info, 4, fn, "y", Mul(info, fn, {rows, dim}));
-  if (kind == 0) {
+  if (kind == voxslab::NormKind::kRms) {
     voxslab::RmsNorm(x.data, w.data, y.data, rows, dim, static_cast<float>(eps));
   } else {
     auto b = F32Arg(info, 3, fn, "b", static_cast<size_t>(dim));
@@ -595,10 +600,10 @@ Napi::Value NormValue(const Napi::CallbackInfo& info) {
 Napi::Value ActivationValue(const Napi::CallbackInfo& info) {
   const char* fn = "activation";
   ExpectArgs(info, 5, fn);
-  const int64_t kind = CountArg(info, 0, fn, "kind");
+  using voxslab::Activation;
+  const auto kind = EnumArg(info, 0, fn, "kind", Activation::kGlu, "0 (GELU), 1 (SiLU), 2 (SwiGLU) or 3 (GLU)");
   const int64_t n = CountArg(info, 3, fn, "n");
-  if (kind > 3) ThrowRange(info.Env(), "activation: kind must be 0 (GELU), 1 (SiLU), 2 (SwiGLU) or 3 (GLU)");
-  if (kind == 3) {
+  if (kind == Activation::kGlu) {
     const int64_t dim = CountArg(info, 4, fn, "dim");
     auto x = F32Arg(info, 1, fn, "x", Mul(info, fn, {n, 2, dim}));
     auto y = F32Arg(info, 2, fn, "y", Mul(info, fn, {n, dim}));
@@ -607,8 +612,8 @@ Napi::Value ActivationValue(const Napi::CallbackInfo& info) {
   }
   auto x = F32Arg(info, 1, fn, "x", static_cast<size_t>(n));
   auto y = F32Arg(info, 2, fn, "y", static_cast<size_t>(n));
-  if (kind == 0) voxslab::GeluExact(x.data, y.data, n);
-  else if (kind == 1) voxslab::Silu(x.data, y.data, n);
+  if (kind == Activation::kGelu) voxslab::GeluExact(x.data, y.data, n);
+  else if (kind == Activation::kSilu) voxslab::Silu(x.data, y.data, n);
   else voxslab::SwiGlu(x.data, F32Arg(info, 4, fn, "up", static_cast<size_t>(n)).data, y.data, n);
   return info.Env().Undefined();
 }
@@ -622,12 +627,12 @@ Napi::Value RopeValue(const Napi::CallbackInfo& info) {
   const int64_t hd = CountArg(info, 5, fn, "hd");
   const int64_t pos0 = CountArg(info, 6, fn, "pos0");
   if (hd % 2 != 0) ThrowRange(info.Env(), "rope: hd must be even");
-  if (!info[7].IsBoolean()) ThrowType(info.Env(), "rope: adjacent must be a boolean");
+  const bool adjacent = BoolArg(info, 7, fn, "adjacent");
   auto x = F32Arg(info, 0, fn, "x", Mul(info, fn, {rows, heads, hd}));
   const size_t table = Mul(info, fn, {(pos0 + rows), (hd / 2)});
   auto c = F32Arg(info, 1, fn, "cos", table);
   auto s = F32Arg(info, 2, fn, "sin", table);
-  voxslab::Rope(x.data, c.data, s.data, rows, heads, hd, pos0, info[7].As<Napi::Boolean>().Value());
+  voxslab::Rope(x.data, c.data, s.data, rows, heads, hd, pos0, adjacent);
   return info.Env().Undefined();
 }
 
@@ -644,15 +649,14 @@ Napi::Value AttentionValue(const Napi::CallbackInfo& info) {
   a.qpos0 = CountArg(info, 13, fn, "qpos0");
   a.kpos0 = CountArg(info, 14, fn, "kpos0");
   a.window = CountArg(info, 15, fn, "window");
-  const int64_t mode = CountArg(info, 16, fn, "mode");
+  using voxslab::AttentionMask;
+  a.mask = EnumArg(info, 16, fn, "mode", AttentionMask::kSliding, "0 (full), 1 (causal) or 2 (sliding)");
   a.scale = static_cast<float>(NumberArg(info, 17, fn, "scale"));
   a.tq = CountArg(info, 18, fn, "tq");
   a.tk = CountArg(info, 19, fn, "tk");
-  a.mode = static_cast<int>(mode);
-  if (mode > 2) ThrowRange(info.Env(), "attention: mode must be 0 (full), 1 (causal) or 2 (sliding)");
   if (a.Hq == 0 || a.Hkv == 0 || a.Hq % a.Hkv != 0) ThrowRange(info.Env(), "attention: Hkv must divide Hq");
   if (a.hd == 0 || a.tq == 0 || a.tk == 0) ThrowRange(info.Env(), "attention: hd and tile sizes must be positive");
-  if (mode == 2 && a.window == 0) ThrowRange(info.Env(), "attention: a sliding window must be positive");
+  if (a.mask == AttentionMask::kSliding && a.window == 0) ThrowRange(info.Env(), "attention: a sliding window must be positive");
   auto q = F32Arg(info, 0, fn, "q", Mul(info, fn, {a.Tq, a.Hq, a.hd}));
   const size_t kvNeed = Mul(info, fn, {a.Tk, a.Hkv, a.hd});
   a.kvF16 = info[1].IsTypedArray() && info[1].As<Napi::TypedArray>().TypedArrayType() == napi_uint16_array;
@@ -674,7 +678,9 @@ Napi::Value AttentionValue(const Napi::CallbackInfo& info) {
   const float* u = nullptr;
   const float* vb = nullptr;
   if (!info[4].IsNull()) {
-    if (mode != 0 || a.Tq != a.Tk || a.qpos0 != a.kpos0) ThrowRange(info.Env(), "attention: relative positions need full context and Tq = Tk at the same positions");
+    if (a.mask != AttentionMask::kFull || a.Tq != a.Tk || a.qpos0 != a.kpos0) {
+      ThrowRange(info.Env(), "attention: relative positions need full context and Tq = Tk at the same positions");
+    }
     p = F32Arg(info, 4, fn, "p", Mul(info, fn, {2 * a.Tk - 1, a.Hq, a.hd})).data;
     u = F32Arg(info, 5, fn, "u", Mul(info, fn, {a.Hq, a.hd})).data;
     vb = F32Arg(info, 6, fn, "vb", Mul(info, fn, {a.Hq, a.hd})).data;
@@ -692,14 +698,14 @@ Napi::Value AttentionValue(const Napi::CallbackInfo& info) {
 Napi::Value Conv1dValue(const Napi::CallbackInfo& info) {
   const char* fn = "conv1d";
   ExpectArgs(info, 10, fn);
-  const int64_t mode = CountArg(info, 0, fn, "mode");
+  const auto mode = EnumArg(info, 0, fn, "mode", voxslab::ConvMode::kSame, "0 (causal) or 1 (same)");
   const int64_t T = CountArg(info, 5, fn, "T");
   const int64_t C = CountArg(info, 6, fn, "C");
   const int64_t k = CountArg(info, 7, fn, "k");
-  if (mode > 1 || k == 0 || C == 0) ThrowRange(info.Env(), "conv1d: mode must be 0 (causal) or 1 (same), k and C positive");
+  if (k == 0 || C == 0) ThrowRange(info.Env(), "conv1d: k and C must be positive");
   auto x = F32Arg(info, 1, fn, "x", Mul(info, fn, {T, C}));
   auto w = F32Arg(info, 2, fn, "w", Mul(info, fn, {C, k}));
-  if (mode == 0) {
+  if (mode == voxslab::ConvMode::kCausal) {
     auto state = F32Arg(info, 3, fn, "state", Mul(info, fn, {(k - 1), C}));
     auto y = F32Arg(info, 4, fn, "y", Mul(info, fn, {T, C}));
     if (Overlap(y, x) || Overlap(y, state)) ThrowRange(info.Env(), "conv1d: y must not overlap x or the state");
@@ -726,8 +732,8 @@ Napi::Value Conv2dValue(const Napi::CallbackInfo& info) {
   const int64_t inRows = CountArg(info, 3, fn, "inRows");
   const int64_t inTotal = CountArg(info, 4, fn, "inTotal");
   const int64_t inCols = CountArg(info, 5, fn, "inCols");
-  if (!info[8].IsBoolean() || !info[14].IsBoolean()) ThrowType(info.Env(), "conv2dS2: depthwise and relu must be booleans");
-  const bool dw = info[8].As<Napi::Boolean>().Value();
+  const bool dw = BoolArg(info, 8, fn, "depthwise");
+  const bool relu = BoolArg(info, 14, fn, "relu");
   const int64_t Cout = CountArg(info, 10, fn, "Cout");
   const int64_t outRow0 = CountArg(info, 11, fn, "outRow0");
   const int64_t outRows = CountArg(info, 12, fn, "outRows");
@@ -748,8 +754,7 @@ Napi::Value Conv2dValue(const Napi::CallbackInfo& info) {
   const float* bias = info[7].IsNull() ? nullptr : F32Arg(info, 7, fn, "bias", static_cast<size_t>(Cout)).data;
   auto out = F32Arg(info, 9, fn, "out", Mul(info, fn, {Cout, outRows, outCols}));
   if (Overlap(out, in)) ThrowRange(info.Env(), "conv2dS2: out must not overlap in");
-  voxslab::Conv2dS2(in.data, Cin, inRow0, inRows, inTotal, inCols, w.data, bias, dw, out.data, Cout, outRow0, outRows, outCols,
-                    info[14].As<Napi::Boolean>().Value());
+  voxslab::Conv2dS2(in.data, Cin, inRow0, inRows, inTotal, inCols, w.data, bias, dw, out.data, Cout, outRow0, outRows, outCols, relu);
   return info.Env().Undefined();
 }
 
@@ -760,13 +765,13 @@ Napi::Value PointwiseValue(const Napi::CallbackInfo& info) {
   const int64_t Cin = CountArg(info, 4, fn, "Cin");
   const int64_t Cout = CountArg(info, 5, fn, "Cout");
   const int64_t P = CountArg(info, 6, fn, "P");
-  if (!info[7].IsBoolean()) ThrowType(info.Env(), "pointwise: relu must be a boolean");
+  const bool relu = BoolArg(info, 7, fn, "relu");
   auto in = F32Arg(info, 0, fn, "in", Mul(info, fn, {Cin, P}));
   auto w = F32Arg(info, 1, fn, "w", Mul(info, fn, {Cout, Cin}));
   const float* bias = info[2].IsNull() ? nullptr : F32Arg(info, 2, fn, "bias", static_cast<size_t>(Cout)).data;
   auto out = F32Arg(info, 3, fn, "out", Mul(info, fn, {Cout, P}));
   if (Overlap(out, in)) ThrowRange(info.Env(), "pointwise: out must not overlap in");
-  voxslab::Pointwise(in.data, w.data, bias, out.data, Cin, Cout, P, info[7].As<Napi::Boolean>().Value());
+  voxslab::Pointwise(in.data, w.data, bias, out.data, Cin, Cout, P, relu);
   return info.Env().Undefined();
 }
 
@@ -781,21 +786,6 @@ Napi::Value ReadProbeValue(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), voxslab::ReadProbe(x.data, static_cast<int64_t>(x.length)));
 }
 
-Napi::Value FmaLanesValue(const Napi::CallbackInfo& info) {
-  ExpectArgs(info, 0, "fmaLanes");
-  return Napi::Number::New(info.Env(), voxslab::FmaLanes());
-}
-
-Napi::Value KernelIsaValue(const Napi::CallbackInfo& info) {
-  ExpectArgs(info, 0, "kernelIsa");
-  return Napi::String::New(info.Env(), voxslab::KernelIsa());
-}
-
-Napi::Value DotPathValue(const Napi::CallbackInfo& info) {
-  ExpectArgs(info, 0, "kernelPath");
-  return Napi::String::New(info.Env(), voxslab::DotPath());
-}
-
 // Echo cancellation and voice activity (apm.h). A handle is an External that owns one engine;
 // the finalizer frees it when the handle is collected, apmDestroy at once.
 struct ApmHandle {
@@ -807,21 +797,9 @@ Napi::Value FirstNonFiniteValue(const Napi::CallbackInfo& info) {
   const char* fn = "firstNonFinite";
   ExpectArgs(info, 2, fn);
   Bytes b = TypedArrayBytes(info, 0, fn);
-  const int64_t type = CountArg(info, 1, fn, "type");
-  if (type > 2) ThrowRange(info.Env(), "firstNonFinite: type must be 0 (f32), 1 (f16) or 2 (bf16)");
-  const int64_t size = type == 0 ? 4 : 2;
-  const int64_t r = voxslab::FirstNonFinite(b.data, static_cast<int64_t>(b.length) / size, static_cast<int>(type));
+  const auto type = EnumArg(info, 1, fn, "type", voxslab::WeightType::kBF16, "0 (f32), 1 (f16) or 2 (bf16)");
+  const int64_t r = voxslab::FirstNonFinite(b.data, static_cast<int64_t>(b.length) / voxslab::ElemBytes(type), type);
   return Napi::Number::New(info.Env(), static_cast<double>(r));
-}
-
-Napi::Value QuietAlsaValue(const Napi::CallbackInfo& info) {
-  ExpectArgs(info, 0, "quietAlsa");
-  return Napi::Boolean::New(info.Env(), voxslab::QuietAlsaErrors());
-}
-
-Napi::Value ApmAvailableValue(const Napi::CallbackInfo& info) {
-  ExpectArgs(info, 0, "apmAvailable");
-  return Napi::Boolean::New(info.Env(), voxslab::ApmAvailable());
 }
 
 // apmCreate(echo 0 (off)..3 suppression, highPass 0|1, noise 0..4, voice 0..4, delayAgnostic 0|1) -> { handle, heapBytes }
@@ -886,45 +864,49 @@ Napi::Value ApmProcessValue(const Napi::CallbackInfo& info) {
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
-  exports.Set("resampleRun", Napi::Function::New(env, ResampleRunValue, "resampleRun"));
-  exports.Set("fft", Napi::Function::New(env, FftValue, "fft"));
-  exports.Set("rfft", Napi::Function::New(env, RfftValue, "rfft"));
-  exports.Set("gemv", Napi::Function::New(env, GemvValue, "gemv"));
-  exports.Set("gemm", Napi::Function::New(env, GemmValue, "gemm"));
-  exports.Set("gemvInt", Napi::Function::New(env, GemvIntValue, "gemvInt"));
-  exports.Set("gemvRows", Napi::Function::New(env, GemvRowsValue, "gemvRows"));
-  exports.Set("setComputeThreads", Napi::Function::New(env, SetComputeThreadsValue, "setComputeThreads"));
-  exports.Set("computeThreads", Napi::Function::New(env, ComputeThreadsValue, "computeThreads"));
-  exports.Set("norm", Napi::Function::New(env, NormValue, "norm"));
-  exports.Set("activation", Napi::Function::New(env, ActivationValue, "activation"));
-  exports.Set("rope", Napi::Function::New(env, RopeValue, "rope"));
-  exports.Set("attention", Napi::Function::New(env, AttentionValue, "attention"));
-  exports.Set("conv1d", Napi::Function::New(env, Conv1dValue, "conv1d"));
-  exports.Set("conv2dS2", Napi::Function::New(env, Conv2dValue, "conv2dS2"));
-  exports.Set("pointwise", Napi::Function::New(env, PointwiseValue, "pointwise"));
-  exports.Set("fmaProbe", Napi::Function::New(env, FmaProbeValue, "fmaProbe"));
-  exports.Set("readProbe", Napi::Function::New(env, ReadProbeValue, "readProbe"));
-  exports.Set("fmaLanes", Napi::Function::New(env, FmaLanesValue, "fmaLanes"));
-  exports.Set("kernelIsa", Napi::Function::New(env, KernelIsaValue, "kernelIsa"));
-  exports.Set("kernelPath", Napi::Function::New(env, DotPathValue, "kernelPath"));
-  exports.Set("pinThread", Napi::Function::New(env, PinThread, "pinThread"));
-  exports.Set("allowedCpus", Napi::Function::New(env, AllowedCpus, "allowedCpus"));
-  exports.Set("currentCpu", Napi::Function::New(env, CurrentCpu, "currentCpu"));
-  exports.Set("clockInto", Napi::Function::New(env, ClockInto, "clockInto"));
-  exports.Set("copyF32", Napi::Function::New(env, CopyF32Value, "copyF32"));
-  exports.Set("affinitySupported", Napi::Function::New(env, AffinitySupported, "affinitySupported"));
-  exports.Set("configuredCpus", Napi::Function::New(env, ConfiguredCpus, "configuredCpus"));
-  exports.Set("pageSize", Napi::Function::New(env, PageSize, "pageSize"));
-  exports.Set("residentBytes", Napi::Function::New(env, ResidentBytes, "residentBytes"));
-  exports.Set("lockRange", Napi::Function::New(env, LockRange, "lockRange"));
-  exports.Set("unlockRange", Napi::Function::New(env, UnlockRange, "unlockRange"));
-  exports.Set("firstNonFinite", Napi::Function::New(env, FirstNonFiniteValue, "firstNonFinite"));
-  exports.Set("quietAlsa", Napi::Function::New(env, QuietAlsaValue, "quietAlsa"));
-  exports.Set("apmAvailable", Napi::Function::New(env, ApmAvailableValue, "apmAvailable"));
-  exports.Set("apmCreate", Napi::Function::New(env, ApmCreateValue, "apmCreate"));
-  exports.Set("apmDestroy", Napi::Function::New(env, ApmDestroyValue, "apmDestroy"));
-  exports.Set("apmProcess", Napi::Function::New(env, ApmProcessValue, "apmProcess"));
-  exports.Set("cpuFeatures", Napi::Function::New(env, CpuFeaturesValue, "cpuFeatures"));
+  Export<ResampleRunValue>(env, exports, "resampleRun");
+  Export<FftValue>(env, exports, "fft");
+  Export<RfftValue>(env, exports, "rfft");
+  Export<GemvValue>(env, exports, "gemv");
+  Export<GemmValue>(env, exports, "gemm");
+  Export<GemvIntValue>(env, exports, "gemvInt");
+  Export<GemvRowsValue>(env, exports, "gemvRows");
+  Export<SetComputeThreadsValue>(env, exports, "setComputeThreads");
+  Export<NoArgs<voxslab::ComputeThreads>>(env, exports, "computeThreads");
+  Export<NormValue>(env, exports, "norm");
+  Export<ActivationValue>(env, exports, "activation");
+  Export<RopeValue>(env, exports, "rope");
+  Export<AttentionValue>(env, exports, "attention");
+  Export<Conv1dValue>(env, exports, "conv1d");
+  Export<Conv2dValue>(env, exports, "conv2dS2");
+  Export<PointwiseValue>(env, exports, "pointwise");
+  Export<FmaProbeValue>(env, exports, "fmaProbe");
+  Export<ReadProbeValue>(env, exports, "readProbe");
+  Export<NoArgs<voxslab::FmaLanes>>(env, exports, "fmaLanes");
+  Export<NoArgs<voxslab::KernelIsa>>(env, exports, "kernelIsa");
+  Export<NoArgs<voxslab::DotPath>>(env, exports, "kernelPath");
+  Export<NoArgs<voxslab::KernelsRequestError>>(env, exports, "kernelsRequestError");
+  Export<GemvScratchBytesValue>(env, exports, "gemvScratchBytes");
+  Export<AttentionScratchFloatsValue>(env, exports, "attentionScratchFloats");
+  exports.Set("gemmPackFloats", Napi::Number::New(env, static_cast<double>(voxslab::kGemmPackFloats)));
+  Export<PinThread>(env, exports, "pinThread");
+  Export<AllowedCpus>(env, exports, "allowedCpus");
+  Export<NoArgs<voxslab::CurrentCpu>>(env, exports, "currentCpu");
+  Export<ClockInto>(env, exports, "clockInto");
+  Export<CopyF32Value>(env, exports, "copyF32");
+  Export<NoArgs<voxslab::AffinitySupported>>(env, exports, "affinitySupported");
+  Export<NoArgs<voxslab::ConfiguredCpus>>(env, exports, "configuredCpus");
+  Export<NoArgs<voxslab::PageSize>>(env, exports, "pageSize");
+  Export<ResidentBytes>(env, exports, "residentBytes");
+  Export<LockRange>(env, exports, "lockRange");
+  Export<UnlockRange>(env, exports, "unlockRange");
+  Export<FirstNonFiniteValue>(env, exports, "firstNonFinite");
+  Export<NoArgs<voxslab::QuietAlsaErrors>>(env, exports, "quietAlsa");
+  Export<NoArgs<voxslab::ApmAvailable>>(env, exports, "apmAvailable");
+  Export<ApmCreateValue>(env, exports, "apmCreate");
+  Export<ApmDestroyValue>(env, exports, "apmDestroy");
+  Export<ApmProcessValue>(env, exports, "apmProcess");
+  Export<CpuFeaturesValue>(env, exports, "cpuFeatures");
   return exports;
 }
 

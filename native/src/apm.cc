@@ -62,7 +62,8 @@ Apm* ApmCreate(const ApmSettings& settings, int64_t* heapBytes) {
     delete a;
     return nullptr;
   }
-  if (a->engine->Initialize(kApmRate, kApmRate, kApmRate, webrtc::AudioProcessing::kMono, webrtc::AudioProcessing::kMono, webrtc::AudioProcessing::kMono) != 0 || !Configure(a)) {
+  const auto mono = webrtc::AudioProcessing::kMono;
+  if (a->engine->Initialize(kApmRate, kApmRate, kApmRate, mono, mono, mono) != 0 || !Configure(a)) {
     ApmDestroy(a);
     return nullptr;
   }

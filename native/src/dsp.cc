@@ -5,28 +5,15 @@
 #include <cmath>
 #include <cstdlib>
 
-#if defined(__x86_64__) && defined(__GNUC__)
-#include <immintrin.h>
-#define VOXSLAB_X86 1
-#endif
+#include "cpu.h"
+#include "simd.h"
 
 namespace voxslab {
 
 namespace {
 
 // Four accumulators in a fixed order, so every call rounds the same way.
-double DotScalar(const double* a, const double* b, int64_t n) {
-  double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  int64_t k = 0;
-  for (; k + 4 <= n; k += 4) {
-    s0 += a[k] * b[k];
-    s1 += a[k + 1] * b[k + 1];
-    s2 += a[k + 2] * b[k + 2];
-    s3 += a[k + 3] * b[k + 3];
-  }
-  for (; k < n; ++k) s0 += a[k] * b[k];
-  return (s0 + s1) + (s2 + s3);
-}
+double DotScalar(const double* a, const double* b, int64_t n) { return DotFixed4(a, b, n); }
 
 #ifdef VOXSLAB_X86
 __attribute__((target("avx2,fma"))) double DotAvx2(const double* a, const double* b, int64_t n) {
@@ -53,11 +40,8 @@ __attribute__((target("avx2,fma"))) double DotAvx2(const double* a, const double
 using DotFn = double (*)(const double*, const double*, int64_t);
 
 DotFn ChooseDot() {
-  const char* want = std::getenv("VOXSLAB_KERNELS");
-  if (want != nullptr && want[0] == 's') return DotScalar;
 #ifdef VOXSLAB_X86
-  __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return DotAvx2;
+  if (ChosenIsa() != Isa::kScalar) return DotAvx2;
 #endif
   return DotScalar;
 }
@@ -290,8 +274,8 @@ void RfftInverse(const int32_t* factors, const double* twiddles_inverse, double*
   for (int k = 0; k < n; ++k) x[k] = zt[k] * scale;
 }
 
-int64_t FirstNonFinite(const uint8_t* data, int64_t count, int type) {
-  if (type == 0) {
+int64_t FirstNonFinite(const uint8_t* data, int64_t count, WeightType type) {
+  if (type == WeightType::kF32) {
     for (int64_t i = 0; i < count; i++) {
       uint32_t u;
       std::memcpy(&u, data + 4 * i, 4);
@@ -299,7 +283,7 @@ int64_t FirstNonFinite(const uint8_t* data, int64_t count, int type) {
     }
     return -1;
   }
-  const uint16_t mask = type == 1 ? 0x7c00 : 0x7f80;
+  const uint16_t mask = type == WeightType::kF16 ? 0x7c00 : 0x7f80;
   for (int64_t i = 0; i < count; i++) {
     uint16_t h;
     std::memcpy(&h, data + 2 * i, 2);

@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels.h"
+
 namespace voxslab {
 
 // Named slots of the resampler state (a Float64Array owned by the caller).
@@ -44,8 +46,8 @@ void RfftInverse(const int32_t* factors, const double* twiddles_inverse, double*
 // Name of the dot-product path chosen at load ("avx2+fma" or "scalar").
 const char* DotPath();
 
-// Index of the first NaN or infinity among `count` values of `type` (0 f32, 1 f16, 2 bf16) at
-// `data`, or -1 when every value is finite. Reads the exponent bits only.
-int64_t FirstNonFinite(const uint8_t* data, int64_t count, int type);
+// Index of the first NaN or infinity among `count` values of a float `type` (f32, f16, bf16)
+// at `data`, or -1 when every value is finite. Reads the exponent bits only.
+int64_t FirstNonFinite(const uint8_t* data, int64_t count, WeightType type);
 
 }  // namespace voxslab

@@ -1,7 +1,10 @@
 // Compute kernels over caller-owned buffers: no allocation, deterministic (a fixed reduction
-// order per output, whatever the thread). Runtime dispatch picks AVX-512, else AVX2+FMA, else
-// portable scalar code (VOXSLAB_KERNELS=scalar|avx2 forces a lower path). Plain C++, no
-// Node-API types.
+// order per output, whatever the thread). Each family dispatches on the one instruction-set
+// choice in cpu.h (AVX-512, else AVX2+FMA, else portable scalar code; VOXSLAB_KERNELS=scalar|avx2
+// forces a lower path). Plain C++, no Node-API types. Implemented by concern: gemv.cc, gemm.cc,
+// attention.cc, ops.cc, probes.cc, pool.cc.
+//
+// The enums' values are the addon's argument codes; src/native.ts names the same values.
 #pragma once
 
 #include <cstdint>
@@ -9,6 +12,10 @@
 namespace voxslab {
 
 enum class WeightType : int { kF32 = 0, kF16 = 1, kBF16 = 2, kQ8 = 3, kQ4 = 4 };
+enum class NormKind : int { kRms = 0, kLayer = 1 };
+enum class Activation : int { kGelu = 0, kSilu = 1, kSwiGlu = 2, kGlu = 3 };
+enum class AttentionMask : int { kFull = 0, kCausal = 1, kSliding = 2 };
+enum class ConvMode : int { kCausal = 0, kSame = 1 };
 
 // y[m] = Σ_k W[m][k]·x[k] for m < M, W row-major [M][K] of `type`. Quantized weights are
 // affine per group of `group` inputs: w = scale·q + bias, scales/biases f32 [M][K/group],
@@ -70,8 +77,8 @@ void Rope(float* x, const float* cos, const float* sin, int64_t rows, int64_t he
 
 // Tiled attention with an online softmax; never a plane of heads × queries × keys.
 // q [Tq][Hq][hd], k and v [Tk][Hkv][hd], out [Tq][Hq][hd]; query head h reads KV head
-// h / (Hq / Hkv). Query i sits at position qpos0 + i, key j at kpos0 + j. mode: 0 full
-// (bidirectional), 1 causal (key pos ≤ query pos), 2 sliding (query pos − window < key pos ≤
+// h / (Hq / Hkv). Query i sits at position qpos0 + i, key j at kpos0 + j. mask: kFull
+// (bidirectional), kCausal (key pos ≤ query pos), kSliding (query pos − window < key pos ≤
 // query pos). With `p` non-null (relative position, full context, Tq = Tk = T): p [2T−1][Hq][hd]
 // holds linear_pos of relative positions T−1 … −(T−1), u and v [Hq][hd] the pos biases, and
 // score(i, j) = ((q_i + u)·k_j + (q_i + v)·p_{T−1−(i−j)})·scale.
@@ -81,7 +88,7 @@ void Rope(float* x, const float* cos, const float* sin, int64_t rows, int64_t he
 struct AttentionParams {
   int64_t Tq, Tk, Hq, Hkv, hd;
   int64_t qpos0, kpos0, window;
-  int mode;
+  AttentionMask mask;
   float scale;
   int64_t tq, tk;
   bool kvF16;

@@ -11,9 +11,6 @@
 #include <pthread.h>
 #include <sched.h>
 #endif
-#if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
-#include <cpuid.h>
-#endif
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/mman.h>
 #include <unistd.h>
@@ -134,56 +131,28 @@ int64_t ResidentBytes(const uint8_t* data, size_t length) {
 #endif
 }
 
-int LockRange(const uint8_t* data, size_t length) {
+namespace {
+
+// mlock or munlock every page that overlaps [data, data + length).
+int PageRangeCall(const uint8_t* data, size_t length, bool lock) {
   if (length == 0) return 0;
 #if defined(__unix__) || defined(__APPLE__)
   const size_t page = PageSize();
   const uintptr_t first = PageFloor(reinterpret_cast<uintptr_t>(data), page);
   const uintptr_t end = reinterpret_cast<uintptr_t>(data) + length;
-  return mlock(reinterpret_cast<void*>(first), end - first) == 0 ? 0 : errno;
+  void* at = reinterpret_cast<void*>(first);
+  return (lock ? mlock(at, end - first) : munlock(at, end - first)) == 0 ? 0 : errno;
 #else
   (void)data;
+  (void)lock;
   return ENOSYS;
 #endif
 }
 
-int UnlockRange(const uint8_t* data, size_t length) {
-  if (length == 0) return 0;
-#if defined(__unix__) || defined(__APPLE__)
-  const size_t page = PageSize();
-  const uintptr_t first = PageFloor(reinterpret_cast<uintptr_t>(data), page);
-  const uintptr_t end = reinterpret_cast<uintptr_t>(data) + length;
-  return munlock(reinterpret_cast<void*>(first), end - first) == 0 ? 0 : errno;
-#else
-  (void)data;
-  return ENOSYS;
-#endif
-}
+}  // namespace
 
-CpuFeatures DetectCpuFeatures() {
-  CpuFeatures f{};
-#if defined(__x86_64__) || defined(_M_X64)
-  f.arch = "x64";
-#if defined(__GNUC__)
-  __builtin_cpu_init();
-  f.sse42 = __builtin_cpu_supports("sse4.2");
-  f.avx = __builtin_cpu_supports("avx");
-  f.avx2 = __builtin_cpu_supports("avx2");
-  f.fma = __builtin_cpu_supports("fma");
-  f.avx512f = __builtin_cpu_supports("avx512f");
-  f.avx512bw = __builtin_cpu_supports("avx512bw");
-  f.avx512vl = __builtin_cpu_supports("avx512vl");
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx)) f.f16c = (ecx & (1u << 29)) != 0;
-#endif
-#elif defined(__aarch64__) || defined(_M_ARM64)
-  f.arch = "arm64";
-  f.neon = true;  // Advanced SIMD is mandatory on AArch64.
-#else
-  f.arch = "other";
-#endif
-  return f;
-}
+int LockRange(const uint8_t* data, size_t length) { return PageRangeCall(data, length, true); }
+int UnlockRange(const uint8_t* data, size_t length) { return PageRangeCall(data, length, false); }
 
 namespace {
 #ifdef VOXSLAB_ALSA

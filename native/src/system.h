@@ -1,4 +1,4 @@
-// Operating-system services: thread pinning, page residency, page locking, CPU features.
+// Operating-system services: thread pinning, page residency, page locking, a monotonic clock.
 // Plain C++ with no Node-API types so it can be unit-built and sanitized on its own.
 #pragma once
 
@@ -7,19 +7,6 @@
 #include <vector>
 
 namespace voxslab {
-
-struct CpuFeatures {
-  const char* arch;
-  bool sse42;
-  bool avx;
-  bool avx2;
-  bool fma;
-  bool f16c;
-  bool avx512f;
-  bool avx512bw;
-  bool avx512vl;
-  bool neon;
-};
 
 // True where pinning and CPU queries are implemented (Linux).
 // Milliseconds on a monotonic clock (any origin).
@@ -41,8 +28,6 @@ int64_t ResidentBytes(const uint8_t* data, size_t length);
 // mlock/munlock every page that overlaps [data, data + length); 0 or errno.
 int LockRange(const uint8_t* data, size_t length);
 int UnlockRange(const uint8_t* data, size_t length);
-
-CpuFeatures DetectCpuFeatures();
 
 // Routes alsa-lib's error messages (about sound cards a machine does not have, printed to
 // stderr while PortAudio scans) to a no-op; false when the addon was built without ALSA.

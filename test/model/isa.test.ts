@@ -20,3 +20,34 @@ for (const isa of paths) {
     }
   });
 }
+
+t.test('one instruction-set choice: every kernel family follows VOXSLAB_KERNELS, and a value that names none is refused', async (t) => {
+  const probe = "import('./dist/src/native.js').then(({ native }) => console.log(JSON.stringify([native.kernelIsa(), native.kernelPath()])), (e) => { console.log(JSON.stringify([e.name, e.message])); })";
+  const run = (value: string) => {
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', probe], { encoding: 'utf8', env: { ...process.env, VOXSLAB_KERNELS: value } });
+    return JSON.parse(r.stdout) as [string, string];
+  };
+  t.same(run('scalar'), ['scalar', 'scalar'], 'scalar: GEMV/GEMM and the DSP dot product both scalar');
+  if (paths.includes('avx2')) t.same(run('avx2'), ['avx2+fma', 'avx2+fma'], 'avx2: both on AVX2');
+  for (const bad of ['sse', 'AVX2', 'avx512f+vnni']) {
+    const [name, message] = run(bad);
+    t.equal(name, 'ArgumentError', `${bad}: refused when the addon loads`);
+    t.equal(message, `VOXSLAB_KERNELS must be scalar, avx2 or avx512 (got '${bad}')`);
+  }
+});
+
+t.test("the facade's scratch sizes are the addon's: gemvInt takes exactly gemvScratchFloats(K) floats", async (t) => {
+  const { gemvScratchFloats, attentionScratchFloats, GEMM_PACK_FLOATS } = await import('../../src/model/blocks/kernels.js');
+  for (const K of [64, 512, 2048, 8192]) {
+    const M = 4;
+    const w = new Uint8Array(M * K);
+    const sc = new Float32Array((M * K) / 32).fill(1);
+    const x = new Float32Array(K).fill(0.5);
+    const y = new Float32Array(M);
+    const need = gemvScratchFloats(K);
+    native.gemvInt(3, w, sc, sc, 32, x, y, M, K, new Float32Array(need));
+    t.throws(() => native.gemvInt(3, w, sc, sc, 32, x, y, M, K, new Float32Array(need - 1)), /scratch has/, `K=${K}: one float less is refused`);
+  }
+  t.equal(GEMM_PACK_FLOATS, native.gemmPackFloats);
+  t.equal(attentionScratchFloats(64, 64, 64, 4), native.attentionScratchFloats(64, 64, 64, 4));
+});

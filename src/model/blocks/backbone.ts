@@ -15,7 +15,7 @@ import { ArgumentError } from '../../errors.js';
 import { PassBuilder, plan, type Planner } from '../../memory/index.js';
 import type { Workspace } from '../../dsp/workspace.js';
 import type { Lfm2Shape, ModelConfig } from '../format/config.js';
-import { native } from '../../native.js';
+import { ATTENTION_MASK, native } from '../../native.js';
 import type { WeightsImage } from '../format/image.js';
 import { f16ToF32, f32ToF16 } from '../format/dtype.js';
 import { attentionScratchFloats, conv1dCausal, GEMM_PACK_FLOATS, gemm, gemvScratchFloats, linear1, linearRows, rmsNorm, rope, ropeTables, rowInto, swiglu, type Weights } from './kernels.js';
@@ -383,7 +383,7 @@ export class Lfm2Stack {
         }
         const ctx = v['att.ctx'] as Float32Array;
         // Positional native call: the step path builds no option objects.
-        native.attention(q, K, V, ctx, null, null, null, v['att.scratch'] as Float32Array, n, row + n, b.heads, b.kvHeads, hd, pos, state.base + shift, b.window, b.window > 0 ? 2 : 1, this.#scale, this.chunk, KEY_TILE);
+        native.attention(q, K, V, ctx, null, null, null, v['att.scratch'] as Float32Array, n, row + n, b.heads, b.kvHeads, hd, pos, state.base + shift, b.window, b.window > 0 ? ATTENTION_MASK.sliding : ATTENTION_MASK.causal, this.#scale, this.chunk, KEY_TILE);
         const o = v['att.o'] as Float32Array;
         this.#linear(ctx, L.outProj, o, n, D, qd);
         for (let i = 0; i < n * D; i++) h[i] = h[i]! + o[i]!;

@@ -14,7 +14,7 @@ import type { WeightsImage } from '../format/image.js';
 import { attentionScratchFloats, gemvScratchFloats, linear1, rmsNorm, rope, ropeTables, rowInto, swiglu, weightRows, type Weights } from './kernels.js';
 import type { Sampler, SamplingOptions } from './sampler.js';
 import { ArgumentError } from '../../errors.js';
-import { native } from '../../native.js';
+import { ATTENTION_MASK, native } from '../../native.js';
 import '../categories.js';
 
 const EPS = 1e-5;
@@ -162,7 +162,7 @@ export class Depthformer {
           this.#kv[K + i * kd + j] = k[j]!;
           this.#kv[V + i * kd + j] = vv[j]!;
         }
-        native.attention(q, this.#kvView(K), this.#kvView(V), ctx, null, null, null, v.scratch as Float32Array, 1, i + 1, f.heads, f.kvHeads, hd, i, 0, 0, 1, this.#scale, 1, cb);
+        native.attention(q, this.#kvView(K), this.#kvView(V), ctx, null, null, null, v.scratch as Float32Array, 1, i + 1, f.heads, f.kvHeads, hd, i, 0, 0, ATTENTION_MASK.causal, this.#scale, 1, cb);
         linear1(L.out, ctx, o, scratch);
         for (let j = 0; j < f.dim; j++) x[j] = x[j]! + o[j]!;
         rmsNorm(x, L.ffnNorm, ln, 1, f.dim, EPS);

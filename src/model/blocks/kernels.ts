@@ -5,11 +5,11 @@
  * RangeError at the call; set buffers up once, before readiness.
  */
 import { ArgumentError } from '../../errors.js';
-import { native } from '../../native.js';
+import { ACTIVATION, ATTENTION_MASK, CONV_MODE, native, NORM, WEIGHT_TYPE } from '../../native.js';
 import { bf16ToF32, f16ToF32 } from '../format/dtype.js';
 
 export type WeightKind = 'f32' | 'f16' | 'bf16' | 'q8' | 'q4';
-const TYPE: Record<WeightKind, number> = { f32: 0, f16: 1, bf16: 2, q8: 3, q4: 4 };
+const TYPE = WEIGHT_TYPE;
 
 /** A weight matrix [rows][cols] (out × in) in one of the supported encodings. */
 export type Weights =
@@ -17,8 +17,8 @@ export type Weights =
   | { kind: 'f16' | 'bf16'; data: Uint16Array; rows: number; cols: number }
   | { kind: 'q8' | 'q4'; data: Uint8Array; scales: Float32Array; biases: Float32Array; group: number; rows: number; cols: number };
 
-/** Floats of GEMM packing scratch a caller provides. */
-export const GEMM_PACK_FLOATS = 256 * 256;
+/** Floats of GEMM packing scratch a caller provides (the addon's size). */
+export const GEMM_PACK_FLOATS = native.gemmPackFloats;
 
 /** y = W·x. For quantized weights `xsum` receives the per-group input sums (cols / group floats). */
 export function gemv(w: Weights, x: Float32Array, y: Float32Array, xsum: Float32Array | null = null): void {
@@ -38,9 +38,15 @@ export function setComputeThreads(n: number): number {
 
 export const computeThreads = (): number => native.computeThreads();
 
-/** Floats of scratch `linear1` needs for an input of K values (int8 activations, their scales and sums). */
+/** The smallest quantization group the int8-activation paths take (the scratch bound assumes it). */
+const MIN_INT_GROUP = 32;
+
+/**
+ * Floats of scratch `linear1` needs for an input of K values (int8 activations, their scales
+ * and sums), for any group of at least 32: the addon's own size, rounded up to floats.
+ */
 export function gemvScratchFloats(K: number): number {
-  return Math.ceil((K + 2 * 4 * Math.ceil(K / 32) + 128) / 4);
+  return Math.ceil(native.gemvScratchBytes(K, MIN_INT_GROUP) / 4);
 }
 
 /**
@@ -70,7 +76,7 @@ export function linearRows(w: Weights, X: Float32Array, Y: Float32Array, n: numb
  */
 export function gemm(A: Float32Array, W: Float32Array | Weights, bias: Float32Array | null, C: Float32Array, T: number, N: number, K: number, pack: Float32Array): void {
   if (W instanceof Float32Array) {
-    native.gemm(A, 0, W, null, null, 0, bias, C, T, N, K, pack);
+    native.gemm(A, TYPE.f32, W, null, null, 0, bias, C, T, N, K, pack);
   } else if (W.kind === 'q8' || W.kind === 'q4') {
     native.gemm(A, TYPE[W.kind], W.data, W.scales, W.biases, W.group, bias, C, T, N, K, pack);
   } else {
@@ -79,29 +85,29 @@ export function gemm(A: Float32Array, W: Float32Array | Weights, bias: Float32Ar
 }
 
 export function rmsNorm(x: Float32Array, w: Float32Array, y: Float32Array, rows: number, dim: number, eps = 1e-5): void {
-  native.norm(0, x, w, null, y, rows, dim, eps);
+  native.norm(NORM.rms, x, w, null, y, rows, dim, eps);
 }
 
 export function layerNorm(x: Float32Array, w: Float32Array, b: Float32Array, y: Float32Array, rows: number, dim: number, eps = 1e-5): void {
-  native.norm(1, x, w, b, y, rows, dim, eps);
+  native.norm(NORM.layer, x, w, b, y, rows, dim, eps);
 }
 
 export function gelu(x: Float32Array, y: Float32Array, n = x.length): void {
-  native.activation(0, x, y, n, null);
+  native.activation(ACTIVATION.gelu, x, y, n, null);
 }
 
 export function silu(x: Float32Array, y: Float32Array, n = x.length): void {
-  native.activation(1, x, y, n, null);
+  native.activation(ACTIVATION.silu, x, y, n, null);
 }
 
 /** y = silu(gate) · up */
 export function swiglu(gate: Float32Array, up: Float32Array, y: Float32Array, n = gate.length): void {
-  native.activation(2, gate, y, n, up);
+  native.activation(ACTIVATION.swiglu, gate, y, n, up);
 }
 
 /** GLU over channels: x [rows][2·dim] → y [rows][dim]. */
 export function glu(x: Float32Array, y: Float32Array, rows: number, dim: number): void {
-  native.activation(3, x, y, rows, dim);
+  native.activation(ACTIVATION.glu, x, y, rows, dim);
 }
 
 /**
@@ -149,14 +155,14 @@ export interface AttentionShape {
   tk?: number;
 }
 
-const MODES: Record<AttentionMode, number> = { full: 0, causal: 1, sliding: 2 };
+const MODES: Record<AttentionMode, number> = ATTENTION_MASK;
 
 /**
  * Scratch floats the tiled attention needs: a function of the tiles, the head size and the
  * GQA group (query heads per KV head) only — never of the sequence length.
  */
 export function attentionScratchFloats(tq: number, tk: number, hd: number, group = 1): number {
-  return tq * tk + group * (2 * tq + 3 * tq * hd) + 2 * hd;
+  return native.attentionScratchFloats(tq, tk, hd, group);
 }
 
 /**
@@ -185,12 +191,12 @@ export function attention(
  * state [k−1][C] (previous input rows, oldest first), updated in place.
  */
 export function conv1dCausal(x: Float32Array, w: Float32Array, state: Float32Array, y: Float32Array, T: number, C: number, k: number): void {
-  native.conv1d(0, x, w, state, y, T, C, k, 0, 0);
+  native.conv1d(CONV_MODE.causal, x, w, state, y, T, C, k, 0, 0);
 }
 
 /** Depthwise 'same' conv1d (odd k, zero padding) on rows [t0, t1) of x [T][C] into y [t1 − t0][C]. */
 export function conv1dSame(x: Float32Array, w: Float32Array, bias: Float32Array | null, y: Float32Array, T: number, C: number, k: number, t0 = 0, t1 = T): void {
-  native.conv1d(1, x, w, bias, y, T, C, k, t0, t1);
+  native.conv1d(CONV_MODE.same, x, w, bias, y, T, C, k, t0, t1);
 }
 
 /** Row r of a weight matrix, decoded to f32 into out[at…] (embedding lookup). */

@@ -9,7 +9,7 @@
  * their stored dtype. Batch-norm is folded into the Conformer's depthwise convolution at load:
  * the folded f32 weight and bias are new tensors, charged as retained-derived bytes.
  */
-import { native } from '../../native.js';
+import { native, WEIGHT_TYPE } from '../../native.js';
 import type { ByteSource } from '../../bytes.js';
 import { BadInputError } from '../../errors.js';
 import type { MemoryDomain } from '../../memory/domain.js';
@@ -218,7 +218,7 @@ function check(entries: ReadonlyMap<string, TensorEntry>, specs: readonly Tensor
  * `sealOwner` is false: a caller that carves more model-owned state seals it itself.
  */
 /** Float encodings whose values are checked for NaN and infinity at load (firstNonFinite's type). */
-const FLOAT_TYPES: Partial<Record<string, number>> = { F32: 0, F16: 1, BF16: 2 };
+const FLOAT_TYPES: Partial<Record<string, number>> = { F32: WEIGHT_TYPE.f32, F16: WEIGHT_TYPE.f16, BF16: WEIGHT_TYPE.bf16 };
 
 export function buildWeightsImage(domain: MemoryDomain, config: ModelConfig, sources: { main: ByteSource; detokenizer: ByteSource }, sealOwner = true): { image: WeightsImage; report: LoadReport; release(): void } {
   const layout = checkpointLayout(config);
@@ -294,7 +294,7 @@ export function buildWeightsImage(domain: MemoryDomain, config: ModelConfig, sou
           if (type !== undefined) {
             const bad = native.firstNonFinite(view, type);
             if (bad >= 0) {
-              const size = type === 0 ? 4 : 2;
+              const size = type === WEIGHT_TYPE.f32 ? 4 : 2;
               throw new BadInputError({ file: it.from.src.name, field: `tensor '${it.from.entry.name}'`, offset: it.from.entry.begin + bad * size }, `value ${bad} is not finite (NaN or infinity); the weights must be finite`);
             }
           }

@@ -1,0 +1,750 @@
+// GEMV: one weight matrix times one or a few activation rows, for every weight encoding, with
+// scalar, AVX2, AVX-512 and AVX-512 VNNI paths (cpu.h chooses) and rows split among the calling
+// thread's helpers (pool.h).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "cpu.h"
+#include "kernels.h"
+#include "pool.h"
+#include "simd.h"
+
+namespace voxslab {
+
+namespace {
+
+// ---- scalar paths (fixed order: 8 partial sums, combined pairwise) -------------------------
+
+template <typename Load>
+float DotScalar(Load load, const float* x, int64_t K) {
+  float s[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t k = 0;
+  for (; k + 8 <= K; k += 8)
+    for (int l = 0; l < 8; ++l) s[l] += load(k + l) * x[k + l];
+  float tail = 0;
+  for (; k < K; ++k) tail += load(k) * x[k];
+  return (((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7]))) + tail;
+}
+
+void GroupSums(const float* x, int64_t K, int group, float* xsum) {
+  for (int64_t g = 0; g < K / group; ++g) {
+    float s = 0;
+    for (int i = 0; i < group; ++i) s += x[g * group + i];
+    xsum[g] = s;
+  }
+}
+
+void GemvScalar(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* x, float* y,
+                int64_t M, int64_t K, float* xsum) {
+  if (Quantized(type)) GroupSums(x, K, group, xsum);
+  for (int64_t m = 0; m < M; ++m) {
+    switch (type) {
+      case WeightType::kF32: {
+        const float* r = static_cast<const float*>(w) + m * K;
+        y[m] = DotScalar([r](int64_t k) { return r[k]; }, x, K);
+        break;
+      }
+      case WeightType::kF16: {
+        const uint16_t* r = static_cast<const uint16_t*>(w) + m * K;
+        y[m] = DotScalar([r](int64_t k) { return F16(r[k]); }, x, K);
+        break;
+      }
+      case WeightType::kBF16: {
+        const uint16_t* r = static_cast<const uint16_t*>(w) + m * K;
+        y[m] = DotScalar([r](int64_t k) { return Bf16(r[k]); }, x, K);
+        break;
+      }
+      case WeightType::kQ8:
+      case WeightType::kQ4: {
+        const int64_t groups = K / group;
+        float acc = 0;
+        for (int64_t g = 0; g < groups; ++g) {
+          float q = 0;
+          for (int i = 0; i < group; ++i) {
+            const int64_t k = g * group + i;
+            float v;
+            if (type == WeightType::kQ8) {
+              v = static_cast<const uint8_t*>(w)[m * K + k];
+            } else {
+              const uint8_t b = static_cast<const uint8_t*>(w)[(m * K + k) >> 1];
+              v = (k & 1) ? (b >> 4) : (b & 15);
+            }
+            q += v * x[k];
+          }
+          acc += scales[m * groups + g] * q + biases[m * groups + g] * xsum[g];
+        }
+        y[m] = acc;
+        break;
+      }
+    }
+  }
+}
+
+// ---- integer dot products with int8 activations (q8/q4 weights) ---------------------------
+
+// Per group g: xs[g] = max|x|/127, xq = x/xs rounded to nearest (ties to even) as int8,
+// xsum[g] = Σ x in f32. For q4 each 64-element block of xq is stored evens first, then odds:
+// the order of the low and high nibbles of its 32 packed bytes.
+void QuantizeActivations(const float* x, int64_t K, int group, bool q4, int8_t* xq, float* xs, float* xsum) {
+  for (int64_t g = 0; g < K / group; ++g) {
+    const float* xg = x + g * group;
+    float amax = 0, sum = 0;
+    for (int i = 0; i < group; ++i) {
+      amax = std::max(amax, std::fabs(xg[i]));
+      sum += xg[i];
+    }
+    xsum[g] = sum;
+    const float d = amax / 127.0f;
+    xs[g] = d;
+    const float inv = d > 0 ? 1.0f / d : 0.0f;
+    for (int i = 0; i < group; ++i) {
+      const float v = std::nearbyint(xg[i] * inv);
+      xq[g * group + i] = static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, v)));
+    }
+  }
+  if (q4) {
+    int8_t tmp[64];
+    for (int64_t b = 0; b + 64 <= K; b += 64) {
+      for (int i = 0; i < 32; ++i) {
+        tmp[i] = xq[b + 2 * i];
+        tmp[32 + i] = xq[b + 2 * i + 1];
+      }
+      std::memcpy(xq + b, tmp, 64);
+    }
+  }
+}
+
+// y[m] = Σ_g s_g·xs_g·(Σ q·xq) + Σ_g b_g·xsum_g, the integer sums exact.
+void GemvIntScalar(bool q4, const uint8_t* w, const float* scales, const float* biases, int group, const int8_t* xq,
+                   const float* xs, const float* xsum, float* y, int64_t M, int64_t K) {
+  const int64_t groups = K / group;
+  const int64_t rowBytes = q4 ? K / 2 : K;
+  for (int64_t m = 0; m < M; ++m) {
+    const uint8_t* r = w + m * rowBytes;
+    float acc = 0, bacc = 0;
+    for (int64_t g = 0; g < groups; ++g) {
+      int32_t dot = 0;
+      if (q4) {
+        // Two elements per byte; inside whole 64-element blocks xq is stored evens then odds.
+        for (int64_t k = g * group; k < (g + 1) * group; k += 2) {
+          const int lo = r[k >> 1] & 15, hi = r[k >> 1] >> 4;
+          const int64_t b = k & ~int64_t{63};
+          if (b + 64 <= K) dot += lo * xq[b + ((k - b) >> 1)] + hi * xq[b + 32 + ((k - b) >> 1)];
+          else dot += lo * xq[k] + hi * xq[k + 1];
+        }
+      } else {
+        for (int64_t k = g * group; k < (g + 1) * group; ++k) dot += r[k] * xq[k];
+      }
+      acc += scales[m * groups + g] * xs[g] * static_cast<float>(dot);
+      bacc += biases[m * groups + g] * xsum[g];
+    }
+    y[m] = acc + bacc;
+  }
+}
+
+
+#ifdef VOXSLAB_X86
+
+// 8 quantized weights starting at element `at` (q8 bytes, or q4 nibbles low first), as f32.
+__attribute__((target("avx2,fma"))) inline __m256 QuantInts(bool q8, const uint8_t* w, int64_t at) {
+  __m256i iv;
+  if (q8) {
+    iv = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + at)));
+  } else {
+    uint32_t packed;
+    std::memcpy(&packed, w + (at >> 1), 4);
+    iv = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(static_cast<int>(packed)), _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28)),
+                          _mm256_set1_epi32(15));
+  }
+  return _mm256_cvtepi32_ps(iv);
+}
+
+// 16 q4 weights from element `at` (even): 8 bytes → nibbles in element order → two × 8 f32.
+__attribute__((target("avx2,fma"))) inline void Q4Ints16(const uint8_t* w, int64_t at, __m256& lo8, __m256& hi8) {
+  const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(w + (at >> 1)));
+  const __m128i mask = _mm_set1_epi8(15);
+  const __m128i lo = _mm_and_si128(b, mask);
+  const __m128i hi = _mm_and_si128(_mm_srli_epi16(b, 4), mask);
+  const __m128i ordered = _mm_unpacklo_epi8(lo, hi);  // b0.lo, b0.hi, b1.lo, b1.hi, …
+  lo8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(ordered));
+  hi8 = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(ordered, 8)));
+}
+
+// 8 quantized weights starting at element `at` (q8 bytes, or q4 nibbles low first) times x.
+__attribute__((target("avx2,fma"))) inline __m256 QuantChunk(bool q8, const uint8_t* w, int64_t at, const float* x) {
+  return _mm256_mul_ps(QuantInts(q8, w, at), _mm256_loadu_ps(x));
+}
+
+__attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const void* w, const float* scales,
+                                                        const float* biases, int group, const float* x, float* y,
+                                                        int64_t M, int64_t K, float* xsum) {
+  if (Quantized(type)) {
+    // Per-group input sums in f32 (8 lanes, then the lanes in a fixed order).
+    for (int64_t g = 0; g < K / group; ++g) {
+      __m256 s = _mm256_setzero_ps();
+      int i = 0;
+      for (; i + 8 <= group; i += 8) s = _mm256_add_ps(s, _mm256_loadu_ps(x + g * group + i));
+      float t = Hsum(s);
+      for (; i < group; ++i) t += x[g * group + i];
+      xsum[g] = t;
+    }
+  }
+  const int64_t K8 = K & ~int64_t{7};
+  int64_t m0 = 0;
+  if (Quantized(type)) {
+    // Four rows per pass: each chunk of x is loaded once for four rows; per row, Σ_g s_g·(Σ q·x)
+    // in 8 lanes, and the bias term as one dot product with the f32 group sums.
+    const bool q8 = type == WeightType::kQ8;
+    const uint8_t* wb = static_cast<const uint8_t*>(w);
+    const int64_t groups = K / group;
+    for (; m0 + 4 <= M; m0 += 4) {
+      __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+      for (int64_t g = 0; g < groups; ++g) {
+        __m256 q0 = _mm256_setzero_ps(), q1 = q0, q2 = q0, q3 = q0;
+        const float* xg = x + g * group;
+        if (!q8 && group % 16 == 0) {
+          for (int i = 0; i < group; i += 16) {
+            const __m256 xa = _mm256_loadu_ps(xg + i);
+            const __m256 xb = _mm256_loadu_ps(xg + i + 8);
+            const int64_t at = m0 * K + g * group + i;
+            __m256 a, b;
+            Q4Ints16(wb, at, a, b);
+            q0 = _mm256_fmadd_ps(b, xb, _mm256_fmadd_ps(a, xa, q0));
+            Q4Ints16(wb, at + K, a, b);
+            q1 = _mm256_fmadd_ps(b, xb, _mm256_fmadd_ps(a, xa, q1));
+            Q4Ints16(wb, at + 2 * K, a, b);
+            q2 = _mm256_fmadd_ps(b, xb, _mm256_fmadd_ps(a, xa, q2));
+            Q4Ints16(wb, at + 3 * K, a, b);
+            q3 = _mm256_fmadd_ps(b, xb, _mm256_fmadd_ps(a, xa, q3));
+          }
+        } else {
+          for (int i = 0; i < group; i += 8) {
+            const __m256 xv = _mm256_loadu_ps(xg + i);
+            const int64_t at = m0 * K + g * group + i;
+            q0 = _mm256_fmadd_ps(QuantInts(q8, wb, at), xv, q0);
+            q1 = _mm256_fmadd_ps(QuantInts(q8, wb, at + K), xv, q1);
+            q2 = _mm256_fmadd_ps(QuantInts(q8, wb, at + 2 * K), xv, q2);
+            q3 = _mm256_fmadd_ps(QuantInts(q8, wb, at + 3 * K), xv, q3);
+          }
+        }
+        acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(scales[m0 * groups + g]), q0, acc[0]);
+        acc[1] = _mm256_fmadd_ps(_mm256_set1_ps(scales[(m0 + 1) * groups + g]), q1, acc[1]);
+        acc[2] = _mm256_fmadd_ps(_mm256_set1_ps(scales[(m0 + 2) * groups + g]), q2, acc[2]);
+        acc[3] = _mm256_fmadd_ps(_mm256_set1_ps(scales[(m0 + 3) * groups + g]), q3, acc[3]);
+      }
+      for (int r = 0; r < 4; ++r) {
+        const float* bi = biases + (m0 + r) * groups;
+        __m256 bacc = _mm256_setzero_ps();
+        int64_t g = 0;
+        for (; g + 8 <= groups; g += 8) bacc = _mm256_fmadd_ps(_mm256_loadu_ps(bi + g), _mm256_loadu_ps(xsum + g), bacc);
+        float btail = 0;
+        for (; g < groups; ++g) btail += bi[g] * xsum[g];
+        y[m0 + r] = Hsum(acc[r]) + (Hsum(bacc) + btail);
+      }
+    }
+  }
+  if (type == WeightType::kF32) {
+    // Four rows per pass share each load of x; each row keeps its own fixed-order sum.
+    const float* base = static_cast<const float*>(w);
+    for (; m0 + 4 <= M; m0 += 4) {
+      const float* r0 = base + m0 * K;
+      const float* r1 = r0 + K;
+      const float* r2 = r1 + K;
+      const float* r3 = r2 + K;
+      __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+      int64_t k = 0;
+      for (; k < K8; k += 8) {
+        const __m256 xv = _mm256_loadu_ps(x + k);
+        a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r0 + k), xv, a0);
+        a1 = _mm256_fmadd_ps(_mm256_loadu_ps(r1 + k), xv, a1);
+        a2 = _mm256_fmadd_ps(_mm256_loadu_ps(r2 + k), xv, a2);
+        a3 = _mm256_fmadd_ps(_mm256_loadu_ps(r3 + k), xv, a3);
+      }
+      float t0 = 0, t1 = 0, t2 = 0, t3 = 0;
+      for (; k < K; ++k) {
+        t0 += r0[k] * x[k];
+        t1 += r1[k] * x[k];
+        t2 += r2[k] * x[k];
+        t3 += r3[k] * x[k];
+      }
+      y[m0] = Hsum(a0) + t0;
+      y[m0 + 1] = Hsum(a1) + t1;
+      y[m0 + 2] = Hsum(a2) + t2;
+      y[m0 + 3] = Hsum(a3) + t3;
+    }
+  }
+  for (int64_t m = m0; m < M; ++m) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    float tail = 0;
+    switch (type) {
+      case WeightType::kF32: {
+        const float* r = static_cast<const float*>(w) + m * K;
+        int64_t k = 0;
+        for (; k + 16 <= K; k += 16) {
+          a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r + k), _mm256_loadu_ps(x + k), a0);
+          a1 = _mm256_fmadd_ps(_mm256_loadu_ps(r + k + 8), _mm256_loadu_ps(x + k + 8), a1);
+        }
+        for (; k < K8; k += 8) a0 = _mm256_fmadd_ps(_mm256_loadu_ps(r + k), _mm256_loadu_ps(x + k), a0);
+        for (; k < K; ++k) tail += r[k] * x[k];
+        y[m] = Hsum(_mm256_add_ps(a0, a1)) + tail;
+        break;
+      }
+      case WeightType::kF16:
+      case WeightType::kBF16: {
+        const uint16_t* r = static_cast<const uint16_t*>(w) + m * K;
+        int64_t k = 0;
+        for (; k < K8; k += 8) {
+          const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + k));
+          const __m256 v = type == WeightType::kF16
+                               ? _mm256_cvtph_ps(h)
+                               : _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+          a0 = _mm256_fmadd_ps(v, _mm256_loadu_ps(x + k), a0);
+        }
+        for (; k < K; ++k) tail += (type == WeightType::kF16 ? F16(r[k]) : Bf16(r[k])) * x[k];
+        y[m] = Hsum(a0) + tail;
+        break;
+      }
+      case WeightType::kQ8:
+      case WeightType::kQ4: {
+        // Σ_g s_g·(Σ q·x) kept in 8 lanes across groups; the bias term Σ_g b_g·Σx_g as one
+        // dot product with the f32 group sums.
+        const int64_t groups = K / group;
+        const float* sc = scales + m * groups;
+        const float* bi = biases + m * groups;
+        __m256 acc = _mm256_setzero_ps();
+        for (int64_t g = 0; g < groups; ++g) {
+          // Two independent chains (even and odd chunks of 8), so FMA latency is hidden.
+          __m256 q0 = _mm256_setzero_ps(), q1 = _mm256_setzero_ps();
+          const int64_t base = m * K + g * group;
+          const uint8_t* wb = static_cast<const uint8_t*>(w);
+          const bool q8 = type == WeightType::kQ8;
+          const float* xg = x + g * group;
+          int i = 0;
+          for (; i + 16 <= group; i += 16) {
+            q0 = _mm256_add_ps(q0, QuantChunk(q8, wb, base + i, xg + i));
+            q1 = _mm256_add_ps(q1, QuantChunk(q8, wb, base + i + 8, xg + i + 8));
+          }
+          if (i < group) q0 = _mm256_add_ps(q0, QuantChunk(q8, wb, base + i, xg + i));
+          acc = _mm256_fmadd_ps(_mm256_set1_ps(sc[g]), _mm256_add_ps(q0, q1), acc);
+        }
+        __m256 bacc = _mm256_setzero_ps();
+        int64_t g = 0;
+        for (; g + 8 <= groups; g += 8) bacc = _mm256_fmadd_ps(_mm256_loadu_ps(bi + g), _mm256_loadu_ps(xsum + g), bacc);
+        float btail = 0;
+        for (; g < groups; ++g) btail += bi[g] * xsum[g];
+        const float acc_sum = Hsum(acc) + (Hsum(bacc) + btail);
+        y[m] = acc_sum;
+        break;
+      }
+    }
+  }
+}
+
+#define VOXSLAB_VNNI __attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma")))
+
+// Lane scales s_g·xs_g of one 32-byte block: group g, or (q4, group 32) groups g and g + 1,
+// four lanes each.
+__attribute__((target("avx2,fma"))) inline __m256 VnniScale(const float* sc, const float* xs, int64_t g, bool two) {
+  if (!two) return _mm256_set1_ps(sc[g] * xs[g]);
+  return _mm256_setr_m128(_mm_set1_ps(sc[g] * xs[g]), _mm_set1_ps(sc[g + 1] * xs[g + 1]));
+}
+
+// Walks the groups of consecutive 32-byte blocks without dividing: `g` is the first group of
+// block b. Blocks hold `per` elements; groups are 32 elements (two per q4 block) or a multiple
+// of `per`.
+struct BlockGroups {
+  int64_t g = 0, k = 0, perGroup;
+  bool two;
+  BlockGroups(int group, int64_t per) : perGroup(group >= per ? group / per : 1), two(group < per) {}
+  void next() {
+    if (two) g += 2;
+    else if (++k == perGroup) k = 0, ++g;
+  }
+};
+
+// Integer dot products of one 32-byte weight block with the block's activations, per int32 lane.
+VOXSLAB_VNNI inline __m256 VnniDot(bool q4, const uint8_t* p, __m256i xa, __m256i xb) {
+  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  __m256i d;
+  if (q4) {
+    const __m256i nib = _mm256_set1_epi8(15);
+    const __m256i lo = _mm256_and_si256(wv, nib);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib);
+    d = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, xa), hi, xb);
+  } else {
+    d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wv, xa);
+  }
+  return _mm256_cvtepi32_ps(d);
+}
+
+// Σ_g b_g·xsum_g of one row.
+__attribute__((target("avx2,fma"))) inline float VnniBias(const float* bi, const float* xsum, int64_t groups) {
+  __m256 bacc = _mm256_setzero_ps();
+  int64_t g = 0;
+  for (; g + 8 <= groups; g += 8) bacc = _mm256_fmadd_ps(_mm256_loadu_ps(bi + g), _mm256_loadu_ps(xsum + g), bacc);
+  float t = 0;
+  for (; g < groups; ++g) t += bi[g] * xsum[g];
+  return Hsum(bacc) + t;
+}
+
+// Integer GEMV with AVX-512 VNNI on 256-bit vectors: per 32-byte block of a row, vpdpbusd
+// multiplies unsigned weight bytes (q8, or the low/high nibbles of q4) by the int8 activations
+// and sums four products per int32 lane; the lanes are scaled by s_g·xs_g in f32. Four rows
+// per pass share each activation load. Needs K a multiple of 64.
+VOXSLAB_VNNI void GemvIntVnni(bool q4, const uint8_t* w, const float* scales, const float* biases, int group,
+                              const int8_t* xq, const float* xs, const float* xsum, float* y, int64_t M, int64_t K) {
+  const int64_t groups = K / group;
+  const int64_t rowBytes = q4 ? K / 2 : K;
+  const int64_t blocks = rowBytes / 32;
+  const int64_t per = q4 ? 64 : 32;  // elements per block
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4) {
+    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    const uint8_t* r0 = w + m * rowBytes;
+    const float* s0 = scales + m * groups;
+    BlockGroups bg(group, per);
+    for (int64_t b = 0; b < blocks; ++b, bg.next()) {
+      // The next four rows, one pass ahead: the stream outruns the hardware prefetcher otherwise.
+      if ((b & 1) == 0) {
+        const char* ahead = reinterpret_cast<const char*>(r0 + 4 * rowBytes + b * 32);
+        _mm_prefetch(ahead, _MM_HINT_T0);
+        _mm_prefetch(ahead + rowBytes, _MM_HINT_T0);
+        _mm_prefetch(ahead + 2 * rowBytes, _MM_HINT_T0);
+        _mm_prefetch(ahead + 3 * rowBytes, _MM_HINT_T0);
+      }
+      const int8_t* xb = xq + b * per;
+      const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
+      const __m256i xh = q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
+      a0 = _mm256_fmadd_ps(VnniDot(q4, r0 + b * 32, xa, xh), VnniScale(s0, xs, bg.g, bg.two), a0);
+      a1 = _mm256_fmadd_ps(VnniDot(q4, r0 + rowBytes + b * 32, xa, xh), VnniScale(s0 + groups, xs, bg.g, bg.two), a1);
+      a2 = _mm256_fmadd_ps(VnniDot(q4, r0 + 2 * rowBytes + b * 32, xa, xh), VnniScale(s0 + 2 * groups, xs, bg.g, bg.two), a2);
+      a3 = _mm256_fmadd_ps(VnniDot(q4, r0 + 3 * rowBytes + b * 32, xa, xh), VnniScale(s0 + 3 * groups, xs, bg.g, bg.two), a3);
+    }
+    y[m] = Hsum(a0) + VnniBias(biases + m * groups, xsum, groups);
+    y[m + 1] = Hsum(a1) + VnniBias(biases + (m + 1) * groups, xsum, groups);
+    y[m + 2] = Hsum(a2) + VnniBias(biases + (m + 2) * groups, xsum, groups);
+    y[m + 3] = Hsum(a3) + VnniBias(biases + (m + 3) * groups, xsum, groups);
+  }
+  for (; m < M; ++m) {
+    __m256 a = _mm256_setzero_ps();
+    const uint8_t* r = w + m * rowBytes;
+    BlockGroups bg(group, per);
+    for (int64_t b = 0; b < blocks; ++b, bg.next()) {
+      const int8_t* xb = xq + b * per;
+      const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
+      const __m256i xh = q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
+      a = _mm256_fmadd_ps(VnniDot(q4, r + b * 32, xa, xh), VnniScale(scales + m * groups, xs, bg.g, bg.two), a);
+    }
+    y[m] = Hsum(a) + VnniBias(biases + m * groups, xsum, groups);
+  }
+}
+
+// The same integer lanes without VNNI: vpmaddubsw pairs bytes into 16 bits and vpmaddwd pairs
+// those into 32, so each int32 lane holds the same four products as vpdpbusd. q4 nibbles (≤ 15)
+// cannot saturate 16 bits; q8 bytes are recentred to q − 128 (|q − 128| · 127 · 2 < 2^15) and
+// 128·Σxq is added back.
+__attribute__((target("avx2,fma"))) inline __m256 Avx2IntDot(bool q4, const uint8_t* p, __m256i xa, __m256i xb) {
+  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  if (q4) {
+    const __m256i nib = _mm256_set1_epi8(15);
+    const __m256i lo = _mm256_and_si256(wv, nib);
+    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib);
+    const __m256i d = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, xa), ones16), _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xb), ones16));
+    return _mm256_cvtepi32_ps(d);
+  }
+  const __m256i centred = _mm256_xor_si256(wv, _mm256_set1_epi8(static_cast<char>(0x80)));  // q − 128 as int8
+  const __m256i mag = _mm256_sign_epi8(centred, centred);                                      // |q − 128|
+  const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(xa, centred)), ones16);
+  const __m256i xsum4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), xa), ones16);
+  return _mm256_cvtepi32_ps(_mm256_add_epi32(dot, _mm256_slli_epi32(xsum4, 7)));
+}
+
+// Integer GEMV on AVX2 without VNNI, row by row; each row's arithmetic is GemvIntVnni's.
+__attribute__((target("avx2,fma"))) void GemvIntAvx2(bool q4, const uint8_t* w, const float* scales, const float* biases,
+                                                     int group, const int8_t* xq, const float* xs, const float* xsum,
+                                                     float* y, int64_t M, int64_t K) {
+  const int64_t groups = K / group;
+  const int64_t rowBytes = q4 ? K / 2 : K;
+  const int64_t per = q4 ? 64 : 32;
+  for (int64_t m = 0; m < M; ++m) {
+    __m256 a = _mm256_setzero_ps();
+    const uint8_t* r = w + m * rowBytes;
+    BlockGroups bg(group, per);
+    for (int64_t b = 0; b < rowBytes / 32; ++b, bg.next()) {
+      const int8_t* xb = xq + b * per;
+      const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
+      const __m256i xh = q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
+      a = _mm256_fmadd_ps(Avx2IntDot(q4, r + b * 32, xa, xh), VnniScale(scales + m * groups, xs, bg.g, bg.two), a);
+    }
+    y[m] = Hsum(a) + VnniBias(biases + m * groups, xsum, groups);
+  }
+}
+
+// Up to four activation rows against `mb` weight rows: each weight block is loaded and unpacked
+// once for all of them (two weight rows × na activations per pass). Per (weight row,
+// activation) the arithmetic is GemvIntVnni's, so the results are bit-identical to it.
+VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const float* scales, const float* biases, int group,
+                                   const int8_t* const* xq, const float* const* xs, const float* const* xsum,
+                                   float* const* y, int na, int64_t mb, int64_t K) {
+  const int64_t groups = K / group;
+  const int64_t rowBytes = q4 ? K / 2 : K;
+  const int64_t blocks = rowBytes / 32;
+  const int64_t per = q4 ? 64 : 32;
+  const __m256i nib = _mm256_set1_epi8(15);
+  int64_t m = 0;
+  for (; m + 2 <= mb; m += 2) {
+    __m256 acc[2][4];
+    for (int r = 0; r < 2; ++r)
+      for (int a = 0; a < 4; ++a) acc[r][a] = _mm256_setzero_ps();
+    const uint8_t* r0 = w + m * rowBytes;
+    const float* s0 = scales + m * groups;
+    BlockGroups bg(group, per);
+    for (int64_t b = 0; b < blocks; ++b, bg.next()) {
+      __m256i lo[2], hi[2];
+      for (int r = 0; r < 2; ++r) {
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + r * rowBytes + b * 32));
+        lo[r] = q4 ? _mm256_and_si256(wv, nib) : wv;
+        hi[r] = q4 ? _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib) : wv;
+      }
+      for (int a = 0; a < na; ++a) {
+        const int8_t* xb = xq[a] + b * per;
+        const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
+        const __m256i xh = q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
+        for (int r = 0; r < 2; ++r) {
+          __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo[r], xa);
+          if (q4) d = _mm256_dpbusd_epi32(d, hi[r], xh);
+          acc[r][a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), VnniScale(s0 + r * groups, xs[a], bg.g, bg.two), acc[r][a]);
+        }
+      }
+    }
+    for (int r = 0; r < 2; ++r)
+      for (int a = 0; a < na; ++a) y[a][m + r] = Hsum(acc[r][a]) + VnniBias(biases + (m + r) * groups, xsum[a], groups);
+  }
+  for (; m < mb; ++m)
+    for (int a = 0; a < na; ++a)
+      GemvIntVnni(q4, w + m * rowBytes, scales + m * groups, biases + m * groups, group, xq[a], xs[a], xsum[a], y[a] + m, 1, K);
+}
+
+
+// 16 float weights (f32, f16 or bf16) from element i, as f32.
+__attribute__((target("avx512f,avx2,f16c"))) inline __m512 Load16(WeightType type, const void* w, int64_t i) {
+  if (type == WeightType::kF32) return _mm512_loadu_ps(static_cast<const float*>(w) + i);
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + i));
+  if (type == WeightType::kF16) return _mm512_cvtph_ps(h);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
+// AVX-512 GEMV for float weights (four rows per pass); quantized weights use the AVX2 path.
+__attribute__((target("avx512f,avx2,fma,f16c"))) void GemvAvx512(WeightType type, const void* w, const float* scales,
+                                                                  const float* biases, int group, const float* x, float* y,
+                                                                  int64_t M, int64_t K, float* xsum) {
+  if (Quantized(type)) {
+    GemvAvx2(type, w, scales, biases, group, x, y, M, K, xsum);
+    return;
+  }
+  const int64_t K16 = K & ~int64_t{15};
+  int64_t m = 0;
+  for (; m + 4 <= M; m += 4) {
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    int64_t k = 0;
+    for (; k < K16; k += 16) {
+      const __m512 xv = _mm512_loadu_ps(x + k);
+      a0 = _mm512_fmadd_ps(Load16(type, w, m * K + k), xv, a0);
+      a1 = _mm512_fmadd_ps(Load16(type, w, (m + 1) * K + k), xv, a1);
+      a2 = _mm512_fmadd_ps(Load16(type, w, (m + 2) * K + k), xv, a2);
+      a3 = _mm512_fmadd_ps(Load16(type, w, (m + 3) * K + k), xv, a3);
+    }
+    float t[4] = {0, 0, 0, 0};
+    for (; k < K; ++k)
+      for (int r = 0; r < 4; ++r) t[r] += FloatAt(type, w, (m + r) * K + k) * x[k];
+    y[m] = Hsum512(a0) + t[0];
+    y[m + 1] = Hsum512(a1) + t[1];
+    y[m + 2] = Hsum512(a2) + t[2];
+    y[m + 3] = Hsum512(a3) + t[3];
+  }
+  for (; m < M; ++m) {
+    __m512 a = _mm512_setzero_ps();
+    int64_t k = 0;
+    for (; k < K16; k += 16) a = _mm512_fmadd_ps(Load16(type, w, m * K + k), _mm512_loadu_ps(x + k), a);
+    float t = 0;
+    for (; k < K; ++k) t += FloatAt(type, w, m * K + k) * x[k];
+    y[m] = Hsum512(a) + t;
+  }
+}
+#endif
+
+using GemvFn = void (*)(WeightType, const void*, const float*, const float*, int, const float*, float*, int64_t, int64_t, float*);
+using GemvIntFn = void (*)(bool, const uint8_t*, const float*, const float*, int, const int8_t*, const float*, const float*, float*,
+                           int64_t, int64_t);
+
+GemvFn ChooseGemv() {
+#ifdef VOXSLAB_X86
+  switch (ChosenIsa()) {
+    case Isa::kAvx512: return GemvAvx512;
+    case Isa::kAvx2: return GemvAvx2;
+    case Isa::kScalar: break;
+  }
+#endif
+  return GemvScalar;
+}
+
+// The integer path for shapes the vector kernels take (VectorIntShape); others run GemvIntScalar.
+GemvIntFn ChooseGemvInt() {
+#ifdef VOXSLAB_X86
+  if (ChosenVnni()) return GemvIntVnni;
+  if (ChosenIsa() != Isa::kScalar) return GemvIntAvx2;
+#endif
+  return GemvIntScalar;
+}
+
+const GemvFn kGemv = ChooseGemv();
+const GemvIntFn kGemvIntVector = ChooseGemvInt();
+
+// The vector kernels need whole 64-element blocks, each within one group (or, for q4, exactly
+// two groups of 32).
+bool VectorIntShape(bool q4, int group, int64_t K) {
+  return K % 64 == 0 && (q4 ? (group == 32 || group % 64 == 0) : group % 32 == 0);
+}
+
+// Rows [m0, m0 + rows) of y = W·x for q8/q4 weights and int8 activations (xq, their scales xs
+// and group sums xsum): the vector path where the shape allows, else the scalar one.
+void IntRows(const WeightRef& w, int64_t m0, int64_t rows, int64_t K, const int8_t* xq, const float* xs, const float* xsum,
+             float* y) {
+  const bool q4 = w.type == WeightType::kQ4;
+  const int64_t groups = K / w.group;
+  const auto* base = static_cast<const uint8_t*>(w.data) + (q4 ? m0 * K / 2 : m0 * K);
+  const auto fn = VectorIntShape(q4, w.group, K) ? kGemvIntVector : GemvIntScalar;
+  fn(q4, base, w.scales + m0 * groups, w.biases + m0 * groups, w.group, xq, xs, xsum, y, rows, K);
+}
+
+struct IntTask {
+  WeightRef w;
+  const int8_t* xq;
+  const float* xs;
+  const float* xsum;
+  float* y;
+  int64_t K;
+};
+
+void RunIntRows(const void* c, int64_t r0, int64_t r1) {
+  const IntTask& t = *static_cast<const IntTask*>(c);
+  IntRows(t.w, r0, r1 - r0, t.K, t.xq, t.xs, t.xsum, t.y + r0);
+}
+
+struct FloatTask {
+  WeightType type;
+  const uint8_t* w;
+  int64_t elemBytes;
+  const float* x;
+  float* y;
+  int64_t K;
+};
+
+void RunFloatRows(const void* c, int64_t r0, int64_t r1) {
+  const FloatTask& t = *static_cast<const FloatTask*>(c);
+  kGemv(t.type, t.w + r0 * t.K * t.elemBytes, nullptr, nullptr, 0, t.x, t.y + r0, r1 - r0, t.K, nullptr);
+}
+
+}  // namespace
+
+void Gemv(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* x, float* y,
+          int64_t M, int64_t K, float* xsum) {
+  kGemv(type, w, scales, biases, group, x, y, M, K, xsum);
+}
+
+int64_t GemvIntScratchBytes(int64_t K, int group) { return (K + 2 * 4 * (K / group) + 64 + 63) & ~int64_t{63}; }
+
+int64_t GemvRowsScratchBytes(int64_t n, int64_t K, int group) { return group > 0 ? n * GemvIntScratchBytes(K, group) : 0; }
+
+namespace {
+
+struct RowsTask {
+  WeightRef w;
+  const float* X;
+  float* Y;
+  const uint8_t* scratch;  // per activation row: xsum, xs, xq
+  int64_t per, n, M, K, elemBytes;
+};
+
+// Rows [r0, r1) of every Y[t], in blocks of weight rows that stay in cache across the n rows.
+void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
+  const RowsTask& t = *static_cast<const RowsTask*>(c);
+  const bool quant = Quantized(t.w.type);
+  const bool q4 = t.w.type == WeightType::kQ4;
+  const int64_t groups = quant ? t.K / t.w.group : 0;
+  constexpr int64_t kBlock = 32;
+  for (int64_t m0 = r0; m0 < r1; m0 += kBlock) {
+    const int64_t mb = std::min(kBlock, r1 - m0);
+#ifdef VOXSLAB_X86
+    if (quant && VectorIntShape(q4, t.w.group, t.K) && kGemvIntVector == GemvIntVnni) {
+      const uint8_t* wsub = static_cast<const uint8_t*>(t.w.data) + (q4 ? m0 * t.K / 2 : m0 * t.K);
+      for (int64_t i0 = 0; i0 < t.n; i0 += 4) {
+        const int na = static_cast<int>(std::min<int64_t>(4, t.n - i0));
+        const int8_t* xq[4] = {};
+        const float* xs[4] = {};
+        const float* xsum[4] = {};
+        float* y[4] = {};
+        for (int a = 0; a < na; ++a) {
+          xsum[a] = reinterpret_cast<const float*>(t.scratch + (i0 + a) * t.per);
+          xs[a] = xsum[a] + groups;
+          xq[a] = reinterpret_cast<const int8_t*>(xs[a] + groups);
+          y[a] = t.Y + (i0 + a) * t.M + m0;
+        }
+        GemvIntVnniMulti(q4, wsub, t.w.scales + m0 * groups, t.w.biases + m0 * groups, t.w.group, xq, xs, xsum, y, na, mb, t.K);
+      }
+      continue;
+    }
+#endif
+    for (int64_t i = 0; i < t.n; ++i) {
+      if (quant) {
+        const float* xsum = reinterpret_cast<const float*>(t.scratch + i * t.per);
+        const float* xs = xsum + groups;
+        const int8_t* xq = reinterpret_cast<const int8_t*>(xs + groups);
+        IntRows(t.w, m0, mb, t.K, xq, xs, xsum, t.Y + i * t.M + m0);
+      } else {
+        const uint8_t* wsub = static_cast<const uint8_t*>(t.w.data) + m0 * t.K * t.elemBytes;
+        kGemv(t.w.type, wsub, nullptr, nullptr, 0, t.X + i * t.K, t.Y + i * t.M + m0, mb, t.K, nullptr);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+void GemvRows(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* X, float* Y,
+              int64_t n, int64_t M, int64_t K, void* scratch) {
+  const bool quant = Quantized(type);
+  const int64_t per = quant ? GemvIntScratchBytes(K, group) : 0;
+  if (quant) {
+    const int64_t groups = K / group;
+    for (int64_t t = 0; t < n; ++t) {
+      float* xsum = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + t * per);
+      float* xs = xsum + groups;
+      QuantizeActivations(X + t * K, K, group, type == WeightType::kQ4, reinterpret_cast<int8_t*>(xs + groups), xs, xsum);
+    }
+  }
+  const RowsTask task{{type, w, scales, biases, group}, X, Y, static_cast<const uint8_t*>(scratch), per, n, M, K, ElemBytes(type)};
+  Pool().Run(RunRowsBlocks, &task, M, 32, n * M * K);
+}
+
+void GemvSplit(WeightType type, const void* w, const float* x, float* y, int64_t M, int64_t K) {
+  const FloatTask task{type, static_cast<const uint8_t*>(w), ElemBytes(type), x, y, K};
+  Pool().Run(RunFloatRows, &task, M, 4, M * K);
+}
+
+void GemvInt(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* x, float* y,
+             int64_t M, int64_t K, void* scratch) {
+  const bool q4 = type == WeightType::kQ4;
+  // Scratch: the group sums and activation scales (f32), then the int8 activations.
+  float* xsum = static_cast<float*>(scratch);
+  float* xs = xsum + K / group;
+  int8_t* xq = reinterpret_cast<int8_t*>(xs + K / group);
+  QuantizeActivations(x, K, group, q4, xq, xs, xsum);
+  const IntTask task{{type, w, scales, biases, group}, xq, xs, xsum, y, K};
+  Pool().Run(RunIntRows, &task, M, 4, M * K);
+}
+
+}  // namespace voxslab

@@ -1,0 +1,152 @@
+// Row-wise operations of the model's blocks: norms, activations, RoPE, convolutions. Scalar
+// code in a fixed order (the compiler vectorises what it can without changing the result).
+#include <cmath>
+#include <cstdint>
+
+#include "kernels.h"
+
+namespace voxslab {
+
+void RmsNorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    double ss = 0;
+    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+    const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
+    for (int64_t i = 0; i < dim; ++i) y[r * dim + i] = xr[i] * inv * w[i];
+  }
+}
+
+void LayerNorm(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t dim, float eps) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    double s = 0;
+    for (int64_t i = 0; i < dim; ++i) s += xr[i];
+    const double mean = s / static_cast<double>(dim);
+    double v = 0;
+    for (int64_t i = 0; i < dim; ++i) v += (xr[i] - mean) * (xr[i] - mean);
+    const double inv = 1.0 / std::sqrt(v / static_cast<double>(dim) + eps);
+    for (int64_t i = 0; i < dim; ++i) y[r * dim + i] = static_cast<float>((xr[i] - mean) * inv) * w[i] + b[i];
+  }
+}
+
+void GeluExact(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(0.5 * x[i] * (1.0 + std::erf(x[i] / std::sqrt(2.0))));
+}
+
+void Silu(const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i] / (1.0 + std::exp(-static_cast<double>(x[i]))));
+}
+
+void SwiGlu(const float* gate, const float* up, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(gate[i] / (1.0 + std::exp(-static_cast<double>(gate[i])))) * up[i];
+}
+
+void Glu(const float* x, float* y, int64_t rows, int64_t dim) {
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < dim; ++i) {
+      const double g = x[r * 2 * dim + dim + i];
+      y[r * dim + i] = static_cast<float>(x[r * 2 * dim + i] / (1.0 + std::exp(-g)));
+    }
+}
+
+void Rope(float* x, const float* cs, const float* sn, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, bool adjacent) {
+  const int64_t half = hd / 2;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* c = cs + (pos0 + r) * half;
+    const float* s = sn + (pos0 + r) * half;
+    for (int64_t h = 0; h < heads; ++h) {
+      float* v = x + (r * heads + h) * hd;
+      for (int64_t i = 0; i < half; ++i) {
+        const int64_t a = adjacent ? 2 * i : i;
+        const int64_t b = adjacent ? 2 * i + 1 : i + half;
+        const float x0 = v[a], x1 = v[b];
+        v[a] = x0 * c[i] - x1 * s[i];
+        v[b] = x1 * c[i] + x0 * s[i];
+      }
+    }
+  }
+}
+void Conv1dCausal(const float* x, const float* w, float* state, float* y, int64_t T, int64_t C, int64_t k) {
+  const int64_t keep = k - 1;
+  for (int64_t t = 0; t < T; ++t) {
+    for (int64_t c = 0; c < C; ++c) {
+      float s = 0;
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t src = t - keep + j;  // < 0: from the carried state
+        const float v = src >= 0 ? x[src * C + c] : state[(keep + src) * C + c];
+        s += w[c * k + j] * v;
+      }
+      y[t * C + c] = s;
+    }
+  }
+  // New state: the last k−1 input rows (from x, or older rows from the state when T < k−1).
+  for (int64_t r = 0; r < keep; ++r) {
+    const int64_t src = T - keep + r;
+    for (int64_t c = 0; c < C; ++c) {
+      if (src >= 0) state[r * C + c] = x[src * C + c];
+      else state[r * C + c] = state[(r + T) * C + c];
+    }
+  }
+}
+
+void Conv1dSame(const float* x, const float* w, const float* bias, float* y, int64_t T, int64_t C, int64_t k, int64_t t0,
+                int64_t t1) {
+  const int64_t pad = (k - 1) / 2;
+  for (int64_t t = t0; t < t1; ++t) {
+    for (int64_t c = 0; c < C; ++c) {
+      float s = bias != nullptr ? bias[c] : 0.0f;
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t src = t + j - pad;
+        if (src >= 0 && src < T) s += w[c * k + j] * x[src * C + c];
+      }
+      y[(t - t0) * C + c] = s;
+    }
+  }
+}
+
+void Conv2dS2(const float* in, int64_t Cin, int64_t inRow0, int64_t inRows, int64_t inTotal, int64_t inCols, const float* w,
+              const float* bias, bool depthwise, float* out, int64_t Cout, int64_t outRow0, int64_t outRows, int64_t outCols,
+              bool relu) {
+  for (int64_t co = 0; co < Cout; ++co) {
+    for (int64_t r = 0; r < outRows; ++r) {
+      const int64_t orow = outRow0 + r;
+      for (int64_t col = 0; col < outCols; ++col) {
+        float s = bias != nullptr ? bias[co] : 0.0f;
+        const int64_t ciLo = depthwise ? co : 0;
+        const int64_t ciHi = depthwise ? co + 1 : Cin;
+        for (int64_t ci = ciLo; ci < ciHi; ++ci) {
+          const float* wk = w + (depthwise ? co * 9 : (co * Cin + ci) * 9);
+          for (int64_t di = 0; di < 3; ++di) {
+            const int64_t irow = 2 * orow - 1 + di;  // absolute input row
+            if (irow < 0 || irow >= inTotal) continue;
+            const float* row = in + (ci * inRows + (irow - inRow0)) * inCols;
+            for (int64_t dj = 0; dj < 3; ++dj) {
+              const int64_t icol = 2 * col - 1 + dj;
+              if (icol < 0 || icol >= inCols) continue;
+              s += wk[di * 3 + dj] * row[icol];
+            }
+          }
+        }
+        out[(co * outRows + r) * outCols + col] = relu && s < 0 ? 0.0f : s;
+      }
+    }
+  }
+}
+
+void Pointwise(const float* in, const float* w, const float* bias, float* out, int64_t Cin, int64_t Cout, int64_t P, bool relu) {
+  for (int64_t c = 0; c < Cout; ++c) {
+    float* o = out + c * P;
+    const float b = bias != nullptr ? bias[c] : 0.0f;
+    for (int64_t p = 0; p < P; ++p) o[p] = b;
+    for (int64_t ci = 0; ci < Cin; ++ci) {
+      const float wc = w[c * Cin + ci];
+      const float* x = in + ci * P;
+      for (int64_t p = 0; p < P; ++p) o[p] += wc * x[p];
+    }
+    if (relu)
+      for (int64_t p = 0; p < P; ++p) o[p] = o[p] < 0 ? 0.0f : o[p];
+  }
+}
+
+}  // namespace voxslab

@@ -1,0 +1,56 @@
+// Helper threads that split a kernel's output rows with the calling thread. Internal to the
+// addon; plain C++.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace voxslab {
+
+// Each row is computed exactly as on one thread, so results do not depend on the thread count.
+// Every JS thread has its own pool (a pipeline stage's helpers are its own: two stages computing
+// at once never share or resize one); a reentrant call that finds the pool busy runs alone.
+class RowPool {
+ public:
+  using Fn = void (*)(const void* ctx, int64_t r0, int64_t r1);
+  static constexpr int kMaxThreads = 8;
+
+  ~RowPool() { Resize(1); }
+
+  int threads() const { return static_cast<int>(helpers_.size()) + 1; }
+
+  // Only the owning thread resizes; holding `busy_` meanwhile keeps a Run from starting on a
+  // pool whose helpers are being replaced (such a Run computes alone).
+  void Resize(int n);
+
+  // fn(ctx, r0, r1) over [0, rows), in contiguous parts aligned to `align` rows; `work` is the
+  // call's multiply-adds, below kMinWork it runs on the calling thread alone.
+  void Run(Fn fn, const void* ctx, int64_t rows, int64_t align, int64_t work);
+
+ private:
+  static constexpr int64_t kMinWork = 1 << 16;  // multiply-adds below which a split costs more than it saves
+
+  void ResizeHeld(int n);
+  void Loop(int index, uint32_t seen);
+
+  std::vector<std::thread> helpers_;
+  std::atomic<uint32_t> gen_{0};
+  std::atomic<int> pending_{0};
+  std::atomic<int> sleepers_{0};
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> busy_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Fn fn_ = nullptr;
+  const void* ctx_ = nullptr;
+  int64_t parts_[kMaxThreads + 1] = {};
+};
+
+// The calling thread's pool.
+RowPool& Pool();
+
+}  // namespace voxslab

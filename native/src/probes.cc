@@ -1,0 +1,80 @@
+// Probes of the machine's limits (peak FMA rate, streaming read bandwidth) for the benchmarks'
+// ratios, on the kernels' chosen instruction set.
+#include <cmath>
+#include <cstdint>
+
+#include "cpu.h"
+#include "kernels.h"
+#include "simd.h"
+#include "vec.h"
+
+namespace voxslab {
+
+namespace {
+
+float FmaProbeScalar(int64_t iterations) {
+  float a[12];
+  for (int i = 0; i < 12; ++i) a[i] = 0.001f * static_cast<float>(i);
+  for (int64_t it = 0; it < iterations; ++it)
+    for (int i = 0; i < 12; ++i) a[i] = std::fma(a[i], 0.999999f, 1e-7f);
+  float s = 0;
+  for (float v : a) s += v;
+  return s;
+}
+
+float ReadProbeScalar(const float* x, int64_t n) {
+  float s = 0;
+  for (int64_t i = 0; i < n; ++i) s += x[i];
+  return s;
+}
+
+#ifdef VOXSLAB_X86
+// Reads n floats as four concurrent streams (one per quarter), the access pattern that
+// gives the memory system the most parallelism a single core can use.
+__attribute__((target("avx2"))) float ReadProbeAvx2(const float* x, int64_t n) {
+  const int64_t q = (n / 4) & ~int64_t{15};
+  const float* p0 = x;
+  const float* p1 = x + q;
+  const float* p2 = x + 2 * q;
+  const float* p3 = x + 3 * q;
+  __m256 s0 = _mm256_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+  for (int64_t i = 0; i < q; i += 16) {
+    s0 = _mm256_add_ps(s0, _mm256_add_ps(_mm256_loadu_ps(p0 + i), _mm256_loadu_ps(p0 + i + 8)));
+    s1 = _mm256_add_ps(s1, _mm256_add_ps(_mm256_loadu_ps(p1 + i), _mm256_loadu_ps(p1 + i + 8)));
+    s2 = _mm256_add_ps(s2, _mm256_add_ps(_mm256_loadu_ps(p2 + i), _mm256_loadu_ps(p2 + i + 8)));
+    s3 = _mm256_add_ps(s3, _mm256_add_ps(_mm256_loadu_ps(p3 + i), _mm256_loadu_ps(p3 + i + 8)));
+  }
+  float t = 0;
+  for (int64_t i = 4 * q; i < n; ++i) t += x[i];
+  return Hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3))) + t;
+}
+#endif
+
+struct Probes {
+  float (*fma)(int64_t);
+  float (*read)(const float*, int64_t);
+  int fmaLanes;  // f32 lanes per FMA in the peak probe
+  const char* isa;
+};
+
+Probes Choose() {
+#ifdef VOXSLAB_X86
+  switch (ChosenIsa()) {
+    case Isa::kAvx512: return {avx512::FmaProbe, ReadProbeAvx2, avx512::kLanes, ChosenVnni() ? "avx512f+vnni" : "avx512f"};
+    case Isa::kAvx2: return {avx2::FmaProbe, ReadProbeAvx2, avx2::kLanes, "avx2+fma"};
+    case Isa::kScalar: break;
+  }
+#endif
+  return {FmaProbeScalar, ReadProbeScalar, 1, "scalar"};
+}
+
+const Probes kProbes = Choose();
+
+}  // namespace
+
+float FmaProbe(int64_t iterations) { return kProbes.fma(iterations); }
+int FmaLanes() { return kProbes.fmaLanes; }
+float ReadProbe(const float* x, int64_t n) { return kProbes.read(x, n); }
+const char* KernelIsa() { return kProbes.isa; }
+
+}  // namespace voxslab

@@ -1,0 +1,115 @@
+// Helpers the kernel files share: weight-element decoding, horizontal sums, the fixed-order
+// dot product. Internal to the addon; include after the standard headers it needs.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+#include <thread>
+
+#include "kernels.h"
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#define VOXSLAB_X86 1
+#endif
+
+namespace voxslab {
+
+inline float Bf16(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline float F16(uint16_t h) {
+  const uint32_t sign = (h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t u;
+  if (exp == 0) {
+    if (mant == 0) {
+      u = sign;
+    } else {  // subnormal: normalise
+      exp = 1;
+      while ((mant & 0x400) == 0) {
+        mant <<= 1;
+        --exp;
+      }
+      mant &= 0x3ff;
+      u = sign | ((exp + 112) << 23) | (mant << 13);
+    }
+  } else if (exp == 0x1f) {
+    u = sign | 0x7f800000u | (mant << 13);
+  } else {
+    u = sign | ((exp + 112) << 23) | (mant << 13);
+  }
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+inline bool Quantized(WeightType type) { return type == WeightType::kQ8 || type == WeightType::kQ4; }
+
+// Bytes per stored element of a float encoding (q8 one, q4 half of one).
+inline int64_t ElemBytes(WeightType type) {
+  return type == WeightType::kF32 ? 4 : (type == WeightType::kF16 || type == WeightType::kBF16) ? 2 : 1;
+}
+
+// Element i of a float-encoded (f32, f16, bf16) weight array, as f32.
+inline float FloatAt(WeightType type, const void* w, int64_t i) {
+  if (type == WeightType::kF32) return static_cast<const float*>(w)[i];
+  const uint16_t h = static_cast<const uint16_t*>(w)[i];
+  return type == WeightType::kF16 ? F16(h) : Bf16(h);
+}
+
+// Element (n, k) of a weight matrix [N][K] of any type, as f32.
+inline float WeightAt(const WeightRef& w, int64_t n, int64_t k, int64_t K) {
+  const int64_t i = n * K + k;
+  if (!Quantized(w.type)) return FloatAt(w.type, w.data, i);
+  const uint8_t* b = static_cast<const uint8_t*>(w.data);
+  const float q = w.type == WeightType::kQ8 ? b[i] : ((b[i >> 1] >> ((i & 1) * 4)) & 15);
+  const int64_t g = n * (K / w.group) + k / w.group;
+  return w.scales[g] * q + w.biases[g];
+}
+
+// Σ a[i]·b[i] in four accumulators combined in a fixed order, so every call rounds the same way.
+template <typename T>
+T DotFixed4(const T* a, const T* b, int64_t n) {
+  T s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    s0 += a[i] * b[i];
+    s1 += a[i + 1] * b[i + 1];
+    s2 += a[i + 2] * b[i + 2];
+    s3 += a[i + 3] * b[i + 3];
+  }
+  for (; i < n; ++i) s0 += a[i] * b[i];
+  return (s0 + s1) + (s2 + s3);
+}
+
+inline void CpuRelax() {
+#ifdef VOXSLAB_X86
+  _mm_pause();
+#else
+  std::this_thread::yield();
+#endif
+}
+
+#ifdef VOXSLAB_X86
+__attribute__((target("avx2,fma"))) inline float Hsum(__m256 v) {
+  alignas(32) float l[8];
+  _mm256_store_ps(l, v);
+  return (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])));
+}
+
+__attribute__((target("avx512f"))) inline float Hsum512(__m512 v) {
+  alignas(64) float l[16];
+  _mm512_store_ps(l, v);
+  float s[8];
+  for (int i = 0; i < 8; ++i) s[i] = l[i] + l[i + 8];
+  return (((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])));
+}
+#endif
+
+}  // namespace voxslab
