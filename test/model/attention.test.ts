@@ -3,6 +3,7 @@ import { attention, attentionScratchFloats, type AttentionMode } from '../../src
 import { native } from '../../src/native.js';
 import { f16ToF32, f32ToF16 } from '../../src/model/format/dtype.js';
 import { prng } from '../helpers.js';
+import { softmax64 } from '../reference/ops.js';
 
 interface Case {
   T: number;
@@ -40,12 +41,10 @@ function reference(c: Case, q: Float32Array, k: Float32Array, v: Float32Array, r
         }
         scores[j] = s * scale;
       }
-      const m = Math.max(...scores);
-      let sum = 0;
-      for (let j = 0; j < Tk; j++) sum += scores[j] === Number.NEGATIVE_INFINITY ? 0 : Math.exp(scores[j]! - m);
+      const p = softmax64(Array.from(scores));
       for (let j = 0; j < Tk; j++) {
         if (scores[j] === Number.NEGATIVE_INFINITY) continue;
-        const w = Math.exp(scores[j]! - m) / sum;
+        const w = p[j]!;
         for (let d = 0; d < c.hd; d++) {
           const o = (i * c.Hq + h) * c.hd + d;
           out[o] = out[o]! + w * v[(j * c.Hkv + kh) * c.hd + d]!;

@@ -7,7 +7,7 @@ import { MemoryDomain, plan } from '../../src/memory/index.js';
 import { heapWorkspace } from '../../src/dsp/workspace.js';
 import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
 import { Backbone, backboneDims, backbonePass, BackboneState, backboneStateSizes } from '../../src/model/blocks/backbone.js';
-import { lfm2Reference } from './lfm2-reference.js';
+import { lfm2Reference } from '../reference/lfm2.js';
 import { allocationProbe } from '../helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'voxslab-lfm-'));

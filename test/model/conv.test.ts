@@ -4,7 +4,7 @@ import { conv1dCausal, conv1dSame } from '../../src/model/blocks/kernels.js';
 import { Subsampler, type SubsamplingWeights } from '../../src/model/blocks/subsampling.js';
 import { native } from '../../src/native.js';
 import { prng } from '../helpers.js';
-import { subsampleReference } from './subsample-reference.js';
+import { subsampleReference } from '../reference/subsample.js';
 import { loadConfig } from '../../src/io/config.js';
 
 t.test('causal conv1d with carried state streams exactly', async (t) => {

@@ -8,6 +8,7 @@ import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
 import { Depthformer, depthformerPass, depthformerStateFloats, END_OF_AUDIO } from '../../src/model/blocks/depthformer.js';
 import { AUDIO_SAMPLING, Sampler, TEXT_SAMPLING } from '../../src/model/blocks/sampler.js';
 import { allocationProbe, prng } from '../helpers.js';
+import { linear64, rmsNorm64, softmax64, swiglu64, weights64 } from '../reference/ops.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'voxslab-depth-'));
 makeCheckpoint({ config: 'tiny', seed: 41, out: dir, dtype: 'f32' });
@@ -40,20 +41,10 @@ t.test('a frame equals a float64 reference (teacher-forced codes)', async (t) =>
   const before = domain.snapshot().allocations;
   depth.frame(hidden, new Sampler(1), TEXT_SAMPLING, codes, logits, forced);
   t.same(domain.snapshot().allocations, before, 'no allocation after readiness');
-  const get = (n: string) => Float64Array.from(image.toF32(n, new Float32Array(image.get(n).shape.reduce((a, c) => a * c, 1))));
-  const rms = (x: Float64Array, w: Float64Array, rows: number, dim: number) =>
-    Float64Array.from(x, (v, i) => {
-      const r0 = Math.floor(i / dim);
-      let s = 0;
-      for (let j = 0; j < dim; j++) s += x[r0 * dim + j]! ** 2;
-      return (v / Math.sqrt(s / dim + 1e-5)) * w[i % dim]!;
-    }).subarray(0, rows * dim);
-  const mv = (w: Float64Array, x: Float64Array, rows: number, cols: number, row0 = 0) =>
-    Float64Array.from({ length: rows }, (_, o) => {
-      let s = 0;
-      for (let k = 0; k < cols; k++) s += w[(row0 + o) * cols + k]! * x[k]!;
-      return s;
-    });
+  const get = weights64(image);
+  const rms = (x: Float64Array, w: Float64Array, rows: number, dim: number) => rmsNorm64(x, rows, dim, w);
+  // One row through rows [row0, row0 + rows) of w [*][cols].
+  const mv = (w: Float64Array, x: Float64Array, rows: number, cols: number, row0 = 0) => linear64(x, 1, cols, w.subarray(row0 * cols), null, rows);
   const hd = f.headDim;
   const kd = f.kvHeads * hd;
   const slices = mv(get('depth_linear.weight'), Float64Array.from(hidden), cb * f.dim, D).map((v, i) => v + get('depth_linear.bias')[i]!);
@@ -96,11 +87,9 @@ t.test('a frame equals a float64 reference (teacher-forced codes)', async (t) =>
           for (let c = 0; c < hd; c++) s += q[h * hd + c]! * kk[kh * hd + c]!;
           return s / Math.sqrt(hd);
         });
-        const m = Math.max(...sc);
-        const ex = sc.map((s) => Math.exp(s - m));
-        const z = ex.reduce((a, c) => a + c, 0);
+        const pr = softmax64(sc);
         cacheV[l]!.forEach((vv, j) => {
-          for (let c = 0; c < hd; c++) ctx[h * hd + c] = ctx[h * hd + c]! + (ex[j]! / z) * vv[kh * hd + c]!;
+          for (let c = 0; c < hd; c++) ctx[h * hd + c] = ctx[h * hd + c]! + pr[j]! * vv[kh * hd + c]!;
         });
       }
       const o = mv(get(`${p}.operator.out_proj.weight`), ctx, f.dim, f.dim);
@@ -108,7 +97,7 @@ t.test('a frame equals a float64 reference (teacher-forced codes)', async (t) =>
       const fl = rms(x, get(`${p}.ffn_norm.weight`), 1, f.dim);
       const gate = mv(get(`${p}.feed_forward.w1.weight`), fl, f.ffn, f.dim);
       const up = mv(get(`${p}.feed_forward.w3.weight`), fl, f.ffn, f.dim);
-      const act = gate.map((gg, j) => (gg / (1 + Math.exp(-gg))) * up[j]!);
+      const act = swiglu64(gate, up);
       const d2 = mv(get(`${p}.feed_forward.w2.weight`), act, f.dim, f.ffn);
       x = x.map((val, j) => val + d2[j]!);
     }

@@ -8,7 +8,8 @@ import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
 import { detokenizerDims, lfm2Pass } from '../../src/model/blocks/backbone.js';
 import { Detokenizer, DetokenizerState } from '../../src/model/blocks/detokenizer.js';
 import { DETOKENIZER_PREFIX } from '../../src/model/format/image.js';
-import { lfm2Reference } from './lfm2-reference.js';
+import { lfm2Reference } from '../reference/lfm2.js';
+import { linear64, weights64 } from '../reference/ops.js';
 import { allocationProbe, prng, randInt } from '../helpers.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'voxslab-detok-'));
@@ -65,16 +66,15 @@ t.test('code frames → bins equal a float64 reference with the sliding window; 
     }
   });
   const { hidden } = lfm2Reference(detokenizerDims(config), `${DETOKENIZER_PREFIX}lfm`, image, input, P);
-  const lw = image.toF32(`${DETOKENIZER_PREFIX}lin.weight`, new Float32Array(td.outBins * D));
-  const lb = image.toF32(`${DETOKENIZER_PREFIX}lin.bias`, new Float32Array(td.outBins));
+  const get = weights64(image);
+  const ref = linear64(hidden, P, D, get(`${DETOKENIZER_PREFIX}lin.weight`), get(`${DETOKENIZER_PREFIX}lin.bias`), td.outBins);
   let e2 = 0;
   let s2 = 0;
   for (let p = 0; p < P; p++) {
     const got = bins[Math.floor(p / td.upsample)]!;
     const row = p % td.upsample;
     for (let o = 0; o < td.outBins; o++) {
-      let want = lb[o]!;
-      for (let j = 0; j < D; j++) want += lw[o * D + j]! * hidden[p * D + j]!;
+      const want = ref[p * td.outBins + o]!;
       e2 += (got[row * td.outBins + o]! - want) ** 2;
       s2 += want ** 2;
     }

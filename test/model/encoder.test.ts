@@ -10,7 +10,8 @@ import { ConformerEncoder } from '../../src/model/blocks/encoder.js';
 import { DEFAULT_ENCODER_TILES, encoderPass, type EncoderTiles } from '../../src/model/plan/plans.js';
 import type { WeightsImage } from '../../src/model/format/image.js';
 import type { ModelConfig } from '../../src/model/format/config.js';
-import { subsampleReference, type SubsampleRefWeights } from './subsample-reference.js';
+import { layerNorm64, linear64, silu64, softmax64, weights64 } from '../reference/ops.js';
+import { subsampleReference, type SubsampleRefWeights } from '../reference/subsample.js';
 
 const dir = mkdtempSync(join(tmpdir(), 'voxslab-enc-'));
 makeCheckpoint({ config: 'tiny', seed: 21, out: dir, dtype: 'f32' });
@@ -20,7 +21,7 @@ type M = Float64Array; // row-major matrices
 /** Float64 reference of the encoder and adapter, from MODEL.md, with unfolded batch-norm. */
 function reference(config: ModelConfig, image: WeightsImage, raw: Float32Array, T: number): M {
   const e = config.encoder;
-  const get = (n: string) => Float64Array.from(image.toF32(n, new Float32Array(image.get(n).shape.reduce((a, b) => a * b, 1))));
+  const get = weights64(image);
   const F = 128;
   // Per-feature normalisation over the T − 1 valid frames; the last frame zeroed.
   const mel = new Float64Array(T * F);
@@ -44,44 +45,20 @@ function reference(config: ModelConfig, image: WeightsImage, raw: Float32Array, 
   };
   let x = subsampleReference(mel, T, F, C, e.stages, sub, d);
   const Tp = x.length / d;
-  const linear = (xs: Float64Array, rows: number, inD: number, w: Float64Array, b: Float64Array | null, outD: number): Float64Array => {
-    const y = new Float64Array(rows * outD);
-    for (let r = 0; r < rows; r++)
-      for (let o = 0; o < outD; o++) {
-        let s = b ? b[o]! : 0;
-        for (let k = 0; k < inD; k++) s += xs[r * inD + k]! * w[o * inD + k]!;
-        y[r * outD + o] = s;
-      }
-    return y;
-  };
-  const ln = (v: M, rows: number, dim: number, w: M, b: M): M => {
-    const y = new Float64Array(rows * dim);
-    for (let r = 0; r < rows; r++) {
-      let m = 0;
-      for (let i = 0; i < dim; i++) m += v[r * dim + i]!;
-      m /= dim;
-      let q = 0;
-      for (let i = 0; i < dim; i++) q += (v[r * dim + i]! - m) ** 2;
-      const inv = 1 / Math.sqrt(q / dim + 1e-5);
-      for (let i = 0; i < dim; i++) y[r * dim + i] = (v[r * dim + i]! - m) * inv * w[i]! + b[i]!;
-    }
-    return y;
-  };
-  const silu = (v: number) => v / (1 + Math.exp(-v));
   const H = e.heads;
   const hd = e.headDim;
   for (let n = 0; n < e.layers; n++) {
     const p = `conformer.layers.${n}`;
     for (const [ff, norm] of [['feed_forward1', 'norm_feed_forward1']] as const) {
-      const h = linear(ln(x, Tp, d, get(`${p}.${norm}.weight`), get(`${p}.${norm}.bias`)), Tp, d, get(`${p}.${ff}.linear1.weight`), get(`${p}.${ff}.linear1.bias`), e.ffn).map(silu);
-      const o = linear(h, Tp, e.ffn, get(`${p}.${ff}.linear2.weight`), get(`${p}.${ff}.linear2.bias`), d);
+      const h = linear64(layerNorm64(x, Tp, d, get(`${p}.${norm}.weight`), get(`${p}.${norm}.bias`)), Tp, d, get(`${p}.${ff}.linear1.weight`), get(`${p}.${ff}.linear1.bias`), e.ffn).map(silu64);
+      const o = linear64(h, Tp, e.ffn, get(`${p}.${ff}.linear2.weight`), get(`${p}.${ff}.linear2.bias`), d);
       x = x.map((v, i) => v + 0.5 * o[i]!);
     }
     // Relative-position attention.
-    const a = ln(x, Tp, d, get(`${p}.norm_self_att.weight`), get(`${p}.norm_self_att.bias`));
-    const q = linear(a, Tp, d, get(`${p}.self_attn.linear_q.weight`), get(`${p}.self_attn.linear_q.bias`), d);
-    const k = linear(a, Tp, d, get(`${p}.self_attn.linear_k.weight`), get(`${p}.self_attn.linear_k.bias`), d);
-    const v = linear(a, Tp, d, get(`${p}.self_attn.linear_v.weight`), get(`${p}.self_attn.linear_v.bias`), d);
+    const a = layerNorm64(x, Tp, d, get(`${p}.norm_self_att.weight`), get(`${p}.norm_self_att.bias`));
+    const q = linear64(a, Tp, d, get(`${p}.self_attn.linear_q.weight`), get(`${p}.self_attn.linear_q.bias`), d);
+    const k = linear64(a, Tp, d, get(`${p}.self_attn.linear_k.weight`), get(`${p}.self_attn.linear_k.bias`), d);
+    const v = linear64(a, Tp, d, get(`${p}.self_attn.linear_v.weight`), get(`${p}.self_attn.linear_v.bias`), d);
     const pe = new Float64Array((2 * Tp - 1) * d);
     for (let r = 0; r < 2 * Tp - 1; r++)
       for (let i = 0; i < d / 2; i++) {
@@ -89,7 +66,7 @@ function reference(config: ModelConfig, image: WeightsImage, raw: Float32Array, 
         pe[r * d + 2 * i] = Math.sin(ang);
         pe[r * d + 2 * i + 1] = Math.cos(ang);
       }
-    const pp = linear(pe, 2 * Tp - 1, d, get(`${p}.self_attn.linear_pos.weight`), null, d);
+    const pp = linear64(pe, 2 * Tp - 1, d, get(`${p}.self_attn.linear_pos.weight`), null, d);
     const u = get(`${p}.self_attn.pos_bias_u`);
     const vb = get(`${p}.self_attn.pos_bias_v`);
     const ctx = new Float64Array(Tp * d);
@@ -103,20 +80,18 @@ function reference(config: ModelConfig, image: WeightsImage, raw: Float32Array, 
           }
           return s / Math.sqrt(hd);
         });
-        const m = Math.max(...sc);
-        const ex = sc.map((s) => Math.exp(s - m));
-        const z = ex.reduce((x1, y1) => x1 + y1, 0);
+        const pr = softmax64(sc);
         for (let j = 0; j < Tp; j++)
           for (let c = 0; c < hd; c++) {
             const o = i * d + h * hd + c;
-            ctx[o] = ctx[o]! + (ex[j]! / z) * v[j * d + h * hd + c]!;
+            ctx[o] = ctx[o]! + pr[j]! * v[j * d + h * hd + c]!;
           }
       }
-    const ao = linear(ctx, Tp, d, get(`${p}.self_attn.linear_out.weight`), get(`${p}.self_attn.linear_out.bias`), d);
+    const ao = linear64(ctx, Tp, d, get(`${p}.self_attn.linear_out.weight`), get(`${p}.self_attn.linear_out.bias`), d);
     x = x.map((val, i) => val + ao[i]!);
     // Convolution module with batch-norm (eval) applied after the depthwise conv.
-    const cl = ln(x, Tp, d, get(`${p}.norm_conv.weight`), get(`${p}.norm_conv.bias`));
-    const pw1 = linear(cl, Tp, d, get(`${p}.conv.pointwise_conv1.weight`), get(`${p}.conv.pointwise_conv1.bias`), 2 * d);
+    const cl = layerNorm64(x, Tp, d, get(`${p}.norm_conv.weight`), get(`${p}.norm_conv.bias`));
+    const pw1 = linear64(cl, Tp, d, get(`${p}.conv.pointwise_conv1.weight`), get(`${p}.conv.pointwise_conv1.bias`), 2 * d);
     const g = Float64Array.from({ length: Tp * d }, (_, idx) => {
       const r = Math.floor(idx / d);
       const c = idx % d;
@@ -134,16 +109,16 @@ function reference(config: ModelConfig, image: WeightsImage, raw: Float32Array, 
         const src = r + j - (kk - 1) / 2;
         if (src >= 0 && src < Tp) s += dw[c * kk + j]! * g[src * d + c]!;
       }
-      return silu(((s - mu[c]!) / Math.sqrt(vr[c]! + 1e-5)) * gm[c]! + bt[c]!);
+      return silu64(((s - mu[c]!) / Math.sqrt(vr[c]! + 1e-5)) * gm[c]! + bt[c]!);
     });
-    const pw2 = linear(y, Tp, d, get(`${p}.conv.pointwise_conv2.weight`), get(`${p}.conv.pointwise_conv2.bias`), d);
+    const pw2 = linear64(y, Tp, d, get(`${p}.conv.pointwise_conv2.weight`), get(`${p}.conv.pointwise_conv2.bias`), d);
     x = x.map((val, i) => val + pw2[i]!);
     {
-      const h = linear(ln(x, Tp, d, get(`${p}.norm_feed_forward2.weight`), get(`${p}.norm_feed_forward2.bias`)), Tp, d, get(`${p}.feed_forward2.linear1.weight`), get(`${p}.feed_forward2.linear1.bias`), e.ffn).map(silu);
-      const o = linear(h, Tp, e.ffn, get(`${p}.feed_forward2.linear2.weight`), get(`${p}.feed_forward2.linear2.bias`), d);
+      const h = linear64(layerNorm64(x, Tp, d, get(`${p}.norm_feed_forward2.weight`), get(`${p}.norm_feed_forward2.bias`)), Tp, d, get(`${p}.feed_forward2.linear1.weight`), get(`${p}.feed_forward2.linear1.bias`), e.ffn).map(silu64);
+      const o = linear64(h, Tp, e.ffn, get(`${p}.feed_forward2.linear2.weight`), get(`${p}.feed_forward2.linear2.bias`), d);
       x = x.map((val, i) => val + 0.5 * o[i]!);
     }
-    x = ln(x, Tp, d, get(`${p}.norm_out.weight`), get(`${p}.norm_out.bias`));
+    x = layerNorm64(x, Tp, d, get(`${p}.norm_out.weight`), get(`${p}.norm_out.bias`));
   }
   const D = config.adapter.out;
   const erf = (z: number) => {
@@ -155,8 +130,8 @@ function reference(config: ModelConfig, image: WeightsImage, raw: Float32Array, 
     }
     return (2 / Math.sqrt(Math.PI)) * s;
   };
-  const a1 = linear(ln(x, Tp, d, get('audio_adapter.model.0.weight'), get('audio_adapter.model.0.bias')), Tp, d, get('audio_adapter.model.1.weight'), get('audio_adapter.model.1.bias'), config.adapter.hidden).map((v) => 0.5 * v * (1 + erf(v / Math.SQRT2)));
-  return linear(a1, Tp, config.adapter.hidden, get('audio_adapter.model.3.weight'), get('audio_adapter.model.3.bias'), D);
+  const a1 = linear64(layerNorm64(x, Tp, d, get('audio_adapter.model.0.weight'), get('audio_adapter.model.0.bias')), Tp, d, get('audio_adapter.model.1.weight'), get('audio_adapter.model.1.bias'), config.adapter.hidden).map((v) => 0.5 * v * (1 + erf(v / Math.SQRT2)));
+  return linear64(a1, Tp, config.adapter.hidden, get('audio_adapter.model.3.weight'), get('audio_adapter.model.3.bias'), D);
 }
 
 function setup(tiles: EncoderTiles) {

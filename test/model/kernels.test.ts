@@ -5,6 +5,7 @@ import { dequantizedAt, quantize } from '../../src/model/format/quant.js';
 import { f32ToBf16, f32ToF16, bf16ToF32, f16ToF32 } from '../../src/model/format/dtype.js';
 import { native } from '../../src/native.js';
 import { prng, randInt, runWorker } from '../helpers.js';
+import { linear64 } from '../reference/ops.js';
 
 const nmse = (y: ArrayLike<number>, ref: ArrayLike<number>) => {
   let e = 0;
@@ -209,16 +210,7 @@ t.test('bias sum in f32 vs narrow operands (negative control)', async (t) => {
   t.ok(bad > 100 * good, `f16 bias sum is measurably worse: NMSE ${bad.toExponential(2)} (${(bad / good).toExponential(1)}×)`);
 });
 
-function gemmRef(A: Float32Array, W: Float32Array, bias: Float32Array | null, T: number, N: number, K: number): Float64Array {
-  const C = new Float64Array(T * N);
-  for (let i = 0; i < T; i++)
-    for (let n = 0; n < N; n++) {
-      let s = bias ? bias[n]! : 0;
-      for (let k = 0; k < K; k++) s += A[i * K + k]! * W[n * K + k]!;
-      C[i * N + n] = s;
-    }
-  return C;
-}
+const gemmRef = (A: Float32Array, W: Float32Array, bias: Float32Array | null, T: number, N: number, K: number): Float64Array => linear64(A, T, K, W, bias, N);
 
 t.test('GEMM matches a float64 reference, odd sizes included', async (t) => {
   const r = prng(2);

@@ -1,5 +1,6 @@
 import type { Lfm2Dims } from '../../src/model/blocks/backbone.js';
 import type { WeightsImage } from '../../src/model/format/image.js';
+import { linear64, rmsNorm64, softmax64, swiglu64, weights64 } from './ops.js';
 
 /**
  * Float64 LFM2 forward over a whole sequence of input rows, written from MODEL.md for the
@@ -9,27 +10,9 @@ import type { WeightsImage } from '../../src/model/format/image.js';
 export function lfm2Reference(b: Lfm2Dims, prefix: string, image: WeightsImage, input: Float64Array, T: number): { hidden: Float64Array } {
   const D = b.hidden;
   const hd = b.headDim;
-  const get = (n: string) => Float64Array.from(image.toF32(n, new Float32Array(image.get(n).shape.reduce((a, c) => a * c, 1))));
-  const rms = (x: Float64Array, rows: number, dim: number, w: Float64Array) => {
-    const y = new Float64Array(rows * dim);
-    for (let r = 0; r < rows; r++) {
-      let s = 0;
-      for (let i = 0; i < dim; i++) s += x[r * dim + i]! ** 2;
-      const inv = 1 / Math.sqrt(s / dim + 1e-5);
-      for (let i = 0; i < dim; i++) y[r * dim + i] = x[r * dim + i]! * inv * w[i]!;
-    }
-    return y;
-  };
-  const lin = (x: Float64Array, rows: number, inD: number, w: Float64Array, outD: number) => {
-    const y = new Float64Array(rows * outD);
-    for (let r = 0; r < rows; r++)
-      for (let o = 0; o < outD; o++) {
-        let s = 0;
-        for (let k = 0; k < inD; k++) s += x[r * inD + k]! * w[o * inD + k]!;
-        y[r * outD + o] = s;
-      }
-    return y;
-  };
+  const get = weights64(image);
+  const rms = (x: Float64Array, rows: number, dim: number, w: Float64Array) => rmsNorm64(x, rows, dim, w);
+  const lin = (x: Float64Array, rows: number, inD: number, w: Float64Array, outD: number) => linear64(x, rows, inD, w, null, outD);
   const ropeRows = (x: Float64Array, heads: number) => {
     for (let tt = 0; tt < T; tt++)
       for (let h = 0; h < heads; h++)
@@ -77,13 +60,11 @@ export function lfm2Reference(b: Lfm2Dims, prefix: string, image: WeightsImage, 
             for (let c = 0; c < hd; c++) s += q[(i * b.heads + hh) * hd + c]! * k[(j * b.kvHeads + kh) * hd + c]!;
             return s / Math.sqrt(hd);
           });
-          const m = Math.max(...sc);
-          const ex = sc.map((s) => (s === Number.NEGATIVE_INFINITY ? 0 : Math.exp(s - m)));
-          const z = ex.reduce((a, c) => a + c, 0);
+          const p = softmax64(sc);
           for (let j = lo; j <= i; j++)
             for (let c = 0; c < hd; c++) {
               const at = (i * b.heads + hh) * hd + c;
-              ctx[at] = ctx[at]! + (ex[j]! / z) * v[(j * b.kvHeads + kh) * hd + c]!;
+              ctx[at] = ctx[at]! + p[j]! * v[(j * b.kvHeads + kh) * hd + c]!;
             }
         }
       }
@@ -93,7 +74,7 @@ export function lfm2Reference(b: Lfm2Dims, prefix: string, image: WeightsImage, 
     const f = rms(h, T, D, get(`${p}.ffn_norm.weight`));
     const gate = lin(f, T, D, get(`${p}.feed_forward.w1.weight`), b.ffn);
     const up = lin(f, T, D, get(`${p}.feed_forward.w3.weight`), b.ffn);
-    const act = gate.map((x, i) => (x / (1 + Math.exp(-x))) * up[i]!);
+    const act = swiglu64(gate, up);
     const d2 = lin(act, T, b.ffn, get(`${p}.feed_forward.w2.weight`), D);
     h = h.map((x, i) => x + d2[i]!);
   });
