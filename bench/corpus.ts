@@ -83,7 +83,9 @@ export function noise(kind: NoiseKind, seconds: number): Float32Array {
   const dir = mkdtempSync(join(tmpdir(), 'voxslab-noise-'));
   try {
     const file = join(dir, 'n.wav');
-    execFileSync('sox', ['-R', '-n', '-r', String(RATE), '-c', '1', '-b', '32', '-e', 'floating-point', file, 'synth', String(seconds), `${kind}noise`], { stdio: 'ignore' });
+    execFileSync('sox', ['-R', '-n', '-r', String(RATE), '-c', '1', '-b', '32', '-e', 'floating-point', file, 'synth', String(seconds), `${kind}noise`], {
+      stdio: 'ignore',
+    });
     const x = readMonoWav(file).samples;
     return scaleToRms(x, 1);
   } finally {
@@ -108,7 +110,12 @@ function scaleToRms(x: Float32Array, target: number): Float32Array {
  * back with 150 ms pauses, `seconds` long at 16 kHz.
  */
 export function assistantVoice(seconds: number): Float32Array {
-  const lines = ['I can help with that. The forecast says light rain in the afternoon.', 'Your next meeting starts at ten, in the small room on the second floor.', 'Here is a recipe that takes about twenty minutes from start to finish.', 'The train to the airport leaves every fifteen minutes from platform four.'];
+  const lines = [
+    'I can help with that. The forecast says light rain in the afternoon.',
+    'Your next meeting starts at ten, in the small room on the second floor.',
+    'Here is a recipe that takes about twenty minutes from start to finish.',
+    'The train to the airport leaves every fifteen minutes from platform four.',
+  ];
   const voices = ['en-us', 'en-gb', 'en-gb-scotland', 'en-gb-x-rp'];
   const x = new Float32Array(Math.round(seconds * RATE));
   for (let k = 0, at = 0; at < x.length; k++) {
@@ -196,7 +203,7 @@ export function scene(o: SceneOptions): Scene {
     }
     const speechRms = Math.sqrt(e / Math.max(1, n));
     const nz = noise(o.noise, total / RATE + 0.1);
-    const g = speechRms / Math.pow(10, o.snrDb / 20);
+    const g = speechRms / 10 ** (o.snrDb / 20);
     for (let i = 0; i < total; i++) signal[i] = signal[i]! + g * nz[i]!;
   }
   return { signal, speech, labels, segments };

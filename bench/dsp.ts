@@ -133,7 +133,12 @@ export async function run(options: { quick?: boolean } = {}): Promise<DspBenchRe
 
   const seconds = options.quick === true ? 2 : 10;
   const throughput: DspBenchResult['throughput'] = [];
-  for (const [a, b] of [[48000, 16000], [16000, 48000], [44100, 16000], [24000, 48000]] as const) {
+  for (const [a, b] of [
+    [48000, 16000],
+    [16000, 48000],
+    [44100, 16000],
+    [24000, 48000],
+  ] as const) {
     const x = tone(a, 440, seconds);
     const r = new Resampler(a, b);
     const out = new Float32Array(r.maxOutput(4096));
@@ -177,7 +182,9 @@ export function format(r: DspBenchResult): string {
   lines.push('  pair            taps   ripple dB   stopband dB   THD+N dB at tones (voxslab / sox -v)');
   for (const q of r.resamplers) {
     const t = q.thdN.map((x) => `${x.hz} Hz ${x.voxslabDb} / ${x.soxDb ?? '-'}`).join(', ');
-    lines.push(`  ${q.pair.padEnd(14)}${String(q.taps).padStart(6)}${String(q.passbandRippleDb).padStart(12)}${String(q.stopbandAttenuationDb).padStart(14)}   ${t}`);
+    lines.push(
+      `  ${q.pair.padEnd(14)}${String(q.taps).padStart(6)}${String(q.passbandRippleDb).padStart(12)}${String(q.stopbandAttenuationDb).padStart(14)}   ${t}`,
+    );
   }
   lines.push('throughput (seconds of audio per CPU second):');
   for (const t of r.throughput) lines.push(`  ${t.what.padEnd(24)}${String(t.realtimeRatio).padStart(8)}×`);

@@ -37,7 +37,16 @@ export interface DuplexBenchResult {
   bargeInNoisy: DuplexBenchResult['bargeIn'];
   falseBargeIns: { seconds: number; count: number; pauses: number };
   cpu: { loopRealtime: number; vadRealtime: number };
-  reply: { questions: number; turns: number; endOfSpeechP50Ms: number; computeP50Ms: number; firstSampleP50Ms: number; firstSampleP95Ms: number; realtime: number; cpuPercent: Record<string, number> };
+  reply: {
+    questions: number;
+    turns: number;
+    endOfSpeechP50Ms: number;
+    computeP50Ms: number;
+    firstSampleP50Ms: number;
+    firstSampleP95Ms: number;
+    realtime: number;
+    cpuPercent: Record<string, number>;
+  };
 }
 
 function assistant(seconds: number, seed: number): Float32Array {
@@ -58,7 +67,12 @@ function pct(xs: number[], p: number): number {
 }
 
 function endpointer(): Endpointer {
-  return new Endpointer({ onset: framesOf(defaultOf('onsetMs') as number), silence: framesOf(defaultOf('silenceMs') as number), minSpeech: framesOf(defaultOf('minSpeechMs') as number), maxSegment: 3000 });
+  return new Endpointer({
+    onset: framesOf(defaultOf('onsetMs') as number),
+    silence: framesOf(defaultOf('silenceMs') as number),
+    minSpeech: framesOf(defaultOf('minSpeechMs') as number),
+    maxSegment: 3000,
+  });
 }
 
 /**
@@ -81,8 +95,15 @@ function frontEnd(speech: Float32Array, user: Float32Array, delayMs: number, gat
 }
 
 /** A DuplexSession at 16 kHz on the tiny model, for assistant speech played with `say`. */
-function duplexModel(): { model: SpeechModel; open(user: Float32Array, delayMs: number, echoGain: number): { session: DuplexSession; device: LoopbackDevice; events: { starts: number[] } } } {
-  const model = SpeechModel.load(resolveModel('tiny', () => undefined), MemoryDomain.create({}), { outputRate: RATE });
+function duplexModel(): {
+  model: SpeechModel;
+  open(user: Float32Array, delayMs: number, echoGain: number): { session: DuplexSession; device: LoopbackDevice; events: { starts: number[] } };
+} {
+  const model = SpeechModel.load(
+    resolveModel('tiny', () => undefined),
+    MemoryDomain.create({}),
+    { outputRate: RATE },
+  );
   const conv = model.conversation({ seed: 1, inputRate: RATE, checkpoints: DuplexSession.checkpointsFor(model) });
   model.ready();
   conv.ready();
@@ -203,7 +224,11 @@ export async function run(options: { quick?: boolean } = {}): Promise<DuplexBenc
     const rand = prng(noisy ? 405 : 404);
     const beds = NOISES.map((kind) => makeNoise(kind, 8));
     for (let k = 0; k < want; k++) {
-      const u = utterance(SENTENCES[Math.floor(rand() * SENTENCES.length)]!, VOICES[Math.floor(rand() * VOICES.length)]!, SPEEDS[Math.floor(rand() * SPEEDS.length)]!);
+      const u = utterance(
+        SENTENCES[Math.floor(rand() * SENTENCES.length)]!,
+        VOICES[Math.floor(rand() * VOICES.length)]!,
+        SPEEDS[Math.floor(rand() * SPEEDS.length)]!,
+      );
       const settle = 6 * RATE;
       const start = settle + Math.round(((1.5 + 2.5 * rand()) * RATE) / PERIOD) * PERIOD;
       const user = new Float32Array(start + u.length + RATE);
@@ -252,7 +277,15 @@ export async function run(options: { quick?: boolean } = {}): Promise<DuplexBenc
       while (p < silent.length && silent[p] === 0) p++;
       latencies.push(((p + 1 - onsetPeriod) * PERIOD * 1000) / RATE);
     }
-    return { interruptions: want, detected: latencies.length, stoppedEarly: early, missed, p50Ms: round(pct(latencies, 50), 0), p95Ms: round(pct(latencies, 95), 0), maxMs: round(Math.max(...latencies), 0) };
+    return {
+      interruptions: want,
+      detected: latencies.length,
+      stoppedEarly: early,
+      missed,
+      p50Ms: round(pct(latencies, 50), 0),
+      p95Ms: round(pct(latencies, 95), 0),
+      maxMs: round(Math.max(...latencies), 0),
+    };
   };
   let loopMs = 0;
   let loopSeconds = 0;
@@ -321,17 +354,22 @@ function replyLoop(quick: boolean): DuplexBenchResult['reply'] {
   const compute: number[] = [];
   let endWall = 0;
   let turn = -1;
-  const session = new DuplexSession(conv, device, {}, {
-    speechEnd: (c) => {
-      turn = parts.findIndex((p) => p.last <= c && c < p.last + 2 * rate);
-      if (turn >= 0) decisions.push(((c - parts[turn]!.last) * 1000) / rate);
-      endWall = performance.now();
+  const session = new DuplexSession(
+    conv,
+    device,
+    {},
+    {
+      speechEnd: (c) => {
+        turn = parts.findIndex((p) => p.last <= c && c < p.last + 2 * rate);
+        if (turn >= 0) decisions.push(((c - parts[turn]!.last) * 1000) / rate);
+        endWall = performance.now();
+      },
+      replyStart: () => {
+        if (turn >= 0) compute.push(performance.now() - endWall);
+        turn = -1;
+      },
     },
-    replyStart: () => {
-      if (turn >= 0) compute.push(performance.now() - endWall);
-      turn = -1;
-    },
-  });
+  );
   const t0 = performance.now();
   while (device.clock + device.period <= user.length) session.tick();
   const wall = performance.now() - t0;
@@ -361,17 +399,46 @@ export function format(r: DuplexBenchResult | { available: false; reason: string
   const x = r as DuplexBenchResult;
   const lines = ['full-duplex front end on the loopback device (16 kHz, 10 ms periods; WebRTC echo cancellation and VAD)'];
   lines.push(`  ERLE after convergence:   ${x.erle.map((e) => `${e.delayMs} ms ${e.erleDb} dB`).join(', ')}`);
-  lines.push(`  double talk:              user-to-echo ${x.doubleTalk.micDb} dB in the microphone → ${x.doubleTalk.afterDb} dB after cancellation (${x.doubleTalk.gatedDb} dB with the residual echo gate)`);
-  for (const snr of [20, 10, 5]) lines.push(`  VAD F1 at ${String(snr).padStart(2)} dB:         ${x.vad.filter((v) => v.snrDb === snr).map((v) => `${v.noise} ${v.f1}`).join(', ')}`);
-  lines.push(`  end of speech:            p50 ${x.endOfSpeech.p50Ms} ms, p95 ${x.endOfSpeech.p95Ms} ms, max ${x.endOfSpeech.maxMs} ms after the last word (silence ${x.endOfSpeech.silenceMs} ms; ${x.endOfSpeech.turns} turns)`);
-  const bi = (b: DuplexBenchResult['bargeIn']): string => `p50 ${b.p50Ms} ms, p95 ${b.p95Ms} ms, max ${b.maxMs} ms from the speech onset (${b.detected}/${b.interruptions} interruptions; ${b.stoppedEarly} stopped before the user spoke, ${b.missed} missed)`;
+  lines.push(
+    `  double talk:              user-to-echo ${x.doubleTalk.micDb} dB in the microphone → ${x.doubleTalk.afterDb} dB after cancellation ` +
+      `(${x.doubleTalk.gatedDb} dB with the residual echo gate)`,
+  );
+  for (const snr of [20, 10, 5])
+    lines.push(
+      `  VAD F1 at ${String(snr).padStart(2)} dB:         ${x.vad
+        .filter((v) => v.snrDb === snr)
+        .map((v) => `${v.noise} ${v.f1}`)
+        .join(', ')}`,
+    );
+  lines.push(
+    `  end of speech:            p50 ${x.endOfSpeech.p50Ms} ms, p95 ${x.endOfSpeech.p95Ms} ms, max ${x.endOfSpeech.maxMs} ms after the last word ` +
+      `(silence ${x.endOfSpeech.silenceMs} ms; ${x.endOfSpeech.turns} turns)`,
+  );
+  const bi = (b: DuplexBenchResult['bargeIn']): string =>
+    `p50 ${b.p50Ms} ms, p95 ${b.p95Ms} ms, max ${b.maxMs} ms from the speech onset (${b.detected}/${b.interruptions} interruptions; ` +
+    `${b.stoppedEarly} stopped before the user spoke, ${b.missed} missed)`;
   lines.push(`  barge-in, user 10 dB over the echo: ${bi(x.bargeIn)}`);
   lines.push(`  barge-in, equal echo + noise at 10 dB: ${bi(x.bargeInNoisy)}`);
-  lines.push(`  false barge-ins:          ${x.falseBargeIns.count} in ${x.falseBargeIns.seconds} s of assistant speech with equal-level echo (${x.falseBargeIns.pauses} brief pauses that resumed)`);
+  lines.push(
+    `  false barge-ins:          ${x.falseBargeIns.count} in ${x.falseBargeIns.seconds} s of assistant speech with equal-level echo ` +
+      `(${x.falseBargeIns.pauses} brief pauses that resumed)`,
+  );
   const rp = x.reply;
-  lines.push(`  the loop with the model:  ${rp.turns}/${rp.questions} questions answered on the loopback device (tiny model, one thread, ${rp.realtime}× real time)`);
-  lines.push(`  last word → first reply sample: p50 ${rp.firstSampleP50Ms} ms, p95 ${rp.firstSampleP95Ms} ms (end-of-speech decision p50 ${rp.endOfSpeechP50Ms} ms + compute p50 ${rp.computeP50Ms} ms + 20 ms device queue)`);
-  lines.push(`  CPU per stage (% of one core): ${Object.entries(rp.cpuPercent).map(([k, v]) => `${k} ${v}`).join(', ')}`);
-  lines.push(`  CPU:                      the duplex front end (resampling, echo cancellation, VAD, endpointing, room simulation) ${x.cpu.loopRealtime}× real time, the VAD alone ${x.cpu.vadRealtime}× (one core)`);
+  lines.push(
+    `  the loop with the model:  ${rp.turns}/${rp.questions} questions answered on the loopback device (tiny model, one thread, ${rp.realtime}× real time)`,
+  );
+  lines.push(
+    `  last word → first reply sample: p50 ${rp.firstSampleP50Ms} ms, p95 ${rp.firstSampleP95Ms} ms (end-of-speech decision p50 ` +
+      `${rp.endOfSpeechP50Ms} ms + compute p50 ${rp.computeP50Ms} ms + 20 ms device queue)`,
+  );
+  lines.push(
+    `  CPU per stage (% of one core): ${Object.entries(rp.cpuPercent)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ')}`,
+  );
+  lines.push(
+    `  CPU:                      the duplex front end (resampling, echo cancellation, VAD, endpointing, room simulation) ${x.cpu.loopRealtime}× ` +
+      `real time, the VAD alone ${x.cpu.vadRealtime}× (one core)`,
+  );
   return lines.join('\n');
 }

@@ -6,7 +6,17 @@
  * same shapes is reported beside it when python3 with numpy is available.
  */
 import { spawnSync } from 'node:child_process';
-import { attention, attentionScratchFloats, GEMM_PACK_FLOATS, gemm, gemv, gemvScratchFloats, kernelIsa, linear1, setComputeThreads } from '../src/model/blocks/kernels.js';
+import {
+  attention,
+  attentionScratchFloats,
+  GEMM_PACK_FLOATS,
+  gemm,
+  gemv,
+  gemvScratchFloats,
+  kernelIsa,
+  linear1,
+  setComputeThreads,
+} from '../src/model/blocks/kernels.js';
 import { quantize } from '../src/model/format/quant.js';
 import { native } from '../src/native.js';
 import { fastestSeconds as best, round } from './util.js';
@@ -35,7 +45,10 @@ for T, K, N in json.loads(sys.argv[1]):
         t0 = time.perf_counter(); a @ w.T; best = min(best, time.perf_counter() - t0)
     out.append(2 * T * K * N / best / 1e9)
 print(json.dumps(out))`;
-  const r = spawnSync('python3', ['-c', script, JSON.stringify(shapes)], { encoding: 'utf8', env: { ...process.env, OMP_NUM_THREADS: '1', OPENBLAS_NUM_THREADS: '1' } });
+  const r = spawnSync('python3', ['-c', script, JSON.stringify(shapes)], {
+    encoding: 'utf8',
+    env: { ...process.env, OMP_NUM_THREADS: '1', OPENBLAS_NUM_THREADS: '1' },
+  });
   if (r.status !== 0) return shapes.map(() => null);
   try {
     return JSON.parse(r.stdout.trim()) as number[];
@@ -64,7 +77,14 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
     const C = new Float32Array(T * N);
     const s = best(repeats, () => gemm(A, W, null, C, T, N, K, pack));
     const gflops = (2 * T * K * N) / s / 1e9;
-    return { T, K, N, gflops: round(gflops, 1), ofPeak: round(gflops / peak, 3), numpyGflops: peers[i] === null || peers[i] === undefined ? null : round(peers[i] as number, 1) };
+    return {
+      T,
+      K,
+      N,
+      gflops: round(gflops, 1),
+      ofPeak: round(gflops / peak, 3),
+      numpyGflops: peers[i] === null || peers[i] === undefined ? null : round(peers[i] as number, 1),
+    };
   });
 
   const rows = 2048;
@@ -78,8 +98,16 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
   const xsum = new Float32Array(cols / 64);
   for (const [kind, weights, bytes] of [
     ['f32', { kind: 'f32' as const, data: w, rows, cols }, w.byteLength],
-    ['q8 (group 64)', { kind: 'q8' as const, data: q8.data, scales: q8.scales, biases: q8.biases, group: 64, rows, cols }, q8.data.byteLength + 8 * q8.scales.length],
-    ['q4 (group 64)', { kind: 'q4' as const, data: q4.data, scales: q4.scales, biases: q4.biases, group: 64, rows, cols }, q4.data.byteLength + 8 * q4.scales.length],
+    [
+      'q8 (group 64)',
+      { kind: 'q8' as const, data: q8.data, scales: q8.scales, biases: q8.biases, group: 64, rows, cols },
+      q8.data.byteLength + 8 * q8.scales.length,
+    ],
+    [
+      'q4 (group 64)',
+      { kind: 'q4' as const, data: q4.data, scales: q4.scales, biases: q4.biases, group: 64, rows, cols },
+      q4.data.byteLength + 8 * q4.scales.length,
+    ],
   ] as const) {
     gemv(weights, x, y, xsum);
     const s = best(repeats * 3, () => gemv(weights, x, y, xsum));
@@ -92,8 +120,16 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
     for (const threads of [1, 2]) {
       setComputeThreads(threads);
       for (const [kind, weights, bytes] of [
-        [`q8 (int8 activations, ${threads} thread${threads > 1 ? 's' : ''})`, { kind: 'q8' as const, data: q8.data, scales: q8.scales, biases: q8.biases, group: 64, rows, cols }, q8.data.byteLength + 8 * q8.scales.length],
-        [`q4 (int8 activations, ${threads} thread${threads > 1 ? 's' : ''})`, { kind: 'q4' as const, data: q4.data, scales: q4.scales, biases: q4.biases, group: 64, rows, cols }, q4.data.byteLength + 8 * q4.scales.length],
+        [
+          `q8 (int8 activations, ${threads} thread${threads > 1 ? 's' : ''})`,
+          { kind: 'q8' as const, data: q8.data, scales: q8.scales, biases: q8.biases, group: 64, rows, cols },
+          q8.data.byteLength + 8 * q8.scales.length,
+        ],
+        [
+          `q4 (int8 activations, ${threads} thread${threads > 1 ? 's' : ''})`,
+          { kind: 'q4' as const, data: q4.data, scales: q4.scales, biases: q4.biases, group: 64, rows, cols },
+          q4.data.byteLength + 8 * q4.scales.length,
+        ],
       ] as const) {
         linear1(weights, x, y, scratchInt);
         const s = best(repeats * 3, () => linear1(weights, x, y, scratchInt));
@@ -133,9 +169,14 @@ export function format(r: KernelsBenchResult): string {
     `kernels (${r.isa}); this machine, measured now: peak f32 FMA ${r.peakGflops} GFLOP/s on one core, streaming read ${r.readGBps} GB/s`,
     `GEMM [T×512]·[512×2048] (target ≥ ${r.targets.gemmOfPeak * 100}% of peak):`,
   ];
-  for (const g of r.gemm) lines.push(`  T=${String(g.T).padStart(5)}  ${String(g.gflops).padStart(7)} GFLOP/s  ${(g.ofPeak * 100).toFixed(1).padStart(5)}% of peak   numpy (1 thread) ${g.numpyGflops ?? '-'}`);
+  for (const g of r.gemm)
+    lines.push(
+      `  T=${String(g.T).padStart(5)}  ${String(g.gflops).padStart(7)} GFLOP/s  ${(g.ofPeak * 100).toFixed(1).padStart(5)}% of peak   numpy (1 ` +
+        `thread) ${g.numpyGflops ?? '-'}`,
+    );
   lines.push(`GEMV 2048×8192 (target ≥ ${r.targets.gemvOfBandwidth * 100}% of read bandwidth):`);
-  for (const g of r.gemv) lines.push(`  ${g.kind.padEnd(40)} ${String(g.GBps).padStart(7)} GB/s  ${(g.ofBandwidth * 100).toFixed(1).padStart(5)}% of bandwidth`);
+  for (const g of r.gemv)
+    lines.push(`  ${g.kind.padEnd(40)} ${String(g.GBps).padStart(7)} GB/s  ${(g.ofBandwidth * 100).toFixed(1).padStart(5)}% of bandwidth`);
   lines.push('tiled attention, one decode step (32 query heads, 8 KV heads × 64):');
   for (const a of r.attention) lines.push(`  context ${String(a.context).padStart(6)}  ${String(a.tokensPerSecond).padStart(9)} tokens/s  ${a.gflops} GFLOP/s`);
   return lines.join('\n');

@@ -107,7 +107,10 @@ export async function run(options: { quick?: boolean } = {}): Promise<MemoryBenc
     cpus: availableParallelism(),
     peer: { atomicsAddNs: round(atomicsAddNs, 2), plainCopyNsPerOwner: round(plainCopyNsPerOwner, 2) },
     oneThread: { commitCycleNs: round(commitCycleNs), refundCycleNs: round(refundCycleNs) },
-    twoThreads: { ...{ commitCycleNs: round(two.commitCycleNs), refundCycleNs: round(two.refundCycleNs) }, slowdown: round(two.commitCycleNs / commitCycleNs, 2) },
+    twoThreads: {
+      ...{ commitCycleNs: round(two.commitCycleNs), refundCycleNs: round(two.refundCycleNs) },
+      slowdown: round(two.commitCycleNs / commitCycleNs, 2),
+    },
     ratios: {
       commitCycleVsAtomicsAdd: round(commitCycleNs / atomicsAddNs, 1),
       refundCycleVsAtomicsAdd: round(refundCycleNs / atomicsAddNs, 1),
@@ -127,7 +130,9 @@ export function format(r: MemoryBenchResult): string {
     '  coherent snapshot:  owners   raw read   decoded   raw ÷ unsynchronised copy',
   ];
   for (const s of r.snapshots) {
-    lines.push(`                      ${String(s.owners).padStart(6)} ${String(s.rawNs).padStart(8)} ns ${String(s.decodedNs).padStart(8)} ns   ${s.rawVsPlainCopy}×`);
+    lines.push(
+      `                      ${String(s.owners).padStart(6)} ${String(s.rawNs).padStart(8)} ns ${String(s.decodedNs).padStart(8)} ns   ${s.rawVsPlainCopy}×`,
+    );
   }
   return lines.join('\n');
 }

@@ -150,10 +150,14 @@ function measure(label: string, dir: string, quick: boolean, threads: number): M
   const prefillMs = conv.stageMs[STAGES.indexOf('prefill')] as number;
   const replyMsPerFrame = r.audioFrames > 0 ? (replyMs - prefillMs) / r.audioFrames : 0;
   const weightBytes = model.report.weightBytes;
-  const kinds = new Set(model.image.names.filter((n) => n.endsWith('.weight')).map((n) => {
-    const t = model.image.get(n);
-    return t.quant === undefined ? t.dtype : `q${t.quant.bits}`;
-  }));
+  const kinds = new Set(
+    model.image.names
+      .filter((n) => n.endsWith('.weight'))
+      .map((n) => {
+        const t = model.image.get(n);
+        return t.quant === undefined ? t.dtype : `q${t.quant.bits}`;
+      }),
+  );
   return {
     checkpoint: label,
     threads,
@@ -200,14 +204,23 @@ export async function run(options: { quick?: boolean; models?: string[]; product
 }
 
 export function format(r: ModelBenchResult): string {
-  const lines = ['model stages (a generated 80 ms frame = audio step + Depthformer + detokenizer + 6/12 of a text step; threads share the rows of row-by-row linear layers):'];
+  const lines = [
+    'model stages (a generated 80 ms frame = audio step + Depthformer + detokenizer + 6/12 of a text step; threads share the rows of row-by-row ' +
+      'linear layers):',
+  ];
   for (const m of r.rows) {
     lines.push(
-      `  ${m.checkpoint} (${m.weights}, ${m.weightMiB} MiB of weights), ${m.threads} thread${m.threads > 1 ? 's' : ''}: encoder ${m.encoderMsPerSecondOfAudio} ms per s of audio; prefill ${m.prefillTokensPerSecond} tok/s; decode ${m.decodeTokensPerSecond} tok/s (${m.decodeWithTextHeadTokensPerSecond} with the text head)`,
-      `      Depthformer ${m.depthformerMsPerFrame} ms/frame, detokenizer ${m.detokenizerMsPerFrame} ms/frame → ${m.frameMs} ms per 80 ms frame (real-time factor ${m.realTimeFactor}); in a real reply ${m.replyMsPerFrame} ms per frame (${m.replyRealTimeFactor})`,
+      `  ${m.checkpoint} (${m.weights}, ${m.weightMiB} MiB of weights), ${m.threads} thread${m.threads > 1 ? 's' : ''}: encoder ` +
+        `${m.encoderMsPerSecondOfAudio} ms per s of audio; prefill ${m.prefillTokensPerSecond} tok/s; decode ${m.decodeTokensPerSecond} tok/s ` +
+        `(${m.decodeWithTextHeadTokensPerSecond} with the text head)`,
+      `      Depthformer ${m.depthformerMsPerFrame} ms/frame, detokenizer ${m.detokenizerMsPerFrame} ms/frame → ${m.frameMs} ms per 80 ms frame ` +
+        `(real-time factor ${m.realTimeFactor}); in a real reply ${m.replyMsPerFrame} ms per frame (${m.replyRealTimeFactor})`,
     );
   }
-  lines.push(`  peer (${r.peer.engine}): Q4_0 decode ${r.peer.q4_0.decode1} tok/s on one thread (${r.peer.q4_0.decode2} on two), prefill ${r.peer.q4_0.prefill1} (${r.peer.q4_0.prefill2}); Q8_0 decode ${r.peer.q8_0.decode1} (${r.peer.q8_0.decode2})`);
+  lines.push(
+    `  peer (${r.peer.engine}): Q4_0 decode ${r.peer.q4_0.decode1} tok/s on one thread (${r.peer.q4_0.decode2} on two), prefill ` +
+      `${r.peer.q4_0.prefill1} (${r.peer.q4_0.prefill2}); Q8_0 decode ${r.peer.q8_0.decode1} (${r.peer.q8_0.decode2})`,
+  );
   for (const n of r.notMeasured) lines.push(`  not measured: ${n}`);
   return lines.join('\n');
 }

@@ -41,7 +41,11 @@ interface RunReport {
   manifest: { totals: { slab: number; resident: number } };
 }
 
-async function runOnce(model: string, n: number, o: { engine?: string; realtime?: boolean; slots?: number; reply?: string }): Promise<{ report: RunReport; rssMiB: number; wallMs: number }> {
+async function runOnce(
+  model: string,
+  n: number,
+  o: { engine?: string; realtime?: boolean; slots?: number; reply?: string },
+): Promise<{ report: RunReport; rssMiB: number; wallMs: number }> {
   const dir = mkdtempSync(join(tmpdir(), 'voxslab-bench-'));
   try {
     const rep = join(dir, 'r.json');
@@ -73,10 +77,17 @@ function msPerFrame(r: RunReport): number {
 }
 
 function perCall(t: Record<string, { ms: number; count: number }>): Record<string, number> {
-  return Object.fromEntries(Object.entries(t).filter(([, v]) => v.count > 0).map(([k, v]) => [k, round(v.ms / v.count, 3)]));
+  return Object.fromEntries(
+    Object.entries(t)
+      .filter(([, v]) => v.count > 0)
+      .map(([k, v]) => [k, round(v.ms / v.count, 3)]),
+  );
 }
 
-async function best(times: number, f: () => Promise<{ report: RunReport; rssMiB: number; wallMs: number }>): Promise<{ report: RunReport; rssMiB: number; wallMs: number }> {
+async function best(
+  times: number,
+  f: () => Promise<{ report: RunReport; rssMiB: number; wallMs: number }>,
+): Promise<{ report: RunReport; rssMiB: number; wallMs: number }> {
   let b: Awaited<ReturnType<typeof f>> | null = null;
   for (let i = 0; i < times; i++) {
     const r = await f();
@@ -194,13 +205,22 @@ export function format(r: Awaited<ReturnType<typeof run>>): string {
   const lines = ['pipeline (voxslab run, fixture hello.wav, reply 4 s); single = the one-thread engine in the same run'];
   for (const x of r.rows) {
     lines.push(
-      `${x.checkpoint}: ${x.singleMsPerFrame} ms/frame single, ${x.pipelineMsPerFrame} pipeline (×${x.pipelineOverSingle}); two at once ${x.twoMsPerFrame} ms/frame, wall ×${x.twoOverOne} of one; RTF ${x.realTimeFactor}`,
-      `  first audio after end of speech (device pace): ${x.realtimeFirstAudioMs ?? '-'} ms; frame gaps p50 ${x.frameGapMs?.p50 ?? '-'} / p99 ${x.frameGapMs?.p99 ?? '-'} ms`,
-      `  per call (ms): ${Object.entries(x.stageMsPerCall).map(([k, v]) => `${k} ${v}`).join(', ')}`,
-      `  worker busy (ms): ${Object.entries(x.busyMs).map(([k, v]) => `${k} ${v}`).join(', ')}`,
-      `  rings max used: ${Object.entries(x.ringMaxUsed).map(([k, v]) => `${k} ${v}`).join(', ')}`,
+      `${x.checkpoint}: ${x.singleMsPerFrame} ms/frame single, ${x.pipelineMsPerFrame} pipeline (×${x.pipelineOverSingle}); two at once ` +
+        `${x.twoMsPerFrame} ms/frame, wall ×${x.twoOverOne} of one; RTF ${x.realTimeFactor}`,
+      `  first audio after end of speech (device pace): ${x.realtimeFirstAudioMs ?? '-'} ms; frame gaps p50 ${x.frameGapMs?.p50 ?? '-'} / p99 ` +
+        `${x.frameGapMs?.p99 ?? '-'} ms`,
+      `  per call (ms): ${Object.entries(x.stageMsPerCall)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')}`,
+      `  worker busy (ms): ${Object.entries(x.busyMs)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')}`,
+      `  rings max used: ${Object.entries(x.ringMaxUsed)
+        .map(([k, v]) => `${k} ${v}`)
+        .join(', ')}`,
       `  RSS ${x.rssMiB} MiB (process, model image included), accounted ${x.accountedMiB} MiB`,
-      `  capacity: ${x.capacity.map((c) => `${c.conversations} → underrun ${c.underrunMs} ms, p99 gap ${c.p99GapMs} ms`).join('; ')} ⇒ ${x.capacityRealTime} real-time`,
+      `  capacity: ${x.capacity.map((c) => `${c.conversations} → underrun ${c.underrunMs} ms, p99 gap ${c.p99GapMs} ms`).join('; ')} ⇒ ` +
+        `${x.capacityRealTime} real-time`,
     );
   }
   const w = r.wakeMicros;

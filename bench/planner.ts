@@ -77,7 +77,8 @@ export function format(r: PlannerBenchResult): string {
   const lines = [
     `planner: ${s.sets} seeded random passes (${s.buffersPerSet} buffers, sizes 1 B-64 MiB, alignment ${s.alignments.join('/')})`,
     '  high-water / lower bound      mean     p95      max',
-    `  planned (with improvement)  ${s.planned.mean.toFixed(4)}  ${s.planned.p95.toFixed(4)}  ${s.planned.max.toFixed(4)}   (${s.atLowerBound} of ${s.sets} at the bound)`,
+    `  planned (with improvement)  ${s.planned.mean.toFixed(4)}  ${s.planned.p95.toFixed(4)}  ${s.planned.max.toFixed(4)}   (${s.atLowerBound} of ` +
+      `${s.sets} at the bound)`,
     `  greedy by size only         ${s.greedyOnly.mean.toFixed(4)}  ${s.greedyOnly.p95.toFixed(4)}  ${s.greedyOnly.max.toFixed(4)}`,
     '  plan time:',
   ];

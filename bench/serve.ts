@@ -23,7 +23,6 @@ import { median, round } from './util.js';
 const FIXTURE = fileURLToPath(new URL('../../test/fixtures/hello.wav', import.meta.url));
 const REPLY = 4;
 
-
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
 
 function quantiles(xs: number[]): { p50: number; p99: number } {
@@ -117,7 +116,9 @@ async function pings(url: string, n: number): Promise<number[]> {
 
 /** The peer for the round trip: a bare `ws` server in a child process, nothing behind it. */
 async function bareServer(): Promise<{ url: string; stop(): void }> {
-  const src = `import('ws').then(({ WebSocketServer }) => { const s = new WebSocketServer({ host: '127.0.0.1', port: 0 }); s.on('listening', () => console.log('port ' + s.address().port)); });`;
+  const src =
+    `import('ws').then(({ WebSocketServer }) => { const s = new WebSocketServer({ host: '127.0.0.1', port: 0 }); s.on('listening', () => ` +
+    `console.log('port ' + s.address().port)); });`;
   const proc = spawn(process.execPath, ['-e', src], { stdio: ['ignore', 'pipe', 'ignore'], cwd: fileURLToPath(new URL('../..', import.meta.url)) });
   const port = await new Promise<number>((resolve, reject) => {
     proc.stdout!.on('data', (d: Buffer) => {
@@ -137,7 +138,15 @@ export interface ServeBenchRow {
   roundTripDaemonOverBare: number;
   roundTripBusyMs: { p50: number; p99: number };
   firstAudioMs: { daemon: number; library: number; daemonOverLibrary: number };
-  throughput: { oneDaemon: number; oneLibrary: number; oneDaemonOverLibrary: number; twoDaemon: number; twoLibrary: number; twoDaemonOverLibrary: number; twoOverOneDaemon: number };
+  throughput: {
+    oneDaemon: number;
+    oneLibrary: number;
+    oneDaemonOverLibrary: number;
+    twoDaemon: number;
+    twoLibrary: number;
+    twoDaemonOverLibrary: number;
+    twoOverOneDaemon: number;
+  };
 }
 
 export async function run(o: { quick: boolean }): Promise<{ rows: ServeBenchRow[] }> {
@@ -167,7 +176,10 @@ export async function run(o: { quick: boolean }): Promise<{ rows: ServeBenchRow[
       for (let i = 0; i < rounds; i++) first.push((await socketTurn(d.ws, speech, true, outputRate)).firstAudioMs);
       const one = await socketTurn(d.ws, speech, false, outputRate);
       const t0 = performance.now();
-      const [two, busy] = await Promise.all([Promise.all([socketTurn(d.ws, speech, false, outputRate), socketTurn(d.ws, speech, false, outputRate)]), sleep(50).then(() => pings(d.ws, o.quick ? 20 : 60))]);
+      const [two, busy] = await Promise.all([
+        Promise.all([socketTurn(d.ws, speech, false, outputRate), socketTurn(d.ws, speech, false, outputRate)]),
+        sleep(50).then(() => pings(d.ws, o.quick ? 20 : 60)),
+      ]);
       const twoWall = performance.now() - t0;
       const rate = (t: TurnTimes): number => round(t.audioSeconds / (t.wallMs / 1000), 2);
       const both = (ts: TurnTimes[], wall: number): number => round(ts.reduce((s, t) => s + t.audioSeconds, 0) / (wall / 1000), 2);
@@ -199,12 +211,19 @@ export async function run(o: { quick: boolean }): Promise<{ rows: ServeBenchRow[
 }
 
 export function format(r: Awaited<ReturnType<typeof run>>): string {
-  const lines = [`serve (voxslab serve in a child process, loopback WebSocket, fixture hello.wav, reply ${REPLY} s); library = the same turns in-process, same run`];
+  const lines = [
+    `serve (voxslab serve in a child process, loopback WebSocket, fixture hello.wav, reply ${REPLY} s); library = the same turns in-process, same run`,
+  ];
   for (const x of r.rows) {
     lines.push(
-      `${x.checkpoint}: WebSocket round trip p50 ${x.roundTripIdleMs.p50} / p99 ${x.roundTripIdleMs.p99} ms idle (a bare ws server: ${x.roundTripBareMs.p50} / ${x.roundTripBareMs.p99}, ×${x.roundTripDaemonOverBare}), ${x.roundTripBusyMs.p50} / ${x.roundTripBusyMs.p99} ms with two conversations generating`,
-      `  first reply sample after end of speech (device pace): ${x.firstAudioMs.daemon} ms daemon, ${x.firstAudioMs.library} ms library (×${x.firstAudioMs.daemonOverLibrary})`,
-      `  throughput (reply audio s per wall s): one ${x.throughput.oneDaemon} daemon / ${x.throughput.oneLibrary} library (×${x.throughput.oneDaemonOverLibrary}); two at once ${x.throughput.twoDaemon} / ${x.throughput.twoLibrary} (×${x.throughput.twoDaemonOverLibrary}; ×${x.throughput.twoOverOneDaemon} of one)`,
+      `${x.checkpoint}: WebSocket round trip p50 ${x.roundTripIdleMs.p50} / p99 ${x.roundTripIdleMs.p99} ms idle (a bare ws server: ` +
+        `${x.roundTripBareMs.p50} / ${x.roundTripBareMs.p99}, ×${x.roundTripDaemonOverBare}), ${x.roundTripBusyMs.p50} / ${x.roundTripBusyMs.p99} ` +
+        `ms with two conversations generating`,
+      `  first reply sample after end of speech (device pace): ${x.firstAudioMs.daemon} ms daemon, ${x.firstAudioMs.library} ms library ` +
+        `(×${x.firstAudioMs.daemonOverLibrary})`,
+      `  throughput (reply audio s per wall s): one ${x.throughput.oneDaemon} daemon / ${x.throughput.oneLibrary} library ` +
+        `(×${x.throughput.oneDaemonOverLibrary}); two at once ${x.throughput.twoDaemon} / ${x.throughput.twoLibrary} ` +
+        `(×${x.throughput.twoDaemonOverLibrary}; ×${x.throughput.twoOverOneDaemon} of one)`,
     );
   }
   return lines.join('\n');

@@ -43,10 +43,7 @@ export class MemoryLimitError extends VoxslabError {
   readonly limit: number;
   readonly owner: string;
   constructor(requested: number, inUse: number, limit: number, owner: string) {
-    super(
-      `memory limit refused ${requested} bytes for owner '${owner}': ${inUse} bytes in use ` +
-        `(held + reserved) of a ${limit}-byte limit`,
-    );
+    super(`memory limit refused ${requested} bytes for owner '${owner}': ${inUse} bytes in use ` + `(held + reserved) of a ${limit}-byte limit`);
     this.requested = requested;
     this.inUse = inUse;
     this.limit = limit;
@@ -83,11 +80,7 @@ export class BadInputError extends VoxslabError {
   readonly field: string | undefined;
   readonly offset: number | undefined;
   readonly reason: string;
-  constructor(
-    where: { file?: string; field?: string; offset?: number },
-    reason: string,
-    options?: ErrorOptions,
-  ) {
+  constructor(where: { file?: string; field?: string; offset?: number }, reason: string, options?: ErrorOptions) {
     const parts: string[] = [];
     if (where.file !== undefined) parts.push(where.file);
     if (where.field !== undefined) parts.push(`field ${where.field}`);

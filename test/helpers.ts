@@ -65,4 +65,3 @@ export function allocationProbe(n: number, body: () => void, quiet = 1024, budge
   }
   return best;
 }
-

@@ -17,7 +17,7 @@
 import { EventEmitter } from 'node:events';
 import type { ReplyStop } from '../pipeline/dialogue.js';
 import { Duplex } from 'node:stream';
-import { AbortedError, ArgumentError, ClosedError, VoxslabError, WorkerError } from '../errors.js';
+import { AbortedError, ArgumentError, ClosedError, type VoxslabError, type WorkerError } from '../errors.js';
 import { MemoryDomain } from '../memory/domain.js';
 import type { MemoryManifest } from '../memory/manifest.js';
 import type { MemorySnapshot } from '../memory/snapshot.js';
@@ -26,7 +26,20 @@ import { resolveModel } from '../io/checkpoint.js';
 import type { ModelConfig } from '../model/format/config.js';
 import type { SpeechModelOptions } from '../pipeline/conversation.js';
 import { Pipeline, type PinMap, type PipelineConversation } from '../pipeline/coordinator.js';
-import { BELL_MAIN, readTurnFields, REC_CODES, REC_END_OF_AUDIO, REC_END_SEGMENT, REC_PCM, REC_SPEECH_END, REC_SPEECH_START, REC_TEXT, REC_TURN_END, SPEECH_TURN, TURN_FIELDS } from '../pipeline/protocol.js';
+import {
+  BELL_MAIN,
+  readTurnFields,
+  REC_CODES,
+  REC_END_OF_AUDIO,
+  REC_END_SEGMENT,
+  REC_PCM,
+  REC_SPEECH_END,
+  REC_SPEECH_START,
+  REC_TEXT,
+  REC_TURN_END,
+  SPEECH_TURN,
+  TURN_FIELDS,
+} from '../pipeline/protocol.js';
 
 export type SampleFormat = 'f32' | 's16';
 
@@ -99,7 +112,9 @@ export interface ConversationEvents {
 }
 
 /** One event as the async iterator yields it. */
-export type ConversationEvent = { [K in keyof ConversationEvents]: ConversationEvents[K] extends [infer P] ? { type: K } & (P extends object ? P : never) : { type: K } }[keyof ConversationEvents];
+export type ConversationEvent = {
+  [K in keyof ConversationEvents]: ConversationEvents[K] extends [infer P] ? { type: K } & (P extends object ? P : never) : { type: K };
+}[keyof ConversationEvents];
 
 /** Read through a call: a signal can fire across an await (TypeScript narrows the property). */
 function isAborted(signal: AbortSignal): boolean {
@@ -668,7 +683,7 @@ function toS16(x: Float32Array, n: number): Int16Array {
   const out = new Int16Array(n);
   for (let i = 0; i < n; i++) {
     const v = Math.round((x[i] as number) * 32768);
-    out[i] = v > 32767 ? 32767 : v < -32768 ? -32768 : v;
+    out[i] = Math.min(32767, Math.max(-32768, v));
   }
   return out;
 }

@@ -34,7 +34,11 @@ export function resampleFile(input: string, rateText: string, output: string): s
           for (let i = 0; i < n; i++) {
             const v = l[i] as number;
             // Huge but finite samples can overflow the filter's float32 sums: refuse, never write Inf.
-            if (!Number.isFinite(v)) throw new BadInputError({ file: input, field: 'data' }, 'samples this large overflow 32-bit floats when resampled (the output would not be finite)');
+            if (!Number.isFinite(v))
+              throw new BadInputError(
+                { file: input, field: 'data' },
+                'samples this large overflow 32-bit floats when resampled (the output would not be finite)',
+              );
             interleaved[i * channels + c] = v;
           }
         }
@@ -77,13 +81,18 @@ export function melFile(input: string, output: string, raw: boolean): string {
     if (reader.info.sampleRate !== mel.sampleRate) {
       throw new BadInputError(
         { file: input, field: 'fmt.sampleRate' },
-        `the frontend needs ${mel.sampleRate} Hz audio, this file is ${reader.info.sampleRate} Hz (convert it with 'voxslab resample --rate ${mel.sampleRate}')`,
+        `the frontend needs ${mel.sampleRate} Hz audio, this file is ${reader.info.sampleRate} Hz (convert it with 'voxslab resample --rate ` +
+          `${mel.sampleRate}')`,
       );
     }
     const rows = mel.rowsFor(reader.info.frames);
     if (rows * mel.nMels * 4 > MAX_MEL_BYTES) {
-      const limit = Math.floor((MAX_MEL_BYTES / (mel.nMels * 4)) * mel.hop / mel.sampleRate / 60);
-      throw new BadInputError({ file: input, field: 'data' }, `${(reader.info.frames / mel.sampleRate / 60).toFixed(1)} minutes of audio; mel writes at most ${MAX_MEL_BYTES >> 20} MiB of features (about ${limit} minutes): split the file`);
+      const limit = Math.floor(((MAX_MEL_BYTES / (mel.nMels * 4)) * mel.hop) / mel.sampleRate / 60);
+      throw new BadInputError(
+        { file: input, field: 'data' },
+        `${(reader.info.frames / mel.sampleRate / 60).toFixed(1)} minutes of audio; mel writes at most ${MAX_MEL_BYTES >> 20} MiB of features ` +
+          `(about ${limit} minutes): split the file`,
+      );
     }
     const out = new Float32Array(rows * mel.nMels);
     const chunk = new Float32Array(CHUNK);

@@ -102,12 +102,48 @@ const COMMANDS: Record<string, Command> = {
   run: {
     usage: 'voxslab run --model <DIR|tiny|small> --in A.wav --out B.wav [--in C.wav --out D.wav] [options]',
     summary:
-      'answer each user segment with speech (float32 WAV) and print the text reply; all inputs at once through the pinned five-stage pipeline (--engine single: one after the other, on one thread)',
-    keys: ['model', 'input', 'output', 'outputRate', 'report', 'dump', 'seed', 'context', 'segmentSeconds', 'replySeconds', 'threads', 'kv', 'engine', 'pin', 'slots', 'realtime'],
+      'answer each user segment with speech (float32 WAV) and print the text reply; all inputs at once through the pinned five-stage pipeline ' +
+      '(--engine single: one after the other, on one thread)',
+    keys: [
+      'model',
+      'input',
+      'output',
+      'outputRate',
+      'report',
+      'dump',
+      'seed',
+      'context',
+      'segmentSeconds',
+      'replySeconds',
+      'threads',
+      'kv',
+      'engine',
+      'pin',
+      'slots',
+      'realtime',
+    ],
     required: ['model', 'input', 'output'],
     async run(v) {
-      const request: Parameters<typeof runCommand>[0] = { model: v.model as string, inputs: v.in as string[], outputs: v.out as string[], realtime: v.realtime === true };
-      const fields = { rate: 'outputRate', report: 'report', dump: 'dump', seed: 'seed', context: 'context', segment: 'segmentSeconds', reply: 'replySeconds', threads: 'threads', kv: 'kv', engine: 'engine', pin: 'pin', slots: 'slots' } as const;
+      const request: Parameters<typeof runCommand>[0] = {
+        model: v.model as string,
+        inputs: v.in as string[],
+        outputs: v.out as string[],
+        realtime: v.realtime === true,
+      };
+      const fields = {
+        rate: 'outputRate',
+        report: 'report',
+        dump: 'dump',
+        seed: 'seed',
+        context: 'context',
+        segment: 'segmentSeconds',
+        reply: 'replySeconds',
+        threads: 'threads',
+        kv: 'kv',
+        engine: 'engine',
+        pin: 'pin',
+        slots: 'slots',
+      } as const;
       for (const [field, key] of Object.entries(fields)) request[field as keyof typeof fields] = text(v, key);
       process.stdout.write(`${await runCommand(request)}\n`);
     },
@@ -115,11 +151,55 @@ const COMMANDS: Record<string, Command> = {
   serve: {
     usage: 'voxslab serve [--model <DIR|tiny|small>] [--host 127.0.0.1] [--port 7860] [--token SECRET] [--memory SIZE] [options]',
     summary:
-      'the voice daemon: HTTP and WebSocket conversations on one loaded model, a live page at /, /healthz, /readyz, /v1/memory, /metrics; SIGINT or SIGTERM ends the conversations, returns every byte and exits 0',
-    keys: ['model', 'host', 'port', 'token', 'memoryLimit', 'maxConversations', 'maxConnections', 'maxMessageBytes', 'maxRequestBytes', 'outputRate', 'segmentSeconds', 'replySeconds', 'context', 'threads', 'kv', 'slots', 'pin', 'silenceMs', 'onsetMs', 'minSpeechMs', 'vad'],
+      'the voice daemon: HTTP and WebSocket conversations on one loaded model, a live page at /, /healthz, /readyz, /v1/memory, /metrics; SIGINT ' +
+      'or SIGTERM ends the conversations, returns every byte and exits 0',
+    keys: [
+      'model',
+      'host',
+      'port',
+      'token',
+      'memoryLimit',
+      'maxConversations',
+      'maxConnections',
+      'maxMessageBytes',
+      'maxRequestBytes',
+      'outputRate',
+      'segmentSeconds',
+      'replySeconds',
+      'context',
+      'threads',
+      'kv',
+      'slots',
+      'pin',
+      'silenceMs',
+      'onsetMs',
+      'minSpeechMs',
+      'vad',
+    ],
     async run(v) {
       const request: Parameters<typeof serveCommand>[0] = { model: (v.model as string | undefined) ?? 'tiny' };
-      const fields = { host: 'host', port: 'port', token: 'token', memory: 'memoryLimit', maxConversations: 'maxConversations', maxConnections: 'maxConnections', maxMessage: 'maxMessageBytes', maxRequest: 'maxRequestBytes', rate: 'outputRate', segment: 'segmentSeconds', reply: 'replySeconds', context: 'context', threads: 'threads', kv: 'kv', slots: 'slots', pin: 'pin', silence: 'silenceMs', onset: 'onsetMs', minSpeech: 'minSpeechMs', vad: 'vad' } as const;
+      const fields = {
+        host: 'host',
+        port: 'port',
+        token: 'token',
+        memory: 'memoryLimit',
+        maxConversations: 'maxConversations',
+        maxConnections: 'maxConnections',
+        maxMessage: 'maxMessageBytes',
+        maxRequest: 'maxRequestBytes',
+        rate: 'outputRate',
+        segment: 'segmentSeconds',
+        reply: 'replySeconds',
+        context: 'context',
+        threads: 'threads',
+        kv: 'kv',
+        slots: 'slots',
+        pin: 'pin',
+        silence: 'silenceMs',
+        onset: 'onsetMs',
+        minSpeech: 'minSpeechMs',
+        vad: 'vad',
+      } as const;
       for (const [field, key] of Object.entries(fields)) request[field as keyof typeof fields] = text(v, key);
       await serveCommand(request);
     },
@@ -127,18 +207,51 @@ const COMMANDS: Record<string, Command> = {
   talk: {
     usage: 'voxslab talk [--model <DIR|tiny|small>] [--input-device ID] [--output-device ID] [--rate HZ] [--seconds N] | --loopback USER.wav',
     summary:
-      'a live full-duplex conversation: the transcript as it is spoken, the input level, barge-in when you talk over the reply (echo cancellation and VAD need the addon built with WebRTC audio processing)',
-    keys: ['model', 'inputDevice', 'outputDevice', 'loopback', 'deviceRate', 'talkSeconds', 'seed', 'silenceMs', 'onsetMs', 'minSpeechMs', 'vad', 'lookaheadMs'],
+      'a live full-duplex conversation: the transcript as it is spoken, the input level, barge-in when you talk over the reply (echo cancellation ' +
+      'and VAD need the addon built with WebRTC audio processing)',
+    keys: [
+      'model',
+      'inputDevice',
+      'outputDevice',
+      'loopback',
+      'deviceRate',
+      'talkSeconds',
+      'seed',
+      'silenceMs',
+      'onsetMs',
+      'minSpeechMs',
+      'vad',
+      'lookaheadMs',
+    ],
     async run(v) {
       const controller = new AbortController();
       const stop = (): void => controller.abort();
       process.once('SIGINT', stop);
       try {
         const summary = await talkCommand(
-          { model: (v.model as string | undefined) ?? 'tiny', inputDevice: text(v, 'inputDevice'), outputDevice: text(v, 'outputDevice'), loopback: text(v, 'loopback'), seconds: text(v, 'talkSeconds'), rate: text(v, 'deviceRate'), seed: text(v, 'seed'), silence: text(v, 'silenceMs'), onset: text(v, 'onsetMs'), minSpeech: text(v, 'minSpeechMs'), vad: text(v, 'vad'), lookahead: text(v, 'lookaheadMs') },
+          {
+            model: (v.model as string | undefined) ?? 'tiny',
+            inputDevice: text(v, 'inputDevice'),
+            outputDevice: text(v, 'outputDevice'),
+            loopback: text(v, 'loopback'),
+            seconds: text(v, 'talkSeconds'),
+            rate: text(v, 'deviceRate'),
+            seed: text(v, 'seed'),
+            silence: text(v, 'silenceMs'),
+            onset: text(v, 'onsetMs'),
+            minSpeech: text(v, 'minSpeechMs'),
+            vad: text(v, 'vad'),
+            lookahead: text(v, 'lookaheadMs'),
+          },
           { write: (s) => process.stdout.write(s), log, meter: process.stderr.isTTY === true, signal: controller.signal },
         );
-        log(`talk: ${summary.seconds} s, ${summary.turns} turns, ${summary.replies} replies, ${summary.bargeIns} barge-ins, ${summary.pauses} pauses; echo canceller ${summary.echo.converged ? 'converged' : 'not converged'}${summary.device === null ? '' : `; device library: ${summary.device.libraryBuffers} buffers, ${summary.device.libraryBytes} bytes; ${summary.device.overruns} samples overrun`}`);
+        log(
+          `talk: ${summary.seconds} s, ${summary.turns} turns, ${summary.replies} replies, ${summary.bargeIns} barge-ins, ${summary.pauses} ` +
+            `pauses; echo canceller ${summary.echo.converged ? 'converged' : 'not converged'}` +
+            (summary.device === null
+              ? ''
+              : `; device library: ${summary.device.libraryBuffers} buffers, ${summary.device.libraryBytes} bytes; ${summary.device.overruns} samples overrun`),
+        );
       } finally {
         process.off('SIGINT', stop);
       }
@@ -182,7 +295,8 @@ const COMMANDS: Record<string, Command> = {
       if (name === undefined) throw new UsageError(`bench: name one benchmark (${names})`);
       const b = benches.get(name);
       if (b === undefined) throw new UsageError(`bench: unknown benchmark '${name}' (available: ${names})`);
-      if (name !== 'model' && (v.production === true || v.model !== undefined)) throw new UsageError('bench: --production and --model are options of bench model');
+      if (name !== 'model' && (v.production === true || v.model !== undefined))
+        throw new UsageError('bench: --production and --model are options of bench model');
       const models = (v.model as string[] | undefined) ?? [];
       const result = await b.run({ quick: v.quick === true, production: v.production === true, models });
       process.stdout.write(v.json === true ? `${JSON.stringify(result, null, 2)}\n` : `${b.format(result as never)}\n`);

@@ -11,7 +11,6 @@ import { formatBytes } from '../memory/sizes.js';
 import { loadConfig } from '../io/config.js';
 import { readTextFile } from '../io/files.js';
 
-
 /** `voxslab plan --intervals FILE.csv [--align N] [--json]` */
 export function planIntervals(file: string, align: string | undefined, json: boolean): string {
   const alignment = flagValue<number>('align', align);
@@ -46,7 +45,16 @@ export function planIntervals(file: string, align: string | undefined, json: boo
 }
 
 /** The options of `voxslab plan --config`: every option that changes what is carved. */
-export const PLAN_KEYS = ['conversations', 'context', 'segmentSeconds', 'replySeconds', 'kv', 'slots', 'prefillChunk', 'outputRate'] as const satisfies readonly (OptionKey & keyof MemoryPlanOptions)[];
+export const PLAN_KEYS = [
+  'conversations',
+  'context',
+  'segmentSeconds',
+  'replySeconds',
+  'kv',
+  'slots',
+  'prefillChunk',
+  'outputRate',
+] as const satisfies readonly (OptionKey & keyof MemoryPlanOptions)[];
 
 export interface PlanConfigArgs {
   config: string;
@@ -64,7 +72,7 @@ export function planConfig(a: PlanConfigArgs): string {
     const v = parseFlag(k, a.values[k], limits);
     if (v !== undefined) options[k] = v;
   }
-  let mp;
+  let mp: ReturnType<typeof planMemory>;
   try {
     mp = planMemory(config, options as MemoryPlanOptions);
   } catch (e) {
@@ -84,7 +92,9 @@ export function planConfig(a: PlanConfigArgs): string {
   );
   for (const [name, owner] of Object.entries(manifest.owners)) {
     for (const [cat, u] of Object.entries(owner.categories)) {
-      lines.push(`${name.padEnd(16)}${cat.padEnd(24)}${formatBytes(u.requested).padStart(14)}${formatBytes(u.footprint).padStart(14)}${String(u.regions).padStart(9)}`);
+      lines.push(
+        `${name.padEnd(16)}${cat.padEnd(24)}${formatBytes(u.requested).padStart(14)}${formatBytes(u.footprint).padStart(14)}${String(u.regions).padStart(9)}`,
+      );
     }
     const borrowed = owner.borrowers.length > 0 ? `  (shared with ${owner.borrowers.join(', ')}; charged once here)` : '';
     lines.push(`${''.padEnd(16)}${'held'.padEnd(24)}${''.padStart(14)}${formatBytes(owner.held).padStart(14)}${borrowed}`);
@@ -92,7 +102,13 @@ export function planConfig(a: PlanConfigArgs): string {
   lines.push('', `${'stage plan'.padEnd(30)}${'high-water'.padStart(14)}${'lower bound'.padStart(14)}${'ratio'.padStart(8)}${'carved'.padStart(14)}`);
   for (const s of mp.stages) {
     const p = s.plan;
-    lines.push(`${s.stage.padEnd(30)}${formatBytes(p.highWater).padStart(14)}${formatBytes(p.lowerBound).padStart(14)}${p.ratio.toFixed(3).padStart(8)}${formatBytes(p.highWater).padStart(14)}`);
+    lines.push(
+      s.stage.padEnd(30) +
+        formatBytes(p.highWater).padStart(14) +
+        formatBytes(p.lowerBound).padStart(14) +
+        p.ratio.toFixed(3).padStart(8) +
+        formatBytes(p.highWater).padStart(14),
+    );
   }
   lines.push('', `conformer high-water by tiling (${o.segmentSeconds} s segment; only the default is carved):`);
   for (const v of encoderTilingReport(config, o.segmentSeconds)) {

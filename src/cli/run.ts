@@ -19,7 +19,19 @@ import { flagValue, parseFlag } from '../options.js';
 import { Conversation, SpeechModel, type ReplySink, type ReplySummary } from '../pipeline/conversation.js';
 import { STAGES } from '../pipeline/clock.js';
 import { Pipeline, type PinMap, type PipelineConversation } from '../pipeline/coordinator.js';
-import { BELL_MAIN, readTurnFields, REC_CODES, REC_END_OF_AUDIO, REC_END_SEGMENT, REC_PCM, REC_TEXT, REC_TURN_END, STAGE_NAMES, TURN_FIELDS, type StageName } from '../pipeline/protocol.js';
+import {
+  BELL_MAIN,
+  readTurnFields,
+  REC_CODES,
+  REC_END_OF_AUDIO,
+  REC_END_SEGMENT,
+  REC_PCM,
+  REC_TEXT,
+  REC_TURN_END,
+  STAGE_NAMES,
+  TURN_FIELDS,
+  type StageName,
+} from '../pipeline/protocol.js';
 
 export interface RunRequest {
   model: string;
@@ -151,7 +163,17 @@ function turnResult(t: TurnRecord, extra: Record<string, unknown> = {}): Record<
 /** The run report (`voxslab.run/v1`) both engines write. */
 function writeReport(
   file: string,
-  r: { dir: string; config: string; weightBytes: number; options: unknown; loadMs: number; results: Record<string, unknown>[]; atReadiness: unknown; atEnd: { afterReadiness: { attempts: number } }; manifest: unknown },
+  r: {
+    dir: string;
+    config: string;
+    weightBytes: number;
+    options: unknown;
+    loadMs: number;
+    results: Record<string, unknown>[];
+    atReadiness: unknown;
+    atEnd: { afterReadiness: { attempts: number } };
+    manifest: unknown;
+  },
   extra: Record<string, unknown> = {},
 ): void {
   const report = {
@@ -195,7 +217,8 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
       try {
         const reader = new WavReader(src, Conversation.INPUT_CHUNK);
         const secs = reader.info.frames / reader.info.sampleRate;
-        if (secs > segment) throw new BadInputError({ file: input, field: 'data' }, `${secs.toFixed(2)} s of audio; the longest user segment is ${segment} s (--segment)`);
+        if (secs > segment)
+          throw new BadInputError({ file: input, field: 'data' }, `${secs.toFixed(2)} s of audio; the longest user segment is ${segment} s (--segment)`);
         const output = r.outputs[i] as string;
         jobs.push({ input, output, staging: stagingName(output), reader, close: () => src.close() });
       } catch (error) {
@@ -238,7 +261,8 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
       for (;;) {
         const n = j.reader.readMono(chunk, chunk.length);
         if (n === 0) break;
-        if (conv.listen(chunk, n) < n) throw new BadInputError({ file: j.input, field: 'data' }, `longer than the longest user segment of ${segment} s (--segment)`);
+        if (conv.listen(chunk, n) < n)
+          throw new BadInputError({ file: j.input, field: 'data' }, `longer than the longest user segment of ${segment} s (--segment)`);
       }
       const frames = conv.endSegment(
         dump === null
@@ -266,7 +290,8 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
       if (dump !== null) {
         sink.hidden = (h) => dump.add('hidden', 'backbone hidden state of every generated position [steps][hidden]', h.subarray(0, D), [D]);
         sink.textLogits = (l) => dump.add('text_logits', 'text logits of every text position [steps][vocab]', l, [c.backbone.vocab]);
-        sink.audioLogits = (l) => dump.add('audio_logits', 'Depthformer logits of every audio frame [frames][codebooks][codes]', l, [c.audio.codebooks, c.audio.codes]);
+        sink.audioLogits = (l) =>
+          dump.add('audio_logits', 'Depthformer logits of every audio frame [frames][codebooks][codes]', l, [c.audio.codebooks, c.audio.codes]);
         sink.bins = (b) => dump.add('bins', 'detokenizer log-magnitudes then phases [positions][1282]', b, [c.detokenizer.outBins]);
       }
       let summary: ReplySummary;
@@ -308,10 +333,14 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
         }),
       );
       lines.push(`${basename(j.input)} → ${j.output}: ${JSON.stringify(text)}`);
-      log(`${j.output}: ${audioSeconds.toFixed(2)} s at ${rate} Hz, ${summary.audioFrames} audio frames, ${tokens.length} text tokens, stop: ${summary.stop}, ${(wallMs / 1000).toFixed(2)} s wall`);
+      log(
+        `${j.output}: ${audioSeconds.toFixed(2)} s at ${rate} Hz, ${summary.audioFrames} audio frames, ${tokens.length} text tokens, stop: ` +
+          `${summary.stop}, ${(wallMs / 1000).toFixed(2)} s wall`,
+      );
     }
     const atEnd = domain.snapshot().allocations;
-    if (r.dump !== undefined) writeWhole(join(r.dump, 'index.json'), `${JSON.stringify({ schema: 'voxslab.dump/v1', model: dir, files: index }, null, 2)}\n`, '--dump');
+    if (r.dump !== undefined)
+      writeWhole(join(r.dump, 'index.json'), `${JSON.stringify({ schema: 'voxslab.dump/v1', model: dir, files: index }, null, 2)}\n`, '--dump');
     if (r.report !== undefined) {
       const s = model.slot;
       const plans = {
@@ -320,7 +349,17 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
         depthformer: s.depthformer.region.summary,
         detokenizer: s.detokenizer.work.summary,
       };
-      writeReport(r.report, { dir, config: c.name, weightBytes: model.report.weightBytes, options: model.options, loadMs, results, atReadiness, atEnd, manifest: domain.manifest({ plans }) });
+      writeReport(r.report, {
+        dir,
+        config: c.name,
+        weightBytes: model.report.weightBytes,
+        options: model.options,
+        loadMs,
+        results,
+        atReadiness,
+        atEnd,
+        manifest: domain.manifest({ plans }),
+      });
     }
     for (const j of jobs) renameSync(j.staging, j.output);
     return lines.join('\n');
@@ -371,7 +410,10 @@ interface Flow {
 /** p50, p99 and max of the gaps between consecutive arrivals, ms. */
 function gaps(times: number[]): { p50: number; p99: number; max: number } | null {
   if (times.length < 2) return null;
-  const d = times.slice(1).map((t, i) => t - times[i]!).sort((a, b) => a - b);
+  const d = times
+    .slice(1)
+    .map((t, i) => t - times[i]!)
+    .sort((a, b) => a - b);
   const at = (q: number) => ms(d[Math.min(d.length - 1, Math.floor(q * d.length))]!);
   return { p50: at(0.5), p99: at(0.99), max: ms(d[d.length - 1]!) };
 }
@@ -382,7 +424,25 @@ async function runPipeline(p: PipelineRun): Promise<string> {
     const flows: Flow[] = [];
     for (const [i, job] of p.jobs.entries()) {
       const conv = await pipeline.open({ seed: p.seed + i, inputRate: job.reader.info.sampleRate });
-      flows.push({ job, conv, chunk: new Float32Array(conv.chunk), pending: 0, fed: 0, eof: false, ended: false, endAt: 0, firstAudioAt: -1, writer: null, tokens: [], codes: [], summary: new Int32Array(TURN_FIELDS), samples: 0, done: false, arrivals: [], lateMs: 0 });
+      flows.push({
+        job,
+        conv,
+        chunk: new Float32Array(conv.chunk),
+        pending: 0,
+        fed: 0,
+        eof: false,
+        ended: false,
+        endAt: 0,
+        firstAudioAt: -1,
+        writer: null,
+        tokens: [],
+        codes: [],
+        summary: new Int32Array(TURN_FIELDS),
+        samples: 0,
+        done: false,
+        arrivals: [],
+        lateMs: 0,
+      });
     }
     await pipeline.ready();
     const loadMs = performance.now() - p.t0;
@@ -517,14 +577,32 @@ async function runPipeline(p: PipelineRun): Promise<string> {
         }),
       );
       lines.push(`${basename(f.job.input)} → ${f.job.output}: ${JSON.stringify(text)}`);
-      p.log(`${f.job.output}: ${audioSeconds.toFixed(2)} s at ${p.rate} Hz, ${tf.frames} audio frames, ${f.tokens.length} text tokens, stop: ${stop}, first audio ${f.firstAudioAt < 0 ? '-' : `${(f.firstAudioAt - f.endAt).toFixed(1)} ms`} after the end of speech`);
+      p.log(
+        `${f.job.output}: ${audioSeconds.toFixed(2)} s at ${p.rate} Hz, ${tf.frames} audio frames, ${f.tokens.length} text tokens, stop: ${stop}, ` +
+          `first audio ${f.firstAudioAt < 0 ? '-' : `${(f.firstAudioAt - f.endAt).toFixed(1)} ms`} after the end of speech`,
+      );
     }
-    p.log(`pipeline: ${flows.length} conversation(s) in ${(wallMs / 1000).toFixed(2)} s wall; ${pipeline.placement.map((w) => `${w.stage}@${w.affinity.join('+')}${w.pinError === null ? '' : ` (pin failed: ${w.pinError})`}`).join(', ')}`);
+    p.log(
+      `pipeline: ${flows.length} conversation(s) in ${(wallMs / 1000).toFixed(2)} s wall; ` +
+        `${pipeline.placement.map((w) => `${w.stage}@${w.affinity.join('+')}${w.pinError === null ? '' : ` (pin failed: ${w.pinError})`}`).join(', ')}`,
+    );
     if (p.report !== undefined) {
-      const rings = flows.map(({ conv: v }) => Object.fromEntries(Object.entries(v.rings).map(([n, r]) => [n, { capacity: r.capacity, maxUsed: r.maxUsed, records: r.records }])));
+      const rings = flows.map(({ conv: v }) =>
+        Object.fromEntries(Object.entries(v.rings).map(([n, r]) => [n, { capacity: r.capacity, maxUsed: r.maxUsed, records: r.records }])),
+      );
       writeReport(
         p.report,
-        { dir: p.dir, config: c.name, weightBytes: pipeline.report.weightBytes, options: pipeline.setup.options, loadMs, results, atReadiness, atEnd, manifest: p.domain.manifest() },
+        {
+          dir: p.dir,
+          config: c.name,
+          weightBytes: pipeline.report.weightBytes,
+          options: pipeline.setup.options,
+          loadMs,
+          results,
+          atReadiness,
+          atEnd,
+          manifest: p.domain.manifest(),
+        },
         { engine: 'pipeline', pipeline: { slots: pipeline.slots, placement: pipeline.placement, stages: stats, rings } },
       );
     }

@@ -21,7 +21,10 @@ export function devicesCommand(json: boolean): string {
   const lines = ['  id  in  out  rate     host   name'];
   for (const d of list) {
     const mark = `${d.defaultInput ? 'I' : ' '}${d.defaultOutput ? 'O' : ' '}`;
-    lines.push(`${String(d.id).padStart(4)}${String(d.inputs).padStart(4)}${String(d.outputs).padStart(5)}  ${String(d.defaultRate).padEnd(7)}  ${d.hostApi.padEnd(5)}  ${d.name} ${mark.trim() === '' ? '' : `(default ${mark.trim()})`}`);
+    lines.push(
+      `${String(d.id).padStart(4)}${String(d.inputs).padStart(4)}${String(d.outputs).padStart(5)}  ${String(d.defaultRate).padEnd(7)}  ` +
+        `${d.hostApi.padEnd(5)}  ${d.name} ${mark.trim() === '' ? '' : `(default ${mark.trim()})`}`,
+    );
   }
   return lines.join('\n');
 }
@@ -53,7 +56,10 @@ export interface TalkSummary {
 }
 
 /** Runs a talk session; resolves with its summary when time is up, the WAV is done or `signal` aborts. */
-export async function talkCommand(r: TalkRequest, o: { write: (s: string) => void; log: (s: string) => void; meter: boolean; signal?: AbortSignal }): Promise<TalkSummary> {
+export async function talkCommand(
+  r: TalkRequest,
+  o: { write: (s: string) => void; log: (s: string) => void; meter: boolean; signal?: AbortSignal },
+): Promise<TalkSummary> {
   const dir = resolveModel(r.model, o.log);
   const seconds = flagValue<number>('talkSeconds', r.seconds);
   const seed = flagValue<number>('seed', r.seed);
@@ -69,7 +75,11 @@ export async function talkCommand(r: TalkRequest, o: { write: (s: string) => voi
   rate ??= 48000;
   const domain = MemoryDomain.create({});
   const model = SpeechModel.load(dir, domain, { outputRate: rate });
-  const conv = model.conversation({ seed, inputRate: 16000, checkpoints: DuplexSession.checkpointsFor(model, parseFlag('lookaheadMs', r.lookahead) as number | undefined) });
+  const conv = model.conversation({
+    seed,
+    inputRate: 16000,
+    checkpoints: DuplexSession.checkpointsFor(model, parseFlag('lookaheadMs', r.lookahead) as number | undefined),
+  });
   let device: DuplexDevice & { start?: (f: () => void) => void };
   let pa: PortAudioDevice | null = null;
   let userLength = Number.POSITIVE_INFINITY;

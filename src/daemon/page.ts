@@ -46,8 +46,10 @@ async function poll() {
     const text = await (await fetch('/metrics' + q, { headers })).text();
     const rows = [...text.matchAll(/^voxslab_stage_clock_seconds\\{clock="([^"]+)"\\} ([0-9.e+-]+)$/gm)];
     document.getElementById('stages').innerHTML = rows.map(r => '<tr><td>' + r[1] + '</td><td>' + Number(r[2]).toFixed(3) + '</td></tr>').join('');
-    const rings = [...text.matchAll(/^voxslab_ring_high_water_ratio\{conversation="([^"]+)",ring="([^"]+)"\} ([0-9.e+-]+)$/gm)];
-    document.getElementById('rings').innerHTML = rings.map(r => '<tr><td>' + r[1] + ' ' + r[2] + '</td><td>' + (100 * Number(r[3])).toFixed(0) + ' %</td></tr>').join('');
+    const rings = [...text.matchAll(/^voxslab_ring_high_water_ratio\\{conversation="([^"]+)",ring="([^"]+)"\\} ([0-9.e+-]+)$/gm)];
+    document.getElementById('rings').innerHTML = rings
+      .map(r => '<tr><td>' + r[1] + ' ' + r[2] + '</td><td>' + (100 * Number(r[3])).toFixed(0) + ' %</td></tr>')
+      .join('');
     document.getElementById('status').textContent = 'held ' + m.totals.current + ' bytes of a ' + m.totals.limit + '-byte cap';
   } catch (e) { document.getElementById('status').textContent = 'daemon unreachable: ' + e.message; }
 }
@@ -76,7 +78,9 @@ document.getElementById('talk').onclick = async () => {
   if (ws) { ws.send(JSON.stringify({ type: 'end_turn' })); stopMic(); b.textContent = 'Talk'; return; }
   ctx = new AudioContext();
   const stream = await navigator.mediaDevices.getUserMedia({ audio: { echoCancellation: true } });
-  ws = new WebSocket((location.protocol === 'https:' ? 'wss://' : 'ws://') + location.host + '/v1/ws?format=f32&inputRate=' + ctx.sampleRate + (token ? '&access_token=' + encodeURIComponent(token) : ''));
+  const scheme = location.protocol === 'https:' ? 'wss://' : 'ws://';
+  const auth = token ? '&access_token=' + encodeURIComponent(token) : '';
+  ws = new WebSocket(scheme + location.host + '/v1/ws?format=f32&inputRate=' + ctx.sampleRate + auth);
   ws.binaryType = 'arraybuffer';
   ws.onmessage = (m) => {
     if (typeof m.data === 'string') {

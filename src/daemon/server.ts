@@ -75,6 +75,9 @@ export function checkBind(host: string, token: string | undefined): void {
   if (!LOOPBACK.has(host) && (token ?? '') === '') throw new UsageError(`serve: listening on ${host} (not loopback) needs --token or VOXSLAB_TOKEN`);
 }
 
+/** Reason phrases of the statuses a refused upgrade answers with. */
+const STATUS_TEXT: Partial<Record<number, string>> = { 401: 'Unauthorized', 404: 'Not Found', 409: 'Conflict', 503: 'Service Unavailable' };
+
 function digest(s: string): Buffer {
   return createHash('sha256').update(s).digest();
 }
@@ -116,7 +119,11 @@ export class Daemon {
     });
     this.#wss = new WebSocketServer({ noServer: true, maxPayload: this.#limits.message });
     this.server.on('upgrade', (req, socket, head) => void this.#upgrade(req, socket as Socket, head));
-    this.#refused = new Counter({ name: 'voxslab_admissions_refused_total', help: 'Conversations refused by admission (cap or conversation limit)', registers: [this.registry] });
+    this.#refused = new Counter({
+      name: 'voxslab_admissions_refused_total',
+      help: 'Conversations refused by admission (cap or conversation limit)',
+      registers: [this.registry],
+    });
     this.#turns = new Counter({ name: 'voxslab_turns_total', help: 'Turns replied to', registers: [this.registry] });
     this.#firstAudio = new Histogram({
       name: 'voxslab_first_audio_seconds',
@@ -160,7 +167,8 @@ export class Daemon {
       registers: r,
       collect() {
         this.reset();
-        for (const o of d.engine.snapshot().owners) for (const [cat, u] of Object.entries(o.categories)) this.set({ owner: o.name, category: cat }, u.footprint);
+        for (const o of d.engine.snapshot().owners)
+          for (const [cat, u] of Object.entries(o.categories)) this.set({ owner: o.name, category: cat }, u.footprint);
       },
     });
     new Gauge({
@@ -223,7 +231,8 @@ export class Daemon {
       registers: r,
       async collect() {
         const sum = new Map<string, number>(STAGES.map((n) => [n, 0]));
-        for (const s of await d.engine.pipeline.stats()) for (const c of s.clocks) for (const [n, v] of Object.entries(c)) sum.set(n, (sum.get(n) ?? 0) + v.ms / 1000);
+        for (const s of await d.engine.pipeline.stats())
+          for (const c of s.clocks) for (const [n, v] of Object.entries(c)) sum.set(n, (sum.get(n) ?? 0) + v.ms / 1000);
         for (const [n, v] of sum) this.set({ clock: n }, v);
       },
     });
@@ -244,7 +253,15 @@ export class Daemon {
       const url = new URL(req.url ?? '/', 'http://x');
       const path = url.pathname;
       const method = req.method ?? 'GET';
-      if (method === 'GET' && path === '/healthz') return this.#json(res, 200, { status: this.#draining ? 'draining' : 'ok', model: this.engine.config.name, headless: true, devices: 'none: WebSocket clients only', conversations: this.#entries.size, outputRate: this.engine.outputRate });
+      if (method === 'GET' && path === '/healthz')
+        return this.#json(res, 200, {
+          status: this.#draining ? 'draining' : 'ok',
+          model: this.engine.config.name,
+          headless: true,
+          devices: 'none: WebSocket clients only',
+          conversations: this.#entries.size,
+          outputRate: this.engine.outputRate,
+        });
       if (method === 'GET' && path === '/readyz') {
         const r = await this.#admission(16000);
         return this.#json(res, r.ok ? 200 : 503, r, r.ok ? {} : { 'Retry-After': String(RETRY_AFTER) });
@@ -335,8 +352,15 @@ export class Daemon {
     const conversations = this.#entries.size;
     if (this.#draining) return { ok: false, reason: 'shutting down', planned: 0, free: 0, conversations };
     const a = await this.engine.admission(inputRate);
-    if (conversations >= this.#limits.conversations) return { ok: false, reason: `${conversations} of ${this.#limits.conversations} conversations open`, planned: a.planned, free: a.free, conversations };
-    return { ok: a.admit, reason: a.admit ? 'admits another conversation' : `a conversation needs ${a.planned} bytes; ${a.free} are free under the cap`, planned: a.planned, free: a.free, conversations };
+    if (conversations >= this.#limits.conversations)
+      return { ok: false, reason: `${conversations} of ${this.#limits.conversations} conversations open`, planned: a.planned, free: a.free, conversations };
+    return {
+      ok: a.admit,
+      reason: a.admit ? 'admits another conversation' : `a conversation needs ${a.planned} bytes; ${a.free} are free under the cap`,
+      planned: a.planned,
+      free: a.free,
+      conversations,
+    };
   }
 
   async #open(body: Record<string, unknown>, ephemeral: boolean): Promise<Entry> {
@@ -378,7 +402,16 @@ export class Daemon {
 
   #describe(e: Entry): Record<string, unknown> {
     const c = e.conversation;
-    return { id: e.id, inputRate: c.inputRate, outputRate: c.outputRate, format: e.format, createdAt: e.createdAt, turns: e.turns, connected: e.socket !== null, ws: `/v1/conversations/${e.id}/ws` };
+    return {
+      id: e.id,
+      inputRate: c.inputRate,
+      outputRate: c.outputRate,
+      format: e.format,
+      createdAt: e.createdAt,
+      turns: e.turns,
+      connected: e.socket !== null,
+      ws: `/v1/conversations/${e.id}/ws`,
+    };
   }
 
   async #close(e: Entry, code: number, reason: string): Promise<void> {
@@ -391,7 +424,13 @@ export class Daemon {
   /** Refuses an upgrade with a plain HTTP answer. */
   #refuse(socket: Socket, status: number, message: string, headers: Record<string, string> = {}): void {
     const body = `${JSON.stringify({ error: message })}\n`;
-    const head = [`HTTP/1.1 ${status} ${status === 401 ? 'Unauthorized' : status === 503 ? 'Service Unavailable' : status === 404 ? 'Not Found' : status === 409 ? 'Conflict' : 'Bad Request'}`, 'Content-Type: application/json', `Content-Length: ${Buffer.byteLength(body)}`, 'Connection: close', ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`)];
+    const head = [
+      `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Bad Request'}`,
+      'Content-Type: application/json',
+      `Content-Length: ${Buffer.byteLength(body)}`,
+      'Connection: close',
+      ...Object.entries(headers).map(([k, v]) => `${k}: ${v}`),
+    ];
     socket.end(`${head.join('\r\n')}\r\n\r\n${body}`);
   }
 

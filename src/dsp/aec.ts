@@ -44,7 +44,10 @@ export const APM_HEAP_BOUND = { echo: 1 << 20, voice: 128 << 10 } as const;
 
 function create(echo: number, highPass: boolean, noise: number, voice: number, agnostic: boolean): { handle: ApmHandle; heapBytes: number } {
   if (!native.apmAvailable()) {
-    throw new UnsupportedError('echo cancellation and voice activity are off: the native addon was built without WebRTC audio processing (install libwebrtc-audio-processing-dev and rebuild)');
+    throw new UnsupportedError(
+      'echo cancellation and voice activity are off: the native addon was built without WebRTC audio processing (install ' +
+        'libwebrtc-audio-processing-dev and rebuild)',
+    );
   }
   return native.apmCreate(echo, highPass ? 1 : 0, noise, voice, agnostic ? 1 : 0);
 }
@@ -116,7 +119,7 @@ export class EchoCanceller {
     this.#holdFrames = Math.ceil(((o.delayMs ?? 500) + 300) / 10);
     const gate = o.gateDb ?? 15;
     if (!(gate >= 0 && gate <= 60)) throw new ArgumentError(`echo canceller gateDb must be 0..60, got ${gate}`);
-    this.#gate = gate === 0 ? 0 : Math.pow(10, -gate / 10);
+    this.#gate = gate === 0 ? 0 : 10 ** (-gate / 10);
     this.#handle = made.handle;
     this.heapBytes = made.heapBytes;
     this.#near = ws('aec.near', Float32Array, APM_FRAME);
@@ -213,7 +216,11 @@ export class VoiceDetector {
     return create(0, false, 0, level, false);
   }
 
-  constructor(likelihood: VadLikelihood = defaultOf('vad') as VadLikelihood, ws: Workspace = heapWorkspace, made: ApmEngine = VoiceDetector.engine(likelihood)) {
+  constructor(
+    likelihood: VadLikelihood = defaultOf('vad') as VadLikelihood,
+    ws: Workspace = heapWorkspace,
+    made: ApmEngine = VoiceDetector.engine(likelihood),
+  ) {
     this.#handle = made.handle;
     this.heapBytes = made.heapBytes;
     this.#frame = ws('vad.frame', Float32Array, APM_FRAME);

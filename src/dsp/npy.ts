@@ -8,7 +8,7 @@ function encodeNpy(data: Float32Array | Int32Array, shape: readonly number[], de
   let header = `{'descr': '${descr}', 'fortran_order': False, 'shape': (${dims}), }`;
   // Magic (6) + version (2) + length (2) + header, padded with spaces to a multiple of 64, ending in \n.
   const total = Math.ceil((10 + header.length + 1) / 64) * 64;
-  header = header.padEnd(total - 10 - 1, ' ') + '\n';
+  header = `${header.padEnd(total - 10 - 1, ' ')}\n`;
   const out = new Uint8Array(total + data.length * 4);
   out.set([0x93, 0x4e, 0x55, 0x4d, 0x50, 0x59, 1, 0], 0);
   new DataView(out.buffer).setUint16(8, header.length, true);

@@ -76,8 +76,12 @@ export class Resampler {
   #flushed = false;
 
   constructor(inRate: number, outRate: number, o: ResamplerOptions = {}, ws: Workspace = heapWorkspace) {
-    for (const [name, r] of [['input rate', inRate], ['output rate', outRate]] as const) {
-      if (!Number.isSafeInteger(r) || r < WAV_MIN_HZ || r > WAV_MAX_HZ) throw new ArgumentError(`resampler ${name} must be an integer from ${WAV_MIN_HZ} to ${WAV_MAX_HZ} Hz, got ${r}`);
+    for (const [name, r] of [
+      ['input rate', inRate],
+      ['output rate', outRate],
+    ] as const) {
+      if (!Number.isSafeInteger(r) || r < WAV_MIN_HZ || r > WAV_MAX_HZ)
+        throw new ArgumentError(`resampler ${name} must be an integer from ${WAV_MIN_HZ} to ${WAV_MAX_HZ} Hz, got ${r}`);
     }
     const att = o.attenuation ?? 110;
     const pass = o.passband ?? 0.45;

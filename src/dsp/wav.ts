@@ -46,8 +46,7 @@ const formatOf = (tag: number, bits: number): SampleFormat | null => {
   return null;
 };
 
-export const bytesPerSample = (f: SampleFormat): number =>
-  ({ pcm8: 1, pcm16: 2, pcm24: 3, pcm32: 4, float32: 4, float64: 8 })[f];
+export const bytesPerSample = (f: SampleFormat): number => ({ pcm8: 1, pcm16: 2, pcm24: 3, pcm32: 4, float32: 4, float64: 8 })[f];
 
 function readExact(src: ByteSource, at: number, n: number, field: string): DataView {
   const buf = new Uint8Array(n);
@@ -66,9 +65,13 @@ export function readWavInfo(src: ByteSource): WavInfo {
   const riff = readExact(src, 0, 12, 'RIFF header');
   const id = fourcc(riff, 0);
   if (id !== 'RIFF') {
-    throw new BadInputError({ file, field: 'RIFF header', offset: 0 }, id === 'RIFX' || id === 'RF64' ? `${id} files are not supported` : `not a RIFF file (starts with ${JSON.stringify(id)})`);
+    throw new BadInputError(
+      { file, field: 'RIFF header', offset: 0 },
+      id === 'RIFX' || id === 'RF64' ? `${id} files are not supported` : `not a RIFF file (starts with ${JSON.stringify(id)})`,
+    );
   }
-  if (fourcc(riff, 8) !== 'WAVE') throw new BadInputError({ file, field: 'RIFF form type', offset: 8 }, `not a WAVE file (form type ${JSON.stringify(fourcc(riff, 8))})`);
+  if (fourcc(riff, 8) !== 'WAVE')
+    throw new BadInputError({ file, field: 'RIFF form type', offset: 8 }, `not a WAVE file (form type ${JSON.stringify(fourcc(riff, 8))})`);
 
   let fmt: { tag: number; channels: number; rate: number; blockAlign: number; bits: number; extensible: boolean; format: SampleFormat } | null = null;
   let pos = 12;
@@ -96,30 +99,45 @@ export function readWavInfo(src: ByteSource): WavInfo {
         const cb = f.getUint16(16, true);
         if (cb < 22) throw new BadInputError({ file, field: 'fmt.cbSize', offset: body + 16 }, `WAVE_FORMAT_EXTENSIBLE needs cbSize 22, got ${cb}`);
         const valid = f.getUint16(18, true);
-        if (valid > bits) throw new BadInputError({ file, field: 'fmt.validBitsPerSample', offset: body + 18 }, `${valid} valid bits exceeds ${bits} bits per sample`);
+        if (valid > bits)
+          throw new BadInputError({ file, field: 'fmt.validBitsPerSample', offset: body + 18 }, `${valid} valid bits exceeds ${bits} bits per sample`);
         subTag = f.getUint16(24, true);
         for (let i = 0; i < GUID_TAIL.length; i++) {
           if (f.getUint8(26 + i) !== GUID_TAIL[i]) throw new BadInputError({ file, field: 'fmt.subFormat', offset: body + 24 }, 'unknown sub-format GUID');
         }
       }
       if (subTag !== WAVE_FORMAT_PCM && subTag !== WAVE_FORMAT_IEEE_FLOAT) {
-        throw new BadInputError({ file, field: tag === WAVE_FORMAT_EXTENSIBLE ? 'fmt.subFormat' : 'fmt.audioFormat', offset: body + (tag === WAVE_FORMAT_EXTENSIBLE ? 24 : 0) }, `unsupported format tag 0x${subTag.toString(16)} (PCM and IEEE float only)`);
+        throw new BadInputError(
+          { file, field: tag === WAVE_FORMAT_EXTENSIBLE ? 'fmt.subFormat' : 'fmt.audioFormat', offset: body + (tag === WAVE_FORMAT_EXTENSIBLE ? 24 : 0) },
+          `unsupported format tag 0x${subTag.toString(16)} (PCM and IEEE float only)`,
+        );
       }
       if (channels === 0) throw new BadInputError({ file, field: 'fmt.channels', offset: body + 2 }, 'zero channels');
-      if (channels > MAX_CHANNELS) throw new BadInputError({ file, field: 'fmt.channels', offset: body + 2 }, `${channels} channels is more than ${MAX_CHANNELS}`);
+      if (channels > MAX_CHANNELS)
+        throw new BadInputError({ file, field: 'fmt.channels', offset: body + 2 }, `${channels} channels is more than ${MAX_CHANNELS}`);
       if (rate < WAV_MIN_HZ || rate > WAV_MAX_HZ) {
         throw new BadInputError({ file, field: 'fmt.sampleRate', offset: body + 4 }, `sample rate ${rate} Hz is outside ${WAV_MIN_HZ}–${WAV_MAX_HZ} Hz`);
       }
       const format = formatOf(subTag, bits);
-      if (format === null) throw new BadInputError({ file, field: 'fmt.bitsPerSample', offset: body + 14 }, `${bits} bits is not supported for ${subTag === WAVE_FORMAT_PCM ? 'PCM' : 'float'}`);
+      if (format === null)
+        throw new BadInputError(
+          { file, field: 'fmt.bitsPerSample', offset: body + 14 },
+          `${bits} bits is not supported for ${subTag === WAVE_FORMAT_PCM ? 'PCM' : 'float'}`,
+        );
       if (blockAlign !== channels * bytesPerSample(format)) {
-        throw new BadInputError({ file, field: 'fmt.blockAlign', offset: body + 12 }, `block align ${blockAlign} does not match ${channels} channel(s) × ${bits} bits`);
+        throw new BadInputError(
+          { file, field: 'fmt.blockAlign', offset: body + 12 },
+          `block align ${blockAlign} does not match ${channels} channel(s) × ${bits} bits`,
+        );
       }
       fmt = { tag, channels, rate, blockAlign, bits, extensible, format };
     } else if (cid === 'data') {
       if (fmt === null) throw new BadInputError({ file, field: 'data chunk', offset: pos }, 'data chunk before the fmt chunk');
       if (body + size > src.size) {
-        throw new BadInputError({ file, field: 'data chunk size', offset: pos + 4 }, `data chunk of ${size} bytes is longer than the file (${src.size - body} bytes follow)`);
+        throw new BadInputError(
+          { file, field: 'data chunk size', offset: pos + 4 },
+          `data chunk of ${size} bytes is longer than the file (${src.size - body} bytes follow)`,
+        );
       }
       if (size % fmt.blockAlign !== 0) {
         throw new BadInputError({ file, field: 'data chunk size', offset: pos + 4 }, `${size} bytes is not a whole number of ${fmt.blockAlign}-byte frames`);
@@ -186,7 +204,11 @@ export class WavReader {
       const n = Math.min(chunkFrames, want - done);
       const at = this.info.dataOffset + (this.#frame + done) * blockAlign;
       const got = this.#src.read(this.#buf, 0, n * blockAlign, at);
-      if (got < n * blockAlign) throw new BadInputError({ file: this.#src.name, field: 'data', offset: at + got }, 'the file ended inside the data chunk (was it truncated while reading?)');
+      if (got < n * blockAlign)
+        throw new BadInputError(
+          { file: this.#src.name, field: 'data', offset: at + got },
+          'the file ended inside the data chunk (was it truncated while reading?)',
+        );
       const v = this.#view;
       for (let f = 0; f < n; f++) {
         let sum = 0;
@@ -201,7 +223,7 @@ export class WavReader {
               s = v.getInt16(o, true) / 32768;
               break;
             case 'pcm24':
-              s = ((v.getUint8(o) | (v.getUint8(o + 1) << 8) | (v.getInt8(o + 2) << 16)) | 0) / 8388608;
+              s = (v.getUint8(o) | (v.getUint8(o + 1) << 8) | (v.getInt8(o + 2) << 16) | 0) / 8388608;
               break;
             case 'pcm32':
               s = v.getInt32(o, true) / 2147483648;
@@ -214,7 +236,10 @@ export class WavReader {
           }
           if (!(Math.abs(s) <= F32_MAX)) {
             const why = Number.isFinite(s) ? ' (beyond the 32-bit float range the pipeline computes in)' : '';
-            throw new BadInputError({ file: this.#src.name, field: 'data', offset: at + o }, `sample is ${s}${why} (frame ${this.#frame + done + f}, channel ${c})`);
+            throw new BadInputError(
+              { file: this.#src.name, field: 'data', offset: at + o },
+              `sample is ${s}${why} (frame ${this.#frame + done + f}, channel ${c})`,
+            );
           }
           if (mono) sum += s;
           else out[(done + f) * channels + c] = s;
@@ -313,7 +338,8 @@ export function encodeSamples(format: SampleFormat, samples: Float32Array, out: 
 
 /** A whole WAV file in memory. */
 export function encodeWav(f: WavFormat, interleaved: Float32Array): Uint8Array {
-  if (interleaved.length % f.channels !== 0) throw new BadInputError({ field: 'samples' }, `${interleaved.length} samples is not a whole number of ${f.channels}-channel frames`);
+  if (interleaved.length % f.channels !== 0)
+    throw new BadInputError({ field: 'samples' }, `${interleaved.length} samples is not a whole number of ${f.channels}-channel frames`);
   const frames = interleaved.length / f.channels;
   const header = wavHeader(f, frames);
   const dataBytes = interleaved.length * bytesPerSample(f.format);

@@ -15,8 +15,7 @@ export const heapWorkspace: Workspace = <T extends TypedArray>(_name: string, ty
 
 /** Buffers carved from `arena`, charged to `category`; names are prefixed to stay unique. */
 export function arenaWorkspace(arena: Arena, category: Category, prefix: string): Workspace {
-  return <T extends TypedArray>(name: string, type: TypedArrayConstructor<T>, length: number): T =>
-    arena.carve(`${prefix}.${name}`, category, type, length);
+  return <T extends TypedArray>(name: string, type: TypedArrayConstructor<T>, length: number): T => arena.carve(`${prefix}.${name}`, category, type, length);
 }
 
 /**

@@ -78,15 +78,33 @@ export function makeCheckpoint(o: MakeCheckpointOptions): { files: string[]; byt
   writeFileSync(join(o.out, 'tokenizer_config.json'), `${JSON.stringify(tk.config, null, 2)}\n`);
   const main = o.omitTied === true ? layout.main.filter((s) => s.tiedTo === undefined) : layout.main;
   let bytes = writeFile(join(o.out, 'model.safetensors'), main, o.seed, dtype, 'model.safetensors', o.progress);
-  bytes += writeFile(join(o.out, 'audio_detokenizer', 'model.safetensors'), layout.detokenizer, o.seed ^ 0x5eed, dtype, 'audio_detokenizer/model.safetensors', o.progress);
+  bytes += writeFile(
+    join(o.out, 'audio_detokenizer', 'model.safetensors'),
+    layout.detokenizer,
+    o.seed ^ 0x5eed,
+    dtype,
+    'audio_detokenizer/model.safetensors',
+    o.progress,
+  );
   return {
-    files: ['config.json', 'model.safetensors', 'tokenizer.json', 'tokenizer_config.json', 'audio_detokenizer/config.json', 'audio_detokenizer/model.safetensors'].map((f) => join(o.out, f)),
+    files: [
+      'config.json',
+      'model.safetensors',
+      'tokenizer.json',
+      'tokenizer_config.json',
+      'audio_detokenizer/config.json',
+      'audio_detokenizer/model.safetensors',
+    ].map((f) => join(o.out, f)),
     bytes,
   };
 }
 
 /** Loads a checkpoint folder into a weights image in `domain` (see model/image.ts). */
-export function loadCheckpoint(dir: string, domain: MemoryDomain, sealOwner = true): { config: ModelConfig; image: WeightsImage; report: LoadReport; release(): void } {
+export function loadCheckpoint(
+  dir: string,
+  domain: MemoryDomain,
+  sealOwner = true,
+): { config: ModelConfig; image: WeightsImage; report: LoadReport; release(): void } {
   const config = loadConfig(dir);
   const main = openFileSource(join(dir, 'model.safetensors'));
   try {
@@ -118,7 +136,11 @@ export function resolveModel(model: string, log: (line: string) => void): string
     tmp = mkdtempSync(join(checkpointCache(), `.${model}-`));
   } catch (cause) {
     const field = process.env.VOXSLAB_CACHE === undefined ? 'checkpoint cache' : 'VOXSLAB_CACHE';
-    throw new BadInputError({ file: checkpointCache(), field }, `cannot make the built-in '${model}' checkpoint there (${(cause as NodeJS.ErrnoException).code ?? 'error'}): it must be a folder this user can write`, { cause });
+    throw new BadInputError(
+      { file: checkpointCache(), field },
+      `cannot make the built-in '${model}' checkpoint there (${(cause as NodeJS.ErrnoException).code ?? 'error'}): it must be a folder this user can write`,
+      { cause },
+    );
   }
   try {
     log(`generating the '${model}' checkpoint in ${dir} (first use)`);

@@ -29,10 +29,7 @@ export function loadConfig(nameOrPath: string): ModelConfig {
   const builtin = BUILTIN_CONFIGS[nameOrPath];
   if (builtin !== undefined) return resolveConfig(nameOrPath, builtin[0], builtin[1]);
   if (!existsSync(nameOrPath)) {
-    throw new BadInputError(
-      { file: nameOrPath },
-      `no such file or folder, and not a built-in configuration (${BUILTIN_NAMES.join(', ')})`,
-    );
+    throw new BadInputError({ file: nameOrPath }, `no such file or folder, and not a built-in configuration (${BUILTIN_NAMES.join(', ')})`);
   }
   const folder = statSync(nameOrPath).isDirectory();
   const mainFile = folder ? join(nameOrPath, 'config.json') : nameOrPath;

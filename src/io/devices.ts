@@ -167,8 +167,24 @@ export class PortAudioDevice {
       if (o.input.inputs < channels || o.output.outputs < channels) continue;
       try {
         io = new pa.AudioIO({
-          inOptions: { channelCount: channels, sampleFormat: pa.SampleFormatFloat32, sampleRate: o.rate, deviceId: o.input.id, closeOnError: false, framesPerBuffer: this.period, highwaterMark: this.period * channels * 4 },
-          outOptions: { channelCount: channels, sampleFormat: pa.SampleFormatFloat32, sampleRate: o.rate, deviceId: o.output.id, closeOnError: false, framesPerBuffer: this.period, highwaterMark: this.period * channels * 4 },
+          inOptions: {
+            channelCount: channels,
+            sampleFormat: pa.SampleFormatFloat32,
+            sampleRate: o.rate,
+            deviceId: o.input.id,
+            closeOnError: false,
+            framesPerBuffer: this.period,
+            highwaterMark: this.period * channels * 4,
+          },
+          outOptions: {
+            channelCount: channels,
+            sampleFormat: pa.SampleFormatFloat32,
+            sampleRate: o.rate,
+            deviceId: o.output.id,
+            closeOnError: false,
+            framesPerBuffer: this.period,
+            highwaterMark: this.period * channels * 4,
+          },
         });
         this.#inChannels = channels;
         this.#outChannels = channels;
@@ -179,7 +195,9 @@ export class PortAudioDevice {
     }
     if (io === null) {
       const why = failure instanceof Error ? failure.message : String(failure ?? 'no channel count both devices have');
-      throw new DeviceError(`${o.input.name} / ${o.output.name}`, `could not open at ${o.rate} Hz (busy, or the rate is not supported): ${why}`, { cause: failure });
+      throw new DeviceError(`${o.input.name} / ${o.output.name}`, `could not open at ${o.rate} Hz (busy, or the rate is not supported): ${why}`, {
+        cause: failure,
+      });
     }
     this.#io = io;
     this.#pool = [];

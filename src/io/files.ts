@@ -1,5 +1,21 @@
 /** Files at the edge: byte sources and sinks for the pure codecs in dsp/. */
-import { closeSync, existsSync, fstatSync, mkdirSync, openSync, readdirSync, readFileSync, readSync, realpathSync, renameSync, rmSync, statSync, writeFileSync, writeSync, type Stats } from 'node:fs';
+import {
+  closeSync,
+  existsSync,
+  fstatSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  readFileSync,
+  readSync,
+  realpathSync,
+  renameSync,
+  rmSync,
+  statSync,
+  writeFileSync,
+  writeSync,
+  type Stats,
+} from 'node:fs';
 import { basename, dirname, join, resolve } from 'node:path';
 import { BadInputError, UsageError } from '../errors.js';
 import type { ByteSource } from '../bytes.js';

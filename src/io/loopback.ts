@@ -41,7 +41,8 @@ export class LoopbackDevice {
     if (!Number.isInteger(o.rate) || o.rate < 8000 || o.rate > 384000) throw new ArgumentError(`loopback rate must be 8000..384000 Hz, got ${o.rate}`);
     this.rate = o.rate;
     this.period = o.period ?? Math.round(o.rate / 100);
-    if (!Number.isInteger(this.period) || this.period < 1 || this.period > o.rate) throw new ArgumentError(`loopback period must be 1..${o.rate} samples, got ${this.period}`);
+    if (!Number.isInteger(this.period) || this.period < 1 || this.period > o.rate)
+      throw new ArgumentError(`loopback period must be 1..${o.rate} samples, got ${this.period}`);
     this.#echo = o.echo === null ? null : new EchoPath({ ...o.echo, rate: o.rate });
     this.latencyMs = o.echo === null ? 0 : o.echo.delayMs;
     this.#user = o.user ?? new Float32Array(0);

@@ -23,7 +23,14 @@ interface OutTensor {
   shape: number[];
 }
 
-async function quantizeFile(pool: Piscina, input: string, output: string, bits: Bits, group: number, label: string): Promise<{ quantized: number; kept: number }> {
+async function quantizeFile(
+  pool: Piscina,
+  input: string,
+  output: string,
+  bits: Bits,
+  group: number,
+  label: string,
+): Promise<{ quantized: number; kept: number }> {
   const src = openFileSource(input);
   try {
     const header = readSafetensorsHeader(src);
@@ -44,7 +51,8 @@ async function quantizeFile(pool: Piscina, input: string, output: string, bits: 
     }
     for (const o of out) {
       if (o.name.endsWith('.scales') || o.name.endsWith('.biases')) {
-        if (out.filter((x) => x.name === o.name).length > 1) throw new BadInputError({ file: input, field: `tensor '${o.name}'` }, 'collides with a quantization tensor name');
+        if (out.filter((x) => x.name === o.name).length > 1)
+          throw new BadInputError({ file: input, field: `tensor '${o.name}'` }, 'collides with a quantization tensor name');
       }
     }
     const metadata = { ...header.metadata, [QUANT_METADATA_KEY]: JSON.stringify({ bits, group }) };
@@ -68,7 +76,14 @@ async function quantizeFile(pool: Piscina, input: string, output: string, bits: 
           pending.push({ p: raw });
           return;
         }
-        const task: QuantTask = { bytes: raw, dtype: entry.dtype as QuantTask['dtype'], rows: entry.shape[0] as number, cols: entry.shape[1] as number, bits, group };
+        const task: QuantTask = {
+          bytes: raw,
+          dtype: entry.dtype as QuantTask['dtype'],
+          rows: entry.shape[0] as number,
+          cols: entry.shape[1] as number,
+          bits,
+          group,
+        };
         pending.push({ p: pool.run(task, { transferList: [raw.buffer] }) as Promise<QuantResult> });
       };
       while (next < plan.length && pending.length < window) submit();
@@ -125,7 +140,14 @@ async function quantizeInto(o: QuantizeOptions): Promise<{ quantized: number; ke
   });
   try {
     const a = await quantizeFile(pool, join(o.input, 'model.safetensors'), join(o.output, 'model.safetensors'), o.bits, o.group, 'model.safetensors');
-    const b = await quantizeFile(pool, join(o.input, 'audio_detokenizer', 'model.safetensors'), join(o.output, 'audio_detokenizer', 'model.safetensors'), o.bits, o.group, 'audio_detokenizer/model.safetensors');
+    const b = await quantizeFile(
+      pool,
+      join(o.input, 'audio_detokenizer', 'model.safetensors'),
+      join(o.output, 'audio_detokenizer', 'model.safetensors'),
+      o.bits,
+      o.group,
+      'audio_detokenizer/model.safetensors',
+    );
     for (const f of ['config.json', join('audio_detokenizer', 'config.json')]) {
       let cfg: Record<string, unknown>;
       try {
@@ -147,4 +169,3 @@ async function quantizeInto(o: QuantizeOptions): Promise<{ quantized: number; ke
     await pool.destroy();
   }
 }
-

@@ -150,9 +150,7 @@ export class Arena {
     // Sealing the owner seals its arenas too, those made before the seal included.
     if (this.#sealed || this.#ledger.isSealed(this.slab.owner)) {
       this.#ledger.countAfterReadiness(footprint);
-      throw new ReadinessError(
-        `arena '${this.name}' is sealed (ready); carving region '${name}' (${bytes} bytes) after readiness is refused`,
-      );
+      throw new ReadinessError(`arena '${this.name}' is sealed (ready); carving region '${name}' (${bytes} bytes) after readiness is refused`);
     }
     if (categoryIndex(category) < 0 || category === 'slack') {
       throw new ArgumentError(`arena '${this.name}' region '${name}': '${String(category)}' is not a region category`);
@@ -162,9 +160,7 @@ export class Arena {
     const alignedEnd = start + alignUp(bytes, this.policy.alignment);
     const next = alignedEnd + this.policy.guardBytes;
     if (next > this.slab.bytes) {
-      throw new AllocationError(
-        `arena '${this.name}': region '${name}' needs ${next - start} bytes but ${this.slab.bytes - start} are left`,
-      );
+      throw new AllocationError(`arena '${this.name}': region '${name}' needs ${next - start} bytes but ${this.slab.bytes - start} are left`);
     }
     const view = this.#backed ? new type(this.slab.buffer, start, length) : unbackedView(type, length);
     if (this.policy.guardBytes > 0) {
@@ -184,19 +180,12 @@ export class Arena {
    * Float32Array by default). Buffers whose lifetimes do not overlap share bytes, as the plan
    * proved safe. The carved bytes equal the plan's high-water; anything else is an error.
    */
-  carvePlan(
-    name: string,
-    category: Category,
-    plan: Plan,
-    types: Readonly<Record<string, TypedArrayConstructor<TypedArray>>> = {},
-  ): PlannedRegion {
+  carvePlan(name: string, category: Category, plan: Plan, types: Readonly<Record<string, TypedArrayConstructor<TypedArray>>> = {}): PlannedRegion {
     if (plan === null || typeof plan !== 'object' || !Array.isArray(plan.buffers)) {
       throw new ArgumentError(`arena '${this.name}': carvePlan needs a plan from plan()`);
     }
     if (plan.alignment > this.policy.alignment) {
-      throw new ArgumentError(
-        `arena '${this.name}': plan '${name}' is aligned to ${plan.alignment} bytes, more than the arena's ${this.policy.alignment}`,
-      );
+      throw new ArgumentError(`arena '${this.name}': plan '${name}' is aligned to ${plan.alignment} bytes, more than the arena's ${this.policy.alignment}`);
     }
     for (const key of Object.keys(types)) {
       if (!plan.buffers.some((b) => b.name === key)) throw new ArgumentError(`arena '${this.name}': plan '${name}' has no buffer '${key}'`);
@@ -208,7 +197,9 @@ export class Arena {
       if (b.bytes % type.BYTES_PER_ELEMENT !== 0 || (region0(this, bytes) + b.offset) % type.BYTES_PER_ELEMENT !== 0) {
         throw new ArgumentError(`arena '${this.name}': buffer '${b.name}' (${b.bytes} bytes at ${b.offset}) cannot be a ${type.name}`);
       }
-      views[b.name] = this.#backed ? new type(this.slab.buffer, bytes.byteOffset + b.offset, b.bytes / type.BYTES_PER_ELEMENT) : unbackedView(type, b.bytes / type.BYTES_PER_ELEMENT);
+      views[b.name] = this.#backed
+        ? new type(this.slab.buffer, bytes.byteOffset + b.offset, b.bytes / type.BYTES_PER_ELEMENT)
+        : unbackedView(type, b.bytes / type.BYTES_PER_ELEMENT);
     }
     const region = this.#regions[this.#regions.length - 1] as Region;
     if (region.bytes !== plan.highWater) {

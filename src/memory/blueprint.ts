@@ -67,7 +67,10 @@ export function blueprintManifest(bp: Blueprint, policy: FootprintPolicy, limit:
   let allocations = 0;
   for (const a of bp.arenas) {
     const o = get(a.owner.kind, a.owner.index);
-    const capacity = policy.arenaBytes(a.regions.map((r) => r.bytes), `arena '${a.name}'`);
+    const capacity = policy.arenaBytes(
+      a.regions.map((r) => r.bytes),
+      `arena '${a.name}'`,
+    );
     const bytes = policy.slabFootprint(Math.max(capacity, 1), `arena '${a.name}'`);
     if (a.pinned === true) pinned += bytes;
     else slab += bytes;
@@ -78,12 +81,14 @@ export function blueprintManifest(bp: Blueprint, policy: FootprintPolicy, limit:
     for (const r of a.regions) {
       const f = policy.regionFootprint(r.bytes);
       carved += f;
-      const c = (o.categories[r.category] ??= { requested: 0, footprint: 0, regions: 0 });
+      const c = o.categories[r.category] ?? { requested: 0, footprint: 0, regions: 0 };
+      o.categories[r.category] = c;
       c.requested += r.bytes;
       c.footprint += f;
       c.regions += 1;
     }
-    const s = (o.categories.slack ??= { requested: 0, footprint: 0, regions: 0 });
+    const s = o.categories.slack ?? { requested: 0, footprint: 0, regions: 0 };
+    o.categories.slack = s;
     s.footprint += bytes - carved;
   }
   for (const [owner, list] of Object.entries(bp.borrowers ?? {})) {

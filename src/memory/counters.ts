@@ -202,9 +202,6 @@ export class SharedCounters {
   }
 
   #stuck(what: string): SharedStateError {
-    return new SharedStateError(
-      `shared memory accounting: could not ${what} within ${kStuckMs} ms; a thread may have ` +
-        'died inside a write section',
-    );
+    return new SharedStateError(`shared memory accounting: could not ${what} within ${kStuckMs} ms; a thread may have died inside a write section`);
   }
 }

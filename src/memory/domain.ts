@@ -165,11 +165,16 @@ export class MemoryDomain {
       buffer = this.#allocator.allocate(footprint);
       // Exactly the size asked for: a larger buffer would hold bytes the cap does not count.
       if (!(buffer instanceof SharedArrayBuffer) || buffer.byteLength !== footprint) {
-        throw new AllocationError(`allocator returned ${buffer instanceof SharedArrayBuffer ? `${buffer.byteLength} bytes` : 'no SharedArrayBuffer'} for ${footprint}`);
+        throw new AllocationError(
+          `allocator returned ${buffer instanceof SharedArrayBuffer ? `${buffer.byteLength} bytes` : 'no SharedArrayBuffer'} for ${footprint}`,
+        );
       }
     } catch (cause) {
       this.limit.refund(footprint);
-      throw new AllocationError(`allocating slab '${label}' (${footprint} bytes) for '${owner.name}' failed: ${cause instanceof Error ? cause.message : String(cause)}`, { cause });
+      throw new AllocationError(
+        `allocating slab '${label}' (${footprint} bytes) for '${owner.name}' failed: ${cause instanceof Error ? cause.message : String(cause)}`,
+        { cause },
+      );
     }
     if (pinned) {
       let r: { ok: boolean; errno: number; message: string };
@@ -247,7 +252,8 @@ export class MemoryDomain {
     try {
       value = make();
       bytes = bytesOf(value);
-      if (!Number.isSafeInteger(bytes) || bytes < 0 || bytes > bound) throw new AllocationError(`${what} measured ${bytes} bytes; at most ${bound} were reserved for it`);
+      if (!Number.isSafeInteger(bytes) || bytes < 0 || bytes > bound)
+        throw new AllocationError(`${what} measured ${bytes} bytes; at most ${bound} were reserved for it`);
     } catch (error) {
       this.limit.refund(bound);
       throw error;

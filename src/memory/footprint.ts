@@ -119,9 +119,7 @@ export class FootprintPolicy {
     }
     const out = alignUp(requested, this.pageSize);
     if (out > this.maxSlabBytes) {
-      throw new ArgumentError(
-        `${what}: ${requested} bytes (${out} after page rounding) exceeds the largest slab (${this.maxSlabBytes} bytes)`,
-      );
+      throw new ArgumentError(`${what}: ${requested} bytes (${out} after page rounding) exceeds the largest slab (${this.maxSlabBytes} bytes)`);
     }
     return out;
   }

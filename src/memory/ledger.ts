@@ -137,13 +137,7 @@ export class Ledger {
   }
 
   #check(owner: Owner): void {
-    if (
-      owner === null ||
-      typeof owner !== 'object' ||
-      !Number.isInteger(owner.slot) ||
-      owner.slot < 0 ||
-      owner.slot >= this.ownerCapacity
-    ) {
+    if (owner === null || typeof owner !== 'object' || !Number.isInteger(owner.slot) || owner.slot < 0 || owner.slot >= this.ownerCapacity) {
       throw new ArgumentError('owner must come from Ledger.owner() or MemoryDomain.owner()');
     }
   }
@@ -175,9 +169,7 @@ export class Ledger {
       const slack = categorySlot(owner.slot, 0, kFootprint);
       const free = c.get(slack);
       if (free < footprint) {
-        throw new InternalError(
-          `charge of ${footprint} bytes to '${owner.name}/${category}' exceeds its ${free} uncarved slab bytes`,
-        );
+        throw new InternalError(`charge of ${footprint} bytes to '${owner.name}/${category}' exceeds its ${free} uncarved slab bytes`);
       }
       c.set(slack, free - footprint);
       c.add(categorySlot(owner.slot, cat, kRequested), requested);

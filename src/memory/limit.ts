@@ -147,7 +147,6 @@ export class AllocationLimit {
     if (sealed) throw new ReadinessError(`owner '${owner.name}' was sealed (ready) while ${what} was being allocated; it is refused`);
   }
 
-
   /** Returns the unused part of a reservation (an allocation smaller than its bound). */
   unreserve(bytes: number): void {
     const c = this.#ledger.counters;

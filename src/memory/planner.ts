@@ -207,7 +207,12 @@ export function plan(specs: readonly BufferSpec[], options: PlanOptions = {}): P
   const taken = new Set<string>();
   const chained = new Set<string>();
   const parent = buffers.map((_, i) => i);
-  const find = (i: number): number => (parent[i] === i ? i : (parent[i] = find(parent[i] as number)));
+  const find = (i: number): number => {
+    if (parent[i] === i) return i;
+    const root = find(parent[i] as number);
+    parent[i] = root;
+    return root;
+  };
   const tookFrom = new Map<number, number>();
   for (const [i, b] of buffers.entries()) {
     if (b.inPlaceOf === undefined) continue;
@@ -516,7 +521,10 @@ export function checkNoOverlap(buffers: readonly PlacedBuffer[], alignment: numb
         const pair = inPlace.has(`${b.name}\u0000${a.name}`) || inPlace.has(`${a.name}\u0000${b.name}`);
         const handover = pair && a.offset === b.offset && (a.firstUse === b.lastUse || b.firstUse === a.lastUse);
         if (!handover) {
-          return `'${a.name}' [${a.offset}, ${a.offset + a.bytes}) ops ${a.firstUse}..${a.lastUse} overlaps '${b.name}' [${b.offset}, ${b.offset + b.bytes}) ops ${b.firstUse}..${b.lastUse}`;
+          return (
+            `'${a.name}' [${a.offset}, ${a.offset + a.bytes}) ops ${a.firstUse}..${a.lastUse} overlaps '${b.name}' [${b.offset}, ` +
+            `${b.offset + b.bytes}) ops ${b.firstUse}..${b.lastUse}`
+          );
         }
       }
     }

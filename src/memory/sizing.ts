@@ -22,7 +22,12 @@ export function plannedFootprint(domain: MemoryDomain, arenas: { owner: Owner; n
   return dryRun(domain, arenas, bound, build).reduce((s, used, i) => s + domain.policy.slabFootprint(Math.max(used, 1), `arena '${arenas[i]!.name}'`), 0);
 }
 
-export function sizedArenas<T>(domain: MemoryDomain, arenas: { owner: Owner; name: string }[], bound: number, build: (arenas: Arena[]) => T): { value: T; arenas: Arena[] } {
+export function sizedArenas<T>(
+  domain: MemoryDomain,
+  arenas: { owner: Owner; name: string }[],
+  bound: number,
+  build: (arenas: Arena[]) => T,
+): { value: T; arenas: Arena[] } {
   const used = dryRun(domain, arenas, bound, build);
   const real: Arena[] = [];
   try {

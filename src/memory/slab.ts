@@ -179,6 +179,12 @@ export class Slab {
 
   /** Its charges as plain data (see SlabRecord). */
   record(): SlabRecord {
-    return { owner: { kind: this.owner.kind, index: this.owner.index }, kind: this.kind, bytes: this.bytes, label: this.label, charges: [...this.#charges].map(([k, c]) => [k, { ...c }]) };
+    return {
+      owner: { kind: this.owner.kind, index: this.owner.index },
+      kind: this.kind,
+      bytes: this.bytes,
+      label: this.label,
+      charges: [...this.#charges].map(([k, c]) => [k, { ...c }]),
+    };
   }
 }

@@ -118,9 +118,7 @@ export function decodeSnapshot(raw: Float64Array, sequence: number): MemorySnaps
       held: at(raw, b + kOwnerHeld),
       peak: at(raw, b + kOwnerPeak),
       passSlots: at(raw, b + kOwnerPassSlots),
-      borrowers: borrowerSlots(at(raw, b + kOwnerBorrowersLo), at(raw, b + kOwnerBorrowersHi)).map(
-        (slot) => names[slot] ?? `slot/${slot}`,
-      ),
+      borrowers: borrowerSlots(at(raw, b + kOwnerBorrowersLo), at(raw, b + kOwnerBorrowersHi)).map((slot) => names[slot] ?? `slot/${slot}`),
       categories,
     });
   }

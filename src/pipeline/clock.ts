@@ -16,7 +16,10 @@ export interface StageClocks {
 
 /** Carves one set of clocks in `arena` (charged as metadata). */
 export function carveClocks(arena: Arena, prefix: string): StageClocks {
-  return { ms: arena.carve(`${prefix}clock.ms`, 'metadata', Float64Array, STAGES.length), count: arena.carve(`${prefix}clock.count`, 'metadata', Float64Array, STAGES.length) };
+  return {
+    ms: arena.carve(`${prefix}clock.ms`, 'metadata', Float64Array, STAGES.length),
+    count: arena.carve(`${prefix}clock.count`, 'metadata', Float64Array, STAGES.length),
+  };
 }
 
 /**

@@ -35,7 +35,7 @@ import { ConformerEncoder } from '../model/blocks/encoder.js';
 import { backboneStateSizes, type KvType, type BackboneState } from '../model/blocks/backbone.js';
 import { Detokenizer, DetokenizerState } from '../model/blocks/detokenizer.js';
 import { AUDIO_SAMPLING, TEXT_SAMPLING, type SamplingOptions } from '../model/blocks/sampler.js';
-import { TextTokenizer, TOKENS } from '../model/format/tokenizer.js';
+import { type TextTokenizer, TOKENS } from '../model/format/tokenizer.js';
 export type { Prompts } from './dialogue.js';
 import { setComputeThreads } from '../model/blocks/kernels.js';
 import { carveClocks, Stopwatch, type StageClocks } from './clock.js';
@@ -69,8 +69,11 @@ export interface SpeechModelOptions {
   minSpeechMs?: number;
 }
 
-export type ResolvedSpeechOptions = Required<Omit<SpeechModelOptions, 'text' | 'audio' | 'threads'>> & { text: SamplingOptions; audio: SamplingOptions; threads: number };
-
+export type ResolvedSpeechOptions = Required<Omit<SpeechModelOptions, 'text' | 'audio' | 'threads'>> & {
+  text: SamplingOptions;
+  audio: SamplingOptions;
+  threads: number;
+};
 
 /** Observers of a reply. Views passed in are reused: copy what you keep. */
 export interface ReplySink {
@@ -148,12 +151,15 @@ export function speechSetup(c: ModelConfig, tokenizer: TextTokenizer, options: R
   const maxFrames = replyFrames(c, options.replySeconds);
   const ids = (text: string): number[] => tokenizer.encode(text);
   const system = ids(`<|startoftext|><|im_start|>system\n${options.systemPrompt}<|im_end|>\n`);
-  if (system[0] !== TOKENS.startOfText || system[1] !== TOKENS.imStart) throw new BadInputError({ file: tokenizer.file }, 'the chat special tokens do not tokenize as themselves');
+  if (system[0] !== TOKENS.startOfText || system[1] !== TOKENS.imStart)
+    throw new BadInputError({ file: tokenizer.file }, 'the chat special tokens do not tokenize as themselves');
   const userOpen = ids('<|im_start|>user\n');
   const userClose = ids('<|im_end|>\n<|im_start|>assistant\n');
   const replyClose = ids('<|im_end|>\n');
   if (system.length + 2 * options.prefillChunk + userOpen.length + userClose.length + replyClose.length > options.context) {
-    throw new ArgumentError(`context of ${options.context} positions is too small: the system prompt takes ${system.length} and a prefill chunk ${options.prefillChunk}`);
+    throw new ArgumentError(
+      `context of ${options.context} positions is too small: the system prompt takes ${system.length} and a prefill chunk ${options.prefillChunk}`,
+    );
   }
   return { options, maxFrames, turnPositions: maxFrames * c.detokenizer.upsample, prompts: { system, userOpen, userClose, replyClose } };
 }
@@ -175,7 +181,13 @@ export class SpeechModel {
   readonly arenas: readonly Arena[];
   #conversations = 0;
 
-  private constructor(dir: string, domain: MemoryDomain, loaded: { config: ModelConfig; image: WeightsImage; report: LoadReport }, tokenizer: TextTokenizer, options: ResolvedSpeechOptions) {
+  private constructor(
+    dir: string,
+    domain: MemoryDomain,
+    loaded: { config: ModelConfig; image: WeightsImage; report: LoadReport },
+    tokenizer: TextTokenizer,
+    options: ResolvedSpeechOptions,
+  ) {
     this.dir = dir;
     this.domain = domain;
     this.config = loaded.config;
@@ -191,21 +203,38 @@ export class SpeechModel {
     const { system, userOpen, userClose, replyClose } = setup.prompts;
     const model = domain.owner('model', 0);
     const ticket = domain.owner('ticket', 0);
-    const { value, arenas } = sized(domain, [{ owner: model, name: 'model derived' }, { owner: ticket, name: 'ticket 0 scratch' }], 1 << 30, ([derivedArena, work]) => {
-      const derived: Workspace = arenaWorkspace(derivedArena!, 'derived', 'model');
-      const meta = (name: string, v: number[]): Int32Array => {
-        const a = derivedArena!.carve(`prompt.${name}`, 'metadata', Int32Array, v.length);
-        a.set(v);
-        return a;
-      };
-      const prompts: Prompts = { system: meta('system', system), userOpen: meta('user_open', userOpen), userClose: meta('user_close', userClose), replyClose: meta('reply_close', replyClose) };
-      const w = work!;
-      const encoder = new ConformerEncoder(c, this.image, w, derived, { segmentSeconds: options.segmentSeconds, tiles: DEFAULT_ENCODER_TILES, planner: this.planner });
-      const step = buildStepSlot(c, this.image, w, derived, { chunk: options.prefillChunk, context: options.context, planner: this.planner });
-      const detokenizer = new Detokenizer(c, this.image, w, derived, { turnPositions: this.turnPositions, planner: this.planner });
-      const slot: PassSlot = { ...step, encoder, detokenizer };
-      return { slot, prompts };
-    });
+    const { value, arenas } = sized(
+      domain,
+      [
+        { owner: model, name: 'model derived' },
+        { owner: ticket, name: 'ticket 0 scratch' },
+      ],
+      1 << 30,
+      ([derivedArena, work]) => {
+        const derived: Workspace = arenaWorkspace(derivedArena!, 'derived', 'model');
+        const meta = (name: string, v: number[]): Int32Array => {
+          const a = derivedArena!.carve(`prompt.${name}`, 'metadata', Int32Array, v.length);
+          a.set(v);
+          return a;
+        };
+        const prompts: Prompts = {
+          system: meta('system', system),
+          userOpen: meta('user_open', userOpen),
+          userClose: meta('user_close', userClose),
+          replyClose: meta('reply_close', replyClose),
+        };
+        const w = work!;
+        const encoder = new ConformerEncoder(c, this.image, w, derived, {
+          segmentSeconds: options.segmentSeconds,
+          tiles: DEFAULT_ENCODER_TILES,
+          planner: this.planner,
+        });
+        const step = buildStepSlot(c, this.image, w, derived, { chunk: options.prefillChunk, context: options.context, planner: this.planner });
+        const detokenizer = new Detokenizer(c, this.image, w, derived, { turnPositions: this.turnPositions, planner: this.planner });
+        const slot: PassSlot = { ...step, encoder, detokenizer };
+        return { slot, prompts };
+      },
+    );
     this.slot = value.slot;
     this.prompts = value.prompts;
     this.arenas = arenas;
@@ -285,7 +314,10 @@ export class Conversation {
         clocks,
         checkpoints: o.checkpoints ?? 0,
       });
-      const detokenizer = new DetokenizerState(c, a, arenaWorkspace(a, 'recurrence', 'detok'), { turnPositions: model.turnPositions, outputRate: mo.outputRate });
+      const detokenizer = new DetokenizerState(c, a, arenaWorkspace(a, 'recurrence', 'detok'), {
+        turnPositions: model.turnPositions,
+        outputRate: mo.outputRate,
+      });
       const f = c.frontend;
       const front = arenaWorkspace(a, 'workspace.frontend', 'frontend');
       const mel = new MelFrontend({ sampleRate: f.sampleRate, nFft: f.nFft, winLength: f.winLength, hop: f.hop, nMels: f.nMels }, front);
@@ -389,7 +421,9 @@ export class Conversation {
    * Ends the user segment: encodes it, and prefills the user turn (with the system prompt
    * first, on the first turn). Returns the encoder frames. `onMel` and `onEncoded` are taps.
    */
-  endSegment(taps: { mel?(rows: Float32Array, count: number): void; encoded?(encoder: Float32Array, adapter: Float32Array, frames: number): void } = {}): number {
+  endSegment(
+    taps: { mel?(rows: Float32Array, count: number): void; encoded?(encoder: Float32Array, adapter: Float32Array, frames: number): void } = {},
+  ): number {
     const slot = this.model.slot;
     this.#tic();
     const tail = this.#resampler.finish(this.#resampled, 0);

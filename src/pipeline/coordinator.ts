@@ -24,12 +24,26 @@ import { optionValue } from '../options.js';
 import { loadCheckpoint } from '../io/checkpoint.js';
 import type { ModelConfig } from '../model/format/config.js';
 import type { LoadReport, WeightsImage } from '../model/format/image.js';
-import { TextTokenizer } from '../model/format/tokenizer.js';
+import type { TextTokenizer } from '../model/format/tokenizer.js';
 import { resolveSpeechOptions, speechSetup, type SpeechModelOptions, type SpeechSetup } from './conversation.js';
 import { native } from '../native.js';
 import { nodeEndpoint } from './endpoint.js';
 import { Doorbells, RecordRing, ringBytes, type SharedRing } from './ring.js';
-import { CONTROL_WORDS, kAttention, kStop, BELL, BELL_MAIN, RING_ENDS, RING_NAMES, STAGE_NAMES, type RingName, type StageApi, type StageName, type StageReady, type StageStats } from './protocol.js';
+import {
+  CONTROL_WORDS,
+  kAttention,
+  kStop,
+  BELL,
+  BELL_MAIN,
+  RING_ENDS,
+  RING_NAMES,
+  STAGE_NAMES,
+  type RingName,
+  type StageApi,
+  type StageName,
+  type StageReady,
+  type StageStats,
+} from './protocol.js';
 import { inputChunk, ringCapacities } from './stages.js';
 import { loadTokenizer } from '../io/config.js';
 
@@ -107,7 +121,10 @@ class StageWorker {
     this.#bells.ring(BELL[this.name]);
     let timer: NodeJS.Timeout | undefined;
     const timeout = new Promise<never>((_, reject) => {
-      timer = setTimeout(() => reject(new ControlTimeoutError(`${this.name} worker: '${String(method)}' did not answer in ${this.#timeoutMs} ms`)), this.#timeoutMs);
+      timer = setTimeout(
+        () => reject(new ControlTimeoutError(`${this.name} worker: '${String(method)}' did not answer in ${this.#timeoutMs} ms`)),
+        this.#timeoutMs,
+      );
     });
     try {
       const fn = this.api[method] as unknown as (...a: unknown[]) => Promise<Awaited<ReturnType<StageApi[K]>>>;
@@ -207,10 +224,33 @@ export class Pipeline {
     const p = new Pipeline(dir, domain, options);
     try {
       const pin = options.pin === 'none' ? {} : { ...defaultPinMap(native.allowedCpus()), ...(options.pin ?? {}) };
-      const shared = { domain: domain.share(), image: p.image.share(), config: p.config, options: p.setup.options, maxFrames: p.setup.maxFrames, turnPositions: p.setup.turnPositions, prompts: p.setup.prompts, control: { buffer: p.control.buffer as unknown as SharedArrayBuffer, byteOffset: p.control.byteOffset }, slots: p.slots, trapAllocations: options.trapAllocations === true };
-      const placed = await Promise.all(p.workers.map((w) => w.call('init', { ...shared, stage: w.name, pin: pin[w.name] ?? [], exitAfterRecords: options.exitAfterRecords?.[w.name] ?? 0, gateReplies: options.gateReplies ?? 0 })));
+      const shared = {
+        domain: domain.share(),
+        image: p.image.share(),
+        config: p.config,
+        options: p.setup.options,
+        maxFrames: p.setup.maxFrames,
+        turnPositions: p.setup.turnPositions,
+        prompts: p.setup.prompts,
+        control: { buffer: p.control.buffer as unknown as SharedArrayBuffer, byteOffset: p.control.byteOffset },
+        slots: p.slots,
+        trapAllocations: options.trapAllocations === true,
+      };
+      const placed = await Promise.all(
+        p.workers.map((w) =>
+          w.call('init', {
+            ...shared,
+            stage: w.name,
+            pin: pin[w.name] ?? [],
+            exitAfterRecords: options.exitAfterRecords?.[w.name] ?? 0,
+            gateReplies: options.gateReplies ?? 0,
+          }),
+        ),
+      );
       p.placement.push(...placed);
-      placed.forEach((r, i) => p.workers[i]!.slabs.push(...r.slabs));
+      placed.forEach((r, i) => {
+        p.workers[i]!.slabs.push(...r.slabs);
+      });
     } catch (error) {
       await p.close();
       throw error;
@@ -305,7 +345,10 @@ export class Pipeline {
     const mine = (r: SlabRecord): boolean => r.owner.kind === 'conversation' && r.owner.index === index;
     for (const w of workers) {
       if (w.failure === null && !w.exited) {
-        const closed = await w.call('close', index).then(() => true, () => false);
+        const closed = await w.call('close', index).then(
+          () => true,
+          () => false,
+        );
         if (closed) w.slabs = w.slabs.filter((r) => !mine(r));
       }
       // A dead worker's slabs are returned by close() (releaseOrphan) with the rest.
@@ -356,7 +399,9 @@ export class Pipeline {
    * `ms` pass. Read `seen` with `bells.read(BELL_MAIN)` before checking the rings.
    */
   async wait(seen: number, ms: number): Promise<void> {
-    const r = (Atomics as unknown as { waitAsync(a: Int32Array, i: number, v: number, t: number): { async: boolean; value: Promise<string> | string } }).waitAsync(this.control, BELL_MAIN, seen, ms);
+    const r = (
+      Atomics as unknown as { waitAsync(a: Int32Array, i: number, v: number, t: number): { async: boolean; value: Promise<string> | string } }
+    ).waitAsync(this.control, BELL_MAIN, seen, ms);
     if (r.async) await r.value;
   }
 
@@ -368,7 +413,10 @@ export class Pipeline {
     for (const w of this.workers) {
       for (let b = 0; b < CONTROL_WORDS; b++) Atomics.notify(this.control, b);
       if (!w.exited && w.failure === null) {
-        const stopped = await w.call('stop').then(() => true, () => false);
+        const stopped = await w.call('stop').then(
+          () => true,
+          () => false,
+        );
         if (stopped) w.slabs = [];
       }
     }
@@ -390,6 +438,10 @@ export class Pipeline {
   #owners(): Owner[] {
     const d = this.domain;
     const conversations = [...this.conversations.keys(), ...this.#arenas.filter((a) => a.slab.owner.kind === 'session').map((a) => a.slab.owner.index)];
-    return [d.owner('model', 0), ...Array.from({ length: this.slots }, (_, i) => d.owner('ticket', i)), ...conversations.flatMap((i) => [d.owner('conversation', i), d.owner('session', i)])];
+    return [
+      d.owner('model', 0),
+      ...Array.from({ length: this.slots }, (_, i) => d.owner('ticket', i)),
+      ...conversations.flatMap((i) => [d.owner('conversation', i), d.owner('session', i)]),
+    ];
   }
 }

@@ -70,7 +70,13 @@ export interface StepSlot {
 }
 
 /** Carves a step slot's stage workspaces from `work` (ticket) and its tables from `derived` (model). */
-export function buildStepSlot(c: ModelConfig, image: WeightsImage, work: Arena, derived: Workspace, o: { chunk: number; context: number; planner: Planner }): StepSlot {
+export function buildStepSlot(
+  c: ModelConfig,
+  image: WeightsImage,
+  work: Arena,
+  derived: Workspace,
+  o: { chunk: number; context: number; planner: Planner },
+): StepSlot {
   const backbone = new Backbone(c, image, work, derived, { chunk: o.chunk, context: o.context, planner: o.planner });
   const depthKv = work.carve('depth_kv', 'workspace.depthformer', Float32Array, depthformerStateFloats(c));
   const depthformer = new Depthformer(c, image, work, derived, depthKv, o.planner);
@@ -164,8 +170,17 @@ export class Dialogue {
   constructor(c: ModelConfig, arena: Arena, o: DialogueOptions & { seed: number; prompts: Prompts; clocks: StageClocks }) {
     this.config = c;
     const checkpoints = o.checkpoints ?? 0;
-    if (!Number.isInteger(checkpoints) || checkpoints < 0 || checkpoints > 4096) throw new ArgumentError(`dialogue checkpoints must be 0..4096, got ${checkpoints}`);
-    this.options = Object.freeze({ context: o.context, kv: o.kv, prefillChunk: o.prefillChunk, maxFrames: o.maxFrames, text: o.text, audio: o.audio, checkpoints });
+    if (!Number.isInteger(checkpoints) || checkpoints < 0 || checkpoints > 4096)
+      throw new ArgumentError(`dialogue checkpoints must be 0..4096, got ${checkpoints}`);
+    this.options = Object.freeze({
+      context: o.context,
+      kv: o.kv,
+      prefillChunk: o.prefillChunk,
+      maxFrames: o.maxFrames,
+      text: o.text,
+      audio: o.audio,
+      checkpoints,
+    });
     this.state = new BackboneState(c, arena, o.context, o.context, '', o.kv);
     this.codes = arena.carve('codes', 'workspace.sampler', Int32Array, c.audio.codebooks);
     this.sampler = new Sampler(o.seed, arenaWorkspace(arena, 'workspace.sampler', 'dialogue'));

@@ -18,7 +18,19 @@ import type { SlabRecord } from '../memory/slab.js';
 import { ArgumentError } from '../errors.js';
 import { WeightsImage } from '../model/format/image.js';
 import { native } from '../native.js';
-import { BELL, CONTROL_WORDS, kAttention, kStop, type StageApi, type StageConversation, type StageInit, type StageName, type StageOpen, type StageReady, type StageStats } from './protocol.js';
+import {
+  BELL,
+  CONTROL_WORDS,
+  kAttention,
+  kStop,
+  type StageApi,
+  type StageConversation,
+  type StageInit,
+  type StageName,
+  type StageOpen,
+  type StageReady,
+  type StageStats,
+} from './protocol.js';
 import { Doorbells } from './ring.js';
 import { createStage, type Stage } from './stages.js';
 import { installConstructorTrap, type ConstructorTrap } from './trap.js';

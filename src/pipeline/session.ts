@@ -91,7 +91,15 @@ export class DuplexSession {
   #closed = false;
   readonly #micIn: Resampler;
   readonly #farIn: Resampler;
-  readonly #buf: { played: Float32Array; mic: Float32Array; far: Float32Array; mic16: Float32Array; far16: Float32Array; clean: Float32Array; decisions: Uint8Array };
+  readonly #buf: {
+    played: Float32Array;
+    mic: Float32Array;
+    far: Float32Array;
+    mic16: Float32Array;
+    far16: Float32Array;
+    clean: Float32Array;
+    decisions: Uint8Array;
+  };
   readonly #preRoll: Float32Array; // [PRE_ROLL_FRAMES][APM_FRAME] ring of cleaned frames
   readonly #one: Float32Array; // [APM_FRAME] the frame handed to the conversation
   #preRollAt = 0;
@@ -112,7 +120,8 @@ export class DuplexSession {
   constructor(conversation: Conversation, device: DuplexDevice, o: DuplexOptions = {}, events: DuplexEvents = {}) {
     const c = conversation.model.config;
     if (conversation.inputRate !== APM_RATE) throw new ArgumentError(`a duplex conversation takes ${APM_RATE} Hz input, this one ${conversation.inputRate} Hz`);
-    if (device.rate !== conversation.model.options.outputRate) throw new ArgumentError(`the device plays at ${device.rate} Hz but the conversation speaks at ${conversation.model.options.outputRate} Hz`);
+    if (device.rate !== conversation.model.options.outputRate)
+      throw new ArgumentError(`the device plays at ${device.rate} Hz but the conversation speaks at ${conversation.model.options.outputRate} Hz`);
     const silence = optionValue<number>('silenceMs', o.silenceMs);
     const onset = optionValue<number>('onsetMs', o.onsetMs);
     const minSpeech = optionValue<number>('minSpeechMs', o.minSpeechMs);
@@ -130,8 +139,26 @@ export class DuplexSession {
     const likelihood = optionValue<string>('vad', o.vad) as VadLikelihood;
     const holds: NativeHold<ApmEngine>[] = [];
     try {
-      holds.push(domain.holdNative(owner, 'native.audio', APM_HEAP_BOUND.echo, () => EchoCanceller.engine(aecOptions), () => APM_HEAP_BOUND.echo, 'the echo canceller'));
-      holds.push(domain.holdNative(owner, 'native.audio', APM_HEAP_BOUND.voice, () => VoiceDetector.engine(likelihood), () => APM_HEAP_BOUND.voice, 'the VAD'));
+      holds.push(
+        domain.holdNative(
+          owner,
+          'native.audio',
+          APM_HEAP_BOUND.echo,
+          () => EchoCanceller.engine(aecOptions),
+          () => APM_HEAP_BOUND.echo,
+          'the echo canceller',
+        ),
+      );
+      holds.push(
+        domain.holdNative(
+          owner,
+          'native.audio',
+          APM_HEAP_BOUND.voice,
+          () => VoiceDetector.engine(likelihood),
+          () => APM_HEAP_BOUND.voice,
+          'the VAD',
+        ),
+      );
       this.#holds = holds;
       const frameSamples = Math.ceil((device.rate * c.detokenizer.upsample * c.detokenizer.hop) / c.detokenizer.sampleRate);
       const lookahead = Math.max(frameSamples, Math.round((lookaheadMs * device.rate) / 1000));
@@ -140,7 +167,15 @@ export class DuplexSession {
         const capture = arenaWorkspace(a, 'capture', 'duplex');
         const aec = new EchoCanceller(aecOptions, capture, holds[0]!.value);
         const vad = new VoiceDetector(likelihood, capture, holds[1]!.value);
-        const endpointer = new Endpointer({ onset: framesOf(onset), silence: framesOf(silence), minSpeech: framesOf(minSpeech), maxSegment: Math.floor(conversation.model.options.segmentSeconds * 100) }, capture);
+        const endpointer = new Endpointer(
+          {
+            onset: framesOf(onset),
+            silence: framesOf(silence),
+            minSpeech: framesOf(minSpeech),
+            maxSegment: Math.floor(conversation.model.options.segmentSeconds * 100),
+          },
+          capture,
+        );
         const micIn = new Resampler(device.rate, APM_RATE, {}, arenaWorkspace(a, 'capture', 'duplex.mic'));
         const farIn = new Resampler(device.rate, APM_RATE, {}, arenaWorkspace(a, 'capture', 'duplex.far'));
         const m16 = micIn.maxOutput(device.period) + 2;
@@ -194,7 +229,10 @@ export class DuplexSession {
   }
 
   /** Reply frames barge-in may need to truncate back to (the conversation's `checkpoints`). */
-  static checkpointsFor(model: { config: { detokenizer: { upsample: number; hop: number; sampleRate: number } } }, lookaheadMs = defaultOf('lookaheadMs') as number): number {
+  static checkpointsFor(
+    model: { config: { detokenizer: { upsample: number; hop: number; sampleRate: number } } },
+    lookaheadMs = defaultOf('lookaheadMs') as number,
+  ): number {
     const d = model.config.detokenizer;
     const frameMs = (1000 * d.upsample * d.hop) / d.sampleRate;
     return Math.ceil(lookaheadMs / frameMs) + 8;

@@ -34,7 +34,7 @@ import { carveClocks, STAGES, Stopwatch, type StageClocks } from './clock.js';
 import type { Planner } from '../memory/planner.js';
 import { DEFAULT_ENCODER_TILES, melRows, segmentSamples } from '../model/plan/plans.js';
 import { setComputeThreads } from '../model/blocks/kernels.js';
-import { Doorbells, maxPayloadOf, RecordRing, RECORD_OVERHEAD } from './ring.js';
+import { type Doorbells, maxPayloadOf, RecordRing, RECORD_OVERHEAD } from './ring.js';
 import {
   REC_CODES,
   REC_DISCARD,
@@ -408,8 +408,10 @@ export class CaptureStage extends StreamStage<CaptureConv> {
       const buf = a!.carve('capture.input', 'workspace.frontend', Float32Array, chunk);
       return { room: res.length + 2 * RECORD_OVERHEAD, resampler, buf, res };
     });
-    if (conv.res.length > CAPTURE_RECORD_MAX) throw new InternalError(`capture: a record at ${o.inputRate} Hz would hold ${conv.res.length} samples, more than ${CAPTURE_RECORD_MAX}`);
-    if (conv.res.length > maxPayloadOf(o.capacities.pcm16)) throw new BadInputError({ field: 'inputRate' }, `the capture ring cannot hold a record at ${o.inputRate} Hz`);
+    if (conv.res.length > CAPTURE_RECORD_MAX)
+      throw new InternalError(`capture: a record at ${o.inputRate} Hz would hold ${conv.res.length} samples, more than ${CAPTURE_RECORD_MAX}`);
+    if (conv.res.length > maxPayloadOf(o.capacities.pcm16))
+      throw new BadInputError({ field: 'inputRate' }, `the capture ring cannot hold a record at ${o.inputRate} Hz`);
     this.conversations[o.index] = { index: o.index, input: this.ring(o, 'input'), out: this.ring(o, 'pcm16'), ...conv };
   }
 
@@ -469,7 +471,14 @@ export class FrontendStage extends StreamStage<FrontendConv> {
     const maxIn = o.vad ? Math.min(CAPTURE_RECORD_MAX, maxPayloadOf(o.capacities.pcm16)) : maxPayloadOf(o.capacities.pcm16);
     const rowsPer = Math.min(Math.floor(maxPayloadOf(o.capacities.mel) / f.nMels), Math.ceil(maxIn / f.hop) + 4);
     const maxRows = melRows(c, segmentSamples(c, so.segmentSeconds));
-    const engine = o.vad ? this.holdNative(o.index, APM_HEAP_BOUND.voice, () => VoiceDetector.engine(so.vad as VadLikelihood), (e) => native.apmDestroy(e.handle)) : null;
+    const engine = o.vad
+      ? this.holdNative(
+          o.index,
+          APM_HEAP_BOUND.voice,
+          () => VoiceDetector.engine(so.vad as VadLikelihood),
+          (e) => native.apmDestroy(e.handle),
+        )
+      : null;
     const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} frontend` }], 1 << 24, ([a]) => {
       this.clocksFor(o.index, a!);
       const ws = arenaWorkspace(a!, 'workspace.frontend', 'frontend');
@@ -477,7 +486,17 @@ export class FrontendStage extends StreamStage<FrontendConv> {
       const vadWs = arenaWorkspace(a!, 'capture', 'frontend');
       const vad = o.vad ? new VoiceDetector(so.vad as VadLikelihood, vadWs, engine ?? SIZING_ENGINE) : null;
       // The longest segment, less the pre-roll and a record's rows, so the rows never overflow it.
-      const ep = o.vad ? new Endpointer({ onset: framesOf(so.onsetMs), silence: framesOf(so.silenceMs), minSpeech: framesOf(so.minSpeechMs), maxSegment: Math.max(1, maxRows - PRE_ROLL_ROWS - rowsPer) }, vadWs) : null;
+      const ep = o.vad
+        ? new Endpointer(
+            {
+              onset: framesOf(so.onsetMs),
+              silence: framesOf(so.silenceMs),
+              minSpeech: framesOf(so.minSpeechMs),
+              maxSegment: Math.max(1, maxRows - PRE_ROLL_ROWS - rowsPer),
+            },
+            vadWs,
+          )
+        : null;
       return {
         room: (o.vad ? rowsPer + PRE_ROLL_ROWS : rowsPer) * f.nMels + 6 * RECORD_OVERHEAD + 1,
         rowsPer,
@@ -600,7 +619,12 @@ abstract class PassStage<C, T> extends Stage<C> {
 export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
   constructor(env: Environment) {
     const o = env.init.options;
-    super('conformer', env, (s, work, derived) => new ConformerEncoder(s.config, env.image, work, derived, { segmentSeconds: o.segmentSeconds, tiles: DEFAULT_ENCODER_TILES, planner: s.planner }));
+    super(
+      'conformer',
+      env,
+      (s, work, derived) =>
+        new ConformerEncoder(s.config, env.image, work, derived, { segmentSeconds: o.segmentSeconds, tiles: DEFAULT_ENCODER_TILES, planner: s.planner }),
+    );
   }
 
   open(o: StageConversation & { rings?: StageOpen['rings'] }): void {
@@ -610,7 +634,17 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
       this.clocksFor(o.index, a!);
       return a!.carve('mel_rows', 'workspace.frontend', Float32Array, segRows * c.frontend.nMels);
     });
-    this.conversations[o.index] = { index: o.index, input: this.ring(o, 'mel'), out: this.ring(o, 'embed'), rows, count: 0, slot: -1, adapter: null, frames: 0, sent: 0 };
+    this.conversations[o.index] = {
+      index: o.index,
+      input: this.ring(o, 'mel'),
+      out: this.ring(o, 'embed'),
+      rows,
+      count: 0,
+      slot: -1,
+      adapter: null,
+      frames: 0,
+      sent: 0,
+    };
   }
 
   poll(): boolean {
@@ -712,7 +746,12 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
           a.set(v);
           return a;
         };
-        prompts = { system: meta('system', ids.system), userOpen: meta('user_open', ids.userOpen), userClose: meta('user_close', ids.userClose), replyClose: meta('reply_close', ids.replyClose) };
+        prompts = {
+          system: meta('system', ids.system),
+          userOpen: meta('user_open', ids.userOpen),
+          userClose: meta('user_close', ids.userClose),
+          replyClose: meta('reply_close', ids.replyClose),
+        };
       }
       const step = buildStepSlot(c, env.image, work, derived, { chunk: o.prefillChunk, context: o.context, planner: s.planner });
       return { ...step, rowsIn: work.carve('embed.in', 'workspace.prefill', Float32Array, EMBED_ROWS * c.backbone.hidden) };
@@ -749,7 +788,15 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       }),
       summary: a!.carve('turn.summary', 'metadata', Int32Array, TURN_FIELDS),
     }));
-    this.conversations[o.index] = { index: o.index, input: this.ring(o, 'embed'), codes: this.ring(o, 'codes'), events: this.ring(o, 'events'), slot: -1, phase: PHASE_IDLE, ...conv };
+    this.conversations[o.index] = {
+      index: o.index,
+      input: this.ring(o, 'embed'),
+      codes: this.ring(o, 'codes'),
+      events: this.ring(o, 'events'),
+      slot: -1,
+      phase: PHASE_IDLE,
+      ...conv,
+    };
   }
 
   poll(): boolean {
@@ -845,7 +892,11 @@ interface PlaybackConv extends RoomConv {
  */
 export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
   constructor(env: Environment) {
-    super('playback', env, (s, work, derived) => new Detokenizer(s.config, env.image, work, derived, { turnPositions: env.init.turnPositions, planner: s.planner }));
+    super(
+      'playback',
+      env,
+      (s, work, derived) => new Detokenizer(s.config, env.image, work, derived, { turnPositions: env.init.turnPositions, planner: s.planner }),
+    );
   }
 
   open(o: StageConversation & { rings?: StageOpen['rings'] }): void {
@@ -853,15 +904,27 @@ export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
     const det = this.tickets.slots[0]!;
     const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} playback` }], 1 << 28, ([a]) => {
       this.clocksFor(o.index, a!);
-      const state = new DetokenizerState(c, a!, arenaWorkspace(a!, 'recurrence', 'detok'), { turnPositions: this.env.init.turnPositions, outputRate: this.env.init.options.outputRate });
+      const state = new DetokenizerState(c, a!, arenaWorkspace(a!, 'recurrence', 'detok'), {
+        turnPositions: this.env.init.turnPositions,
+        outputRate: this.env.init.options.outputRate,
+      });
       return {
         state,
         pcm: a!.carve('playback.pcm', 'playback.payload', Float32Array, det.maxSamples(state)),
         codes: a!.carve('playback.codes', 'workspace.detokenizer', Int32Array, c.audio.codebooks),
       };
     });
-    if (conv.pcm.length > maxPayloadOf(o.capacities.output)) throw new BadInputError({ field: 'outputRate' }, `the playback ring cannot hold a frame at ${this.env.init.options.outputRate} Hz`);
-    this.conversations[o.index] = { index: o.index, input: this.ring(o, 'codes'), out: this.ring(o, 'output'), room: conv.pcm.length + 2 * RECORD_OVERHEAD, slot: -1, open: false, ...conv };
+    if (conv.pcm.length > maxPayloadOf(o.capacities.output))
+      throw new BadInputError({ field: 'outputRate' }, `the playback ring cannot hold a frame at ${this.env.init.options.outputRate} Hz`);
+    this.conversations[o.index] = {
+      index: o.index,
+      input: this.ring(o, 'codes'),
+      out: this.ring(o, 'output'),
+      room: conv.pcm.length + 2 * RECORD_OVERHEAD,
+      slot: -1,
+      open: false,
+      ...conv,
+    };
   }
 
   #flush(c: PlaybackConv, det: Detokenizer): void {
@@ -926,4 +989,3 @@ export function createStage(env: Environment): Stage<unknown> {
       return new PlaybackStage(env);
   }
 }
-

@@ -6,7 +6,21 @@
  *
  * Thread contract: one per thread; install after readiness; setup work after that runs `paused`.
  */
-const TRAPPED = ['ArrayBuffer', 'SharedArrayBuffer', 'Float32Array', 'Float64Array', 'Int32Array', 'Uint32Array', 'Int16Array', 'Uint16Array', 'Int8Array', 'Uint8Array', 'Uint8ClampedArray', 'BigInt64Array', 'BigUint64Array'] as const;
+const TRAPPED = [
+  'ArrayBuffer',
+  'SharedArrayBuffer',
+  'Float32Array',
+  'Float64Array',
+  'Int32Array',
+  'Uint32Array',
+  'Int16Array',
+  'Uint16Array',
+  'Int8Array',
+  'Uint8Array',
+  'Uint8ClampedArray',
+  'BigInt64Array',
+  'BigUint64Array',
+] as const;
 
 export interface ConstructorTrap {
   /** Constructions counted so far. */

@@ -163,29 +163,37 @@ t.test('an AbortSignal ends a conversation mid-reply: the waiter rejects and eve
   t.ok(next.pcm.length > 0);
 });
 
-t.test('VAD mode: the pipeline finds the turns itself; a short burst is dropped; the bytes are held and given back', { skip: apmAvailable() ? false : 'no WebRTC audio processing' }, async (t) => {
-  const engine = await load(model, { replySeconds: REPLY });
-  t.teardown(() => engine.close());
-  const base = engine.snapshot().held.total;
-  const plain = (await engine.admission(speech.rate)).planned;
-  const planned = (await engine.admission(speech.rate, true)).planned;
-  t.ok(planned > plain, `admission counts the VAD engine (${planned} against ${plain} bytes)`);
-  const conv = await engine.open({ inputRate: speech.rate, seed: 5, vad: true });
-  t.ok(engine.snapshot().held.native > 0, 'the frontend holds its VAD engine under the cap');
-  t.equal(engine.snapshot().held.total - base, planned, 'planned bytes = charged bytes, VAD engine included');
-  const seen: string[] = [];
-  conv.on('speech_start', (e) => seen.push(`start ${e.turn}`));
-  conv.on('speech_end', (e) => seen.push(`end ${e.turn} ${e.reason}`));
-  conv.on('turn_end', (e) => seen.push(`reply ${e.turn}`));
-  const rate = speech.rate;
-  const silence = (s: number): Float32Array => new Float32Array(Math.round(s * rate));
-  // A 100 ms click, silence, the question, silence: no endTurn() anywhere.
-  const click = Float32Array.from({ length: Math.round(0.1 * rate) }, (_, i) => 0.4 * Math.sin((2 * Math.PI * 220 * i) / rate));
-  for (const part of [silence(1), click, silence(1.2), speech.samples, silence(1.5)]) conv.write(part);
-  const turn = await conv.nextTurn();
-  t.same(seen.filter((s) => !s.startsWith('reply')), ['start 0', 'end 0 dropped', 'start 0', 'end 0 vad'], `the click was dropped, the question was a turn (${seen.join(', ')})`);
-  t.ok(turn.frames > 0, `the reply came (${turn.frames} frames)`);
-  await conv.close();
-  t.equal(engine.snapshot().held.total, base, 'every byte back, the VAD engine too');
-  t.equal(engine.snapshot().held.native, 0);
-});
+t.test(
+  'VAD mode: the pipeline finds the turns itself; a short burst is dropped; the bytes are held and given back',
+  { skip: apmAvailable() ? false : 'no WebRTC audio processing' },
+  async (t) => {
+    const engine = await load(model, { replySeconds: REPLY });
+    t.teardown(() => engine.close());
+    const base = engine.snapshot().held.total;
+    const plain = (await engine.admission(speech.rate)).planned;
+    const planned = (await engine.admission(speech.rate, true)).planned;
+    t.ok(planned > plain, `admission counts the VAD engine (${planned} against ${plain} bytes)`);
+    const conv = await engine.open({ inputRate: speech.rate, seed: 5, vad: true });
+    t.ok(engine.snapshot().held.native > 0, 'the frontend holds its VAD engine under the cap');
+    t.equal(engine.snapshot().held.total - base, planned, 'planned bytes = charged bytes, VAD engine included');
+    const seen: string[] = [];
+    conv.on('speech_start', (e) => seen.push(`start ${e.turn}`));
+    conv.on('speech_end', (e) => seen.push(`end ${e.turn} ${e.reason}`));
+    conv.on('turn_end', (e) => seen.push(`reply ${e.turn}`));
+    const rate = speech.rate;
+    const silence = (s: number): Float32Array => new Float32Array(Math.round(s * rate));
+    // A 100 ms click, silence, the question, silence: no endTurn() anywhere.
+    const click = Float32Array.from({ length: Math.round(0.1 * rate) }, (_, i) => 0.4 * Math.sin((2 * Math.PI * 220 * i) / rate));
+    for (const part of [silence(1), click, silence(1.2), speech.samples, silence(1.5)]) conv.write(part);
+    const turn = await conv.nextTurn();
+    t.same(
+      seen.filter((s) => !s.startsWith('reply')),
+      ['start 0', 'end 0 dropped', 'start 0', 'end 0 vad'],
+      `the click was dropped, the question was a turn (${seen.join(', ')})`,
+    );
+    t.ok(turn.frames > 0, `the reply came (${turn.frames} frames)`);
+    await conv.close();
+    t.equal(engine.snapshot().held.total, base, 'every byte back, the VAD engine too');
+    t.equal(engine.snapshot().held.native, 0);
+  },
+);

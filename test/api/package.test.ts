@@ -25,7 +25,12 @@ t.test('npm pack → install the tarball into a fresh project → README’s exa
   execFileSync('npm', ['install', '--prefer-offline', '--no-audit', '--no-fund', join(work, tarball!)], { cwd: app, env, stdio: 'pipe', timeout: 600_000 });
   t.ok(existsSync(join(app, 'node_modules/voxslab/native/build/Release/voxslab_native.node')), 'the install script built the addon');
   writeFileSync(join(app, 'example.mjs'), readmeExample('library'));
-  const out = execFileSync(process.execPath, ['example.mjs'], { cwd: app, env: { ...env, VOXSLAB_CACHE: join(work, 'cache') }, encoding: 'utf8', timeout: 300_000 });
+  const out = execFileSync(process.execPath, ['example.mjs'], {
+    cwd: app,
+    env: { ...env, VOXSLAB_CACHE: join(work, 'cache') },
+    encoding: 'utf8',
+    timeout: 300_000,
+  });
   t.match(out, /samples, first audio [0-9.]+ ms after the end of speech/, 'the example ran to its last line');
   t.match(out, /every byte back: 0 held/, 'and returned every byte');
   // The typed entry points resolve from the installed package.

@@ -11,7 +11,10 @@ t.test('bench memory --json prints one JSON document', async (t) => {
   const doc = JSON.parse(r.stdout) as { bench: string; oneThread: { commitCycleNs: number }; snapshots: { owners: number }[] };
   t.equal(doc.bench, 'memory');
   t.ok(doc.oneThread.commitCycleNs > 0);
-  t.same(doc.snapshots.map((s) => s.owners), [1, 4, 16, 64]);
+  t.same(
+    doc.snapshots.map((s) => s.owners),
+    [1, 4, 16, 64],
+  );
 });
 
 t.test('usage errors exit 2 with a message', async (t) => {
@@ -27,12 +30,20 @@ t.test('usage errors exit 2 with a message', async (t) => {
 });
 
 t.test('a bad VOXSLAB_MEMORY_LIMIT is bad input (exit 4)', async (t) => {
-  const r = spawnSync(process.execPath, ['--input-type=module', '-e', `
+  const r = spawnSync(
+    process.execPath,
+    [
+      '--input-type=module',
+      '-e',
+      `
     import { MemoryDomain, exitCodeOf } from ${JSON.stringify(new URL('../../src/index.js', import.meta.url).href)};
-    try { MemoryDomain.create(); } catch (e) { console.error(e.message); process.exit(exitCodeOf(e)); }`], {
-    encoding: 'utf8',
-    env: { ...process.env, VOXSLAB_MEMORY_LIMIT: 'plenty' },
-  });
+    try { MemoryDomain.create(); } catch (e) { console.error(e.message); process.exit(exitCodeOf(e)); }`,
+    ],
+    {
+      encoding: 'utf8',
+      env: { ...process.env, VOXSLAB_MEMORY_LIMIT: 'plenty' },
+    },
+  );
   t.equal(r.status, 4);
   t.match(r.stderr, /VOXSLAB_MEMORY_LIMIT.*'plenty' is not a size/);
 });
@@ -40,7 +51,12 @@ t.test('a bad VOXSLAB_MEMORY_LIMIT is bad input (exit 4)', async (t) => {
 t.test('plan --config prints a manifest; bad options and inputs exit 2 / 4', async (t) => {
   const r = voxslab('plan', '--config', 'lfm2-audio-1.5b', '--json', '--conversations', '2', '--kv', 'f16');
   t.equal(r.status, 0, r.stderr);
-  const m = JSON.parse(r.stdout) as { schema: string; configuration: { conversations: number; kv: string }; plans: Record<string, unknown>; owners: Record<string, unknown> };
+  const m = JSON.parse(r.stdout) as {
+    schema: string;
+    configuration: { conversations: number; kv: string };
+    plans: Record<string, unknown>;
+    owners: Record<string, unknown>;
+  };
   t.equal(m.schema, 'voxslab.memory/v1');
   t.match(m.configuration, { conversations: 2, kv: 'f16' });
   t.ok('conformer' in m.plans && 'frontend' in m.plans);
@@ -64,7 +80,16 @@ t.test('plan --intervals plans a CSV and refuses malformed rows with the line nu
   const { join } = await import('node:path');
   const dir = mkdtempSync(join(tmpdir(), 'voxslab-csv-'));
   const good = join(dir, 'good.csv');
-  const rows = [[0, 2, 32], [1, 5, 28], [2, 6, 36], [3, 6, 16], [4, 6, 8], [5, 8, 64], [6, 9, 10], [7, 9, 40]];
+  const rows = [
+    [0, 2, 32],
+    [1, 5, 28],
+    [2, 6, 36],
+    [3, 6, 16],
+    [4, 6, 8],
+    [5, 8, 64],
+    [6, 9, 10],
+    [7, 9, 40],
+  ];
   writeFileSync(good, `id,lower,upper,size\n${rows.map((r, i) => `t${i},${r.join(',')}`).join('\n')}\n`);
   const r = voxslab('plan', '--intervals', good, '--json');
   t.equal(r.status, 0, r.stderr);
@@ -100,7 +125,8 @@ t.test('make-checkpoint writes the layout; bad options exit 2', async (t) => {
   const out = join(mkdtempSync(join(tmpdir(), 'voxslab-mk-')), 'tiny');
   const r = voxslab('make-checkpoint', '--config', 'tiny', '--seed', '1', '--out', out);
   t.equal(r.status, 0, r.stderr);
-  for (const f of ['config.json', 'model.safetensors', 'audio_detokenizer/config.json', 'audio_detokenizer/model.safetensors']) t.ok(existsSync(join(out, f)), f);
+  for (const f of ['config.json', 'model.safetensors', 'audio_detokenizer/config.json', 'audio_detokenizer/model.safetensors'])
+    t.ok(existsSync(join(out, f)), f);
   const plan = voxslab('plan', '--config', out, '--json');
   t.equal(plan.status, 0, 'the written folder is a valid configuration for plan');
   t.equal(voxslab('make-checkpoint', '--config', 'huge', '--seed', '1', '--out', out).status, 2);

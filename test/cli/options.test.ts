@@ -21,7 +21,13 @@ t.test('the planner and the runtime resolve the same defaults and limits from on
     }
     t.equal(runtime.context, Math.min(config.backbone.maxContext, 8192));
     // The same out-of-range values are refused by both, with the same message.
-    for (const [k, v] of [['context', config.backbone.maxContext + 1], ['prefillChunk', 1], ['outputRate', 7999], ['segmentSeconds', 601], ['replySeconds', 0]] as const) {
+    for (const [k, v] of [
+      ['context', config.backbone.maxContext + 1],
+      ['prefillChunk', 1],
+      ['outputRate', 7999],
+      ['segmentSeconds', 601],
+      ['replySeconds', 0],
+    ] as const) {
       const message = (() => {
         try {
           optionValue(k, v, { maxContext: config.backbone.maxContext });
@@ -43,7 +49,7 @@ t.test('run --help lists every option with its default and range from the table'
   const keys: OptionKey[] = ['outputRate', 'seed', 'segmentSeconds', 'replySeconds', 'threads', 'kv', 'engine', 'slots', 'context'];
   for (const k of keys) {
     const s = OPTIONS[k];
-    const block = r.stdout.split(/\n(?=  --)/).find((b) => b.startsWith(`  --${s.flag} `));
+    const block = r.stdout.split(/\n(?= {2}--)/).find((b) => b.startsWith(`  --${s.flag} `));
     t.ok(block !== undefined, `--${s.flag} is listed`);
     const flat = (block ?? '').replace(/\s+/g, ' ');
     if (s.kind === 'int' && typeof s.max === 'number') t.match(flat, `${s.min}–${s.max}`, `--${s.flag} shows its range`);

@@ -12,7 +12,8 @@ import { encodeWav } from '../../src/dsp/wav.js';
 const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
 const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
 const work = mkdtempSync(join(tmpdir(), 'voxslab-outputs-'));
-const voxslab = (...args: string[]) => spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', timeout: 120_000, cwd: work, env: { ...process.env, VOXSLAB_CACHE: join(work, 'cache') } });
+const voxslab = (...args: string[]) =>
+  spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', timeout: 120_000, cwd: work, env: { ...process.env, VOXSLAB_CACHE: join(work, 'cache') } });
 
 /** Exit code and one clean line: no stack trace, no internal fault. */
 function refused(t: Test, r: ReturnType<typeof voxslab>, code: number, message: RegExp): void {
@@ -54,7 +55,11 @@ t.test('a failure leaves no partial output', async (t) => {
   const q = voxslab('quantize', '--in', bad, '--out', join(work, 'q'), '--bits', '4');
   t.equal(q.status, 4, q.stderr);
   t.notOk(existsSync(join(work, 'q')), 'no half-written checkpoint');
-  t.same(readdirSync(work).filter((f) => f.includes('partial')), [], 'no temporary folder');
+  t.same(
+    readdirSync(work).filter((f) => f.includes('partial')),
+    [],
+    'no temporary folder',
+  );
 });
 
 t.test('user mistakes about files are one line and exit 4, never a stack trace', async (t) => {
@@ -68,7 +73,11 @@ t.test('user mistakes about files are one line and exit 4, never a stack trace',
   refused(t, voxslab('plan', '--config', '/dev/zero'), 4, /\/dev\/zero: the configuration is not a regular file/);
   const cacheFile = join(work, 'cache-file');
   writeFileSync(cacheFile, 'x');
-  const r = spawnSync(process.execPath, [cli, 'run', '--model', 'tiny', '--in', fixture, '--out', join(work, 'o.wav')], { encoding: 'utf8', timeout: 60_000, env: { ...process.env, VOXSLAB_CACHE: cacheFile } });
+  const r = spawnSync(process.execPath, [cli, 'run', '--model', 'tiny', '--in', fixture, '--out', join(work, 'o.wav')], {
+    encoding: 'utf8',
+    timeout: 60_000,
+    env: { ...process.env, VOXSLAB_CACHE: cacheFile },
+  });
   refused(t, r, 4, /cache-file, field VOXSLAB_CACHE: cannot make the built-in 'tiny' checkpoint there/);
   t.equal(statSync(cacheFile).size, 1);
 });
@@ -86,7 +95,12 @@ t.test('samples too large for 32-bit floats are refused, never written as Inf or
   const data = wav.length - 16000 * 8;
   for (let i = 0; i < 16000; i++) wav.writeDoubleLE(i === 5000 ? 1e300 : Math.sin(i / 9) * 0.3, data + 8 * i);
   writeFileSync(huge64, wav);
-  refused(t, voxslab('resample', '--in', huge64, '--out', join(work, 'h1.wav'), '--rate', '8000'), 4, /huge64\.wav, field data, offset \d+: sample is 1e\+300 \(beyond the 32-bit float range/);
+  refused(
+    t,
+    voxslab('resample', '--in', huge64, '--out', join(work, 'h1.wav'), '--rate', '8000'),
+    4,
+    /huge64\.wav, field data, offset \d+: sample is 1e\+300 \(beyond the 32-bit float range/,
+  );
   refused(t, voxslab('run', '--model', 'tiny', '--in', huge64, '--out', join(work, 'h2.wav'), '--reply', '1'), 4, /sample is 1e\+300/);
   const huge32 = join(work, 'huge32.wav');
   // A step to near the float32 maximum: the band-limited step overshoots past it.

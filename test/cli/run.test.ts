@@ -15,13 +15,30 @@ const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import
 const work = mkdtempSync(join(tmpdir(), 'voxslab-run-'));
 const model = join(work, 'tiny');
 makeCheckpoint({ config: 'tiny', seed: 2, out: model, dtype: 'f32' });
-const voxslab = (...args: string[]) => spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', timeout: 120_000, env: { ...process.env, VOXSLAB_CACHE: join(work, 'cache') } });
+const voxslab = (...args: string[]) =>
+  spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', timeout: 120_000, env: { ...process.env, VOXSLAB_CACHE: join(work, 'cache') } });
 
 interface Report {
   schema: string;
-  conversations: { text: string; textTokens: number[]; codes: number[][]; audioFrames: number; output: { samples: number; sampleRate: number }; timings: Record<string, { ms: number; count: number }>; stop: string }[];
-  allocations: { atReadiness: { beforeReadiness: number }; atEnd: { beforeReadiness: number; afterReadiness: { attempts: number } }; afterReadinessAttempts: number };
-  manifest: { plans: Record<string, { highWater: number; carved: number }>; owners: Record<string, { held: number; sealed: boolean; categories: Record<string, { footprint: number }> }>; totals: { slab: number } };
+  conversations: {
+    text: string;
+    textTokens: number[];
+    codes: number[][];
+    audioFrames: number;
+    output: { samples: number; sampleRate: number };
+    timings: Record<string, { ms: number; count: number }>;
+    stop: string;
+  }[];
+  allocations: {
+    atReadiness: { beforeReadiness: number };
+    atEnd: { beforeReadiness: number; afterReadiness: { attempts: number } };
+    afterReadinessAttempts: number;
+  };
+  manifest: {
+    plans: Record<string, { highWater: number; carved: number }>;
+    owners: Record<string, { held: number; sealed: boolean; categories: Record<string, { footprint: number }> }>;
+    totals: { slab: number };
+  };
 }
 
 t.test('run answers a spoken question: reply WAV, text on stdout, a report with manifest, timings and codes', async (t) => {
@@ -39,13 +56,21 @@ t.test('run answers a spoken question: reply WAV, text on stdout, a report with 
   // Float32 mono WAV: an 18-byte fmt chunk, 46-byte header.
   t.equal(statSync(out).size, 46 + 4 * c.output.samples, 'the WAV holds every reported sample');
   t.ok(c.output.samples > 0.5 * 44100, `${c.output.samples} samples at 44.1 kHz`);
-  for (const s of ['frontend', 'encoder', 'prefill', 'audioStep', 'depthformer', 'detokenizer']) t.ok(c.timings[s]!.count > 0 && c.timings[s]!.ms >= 0, `timed: ${s}`);
+  for (const s of ['frontend', 'encoder', 'prefill', 'audioStep', 'depthformer', 'detokenizer'])
+    t.ok(c.timings[s]!.count > 0 && c.timings[s]!.ms >= 0, `timed: ${s}`);
   t.equal(report.allocations.afterReadinessAttempts, 0, 'zero allocation attempts after readiness');
   t.equal(report.allocations.atEnd.beforeReadiness, report.allocations.atReadiness.beforeReadiness, 'no allocation at all during the run');
   for (const [name, p] of Object.entries(report.manifest.plans)) t.equal(p.carved, p.highWater, `${name}: carved = planned high-water (${p.highWater} B)`);
   const owners = Object.values(report.manifest.owners);
-  t.equal(owners.reduce((a, o) => a + o.held, 0), report.manifest.totals.slab, 'owners add up to the slab total');
-  t.ok(owners.every((o) => o.sealed), 'every owner is sealed (ready)');
+  t.equal(
+    owners.reduce((a, o) => a + o.held, 0),
+    report.manifest.totals.slab,
+    'owners add up to the slab total',
+  );
+  t.ok(
+    owners.every((o) => o.sealed),
+    'every owner is sealed (ready)',
+  );
   // Arenas are sized by a dry run: the only uncarved bytes are the slab's rounding to whole pages.
   for (const name of ['ticket/0', 'conversation/0']) {
     const slack = report.manifest.owners[name]!.categories.slack?.footprint ?? 0;
@@ -65,7 +90,18 @@ t.test('same seed → same reply bytes; another seed differs; --dump writes ever
   t.notOk(readFileSync(a).equals(readFileSync(c)), 'seed 5: other bytes');
   const index = JSON.parse(readFileSync(join(dump, 'index.json'), 'utf8')) as { files: { file: string; shape: number[]; dtype: string }[] };
   const names = index.files.map((f) => f.file).sort();
-  t.same(names, ['c0_adapter.npy', 'c0_audio_logits.npy', 'c0_bins.npy', 'c0_codes.npy', 'c0_encoder.npy', 'c0_hidden.npy', 'c0_mel.npy', 'c0_pcm.npy', 'c0_text_logits.npy', 'c0_text_tokens.npy']);
+  t.same(names, [
+    'c0_adapter.npy',
+    'c0_audio_logits.npy',
+    'c0_bins.npy',
+    'c0_codes.npy',
+    'c0_encoder.npy',
+    'c0_hidden.npy',
+    'c0_mel.npy',
+    'c0_pcm.npy',
+    'c0_text_logits.npy',
+    'c0_text_tokens.npy',
+  ]);
   for (const f of index.files) {
     const bytes = readFileSync(join(dump, f.file));
     t.equal(bytes.subarray(1, 6).toString('latin1'), 'NUMPY', `${f.file} is .npy`);
@@ -78,7 +114,23 @@ t.test('same seed → same reply bytes; another seed differs; --dump writes ever
 
 t.test('two inputs, two conversations, each with its own state', async (t) => {
   const rep = join(work, 'two.json');
-  const r = voxslab('run', '--model', model, '--in', fixture, '--out', join(work, 'x.wav'), '--in', fixture, '--out', join(work, 'y.wav'), '--reply', '1', '--report', rep);
+  const r = voxslab(
+    'run',
+    '--model',
+    model,
+    '--in',
+    fixture,
+    '--out',
+    join(work, 'x.wav'),
+    '--in',
+    fixture,
+    '--out',
+    join(work, 'y.wav'),
+    '--reply',
+    '1',
+    '--report',
+    rep,
+  );
   t.equal(r.status, 0, r.stderr);
   const report = JSON.parse(readFileSync(rep, 'utf8')) as Report;
   t.equal(report.conversations.length, 2);
@@ -139,7 +191,12 @@ t.test('bad checkpoints and bad WAVs exit 4 naming the file and the reason', asy
     t.equal(r.status, 4, `${name}: exit 4`);
     t.match(r.stderr, pattern, `${name}: ${r.stderr.trim().split('\n')[0]}`);
   }
-  const usage: string[][] = [['--model', model], ['--model', model, '--in', fixture], ['--model', model, '--in', fixture, '--out', 'x.wav', '--rate', 'fast'], ['--model', model, '--in', fixture, '--out', 'x.wav', '--reply', '0']];
+  const usage: string[][] = [
+    ['--model', model],
+    ['--model', model, '--in', fixture],
+    ['--model', model, '--in', fixture, '--out', 'x.wav', '--rate', 'fast'],
+    ['--model', model, '--in', fixture, '--out', 'x.wav', '--reply', '0'],
+  ];
   for (const args of usage) t.equal(voxslab('run', ...args).status, 2, `usage: run ${args.slice(2).join(' ')}`);
 });
 

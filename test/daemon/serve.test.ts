@@ -46,9 +46,13 @@ t.test('two WebSocket conversations at once each get their reply, byte for byte 
   const [a, b] = await Promise.all([talk(s.ws, 11), talk(s.ws, 12)]);
   t.ok(a.pcm.equals(refA), `conversation A: solo bytes (${a.pcm.length})`);
   t.ok(b.pcm.equals(refB), `conversation B: solo bytes (${b.pcm.length})`);
-  t.same(a.events.map((e) => e.type).filter((x) => x !== 'text'), ['ready', 'speech_start', 'speech_end', 'turn_end']);
+  t.same(
+    a.events.map((e) => e.type).filter((x) => x !== 'text'),
+    ['ready', 'speech_start', 'speech_end', 'turn_end'],
+  );
   // Sockets opened by /v1/ws close their conversation with them.
-  for (let i = 0; i < 50 && ((await (await get(`${s.url}/v1/conversations`)).json()) as { conversations: unknown[] }).conversations.length > 0; i++) await new Promise((r) => setTimeout(r, 20));
+  for (let i = 0; i < 50 && ((await (await get(`${s.url}/v1/conversations`)).json()) as { conversations: unknown[] }).conversations.length > 0; i++)
+    await new Promise((r) => setTimeout(r, 20));
   const memory = (await (await get(`${s.url}/v1/memory`)).json()) as { owners: Record<string, { held: number }>; totals: { current: number } };
   t.equal(memory.totals.current, before.totals.current, 'the conversations returned their bytes');
   t.equal(
@@ -58,7 +62,11 @@ t.test('two WebSocket conversations at once each get their reply, byte for byte 
   );
   const metrics = await (await get(`${s.url}/metrics`)).text();
   const lines = metrics.split('\n').filter((l) => l !== '');
-  const bad = lines.filter((l) => !/^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+$/.test(l) && !/^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*\})? -?[0-9.e+-]+|NaN$/.test(l));
+  const bad = lines.filter(
+    (l) =>
+      !/^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+$/.test(l) &&
+      !/^[a-zA-Z_:][a-zA-Z0-9_:]*(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\]|\\.)*",?)*\})? -?[0-9.e+-]+|NaN$/.test(l),
+  );
   t.same(bad, [], '/metrics parses as Prometheus text');
   t.match(metrics, /voxslab_turns_total 2/);
   t.match(metrics, /voxslab_memory_bytes\{owner="model\/0",category="weights"\} [1-9]/);
@@ -102,7 +110,10 @@ t.test('admission: a third conversation beyond the cap gets 503 with Retry-After
 });
 
 t.test('security: no token off loopback refuses to start; a wrong or missing token gets 401 everywhere', async (t) => {
-  const refused = spawn(process.execPath, [cli, 'serve', '--model', model, '--host', '0.0.0.0', '--port', '0'], { stdio: ['ignore', 'pipe', 'pipe'], env: { ...process.env, VOXSLAB_TOKEN: '' } });
+  const refused = spawn(process.execPath, [cli, 'serve', '--model', model, '--host', '0.0.0.0', '--port', '0'], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+    env: { ...process.env, VOXSLAB_TOKEN: '' },
+  });
   let err = '';
   refused.stderr.on('data', (d: Buffer) => (err += d.toString()));
   const code = await new Promise((r) => refused.once('exit', r));
@@ -175,35 +186,43 @@ t.test('a second signal during the graceful stop exits at once', async (t) => {
   t.match(s.stderr(), /SIG(INT|TERM) while stopping: exiting now/);
 });
 
-t.test('a WebSocket conversation with vad=true: the daemon finds the turn; no end_turn is sent', { skip: apmAvailable() ? false : 'no WebRTC audio processing' }, async (t) => {
-  const s = await serve([]);
-  t.teardown(() => void s.proc.kill('SIGKILL'));
-  const events = await new Promise<string[]>((resolve, reject) => {
-    const ws = new WebSocket(`${s.ws}/v1/ws?inputRate=${speech.rate}&format=f32&vad=true`);
-    const seen: string[] = [];
-    ws.on('open', () => {
-      const silence = new Float32Array(Math.round(1.5 * speech.rate));
-      for (const part of [silence, speech.samples, silence]) {
-        const all = Buffer.from(part.buffer, part.byteOffset, part.byteLength);
-        for (let at = 0; at < all.length; at += 4096) ws.send(all.subarray(at, at + 4096));
-      }
+t.test(
+  'a WebSocket conversation with vad=true: the daemon finds the turn; no end_turn is sent',
+  { skip: apmAvailable() ? false : 'no WebRTC audio processing' },
+  async (t) => {
+    const s = await serve([]);
+    t.teardown(() => void s.proc.kill('SIGKILL'));
+    const events = await new Promise<string[]>((resolve, reject) => {
+      const ws = new WebSocket(`${s.ws}/v1/ws?inputRate=${speech.rate}&format=f32&vad=true`);
+      const seen: string[] = [];
+      ws.on('open', () => {
+        const silence = new Float32Array(Math.round(1.5 * speech.rate));
+        for (const part of [silence, speech.samples, silence]) {
+          const all = Buffer.from(part.buffer, part.byteOffset, part.byteLength);
+          for (let at = 0; at < all.length; at += 4096) ws.send(all.subarray(at, at + 4096));
+        }
+      });
+      ws.on('message', (d: Buffer, binary: boolean) => {
+        if (binary) return;
+        const e = JSON.parse(d.toString()) as { type: string; reason?: string };
+        if (e.type !== 'text') seen.push(e.reason === undefined ? e.type : `${e.type} ${e.reason}`);
+        if (e.type === 'turn_end') ws.close(1000);
+      });
+      ws.on('close', () => resolve(seen));
+      ws.on('error', reject);
     });
-    ws.on('message', (d: Buffer, binary: boolean) => {
-      if (binary) return;
-      const e = JSON.parse(d.toString()) as { type: string; reason?: string };
-      if (e.type !== 'text') seen.push(e.reason === undefined ? e.type : `${e.type} ${e.reason}`);
-      if (e.type === 'turn_end') ws.close(1000);
+    t.same(
+      events.filter((e) => e !== 'ready'),
+      ['speech_start', 'speech_end vad', 'turn_end'],
+      `events: ${events.join(', ')}`,
+    );
+    const bad = await new Promise<number>((resolve) => {
+      const ws = new WebSocket(`${s.ws}/v1/ws?vad=maybe`);
+      ws.on('unexpected-response', (_q, res) => resolve(res.statusCode ?? 0));
+      ws.on('open', () => resolve(101));
+      ws.on('error', () => undefined);
     });
-    ws.on('close', () => resolve(seen));
-    ws.on('error', reject);
-  });
-  t.same(events.filter((e) => e !== 'ready'), ['speech_start', 'speech_end vad', 'turn_end'], `events: ${events.join(', ')}`);
-  const bad = await new Promise<number>((resolve) => {
-    const ws = new WebSocket(`${s.ws}/v1/ws?vad=maybe`);
-    ws.on('unexpected-response', (_q, res) => resolve(res.statusCode ?? 0));
-    ws.on('open', () => resolve(101));
-    ws.on('error', () => undefined);
-  });
-  t.equal(bad, 400, 'a vad that is not true or false is refused');
-  t.equal(await stop(s), 0);
-});
+    t.equal(bad, 400, 'a vad that is not true or false is refused');
+    t.equal(await stop(s), 0);
+  },
+);

@@ -25,7 +25,11 @@ t.test('echo path: streaming equals one pass; its energy gain is the one asked f
   const h = new Float32Array(2000);
   const p = new EchoPath({ rate: RATE, delayMs: 50, gain: 0.5, seed: 2 });
   p.push(impulse, h, 0, impulse.length);
-  t.equal(h.subarray(0, 800).every((v) => v === 0), true, 'nothing before 50 ms');
+  t.equal(
+    h.subarray(0, 800).every((v) => v === 0),
+    true,
+    'nothing before 50 ms',
+  );
   t.not(h[800], 0, 'direct path at 50 ms');
   const g = (rms(whole, 2000) / rms(x, 2000)) ** 2;
   t.ok(Math.abs(g - 0.5) < 0.05, `energy gain ${g.toFixed(3)} ≈ 0.5`);
@@ -33,15 +37,22 @@ t.test('echo path: streaming equals one pass; its energy gain is the one asked f
 });
 
 const haveApm = apmAvailable();
-t.test('echo cancellation is built in where CI runs', { skip: process.env.CI === undefined && !haveApm ? 'no WebRTC audio processing here' : false }, async (t) => {
-  t.equal(haveApm, true, 'the addon links WebRTC audio processing');
-});
+t.test(
+  'echo cancellation is built in where CI runs',
+  { skip: process.env.CI === undefined && !haveApm ? 'no WebRTC audio processing here' : false },
+  async (t) => {
+    t.equal(haveApm, true, 'the addon links WebRTC audio processing');
+  },
+);
 
 const ready = haveApm && corpusTools();
 const skip = ready ? false : 'needs WebRTC audio processing, espeak-ng and sox';
 
 /** Runs `far` through the echo path and the canceller; returns the echo and the cleaned mic. */
-function cancel(far: Float32Array, o: { delayMs: number; gain: number; hint?: number; user?: Float32Array; chunk?: number; echoGain?: number }): { echo: Float32Array; out: Float32Array; aec: EchoCanceller } {
+function cancel(
+  far: Float32Array,
+  o: { delayMs: number; gain: number; hint?: number; user?: Float32Array; chunk?: number; echoGain?: number },
+): { echo: Float32Array; out: Float32Array; aec: EchoCanceller } {
   const echo = new Float32Array(far.length);
   new EchoPath({ rate: RATE, delayMs: o.delayMs, gain: o.gain, seed: 5 }).push(far, echo, 0, far.length);
   const mic = Float32Array.from(echo, (v) => v * (o.echoGain ?? 1));
@@ -59,7 +70,15 @@ function assistantSpeech(seconds: number): Float32Array {
   const parts: Float32Array[] = [];
   let n = 0;
   for (let k = 0; n < seconds * RATE; k++) {
-    const u = utterance(['I can help with that. The forecast says light rain in the afternoon.', 'Your next meeting starts at ten, in the small room on the second floor.', 'Here is a recipe that takes about twenty minutes from start to finish.'][k % 3]!, k % 2 === 0 ? 'en-us' : 'en-gb', 160);
+    const u = utterance(
+      [
+        'I can help with that. The forecast says light rain in the afternoon.',
+        'Your next meeting starts at ten, in the small room on the second floor.',
+        'Here is a recipe that takes about twenty minutes from start to finish.',
+      ][k % 3]!,
+      k % 2 === 0 ? 'en-us' : 'en-gb',
+      160,
+    );
     parts.push(u);
     n += u.length;
   }
@@ -128,17 +147,28 @@ t.test('echo cancellation: in double talk the user survives, and the VAD still h
   const g = dot / aa;
   const before = 10 * Math.log10(uu / ee);
   const after = 10 * Math.log10((g * g * aa) / (oo - 2 * g * dot + g * g * aa));
-  t.comment(`double talk: user-to-echo ${before.toFixed(1)} dB in the microphone, user segment SNR ${after.toFixed(1)} dB after cancellation (user kept at ${(20 * Math.log10(g)).toFixed(1)} dB)`);
+  t.comment(
+    `double talk: user-to-echo ${before.toFixed(1)} dB in the microphone, user segment SNR ${after.toFixed(1)} dB after cancellation (user kept at ` +
+      `${(20 * Math.log10(g)).toFixed(1)} dB)`,
+  );
   t.ok(after > before, `the user stands out more after cancellation (${before.toFixed(1)} → ${after.toFixed(1)} dB)`);
   t.comment(`the VAD finds ${((100 * hit) / speech).toFixed(1)}% of the user's speech frames over the echo`);
   // Every utterance of the user's starts speech (what barge-in needs) while the assistant talks.
-  const e = new Endpointer({ onset: framesOf(defaultOf('onsetMs') as number), silence: framesOf(defaultOf('silenceMs') as number), minSpeech: 1, maxSegment: 3000 });
+  const e = new Endpointer({
+    onset: framesOf(defaultOf('onsetMs') as number),
+    silence: framesOf(defaultOf('silenceMs') as number),
+    minSpeech: 1,
+    maxSegment: 3000,
+  });
   const starts: number[] = [];
   for (let f = 0; f < voice.length; f++) if (e.push(voice[f] === 1) === VAD_SPEECH_START) starts.push(f);
   for (const [a, b] of s.segments) {
     if (b > far.length) continue;
     const at = starts.find((f) => f >= a / 160 && f < b / 160);
-    t.ok(at !== undefined, `the user's utterance at ${(a / RATE).toFixed(2)} s starts speech ${at === undefined ? 'never' : `${(at - a / 160) * 10} ms after it begins`}`);
+    t.ok(
+      at !== undefined,
+      `the user's utterance at ${(a / RATE).toFixed(2)} s starts speech ${at === undefined ? 'never' : `${(at - a / 160) * 10} ms after it begins`}`,
+    );
   }
 });
 

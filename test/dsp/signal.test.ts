@@ -25,7 +25,14 @@ function sine(rate: number, hz: number, seconds: number, amp = 0.5): Float32Arra
 t.test('resampler: streaming equals one whole pass, bit for bit', async (t) => {
   const r = prng(9);
   const x = Float32Array.from({ length: 12_000 }, () => r() * 2 - 1);
-  for (const [a, b] of [[48000, 16000], [16000, 48000], [44100, 16000], [16000, 44100], [24000, 48000], [24000, 44100]] as const) {
+  for (const [a, b] of [
+    [48000, 16000],
+    [16000, 48000],
+    [44100, 16000],
+    [16000, 44100],
+    [24000, 48000],
+    [24000, 44100],
+  ] as const) {
     const whole = resampleAll(new Resampler(a, b), x, x.length);
     t.equal(whole.length, Math.ceil((x.length * b) / a), `${a}→${b}: ceil(N·out/in) samples`);
     for (const c of CHUNKS) {
@@ -138,7 +145,11 @@ t.test('mel rows match a float64 reference; normalisation follows NeMo', async (
   const ref = referenceMel(x);
   t.equal(got.length / 128, 1 + Math.floor(x.length / 160), 'frames = 1 + L // 160');
   let worst = 0;
-  ref.forEach((row, i) => row.forEach((v, m) => (worst = Math.max(worst, Math.abs(v - (got[i * 128 + m] as number))))));
+  ref.forEach((row, i) => {
+    row.forEach((v, m) => {
+      worst = Math.max(worst, Math.abs(v - (got[i * 128 + m] as number)));
+    });
+  });
   t.ok(worst < 1e-4, `raw rows within 1e-4 (max ${worst.toExponential(2)})`);
   const rows = ref.length;
   const valid = Math.floor(x.length / 160);
@@ -155,7 +166,10 @@ t.test('mel rows match a float64 reference; normalisation follows NeMo', async (
     }
   }
   t.ok(worstN < 1e-4, `normalised rows within 1e-4 (max ${worstN.toExponential(2)})`);
-  t.ok(norm.subarray(valid * 128).every((v) => v === 0), 'the frame past the valid length is zero');
+  t.ok(
+    norm.subarray(valid * 128).every((v) => v === 0),
+    'the frame past the valid length is zero',
+  );
 });
 
 t.test('raw mel rows stream: any chunking equals one pass, bit for bit', async (t) => {
@@ -164,7 +178,10 @@ t.test('raw mel rows stream: any chunking equals one pass, bit for bit', async (
   const whole = melAll(x, x.length);
   for (const c of CHUNKS) {
     const part = melAll(x, c);
-    t.ok(part.every((v, i) => Object.is(v, whole[i])), `chunks of ${c}`);
+    t.ok(
+      part.every((v, i) => Object.is(v, whole[i])),
+      `chunks of ${c}`,
+    );
   }
 });
 
@@ -242,7 +259,10 @@ t.test('ISTFT: STFT → ISTFT reconstructs; streaming emits 1440 then 1920 per c
     if (f % 6 === 5) sizes.push(k);
   }
   g2 += istft.finish(again, g2);
-  t.ok(again.every((v, i) => Object.is(v, out[i])), 'identical after reset');
+  t.ok(
+    again.every((v, i) => Object.is(v, out[i])),
+    'identical after reset',
+  );
 });
 
 t.test('steady-state processing allocates nothing (buffers from a sealed arena)', async (t) => {
@@ -270,7 +290,7 @@ t.test('steady-state processing allocates nothing (buffers from a sealed arena)'
   const bins = arena.carve('bins', 'workspace.detokenizer', Float32Array, 1282);
   const audio = arena.carve('audio', 'playback.payload', Float32Array, 320);
   arena.seal();
-  pcm48.forEach((_, i) => (pcm48[i] = Math.sin(i / 7)));
+  for (let i = 0; i < pcm48.length; i++) pcm48[i] = Math.sin(i / 7);
   bins.fill(-3);
   const before = domain.snapshot();
   let frames = 0;

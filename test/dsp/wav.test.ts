@@ -46,7 +46,15 @@ t.test('unknown chunks, LIST metadata and odd sizes are skipped', async (t) => {
   const x = new Float32Array([0.5, -0.5, 0.25]);
   const plain = encodeWav({ sampleRate: 16000, channels: 1, format: 'pcm16', extensible: false }, x);
   // Insert LIST (odd size 5, padded) and a 'junk' chunk between fmt and data.
-  const extra = new Uint8Array([...'LIST'].map((c) => c.charCodeAt(0)).concat([5, 0, 0, 0, 1, 2, 3, 4, 5, 0], [...'junk'].map((c) => c.charCodeAt(0)), [2, 0, 0, 0, 9, 9]));
+  const extra = new Uint8Array(
+    [...'LIST']
+      .map((c) => c.charCodeAt(0))
+      .concat(
+        [5, 0, 0, 0, 1, 2, 3, 4, 5, 0],
+        [...'junk'].map((c) => c.charCodeAt(0)),
+        [2, 0, 0, 0, 9, 9],
+      ),
+  );
   const fmtEnd = 12 + 8 + 16;
   const bytes = new Uint8Array(plain.length + extra.length);
   bytes.set(plain.subarray(0, fmtEnd));
@@ -64,7 +72,7 @@ t.test('files stream through the file source and writer', async (t) => {
   const all = new Float32Array(2 * 48000);
   for (let i = 0; i < all.length; i += 2000) {
     const part = all.subarray(i, i + 2000);
-    part.forEach((_, j) => (part[j] = r() - 0.5));
+    for (let j = 0; j < part.length; j++) part[j] = r() - 0.5;
     w.write(part);
   }
   w.close();
@@ -74,7 +82,7 @@ t.test('files stream through the file source and writer', async (t) => {
   const back = new Float32Array(all.length);
   let got = 0;
   const piece = new Float32Array(2 * 333);
-  for (let n; (n = reader.read(piece)) > 0; ) {
+  for (let n = reader.read(piece); n > 0; n = reader.read(piece)) {
     back.set(piece.subarray(0, 2 * n), got * 2);
     got += n;
   }
@@ -92,7 +100,9 @@ function base(format: SampleFormat = 'pcm16', extensible = false, frames = 8): U
 }
 const put32 = (b: Uint8Array, at: number, v: number) => new DataView(b.buffer).setUint32(at, v, true);
 const put16 = (b: Uint8Array, at: number, v: number) => new DataView(b.buffer).setUint16(at, v, true);
-const putStr = (b: Uint8Array, at: number, s: string) => [...s].forEach((c, i) => (b[at + i] = c.charCodeAt(0)));
+const putStr = (b: Uint8Array, at: number, s: string) => {
+  for (let i = 0; i < s.length; i++) b[at + i] = s.charCodeAt(i);
+};
 const mutate = (f: (b: Uint8Array) => void, b = base()): Uint8Array => {
   const c = b.slice();
   f(c);
@@ -120,23 +130,71 @@ t.test('a corpus of malformed files: each a BadInputError naming field and offse
     ['absurd rate', mutate((b) => put32(b, 24, 5_000_000)), /field fmt\.sampleRate, offset 24: sample rate 5000000 Hz/],
     ['tiny rate', mutate((b) => put32(b, 24, 100)), /sample rate 100 Hz is outside/],
     ['12-bit PCM', mutate((b) => put16(b, 34, 12)), /field fmt\.bitsPerSample, offset 34: 12 bits is not supported for PCM/],
-    ['16-bit float', mutate((b) => { put16(b, 20, 3); }), /field fmt\.bitsPerSample, offset 34: 16 bits is not supported for float/],
+    [
+      '16-bit float',
+      mutate((b) => {
+        put16(b, 20, 3);
+      }),
+      /field fmt\.bitsPerSample, offset 34: 16 bits is not supported for float/,
+    ],
     ['block align', mutate((b) => put16(b, 32, 4)), /field fmt\.blockAlign, offset 32: block align 4 does not match 1 channel\(s\) × 16 bits/],
-    ['data longer than file', mutate((b) => put32(b, 40, 1000)), /field data chunk size, offset 40: data chunk of 1000 bytes is longer than the file \(16 bytes follow\)/],
+    [
+      'data longer than file',
+      mutate((b) => put32(b, 40, 1000)),
+      /field data chunk size, offset 40: data chunk of 1000 bytes is longer than the file \(16 bytes follow\)/,
+    ],
     ['data size not whole frames', mutate((b) => put32(b, 40, 15)), /field data chunk size, offset 40: 15 bytes is not a whole number of 2-byte frames/],
     ['data before fmt', mutate((b) => putStr(b, 12, 'data')), /field data chunk, offset 12: data chunk before the fmt chunk/],
     ['no data chunk', mutate((b) => putStr(b, 36, 'wxyz')), /field wxyz chunk size, offset 40|no data chunk/],
-    ['second fmt', (() => { const b = base(); const c = new Uint8Array(b.length + 24); c.set(b.subarray(0, 36)); c.set(b.subarray(12, 36), 36); c.set(b.subarray(36), 60); return c; })(), /field fmt chunk, offset 36: a second fmt chunk/],
-    ['unknown chunk past the end', (() => { const b = base(); const c = new Uint8Array(b.length + 8); c.set(b.subarray(0, 36)); putStr(c, 36, 'junk'); put32(c, 40, 999999); c.set(b.subarray(36), 44); return c; })(), /field junk chunk size, offset 40: chunk of 999999 bytes runs past the end/],
-    ['binary chunk id', mutate((b) => { b[36] = 0; b[37] = 1; }), /field chunk id, offset 36: invalid chunk id/],
+    [
+      'second fmt',
+      (() => {
+        const b = base();
+        const c = new Uint8Array(b.length + 24);
+        c.set(b.subarray(0, 36));
+        c.set(b.subarray(12, 36), 36);
+        c.set(b.subarray(36), 60);
+        return c;
+      })(),
+      /field fmt chunk, offset 36: a second fmt chunk/,
+    ],
+    [
+      'unknown chunk past the end',
+      (() => {
+        const b = base();
+        const c = new Uint8Array(b.length + 8);
+        c.set(b.subarray(0, 36));
+        putStr(c, 36, 'junk');
+        put32(c, 40, 999999);
+        c.set(b.subarray(36), 44);
+        return c;
+      })(),
+      /field junk chunk size, offset 40: chunk of 999999 bytes runs past the end/,
+    ],
+    [
+      'binary chunk id',
+      mutate((b) => {
+        b[36] = 0;
+        b[37] = 1;
+      }),
+      /field chunk id, offset 36: invalid chunk id/,
+    ],
     ['extensible too short', mutate((b) => put16(b, 20, 0xfffe)), /field fmt chunk size, offset 16: WAVE_FORMAT_EXTENSIBLE needs 40 bytes/],
     ['extensible cbSize', mutate((b) => put16(b, 36, 0), ext()), /field fmt\.cbSize, offset 36: WAVE_FORMAT_EXTENSIBLE needs cbSize 22, got 0/],
     ['extensible valid bits', mutate((b) => put16(b, 38, 24), ext()), /field fmt\.validBitsPerSample, offset 38: 24 valid bits exceeds 16/],
     ['extensible sub-format', mutate((b) => put16(b, 44, 2), ext()), /field fmt\.subFormat, offset 44: unsupported format tag 0x2/],
     ['extensible GUID', mutate((b) => (b[50] = 0x77), ext()), /field fmt\.subFormat, offset 44: unknown sub-format GUID/],
     // Float files have an 18-byte fmt chunk (with cbSize): data starts at byte 46.
-    ['NaN sample', mutate((b) => new DataView(b.buffer).setFloat32(46 + 4 * 3, Number.NaN, true), base('float32')), /field data, offset 58: sample is NaN \(frame 3, channel 0\)/],
-    ['infinite sample', mutate((b) => new DataView(b.buffer).setFloat64(46, Number.POSITIVE_INFINITY, true), base('float64')), /field data, offset 46: sample is Infinity/],
+    [
+      'NaN sample',
+      mutate((b) => new DataView(b.buffer).setFloat32(46 + 4 * 3, Number.NaN, true), base('float32')),
+      /field data, offset 58: sample is NaN \(frame 3, channel 0\)/,
+    ],
+    [
+      'infinite sample',
+      mutate((b) => new DataView(b.buffer).setFloat64(46, Number.POSITIVE_INFINITY, true), base('float64')),
+      /field data, offset 46: sample is Infinity/,
+    ],
   ];
   t.ok(corpus.length >= 30, `${corpus.length} malformed files`);
   for (const [name, bytes, pattern] of corpus) {
@@ -158,11 +216,24 @@ t.test('a corpus of malformed files: each a BadInputError naming field and offse
 t.test('a file truncated while it is being read is a clean error', async (t) => {
   const bytes = base('pcm16', false, 1000);
   let size = bytes.length;
-  const src = { name: 'shrinking.wav', get size() { return size; }, read: memorySource(bytes).read };
+  const src = {
+    name: 'shrinking.wav',
+    get size() {
+      return size;
+    },
+    read: memorySource(bytes).read,
+  };
   const r = new WavReader(src, 64);
   size = 100;
-  const shortSrc = { name: 'shrinking.wav', size: bytes.length, read: (into: Uint8Array, o: number, l: number, p: number) => (p > 200 ? 0 : memorySource(bytes).read(into, o, l, p)) };
+  const shortSrc = {
+    name: 'shrinking.wav',
+    size: bytes.length,
+    read: (into: Uint8Array, o: number, l: number, p: number) => (p > 200 ? 0 : memorySource(bytes).read(into, o, l, p)),
+  };
   const r2 = new WavReader(shortSrc, 64);
-  t.throws(() => r2.readMono(new Float32Array(1000)), { name: 'BadInputError', message: /shrinking\.wav, field data, offset \d+: the file ended inside the data chunk/ });
+  t.throws(() => r2.readMono(new Float32Array(1000)), {
+    name: 'BadInputError',
+    message: /shrinking\.wav, field data, offset \d+: the file ended inside the data chunk/,
+  });
   t.ok(r.info.frames === 1000);
 });

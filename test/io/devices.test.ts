@@ -20,7 +20,8 @@ function virtualDevices(input: Float32Array): { env: NodeJS.ProcessEnv; out: str
   const conf = join(dir, 'voxslab.conf');
   writeFileSync(
     conf,
-    `pcm.voxmic {\n  type file\n  slave.pcm "null"\n  file "/dev/null"\n  infile "${infile}"\n  format "raw"\n  hint { show on description "voxslab virtual microphone" }\n}\n` +
+    `pcm.voxmic {\n  type file\n  slave.pcm "null"\n  file "/dev/null"\n  infile "${infile}"\n  format "raw"\n  hint { show on description ` +
+      `"voxslab virtual microphone" }\n}\n` +
       `pcm.voxspk {\n  type file\n  slave.pcm "null"\n  file "${out}"\n  format "raw"\n  hint { show on description "voxslab virtual speaker" }\n}\n`,
   );
   return { env: { ...process.env, ALSA_CONFIG_PATH: `/usr/share/alsa/alsa.conf:${conf}` }, out };
@@ -57,7 +58,14 @@ t.test('voxslab talk: a duplex session end to end through PortAudio on virtual d
   const r = voxslab(env, 'talk', '--input-device', 'voxmic', '--output-device', 'voxspk', '--rate', String(RATE), '--seconds', '9');
   t.equal(r.status, 0, `exit 0 (${r.stderr.slice(-300)})`);
   t.match(r.stderr, /talk: voxmic → voxspk at 48000 Hz/, 'the devices it opened');
-  t.match(r.stderr, /talk: 9 s, 1 turns/, `the spoken question made a turn: ${r.stderr.split('\n').filter((l) => l.startsWith('talk: 9')).join('')}`);
+  t.match(
+    r.stderr,
+    /talk: 9 s, 1 turns/,
+    `the spoken question made a turn: ${r.stderr
+      .split('\n')
+      .filter((l) => l.startsWith('talk: 9'))
+      .join('')}`,
+  );
   t.match(r.stderr, /device library: \d+ buffers, \d+ bytes/, "the device library's buffers are counted");
   t.match(r.stdout, /you: \(speaking\).*done\n.*assistant: /s, 'the transcript shows the turn and the reply');
   const played = new Float32Array(readFileSync(out).buffer.slice(0));

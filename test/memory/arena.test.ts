@@ -12,9 +12,7 @@ t.test('red zones catch a one-byte overrun at every boundary', async (t) => {
   t.equal(arena.checkRedZones(), null, 'writes inside the regions are fine');
   const raw = new Uint8Array(arena.slab.buffer);
   // One byte past each region's end, and one byte before the first region.
-  const probes: { at: number; before: string; after: string }[] = [
-    { at: views[0]!.byteOffset - 1, before: '(arena start)', after: 'r0' },
-  ];
+  const probes: { at: number; before: string; after: string }[] = [{ at: views[0]!.byteOffset - 1, before: '(arena start)', after: 'r0' }];
   views.forEach((v, i) => {
     probes.push({ at: v.byteOffset + v.byteLength, before: `r${i}`, after: i + 1 < views.length ? `r${i + 1}` : '(end of carved space)' });
   });
@@ -22,7 +20,11 @@ t.test('red zones catch a one-byte overrun at every boundary', async (t) => {
     const saved = raw[p.at]!;
     raw[p.at] = saved ^ 0x5a;
     const fault = arena.checkRedZones();
-    t.same(fault && { before: fault.before, after: fault.after, offset: fault.offset }, { before: p.before, after: p.after, offset: p.at }, `overrun at ${p.at} (${p.before} | ${p.after})`);
+    t.same(
+      fault && { before: fault.before, after: fault.after, offset: fault.offset },
+      { before: p.before, after: p.after, offset: p.at },
+      `overrun at ${p.at} (${p.before} | ${p.after})`,
+    );
     t.throws(() => arena.assertRedZones(), { name: 'CorruptionError', message: new RegExp(`between '${p.before.replace(/[()]/g, '\\$&')}' and`) });
     raw[p.at] = saved;
   }

@@ -1,14 +1,5 @@
 import t from 'tap';
-import {
-  MemoryDomain,
-  type MemorySnapshot,
-  kOwnerCount,
-  kOwnerHeld,
-  kPeak,
-  kPinnedHeld,
-  kSlabHeld,
-  ownerBase,
-} from '../../src/memory/index.js';
+import { MemoryDomain, type MemorySnapshot, kOwnerCount, kOwnerHeld, kPeak, kPinnedHeld, kSlabHeld, ownerBase } from '../../src/memory/index.js';
 import { runWorker } from '../helpers.js';
 import type { ChurnData, ChurnResult } from './workers/churn.js';
 
@@ -76,7 +67,13 @@ t.test('worker threads reserving and freeing concurrently never exceed the cap',
   }
   const results = await all;
   const total = results.reduce(
-    (a, r) => ({ ops: a.ops + r.ops, refused: a.refused + r.refused, failed: a.failed + r.failed, overCap: a.overCap + r.overCap, allocated: a.allocated + r.allocated }),
+    (a, r) => ({
+      ops: a.ops + r.ops,
+      refused: a.refused + r.refused,
+      failed: a.failed + r.failed,
+      overCap: a.overCap + r.overCap,
+      allocated: a.allocated + r.allocated,
+    }),
     { ops: 0, refused: 0, failed: 0, overCap: 0, allocated: 0 },
   );
   t.equal(total.ops, 12000, 'every operation ran');
@@ -86,11 +83,7 @@ t.test('worker threads reserving and freeing concurrently never exceed the cap',
   t.equal(mainViolations, 0, `no incoherent or over-cap snapshot in ${mainSnapshots} main-thread readings`);
   const end = domain.snapshot();
   t.ok(end.peak <= limit, `peak ${end.peak} within the cap`);
-  t.same(
-    [end.held.total, end.reserved, end.liveSlabs],
-    [start.held.total, start.reserved, start.liveSlabs],
-    'counters return exactly to their start',
-  );
+  t.same([end.held.total, end.reserved, end.liveSlabs], [start.held.total, start.reserved, start.liveSlabs], 'counters return exactly to their start');
   t.equal(end.allocations.refusals, total.refused);
   t.equal(end.allocations.allocatorFailures, total.failed);
   for (const o of end.owners) t.same([o.held, o.categories], [0, {}], `${o.name} back to zero`);

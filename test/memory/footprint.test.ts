@@ -1,13 +1,5 @@
 import t from 'tap';
-import {
-  ArgumentError,
-  VoxslabError,
-  FootprintPolicy,
-  MemoryDomain,
-  type TypedArray,
-  type TypedArrayConstructor,
-  alignUp,
-} from '../../src/memory/index.js';
+import { ArgumentError, VoxslabError, FootprintPolicy, MemoryDomain, type TypedArray, type TypedArrayConstructor, alignUp } from '../../src/memory/index.js';
 import { prng, randInt } from '../helpers.js';
 
 t.test('policy is captured once and frozen', async (t) => {

@@ -10,7 +10,15 @@ function state(d: MemoryDomain): { held: number; reserved: number; slabs: number
 }
 
 t.test('a page locker that throws leaves no reservation behind', async (t) => {
-  const d = MemoryDomain.create({ limit: '16MiB', pageLocker: { lock: () => { throw new Error('locker exploded'); }, unlock: () => ok } });
+  const d = MemoryDomain.create({
+    limit: '16MiB',
+    pageLocker: {
+      lock: () => {
+        throw new Error('locker exploded');
+      },
+      unlock: () => ok,
+    },
+  });
   const o = d.owner('model');
   t.throws(() => d.createSlab(o, 65536, { pinned: true }), AllocationError);
   t.same(state(d), { held: 0, reserved: 0, slabs: 0, after: 0 });

@@ -42,9 +42,17 @@ t.test('owners get the same slot in every thread; shared storage is charged once
     t.equal(c.held, 8192, `conversation/${i} pays only for its own state`);
     t.equal(c.categories.weights, undefined);
   }
-  t.equal(s.owners.reduce((a, o) => a + o.held, 0), s.held.total, 'owners sum to the total');
+  t.equal(
+    s.owners.reduce((a, o) => a + o.held, 0),
+    s.held.total,
+    'owners sum to the total',
+  );
   const ap = apportion(s);
-  t.equal(Object.values(ap).reduce((a, b) => a + b, 0), s.held.total, 'the apportioned view sums to the total too');
+  t.equal(
+    Object.values(ap).reduce((a, b) => a + b, 0),
+    s.held.total,
+    'the apportioned view sums to the total too',
+  );
   t.ok(ap['conversation/0']! > 8192, 'and spreads the shared bytes over borrowers');
   const manifest = domain.manifest();
   t.equal(manifest.policy.charging, 'once-to-creator');

@@ -31,8 +31,20 @@ function randomSet(seed: number, n: number, span: number, maxBytes: number): Buf
 }
 
 t.test('Pisarchyk & Lee 2020 example plans to 124 bytes, its lower bound', async (t) => {
-  const intervals = [[0, 1, 32], [1, 4, 28], [2, 5, 36], [3, 5, 16], [4, 5, 8], [5, 7, 64], [6, 8, 10], [7, 8, 40]] as const;
-  const p = plan(intervals.map(([f, l, s], i) => ({ name: `t${i}`, bytes: s, firstUse: f, lastUse: l })), { alignment: 1 });
+  const intervals = [
+    [0, 1, 32],
+    [1, 4, 28],
+    [2, 5, 36],
+    [3, 5, 16],
+    [4, 5, 8],
+    [5, 7, 64],
+    [6, 8, 10],
+    [7, 8, 40],
+  ] as const;
+  const p = plan(
+    intervals.map(([f, l, s], i) => ({ name: `t${i}`, bytes: s, firstUse: f, lastUse: l })),
+    { alignment: 1 },
+  );
   t.equal(p.lowerBound, 124);
   t.equal(p.highWater, 124);
   t.equal(p.ratio, 1);
@@ -66,8 +78,8 @@ t.test('seeded random sets: never an overlap, never below the lower bound', asyn
     sum += p.ratio;
   }
   t.pass(`${sets} sets safe; mean ratio ${(sum / sets).toFixed(4)}, max ${worst.toFixed(4)}`);
-  t.ok(sum / sets <= 1.03, "mean ratio within 1.03");
-  t.ok(worst <= 1.1, "max ratio within 1.10");
+  t.ok(sum / sets <= 1.03, 'mean ratio within 1.03');
+  t.ok(worst <= 1.1, 'max ratio within 1.10');
 });
 
 t.test('chains and fully-overlapping sets hit the lower bound exactly', async (t) => {
@@ -171,7 +183,7 @@ t.test('an arena carved from a plan: carved equals high-water, views at planned 
   t.equal(carved.summary.carved, p.highWater, 'carved bytes equal the high-water');
   t.equal(carved.region.bytes, p.highWater);
   const o = domain.snapshot().owners[0]!;
-  t.same(o.categories['scratch'], { requested: p.highWater, footprint: carved.region.footprint, regions: 1 }, 'charged once, at the high-water');
+  t.same(o.categories.scratch, { requested: p.highWater, footprint: carved.region.footprint, regions: 1 }, 'charged once, at the high-water');
   t.type(carved.views.b0, Int32Array);
   t.type(carved.views.b1, Float32Array);
   for (const b of p.buffers) {

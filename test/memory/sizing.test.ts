@@ -54,17 +54,31 @@ t.test('a sizing that fails on the real pass leaves nothing held', async (t) => 
   let pass = 0;
   t.throws(
     () =>
-      sizedArenas(domain, owners.map((owner, i) => ({ owner, name: `state ${i}` })), 1 << 24, (arenas) => {
-        for (const a of arenas) a.carve('x', 'recurrence', Float32Array, 1000);
-        if (++pass === 2) throw new Error('the build failed on the real arenas');
-        return null;
-      }),
+      sizedArenas(
+        domain,
+        owners.map((owner, i) => ({ owner, name: `state ${i}` })),
+        1 << 24,
+        (arenas) => {
+          for (const a of arenas) a.carve('x', 'recurrence', Float32Array, 1000);
+          if (++pass === 2) throw new Error('the build failed on the real arenas');
+          return null;
+        },
+      ),
     /the build failed/,
   );
   t.equal(held(), before, 'both real arenas were released');
   // A refusal by the cap on the second arena releases the first.
   const small = MemoryDomain.create({ limit: 6 * 2 ** 20 });
   const h0 = small.snapshot().held.total;
-  t.throws(() => sizedArenas(small, [0, 1].map((i) => ({ owner: small.owner('conversation', i), name: `big ${i}` })), 1 << 24, (arenas) => arenas.map((a) => a.carve('x', 'recurrence', Float32Array, 1 << 20))), { name: 'MemoryLimitError' });
+  t.throws(
+    () =>
+      sizedArenas(
+        small,
+        [0, 1].map((i) => ({ owner: small.owner('conversation', i), name: `big ${i}` })),
+        1 << 24,
+        (arenas) => arenas.map((a) => a.carve('x', 'recurrence', Float32Array, 1 << 20)),
+      ),
+    { name: 'MemoryLimitError' },
+  );
   t.equal(small.snapshot().held.total, h0, 'the first arena was released when the second was refused');
 });

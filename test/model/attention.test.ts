@@ -18,7 +18,13 @@ interface Case {
 }
 
 /** Naive float64 reference: the whole score row, softmax, weighted values. */
-function reference(c: Case, q: Float32Array, k: Float32Array, v: Float32Array, rel: { p: Float32Array; u: Float32Array; v: Float32Array } | null): Float64Array {
+function reference(
+  c: Case,
+  q: Float32Array,
+  k: Float32Array,
+  v: Float32Array,
+  rel: { p: Float32Array; u: Float32Array; v: Float32Array } | null,
+): Float64Array {
   const Tq = c.Tq ?? c.T;
   const Tk = c.T;
   const out = new Float64Array(Tq * c.Hq * c.hd);
@@ -103,7 +109,12 @@ t.test('tiled attention equals the naive full-score reference', async (t) => {
 t.test('tile sizes do not change the result beyond rounding', async (t) => {
   const c: Case = { T: 300, Hq: 4, Hkv: 2, hd: 16, mode: 'full', rel: true };
   const a = run(c, 9, 64, 64).got;
-  for (const [tq, tk] of [[1, 1], [7, 300], [300, 13], [32, 128]] as const) {
+  for (const [tq, tk] of [
+    [1, 1],
+    [7, 300],
+    [300, 13],
+    [32, 128],
+  ] as const) {
     const b = run(c, 9, tq, tk).got;
     let e = 0;
     for (let i = 0; i < a.length; i++) e = Math.max(e, Math.abs(a[i]! - b[i]!));
@@ -118,11 +129,89 @@ t.test('scratch depends on the tiles only, never on the sequence length', async 
   for (const T of [128, 4096]) {
     const q = new Float32Array(T * 64);
     const out = new Float32Array(T * 64);
-    t.doesNotThrow(() => attention({ Tq: T, Tk: T, Hq: 1, Hkv: 1, hd: 64, mode: 'causal' }, q, q.slice(), q.slice(), out, new Float32Array(floats)), `T=${T} with ${floats} scratch floats`);
+    t.doesNotThrow(
+      () => attention({ Tq: T, Tk: T, Hq: 1, Hkv: 1, hd: 64, mode: 'causal' }, q, q.slice(), q.slice(), out, new Float32Array(floats)),
+      `T=${T} with ${floats} scratch floats`,
+    );
   }
-  t.throws(() => native.attention(new Float32Array(8), new Float32Array(8), new Float32Array(8), new Float32Array(8), null, null, null, new Float32Array(10), 1, 1, 1, 1, 8, 0, 0, 0, 0, 1, 64, 64), { name: 'RangeError', message: /scratch has 10 values/ });
-  t.throws(() => native.attention(new Float32Array(8), new Float32Array(8), new Float32Array(8), new Float32Array(8), null, null, null, new Float32Array(9000), 1, 1, 3, 2, 8, 0, 0, 0, 0, 1, 64, 64), { name: 'RangeError', message: /Hkv must divide Hq/ });
-  t.throws(() => native.attention(new Float32Array(8), new Float32Array(8), new Float32Array(8), new Float32Array(8), null, null, null, new Float32Array(9000), 1, 1, 1, 1, 8, 0, 0, 0, 2, 1, 64, 64), { name: 'RangeError', message: /sliding window must be positive/ });
+  t.throws(
+    () =>
+      native.attention(
+        new Float32Array(8),
+        new Float32Array(8),
+        new Float32Array(8),
+        new Float32Array(8),
+        null,
+        null,
+        null,
+        new Float32Array(10),
+        1,
+        1,
+        1,
+        1,
+        8,
+        0,
+        0,
+        0,
+        0,
+        1,
+        64,
+        64,
+      ),
+    { name: 'RangeError', message: /scratch has 10 values/ },
+  );
+  t.throws(
+    () =>
+      native.attention(
+        new Float32Array(8),
+        new Float32Array(8),
+        new Float32Array(8),
+        new Float32Array(8),
+        null,
+        null,
+        null,
+        new Float32Array(9000),
+        1,
+        1,
+        3,
+        2,
+        8,
+        0,
+        0,
+        0,
+        0,
+        1,
+        64,
+        64,
+      ),
+    { name: 'RangeError', message: /Hkv must divide Hq/ },
+  );
+  t.throws(
+    () =>
+      native.attention(
+        new Float32Array(8),
+        new Float32Array(8),
+        new Float32Array(8),
+        new Float32Array(8),
+        null,
+        null,
+        null,
+        new Float32Array(9000),
+        1,
+        1,
+        1,
+        1,
+        8,
+        0,
+        0,
+        0,
+        2,
+        1,
+        64,
+        64,
+      ),
+    { name: 'RangeError', message: /sliding window must be positive/ },
+  );
 });
 
 t.test('an f16 KV cache reads as its values widened to f32, bit for bit', async (t) => {
@@ -137,12 +226,21 @@ t.test('an f16 KV cache reads as its values widened to f32, bit for bit', async 
   const k32 = Float32Array.from(k16, (h) => f16ToF32(h));
   const v32 = Float32Array.from(v16, (h) => f16ToF32(h));
   const scratch = new Float32Array(attentionScratchFloats(1, 16, hd, Hq / Hkv));
-  for (const [mode, window] of [[1, 0], [2, 30]] as const) {
+  for (const [mode, window] of [
+    [1, 0],
+    [2, 30],
+  ] as const) {
     const a = new Float32Array(Hq * hd);
     const b = new Float32Array(Hq * hd);
     native.attention(q, k16, v16, a, null, null, null, scratch, 1, Tk, Hq, Hkv, hd, Tk - 1, 0, window, mode, 0.25, 1, 16);
     native.attention(q, k32, v32, b, null, null, null, scratch, 1, Tk, Hq, Hkv, hd, Tk - 1, 0, window, mode, 0.25, 1, 16);
-    t.ok(a.every((x, i) => Object.is(x, b[i])), `mode ${mode}: the same bits as the widened f32 cache`);
+    t.ok(
+      a.every((x, i) => Object.is(x, b[i])),
+      `mode ${mode}: the same bits as the widened f32 cache`,
+    );
   }
-  t.throws(() => native.attention(q, k16, new Uint16Array(4), new Float32Array(Hq * hd), null, null, null, scratch, 1, Tk, Hq, Hkv, hd, Tk - 1, 0, 0, 1, 0.25, 1, 16), /k and v need/);
+  t.throws(
+    () => native.attention(q, k16, new Uint16Array(4), new Float32Array(Hq * hd), null, null, null, scratch, 1, Tk, Hq, Hkv, hd, Tk - 1, 0, 0, 1, 0.25, 1, 16),
+    /k and v need/,
+  );
 });

@@ -35,7 +35,9 @@ t.test('prefill equals a float64 LFM2 reference; logits through the tied embeddi
   const D = config.backbone.hidden;
   const T = TOKENS.length;
   const input = new Float32Array(32 * D);
-  TOKENS.forEach((tok, i) => backbone.embedText(tok, input, i));
+  TOKENS.forEach((tok, i) => {
+    backbone.embedText(tok, input, i);
+  });
   const before = domain.snapshot().allocations;
   const hidden = backbone.forward(state, input, T).slice(0, T * D);
   t.same(domain.snapshot().allocations, before, 'no allocation after readiness');
@@ -65,7 +67,9 @@ t.test('chunked prefill equals one-shot prefill bit for bit; single steps to rou
   const D = one.config.backbone.hidden;
   const T = TOKENS.length;
   const input = new Float32Array(32 * D);
-  TOKENS.forEach((tok, i) => one.backbone.embedText(tok, input, i));
+  TOKENS.forEach((tok, i) => {
+    one.backbone.embedText(tok, input, i);
+  });
   const whole = one.backbone.forward(one.state, input, T).slice(0, T * D);
   for (const chunk of [1, 3, 7]) {
     const s = setup(chunk);
@@ -87,7 +91,10 @@ t.test('chunked prefill equals one-shot prefill bit for bit; single steps to rou
       }
       t.ok(e / s2 < 1e-12, `steps of 1 equal one-shot prefill to rounding (NMSE ${(e / s2).toExponential(2)})`);
     } else {
-      t.ok(got.every((v, i) => Object.is(v, whole[i])), `chunks of ${chunk}: bit for bit`);
+      t.ok(
+        got.every((v, i) => Object.is(v, whole[i])),
+        `chunks of ${chunk}: bit for bit`,
+      );
     }
   }
   // An audio frame embeds as the sum of its 8 codebook rows.
@@ -97,7 +104,9 @@ t.test('chunked prefill equals one-shot prefill bit for bit; single steps to rou
   let worst = 0;
   for (let c = 0; c < D; c++) {
     let s = 0;
-    [0, 1, 2, 3, 4, 5, 6, 2048].forEach((code, i) => (s += table[(i * 2049 + code) * D + c]!));
+    [0, 1, 2, 3, 4, 5, 6, 2048].forEach((code, i) => {
+      s += table[(i * 2049 + code) * D + c]!;
+    });
     worst = Math.max(worst, Math.abs(s - row[c]!));
   }
   t.ok(worst < 1e-5, 'audio embedding sums codebooks');

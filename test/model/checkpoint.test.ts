@@ -42,7 +42,10 @@ t.test('a loaded checkpoint holds exactly the generated values, charged once to 
     const want = new Float64Array(n);
     new TensorStream(spec, 7).next(want, n);
     const got = image.toF32(name, new Float32Array(n));
-    t.ok(got.every((v, i) => v === Math.fround(want[i]!)), `${name} equals its generated values`);
+    t.ok(
+      got.every((v, i) => v === Math.fround(want[i]!)),
+      `${name} equals its generated values`,
+    );
   }
   const s = domain.snapshot();
   const model = s.owners.find((o) => o.name === 'model/0')!;
@@ -90,7 +93,10 @@ t.test('bf16 and f16 checkpoints load in their stored dtype', async (t) => {
     new TensorStream(spec, 7).next(want, n);
     const got = image.toF32(name, new Float32Array(n));
     const tol = dtype === 'bf16' ? 2 ** -8 : 2 ** -11;
-    t.ok(got.every((v, i) => Math.abs(v - want[i]!) <= tol * Math.abs(want[i]!) + 1e-7), `${dtype} values round to nearest`);
+    t.ok(
+      got.every((v, i) => Math.abs(v - want[i]!) <= tol * Math.abs(want[i]!) + 1e-7),
+      `${dtype} values round to nearest`,
+    );
     if (dtype === 'bf16') t.equal(got[0], bf16ToF32(f32ToBf16(want[0]!)));
     t.ok(report.weightBytes < 12_000_000, `${dtype} image is half the f32 size (${report.weightBytes} bytes)`);
   }
@@ -120,13 +126,19 @@ t.test('make-checkpoint writes what LAYOUT.md says: tied to_logits equal their e
   const main = join(out, 'model.safetensors');
   const cb = loadConfig(out).audio.codebooks;
   for (let i = 0; i < cb; i++) {
-    t.ok(tensor(main, `depth_embeddings.${i}.to_logits.weight`).equals(tensor(main, `depth_embeddings.${i}.embedding.weight`)), `codebook ${i}: to_logits bytes = embedding bytes`);
+    t.ok(
+      tensor(main, `depth_embeddings.${i}.to_logits.weight`).equals(tensor(main, `depth_embeddings.${i}.embedding.weight`)),
+      `codebook ${i}: to_logits bytes = embedding bytes`,
+    );
   }
   const w = tensor(join(out, 'audio_detokenizer', 'model.safetensors'), 'istft.window');
   const got = new Float32Array(w.buffer.slice(w.byteOffset, w.byteOffset + w.byteLength));
   const want = Float32Array.from({ length: got.length }, (_, k) => 0.5 - 0.5 * Math.cos((2 * Math.PI * k) / got.length));
   t.equal(got.length, 1280);
-  t.ok(got.every((v, i) => v === want[i]), 'periodic Hann, to f32 rounding');
+  t.ok(
+    got.every((v, i) => v === want[i]),
+    'periodic Hann, to f32 rounding',
+  );
   t.equal(got[0], 0, 'periodic: starts at 0 …');
   t.equal(got[640], 1, '… peaks at N/2');
   // So a writer that stores tied tensors once gives a model that answers identically.
@@ -175,24 +187,94 @@ t.test('a corpus of malformed checkpoints: each a BadInputError naming the tenso
     ['header past the end', rawHeader('{}', new Uint8Array(0), 5000n), /header of 5000 bytes runs past the end/],
     ['tiny header', rawHeader('{', new Uint8Array(0), 1n), /cannot hold a JSON object/],
     ['bad JSON', rawHeader('{"a": '), /header is not valid JSON/],
-    ['not UTF-8', (() => { const b = rawHeader('{"a":1}'); b[9] = 0xff; return b; })(), /header is not valid UTF-8/],
+    [
+      'not UTF-8',
+      (() => {
+        const b = rawHeader('{"a":1}');
+        b[9] = 0xff;
+        return b;
+      })(),
+      /header is not valid UTF-8/,
+    ],
     ['header is an array', rawHeader('[1,2]'), /header is not a JSON object/],
     ['metadata not strings', rawHeader('{"__metadata__": {"a": 1}}'), /field __metadata__: metadata must map strings to strings/],
     ['entry not an object', rawHeader('{"w": 3}'), /field tensor 'w': entry is not an object/],
     ['unknown dtype', rawHeader('{"w": {"dtype": "F8", "shape": [1], "data_offsets": [0, 1]}}', new Uint8Array(1)), /tensor 'w': unsupported dtype "F8"/],
-    ['negative dimension', rawHeader('{"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}', new Uint8Array(4)), /tensor 'w': shape \[-1\] is not a list/],
+    [
+      'negative dimension',
+      rawHeader('{"w": {"dtype": "F32", "shape": [-1], "data_offsets": [0, 4]}}', new Uint8Array(4)),
+      /tensor 'w': shape \[-1\] is not a list/,
+    ],
     ['fractional dimension', rawHeader('{"w": {"dtype": "F32", "shape": [1.5], "data_offsets": [0, 4]}}', new Uint8Array(4)), /tensor 'w': shape/],
-    ['offsets not a pair', rawHeader('{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0]}}', new Uint8Array(4)), /tensor 'w': data_offsets \[0\] is not a pair/],
-    ['offsets reversed', rawHeader('{"w": {"dtype": "F32", "shape": [0], "data_offsets": [4, 0]}}', new Uint8Array(4)), /tensor 'w': data_offsets \[4, 0\] ends before it begins/],
-    ['out of the file', rawHeader('{"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}', new Uint8Array(8)), /tensor 'w', offset \d+: data_offsets \[0, 16\] run past the 8 data bytes/],
-    ['shape × dtype mismatch', rawHeader('{"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}', new Uint8Array(8)), /tensor 'w': shape \[3\] of F32 needs 12 bytes, data_offsets give 8/],
-    ['overlapping tensors', rawHeader('{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}', new Uint8Array(12)), /tensor 'b', offset \d+: overlaps tensor 'a'/],
-    ['a hole', rawHeader('{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}}', new Uint8Array(12)), /tensor 'b', offset \d+: 4 unreferenced bytes before it/],
-    ['trailing bytes', rawHeader('{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', new Uint8Array(9)), /field data, offset \d+: 5 bytes after the last tensor/],
-    ['missing tensor', rebuild((h) => { const e = h[q]; delete h[q]; h.__filler = { ...e }; }), new RegExp(`tensor '${q.replace(/\./g, '\\.')}': missing \\(required by configuration 'tiny'\\)`)],
-    ['wrong shape', rebuild((h) => (h[q].shape = [32, 128])), new RegExp(`tensor '${q.replace(/\./g, '\\.')}': shape \\[32, 128\\] but configuration 'tiny' needs \\[64, 64\\]`)],
-    ['wrong dtype', rebuild((h) => { h[q].dtype = 'I32'; }), new RegExp(`tensor '${q.replace(/\./g, '\\.')}': dtype I32 but a float`)],
-    ['integer buffer as float', rebuild((h) => { h.codebook_offsets.dtype = 'F64'; }), /tensor 'codebook_offsets': unsupported dtype "F64"/],
+    [
+      'offsets not a pair',
+      rawHeader('{"w": {"dtype": "F32", "shape": [1], "data_offsets": [0]}}', new Uint8Array(4)),
+      /tensor 'w': data_offsets \[0\] is not a pair/,
+    ],
+    [
+      'offsets reversed',
+      rawHeader('{"w": {"dtype": "F32", "shape": [0], "data_offsets": [4, 0]}}', new Uint8Array(4)),
+      /tensor 'w': data_offsets \[4, 0\] ends before it begins/,
+    ],
+    [
+      'out of the file',
+      rawHeader('{"w": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}', new Uint8Array(8)),
+      /tensor 'w', offset \d+: data_offsets \[0, 16\] run past the 8 data bytes/,
+    ],
+    [
+      'shape × dtype mismatch',
+      rawHeader('{"w": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}', new Uint8Array(8)),
+      /tensor 'w': shape \[3\] of F32 needs 12 bytes, data_offsets give 8/,
+    ],
+    [
+      'overlapping tensors',
+      rawHeader(
+        '{"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}, "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}',
+        new Uint8Array(12),
+      ),
+      /tensor 'b', offset \d+: overlaps tensor 'a'/,
+    ],
+    [
+      'a hole',
+      rawHeader(
+        '{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}, "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}}',
+        new Uint8Array(12),
+      ),
+      /tensor 'b', offset \d+: 4 unreferenced bytes before it/,
+    ],
+    [
+      'trailing bytes',
+      rawHeader('{"a": {"dtype": "F32", "shape": [1], "data_offsets": [0, 4]}}', new Uint8Array(9)),
+      /field data, offset \d+: 5 bytes after the last tensor/,
+    ],
+    [
+      'missing tensor',
+      rebuild((h) => {
+        const e = h[q];
+        delete h[q];
+        h.__filler = { ...e };
+      }),
+      new RegExp(`tensor '${q.replace(/\./g, '\\.')}': missing \\(required by configuration 'tiny'\\)`),
+    ],
+    [
+      'wrong shape',
+      rebuild((h) => (h[q].shape = [32, 128])),
+      new RegExp(`tensor '${q.replace(/\./g, '\\.')}': shape \\[32, 128\\] but configuration 'tiny' needs \\[64, 64\\]`),
+    ],
+    [
+      'wrong dtype',
+      rebuild((h) => {
+        h[q].dtype = 'I32';
+      }),
+      new RegExp(`tensor '${q.replace(/\./g, '\\.')}': dtype I32 but a float`),
+    ],
+    [
+      'integer buffer as float',
+      rebuild((h) => {
+        h.codebook_offsets.dtype = 'F64';
+      }),
+      /tensor 'codebook_offsets': unsupported dtype "F64"/,
+    ],
     ['truncated file', readFileSync(join(dir, 'a', 'model.safetensors')).subarray(0, 5_000_000), /run past the \d+ data bytes|runs past/],
   ];
   t.ok(corpus.length >= 20, `${corpus.length} malformed checkpoints`);
@@ -213,7 +295,10 @@ t.test('a corpus of malformed checkpoints: each a BadInputError naming the tenso
     t.equal(domain.snapshot().held.total, 0, `${name}: nothing allocated`, { diagnostic: false });
   }
   // A header the writer produces round-trips.
-  const { header } = encodeSafetensorsHeader([{ name: 'x', dtype: 'BF16', shape: [2, 3] }, { name: 'i', dtype: 'I64', shape: [] }]);
+  const { header } = encodeSafetensorsHeader([
+    { name: 'x', dtype: 'BF16', shape: [2, 3] },
+    { name: 'i', dtype: 'I64', shape: [] },
+  ]);
   const file = new Uint8Array(header.length + 12 + 8);
   file.set(header);
   const h = readSafetensorsHeader(memorySource(file, 'ok.safetensors'));
@@ -229,7 +314,11 @@ t.test('two worker threads read the same image; the ledger shows its bytes once'
   const names = ['lfm.embed_tokens.weight', `${DETOKENIZER_PREFIX}lin.weight`, 'conformer.layers.0.conv.depthwise_conv.folded_weight'];
   const mine = names.map((n) => image.bytes(n).reduce((a, b) => (a * 31 + b) >>> 0, 7));
   const url = new URL('./workers/reader.js', import.meta.url);
-  const results = await Promise.all([0, 1].map(() => runWorker<{ sums: number[]; sameBuffer: boolean; heldBefore: number; heldAfter: number }>(url, { shared: domain.share(), image: image.share(), names })));
+  const results = await Promise.all(
+    [0, 1].map(() =>
+      runWorker<{ sums: number[]; sameBuffer: boolean; heldBefore: number; heldAfter: number }>(url, { shared: domain.share(), image: image.share(), names }),
+    ),
+  );
   for (const r of results) {
     t.same(r.sums, mine, 'the worker reads the same bytes');
     t.ok(r.sameBuffer, 'through the shared slab itself, not a copy');
@@ -239,7 +328,11 @@ t.test('two worker threads read the same image; the ledger shows its bytes once'
 });
 
 t.test('non-finite weights are refused at load, naming the file, the tensor and the offset', async (t) => {
-  for (const [dtype, value, size] of [['f32', 'NaN', 4], ['f16', 'Infinity', 2], ['bf16', 'NaN', 2]] as const) {
+  for (const [dtype, value, size] of [
+    ['f32', 'NaN', 4],
+    ['f16', 'Infinity', 2],
+    ['bf16', 'NaN', 2],
+  ] as const) {
     const out = join(dir, `nan-${dtype}`);
     makeCheckpoint({ config: 'tiny', seed: 7, out, dtype });
     const file = join(out, 'model.safetensors');
@@ -259,7 +352,11 @@ t.test('non-finite weights are refused at load, naming the file, the tensor and 
       err = e;
     }
     t.type(err, BadInputError, `${dtype}: refused`);
-    t.match((err as Error).message, new RegExp(`model\\.safetensors, field tensor 'lfm\\.layers\\.0\\.feed_forward\\.w1\\.weight', offset ${at}: value 5 is not finite`), `${dtype}: ${(err as Error).message.split('/').pop()}`);
+    t.match(
+      (err as Error).message,
+      new RegExp(`model\\.safetensors, field tensor 'lfm\\.layers\\.0\\.feed_forward\\.w1\\.weight', offset ${at}: value 5 is not finite`),
+      `${dtype}: ${(err as Error).message.split('/').pop()}`,
+    );
     t.equal(domain.snapshot().held.total, 0, `${dtype}: nothing held`);
   }
 });

@@ -34,12 +34,26 @@ t.test('nonsense values are refused with the field path', async (t) => {
     ['string where number', (m) => (m.encoder.d_model = '64'), /field encoder\.d_model/],
     ['even conv kernel', (m) => (m.encoder.conv_kernel_size = 8), /field encoder\.conv_kernel_size: must be odd/],
     ['bad subsampling factor', (m) => (m.encoder.subsampling_factor = 6), /field encoder\.subsampling_factor: must be a power of two/],
-    ['no ffn size', (m) => { delete m.lfm.block_ff_dim; delete m.lfm.intermediate_size; }, /field lfm\.intermediate_size: intermediate_size or block_ff_dim is required/],
+    [
+      'no ffn size',
+      (m) => {
+        delete m.lfm.block_ff_dim;
+        delete m.lfm.intermediate_size;
+      },
+      /field lfm\.intermediate_size: intermediate_size or block_ff_dim is required/,
+    ],
     ['detokenizer window', (_m, d) => (d.sliding_window = 0), /audio_detokenizer\/config\.json, field sliding_window/],
     ['detokenizer output', (_m, d) => (d.output_size = 1000), /audio_detokenizer\/config\.json, field output_size/],
     ['a billion codebooks', (m) => (m.codebooks = 1e9), /config\.json, field codebooks: Too big/],
     ['a billion encoder layers', (m) => (m.encoder.n_layers = 1e9), /field encoder\.n_layers: Too big/],
-    ['100,000 layer types', (m) => { m.lfm.layer_types = new Array(100_000).fill('conv'); delete m.lfm.num_hidden_layers; }, /field lfm\.layer_types: Too big/],
+    [
+      '100,000 layer types',
+      (m) => {
+        m.lfm.layer_types = new Array(100_000).fill('conv');
+        delete m.lfm.num_hidden_layers;
+      },
+      /field lfm\.layer_types: Too big/,
+    ],
     ['a vast vocabulary', (m) => (m.lfm.vocab_size = 2 ** 40), /field lfm\.vocab_size: Too big/],
     ['a vast detokenizer', (_m, d) => (d.hidden_size = 1e7), /audio_detokenizer\/config\.json, field hidden_size: Too big/],
     ['main context missing', (m) => delete m.lfm.max_position_embeddings, /config\.json, field lfm\.max_position_embeddings/],

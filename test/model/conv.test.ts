@@ -37,7 +37,10 @@ t.test('causal conv1d with carried state streams exactly', async (t) => {
       conv1dCausal(x.subarray(i * C, (i + n) * C), w, state, part, n, C, k);
       y.set(part, i * C);
     }
-    t.ok(y.every((v, i) => Object.is(v, whole[i])), `chunks of ${chunk} equal one pass`);
+    t.ok(
+      y.every((v, i) => Object.is(v, whole[i])),
+      `chunks of ${chunk} equal one pass`,
+    );
   }
 });
 
@@ -69,7 +72,10 @@ t.test("'same' conv1d: row tiles equal one pass", async (t) => {
     conv1dSame(x, w, b, part, T, C, k, t0, t1);
     tiled.set(part, t0 * C);
   }
-  t.ok(tiled.every((v, i) => Object.is(v, whole[i])), 'tiles of 7 rows equal one pass');
+  t.ok(
+    tiled.every((v, i) => Object.is(v, whole[i])),
+    'tiles of 7 rows equal one pass',
+  );
 });
 
 function randomWeights(r: () => number, C: number, d: number, stages: number, flat: number): SubsamplingWeights {
@@ -97,7 +103,11 @@ t.test('subsampling in time tiles equals the untiled run exactly, and the refere
     for (const tile of [1, 3, 8]) {
       const y = new Float32Array(Tp * e.d);
       new Subsampler(config, w, tile).run(mel, T, y);
-      t.ok(y.every((v, i) => Object.is(v, x[i])), `T=${T}: tiles of ${tile} frames equal the untiled run`, { diagnostic: false });
+      t.ok(
+        y.every((v, i) => Object.is(v, x[i])),
+        `T=${T}: tiles of ${tile} frames equal the untiled run`,
+        { diagnostic: false },
+      );
     }
     if (T <= 57) {
       const ref = subsampleReference(mel, T, 128, e.channels, e.stages, w, e.d);

@@ -46,7 +46,17 @@ function say(conv: Conversation, audio: Float32Array): number {
 
 /** Everything a turn produces, copied. */
 function record(conv: Conversation, audio: Float32Array) {
-  const out = { mel: [] as number[], encoder: [] as number[], adapter: [] as number[], hidden: [] as number[], textLogits: [] as number[], audioLogits: [] as number[], bins: [] as number[], pcm: [] as number[], events: [] as (number | number[])[] };
+  const out = {
+    mel: [] as number[],
+    encoder: [] as number[],
+    adapter: [] as number[],
+    hidden: [] as number[],
+    textLogits: [] as number[],
+    audioLogits: [] as number[],
+    bins: [] as number[],
+    pcm: [] as number[],
+    events: [] as (number | number[])[],
+  };
   const D = conv.model.config.backbone.hidden;
   for (let i = 0; i < audio.length; i += Conversation.INPUT_CHUNK) conv.listen(audio.subarray(i, Math.min(audio.length, i + Conversation.INPUT_CHUNK)));
   conv.endSegment({
@@ -87,12 +97,20 @@ t.test('the planned run equals the run with every plane in its own bytes, bit fo
   const planned = open({ ...opts, layout: 'planned' });
   const separate = open({ ...opts, layout: 'separate' });
   const shared = ['conformer', 'backbone', 'detokenizer'] as const;
-  const hw = (m: SpeechModel) => ({ conformer: m.slot.encoder.region.summary.highWater, backbone: m.slot.backbone.region.summary.highWater, detokenizer: m.slot.detokenizer.work.summary.highWater });
-  for (const s of shared) t.ok(hw(planned.model)[s] < hw(separate.model)[s], `${s}: planned ${hw(planned.model)[s]} B share bytes, separate ${hw(separate.model)[s]} B do not`);
+  const hw = (m: SpeechModel) => ({
+    conformer: m.slot.encoder.region.summary.highWater,
+    backbone: m.slot.backbone.region.summary.highWater,
+    detokenizer: m.slot.detokenizer.work.summary.highWater,
+  });
+  for (const s of shared)
+    t.ok(hw(planned.model)[s] < hw(separate.model)[s], `${s}: planned ${hw(planned.model)[s]} B share bytes, separate ${hw(separate.model)[s]} B do not`);
   for (let turn = 0; turn < 2; turn++) {
     const a = record(planned.conv, audio);
     const b = record(separate.conv, audio);
-    t.ok(a.summary.audioFrames > 0 && a.pcm.length > 0, `turn ${turn}: ${a.summary.textTokens} text tokens, ${a.summary.audioFrames} frames, ${a.pcm.length} samples`);
+    t.ok(
+      a.summary.audioFrames > 0 && a.pcm.length > 0,
+      `turn ${turn}: ${a.summary.textTokens} text tokens, ${a.summary.audioFrames} frames, ${a.pcm.length} samples`,
+    );
     for (const k of ['mel', 'encoder', 'adapter', 'hidden', 'textLogits', 'audioLogits', 'bins', 'pcm'] as const) {
       t.ok(a[k].length > 0 && bitsEqual(a[k], b[k]), `turn ${turn}: ${k} equal bit for bit (${a[k].length} values)`);
     }
@@ -176,7 +194,10 @@ t.test('a conversation past its context keeps answering; the system prompt stays
       say(conv, audio);
       if (turn === 0) before = conv.backbone.k[layer]!.slice(0, keep * (conv.backbone.k[layer]!.length / conv.backbone.rows));
       const s = conv.reply({});
-      t.ok(s.audioFrames > 0 || s.textTokens > 0, `${kv} turn ${turn}: answered (${s.textTokens} text tokens, ${s.audioFrames} frames, ${conv.compactions} compactions so far)`);
+      t.ok(
+        s.audioFrames > 0 || s.textTokens > 0,
+        `${kv} turn ${turn}: answered (${s.textTokens} text tokens, ${s.audioFrames} frames, ${conv.compactions} compactions so far)`,
+      );
       t.ok(conv.backbone.position <= 160, `${kv} turn ${turn}: position ${conv.backbone.position} within the context`);
     }
     t.ok(conv.compactions > 0 && conv.dropped > 0, `${kv}: ${conv.compactions} compactions forgot ${conv.dropped} positions`);
@@ -228,7 +249,7 @@ t.test('dropping positions rotates the kept keys to their new positions (float64
   for (let r = keep; r < s.position; r++) {
     for (let h = 0; h < b.kvHeads; h++) {
       for (let i = 0; i < half; i++) {
-        const a = (-drop * b.ropeTheta ** ((-2 * i) / b.headDim));
+        const a = -drop * b.ropeTheta ** ((-2 * i) / b.headDim);
         const src = (r + drop) * kd + h * b.headDim;
         const x1 = old[src + i]!;
         const x2 = old[src + half + i]!;
@@ -271,7 +292,10 @@ t.test('q4 weights (int8 activations) and two compute threads: the same reply bi
   const q4 = mkdtempSync(join(tmpdir(), 'voxslab-conv-q4-'));
   await quantizeCheckpoint({ input: dir, output: q4, bits: 4, group: 64 });
   const audio = userAudio(16000, 1.5, 8);
-  for (const [name, from] of [['f32', dir], ['q4', q4]] as const) {
+  for (const [name, from] of [
+    ['f32', dir],
+    ['q4', q4],
+  ] as const) {
     const runs = [1, 2].map((threads) => {
       const { conv } = open({ replySeconds: 2, context: 1024, threads }, 12, 16000, from);
       t.equal(computeThreads(), threads, `${name}: ${threads} compute thread(s)`);
@@ -319,7 +343,10 @@ t.test('end of audio: codebook 0 = 2048 ends the audio, the frame becomes all 20
   const s = conv.reply({ text: (tk) => events.push(tk), audio: (c) => events.push(Array.from(c)), pcm: (_, n) => (samples += n) });
   const frames = events.filter((e): e is number[] => typeof e !== 'number');
   t.ok(frames.length > 0, `${frames.length} audio frames`);
-  t.ok(frames.every((f) => f.every((c) => c === 2048)), 'every frame is the end-of-audio frame, all 8 codes 2048');
+  t.ok(
+    frames.every((f) => f.every((c) => c === 2048)),
+    'every frame is the end-of-audio frame, all 8 codes 2048',
+  );
   t.ok(s.endOfAudio, 'the summary says so');
   t.equal(samples, 0, 'nothing is detokenized');
   // After each end-of-audio frame the next event is text.

@@ -123,9 +123,14 @@ t.test('sampling: seeded, top-k support, mask', async (t) => {
   const a = draw(7);
   t.same(draw(7), a, 'the same seed gives the same codes');
   t.not(draw(8).join(), a.join(), 'another seed differs');
-  const order = Array.from(logits.keys()).filter((i) => i !== 2048).sort((x, y) => logits[y]! - logits[x]! || x - y);
+  const order = Array.from(logits.keys())
+    .filter((i) => i !== 2048)
+    .sort((x, y) => logits[y]! - logits[x]! || x - y);
   const top4 = new Set(order.slice(0, 4));
-  t.ok(a.every((c) => top4.has(c)), 'only the top 4 are sampled');
+  t.ok(
+    a.every((c) => top4.has(c)),
+    'only the top 4 are sampled',
+  );
   t.ok(new Set(a).size > 1, 'and more than one of them');
   t.ok(!a.includes(2048), 'the masked code never appears');
   const g = new Sampler(1);

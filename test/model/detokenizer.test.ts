@@ -21,7 +21,9 @@ function setup(rate: number, turnPositions = 600) {
   const t = config.detokenizer;
   const ticket = domain.owner('ticket', 0);
   const hw = plan(lfm2Pass(detokenizerDims(config), t.upsample).build()).highWater;
-  const work = domain.createArena(ticket, 'detokenizer', { bytes: domain.policy.arenaBytes([hw, t.upsample * t.outBins * 4, (t.upsample * t.hop + t.nFft) * 4, 256 * 256 * 4]) });
+  const work = domain.createArena(ticket, 'detokenizer', {
+    bytes: domain.policy.arenaBytes([hw, t.upsample * t.outBins * 4, (t.upsample * t.hop + t.nFft) * 4, 256 * 256 * 4]),
+  });
   const detok = new Detokenizer(config, image, work, heapWorkspace, { turnPositions });
   const conv = domain.owner('conversation', 0);
   const st = domain.createArena(conv, 'detok state', { bytes: domain.policy.arenaBytes(DetokenizerState.lfmBytes(config, turnPositions)) });
@@ -87,7 +89,10 @@ t.test('code frames → bins equal a float64 reference with the sliding window; 
   let m = 0;
   for (const c of codes) m += detok.frame(state, c, again, m);
   m += detok.finish(state, again, m);
-  t.ok(again.subarray(0, m).every((v, i) => Object.is(v, out[i])), 'startTurn resets positions, caches and overlap');
+  t.ok(
+    again.subarray(0, m).every((v, i) => Object.is(v, out[i])),
+    'startTurn resets positions, caches and overlap',
+  );
   t.throws(() => detok.frame(state, [1, 2, 3, 4, 5, 6, 7, 2048], out, 0), /code 2048 of codebook 7 is not 0…2047/);
 });
 

@@ -39,8 +39,14 @@ function reference(config: ModelConfig, image: WeightsImage, raw: Float32Array, 
   const d = e.d;
   const sub: SubsampleRefWeights = {
     conv0: { w: get('conformer.pre_encode.conv.0.weight'), b: get('conformer.pre_encode.conv.0.bias') },
-    dw: Array.from({ length: e.stages - 1 }, (_, j) => ({ w: get(`conformer.pre_encode.conv.${2 + 3 * j}.weight`), b: get(`conformer.pre_encode.conv.${2 + 3 * j}.bias`) })),
-    pw: Array.from({ length: e.stages - 1 }, (_, j) => ({ w: get(`conformer.pre_encode.conv.${3 + 3 * j}.weight`), b: get(`conformer.pre_encode.conv.${3 + 3 * j}.bias`) })),
+    dw: Array.from({ length: e.stages - 1 }, (_, j) => ({
+      w: get(`conformer.pre_encode.conv.${2 + 3 * j}.weight`),
+      b: get(`conformer.pre_encode.conv.${2 + 3 * j}.bias`),
+    })),
+    pw: Array.from({ length: e.stages - 1 }, (_, j) => ({
+      w: get(`conformer.pre_encode.conv.${3 + 3 * j}.weight`),
+      b: get(`conformer.pre_encode.conv.${3 + 3 * j}.bias`),
+    })),
     out: { w: get('conformer.pre_encode.out.weight'), b: get('conformer.pre_encode.out.bias') },
   };
   let x = subsampleReference(mel, T, F, C, e.stages, sub, d);
@@ -50,7 +56,14 @@ function reference(config: ModelConfig, image: WeightsImage, raw: Float32Array, 
   for (let n = 0; n < e.layers; n++) {
     const p = `conformer.layers.${n}`;
     for (const [ff, norm] of [['feed_forward1', 'norm_feed_forward1']] as const) {
-      const h = linear64(layerNorm64(x, Tp, d, get(`${p}.${norm}.weight`), get(`${p}.${norm}.bias`)), Tp, d, get(`${p}.${ff}.linear1.weight`), get(`${p}.${ff}.linear1.bias`), e.ffn).map(silu64);
+      const h = linear64(
+        layerNorm64(x, Tp, d, get(`${p}.${norm}.weight`), get(`${p}.${norm}.bias`)),
+        Tp,
+        d,
+        get(`${p}.${ff}.linear1.weight`),
+        get(`${p}.${ff}.linear1.bias`),
+        e.ffn,
+      ).map(silu64);
       const o = linear64(h, Tp, e.ffn, get(`${p}.${ff}.linear2.weight`), get(`${p}.${ff}.linear2.bias`), d);
       x = x.map((v, i) => v + 0.5 * o[i]!);
     }
@@ -114,7 +127,14 @@ function reference(config: ModelConfig, image: WeightsImage, raw: Float32Array, 
     const pw2 = linear64(y, Tp, d, get(`${p}.conv.pointwise_conv2.weight`), get(`${p}.conv.pointwise_conv2.bias`), d);
     x = x.map((val, i) => val + pw2[i]!);
     {
-      const h = linear64(layerNorm64(x, Tp, d, get(`${p}.norm_feed_forward2.weight`), get(`${p}.norm_feed_forward2.bias`)), Tp, d, get(`${p}.feed_forward2.linear1.weight`), get(`${p}.feed_forward2.linear1.bias`), e.ffn).map(silu64);
+      const h = linear64(
+        layerNorm64(x, Tp, d, get(`${p}.norm_feed_forward2.weight`), get(`${p}.norm_feed_forward2.bias`)),
+        Tp,
+        d,
+        get(`${p}.feed_forward2.linear1.weight`),
+        get(`${p}.feed_forward2.linear1.bias`),
+        e.ffn,
+      ).map(silu64);
       const o = linear64(h, Tp, e.ffn, get(`${p}.feed_forward2.linear2.weight`), get(`${p}.feed_forward2.linear2.bias`), d);
       x = x.map((val, i) => val + 0.5 * o[i]!);
     }
@@ -130,7 +150,14 @@ function reference(config: ModelConfig, image: WeightsImage, raw: Float32Array, 
     }
     return (2 / Math.sqrt(Math.PI)) * s;
   };
-  const a1 = linear64(layerNorm64(x, Tp, d, get('audio_adapter.model.0.weight'), get('audio_adapter.model.0.bias')), Tp, d, get('audio_adapter.model.1.weight'), get('audio_adapter.model.1.bias'), config.adapter.hidden).map((v) => 0.5 * v * (1 + erf(v / Math.SQRT2)));
+  const a1 = linear64(
+    layerNorm64(x, Tp, d, get('audio_adapter.model.0.weight'), get('audio_adapter.model.0.bias')),
+    Tp,
+    d,
+    get('audio_adapter.model.1.weight'),
+    get('audio_adapter.model.1.bias'),
+    config.adapter.hidden,
+  ).map((v) => 0.5 * v * (1 + erf(v / Math.SQRT2)));
   return linear64(a1, Tp, config.adapter.hidden, get('audio_adapter.model.3.weight'), get('audio_adapter.model.3.bias'), D);
 }
 
@@ -180,9 +207,15 @@ t.test('the planned encoder equals a float64 reference of MODEL.md', async (t) =
 t.test('row and query tiles do not change a bit; key tiles only round differently', async (t) => {
   const { rows, T } = speechLikeMel(16000 * 1.3);
   const base = setup(DEFAULT_ENCODER_TILES).encoder.encode(Float32Array.from(rows), T).slice();
-  for (const tiles of [{ ...DEFAULT_ENCODER_TILES, rows: 1, subsampling: 1 }, { ...DEFAULT_ENCODER_TILES, rows: 5, queries: 3, subsampling: 7 }]) {
+  for (const tiles of [
+    { ...DEFAULT_ENCODER_TILES, rows: 1, subsampling: 1 },
+    { ...DEFAULT_ENCODER_TILES, rows: 5, queries: 3, subsampling: 7 },
+  ]) {
     const got = setup(tiles).encoder.encode(Float32Array.from(rows), T);
-    t.ok(got.every((v, i) => Object.is(v, base[i])), `tiles ${JSON.stringify(tiles)}: identical bits`);
+    t.ok(
+      got.every((v, i) => Object.is(v, base[i])),
+      `tiles ${JSON.stringify(tiles)}: identical bits`,
+    );
   }
   const keys = setup({ ...DEFAULT_ENCODER_TILES, keys: 4 }).encoder.encode(Float32Array.from(rows), T);
   let worst = 0;

@@ -16,13 +16,20 @@ for (const isa of paths) {
       const failed = (r.stdout.match(/^\s*not ok /gm) ?? []).length;
       t.equal(r.status, 0, `${file.split('/').pop()} exits 0`);
       t.equal(failed, 0, `${file.split('/').pop()}: no failed assertion`);
-      if (file.endsWith('kernels.test.js')) t.match(r.stdout, new RegExp(`GEMV for every weight encoding matches a float64 reference \\(${isa === 'avx2' ? 'avx2\\+fma' : 'scalar'}\\)`), 'ran on the forced path');
+      if (file.endsWith('kernels.test.js'))
+        t.match(
+          r.stdout,
+          new RegExp(`GEMV for every weight encoding matches a float64 reference \\(${isa === 'avx2' ? 'avx2\\+fma' : 'scalar'}\\)`),
+          'ran on the forced path',
+        );
     }
   });
 }
 
 t.test('one instruction-set choice: every kernel family follows VOXSLAB_KERNELS, and a value that names none is refused', async (t) => {
-  const probe = "import('./dist/src/native.js').then(({ native }) => console.log(JSON.stringify([native.kernelIsa(), native.kernelPath()])), (e) => { console.log(JSON.stringify([e.name, e.message])); })";
+  const probe =
+    "import('./dist/src/native.js').then(({ native }) => console.log(JSON.stringify([native.kernelIsa(), native.kernelPath()])), (e) => { " +
+    'console.log(JSON.stringify([e.name, e.message])); })';
   const run = (value: string) => {
     const r = spawnSync(process.execPath, ['--input-type=module', '-e', probe], { encoding: 'utf8', env: { ...process.env, VOXSLAB_KERNELS: value } });
     return JSON.parse(r.stdout) as [string, string];

@@ -1,6 +1,25 @@
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
-import { computeThreads, GEMM_PACK_FLOATS, gelu, gemm, gemv, gemvScratchFloats, glu, kernelIsa, linear1, linearRows, setComputeThreads, layerNorm, rmsNorm, rope, ropeTables, silu, swiglu, type Weights } from '../../src/model/blocks/kernels.js';
+import {
+  computeThreads,
+  GEMM_PACK_FLOATS,
+  gelu,
+  gemm,
+  gemv,
+  gemvScratchFloats,
+  glu,
+  kernelIsa,
+  linear1,
+  linearRows,
+  setComputeThreads,
+  layerNorm,
+  rmsNorm,
+  rope,
+  ropeTables,
+  silu,
+  swiglu,
+  type Weights,
+} from '../../src/model/blocks/kernels.js';
 import { dequantizedAt, quantize } from '../../src/model/format/quant.js';
 import { f32ToBf16, f32ToF16, bf16ToF32, f16ToF32 } from '../../src/model/format/dtype.js';
 import { native } from '../../src/native.js';
@@ -37,13 +56,34 @@ t.test(`GEMV for every weight encoding matches a float64 reference (${kernelIsa(
     const x = Float32Array.from({ length: cols }, () => r() * 2 - 1);
     const y = new Float32Array(rows);
     gemv({ kind: 'f32', data: w, rows, cols }, x, y);
-    t.ok(nmse(y, gemvRef((i, k) => w[i * cols + k]!, x, rows, cols)) <= 1e-10, `f32 ${rows}×${cols}`, { diagnostic: false });
+    t.ok(
+      nmse(
+        y,
+        gemvRef((i, k) => w[i * cols + k]!, x, rows, cols),
+      ) <= 1e-10,
+      `f32 ${rows}×${cols}`,
+      { diagnostic: false },
+    );
     const h = Uint16Array.from(w, (v) => f32ToF16(v));
     gemv({ kind: 'f16', data: h, rows, cols }, x, y);
-    t.ok(nmse(y, gemvRef((i, k) => f16ToF32(h[i * cols + k]!), x, rows, cols)) <= 1e-10, `f16 ${rows}×${cols}`, { diagnostic: false });
+    t.ok(
+      nmse(
+        y,
+        gemvRef((i, k) => f16ToF32(h[i * cols + k]!), x, rows, cols),
+      ) <= 1e-10,
+      `f16 ${rows}×${cols}`,
+      { diagnostic: false },
+    );
     const b = Uint16Array.from(w, (v) => f32ToBf16(v));
     gemv({ kind: 'bf16', data: b, rows, cols }, x, y);
-    t.ok(nmse(y, gemvRef((i, k) => bf16ToF32(b[i * cols + k]!), x, rows, cols)) <= 1e-10, `bf16 ${rows}×${cols}`, { diagnostic: false });
+    t.ok(
+      nmse(
+        y,
+        gemvRef((i, k) => bf16ToF32(b[i * cols + k]!), x, rows, cols),
+      ) <= 1e-10,
+      `bf16 ${rows}×${cols}`,
+      { diagnostic: false },
+    );
   }
   for (let trial = 0; trial < 30; trial++) {
     const group = trial % 2 === 0 ? 32 : 64;
@@ -55,7 +95,14 @@ t.test(`GEMV for every weight encoding matches a float64 reference (${kernelIsa(
     const q = quantize(w, rows, cols, bits, group);
     const y = new Float32Array(rows);
     gemv({ kind: bits === 8 ? 'q8' : 'q4', data: q.data, scales: q.scales, biases: q.biases, group, rows, cols }, x, y, new Float32Array(cols / group));
-    t.ok(nmse(y, gemvRef((i, k) => dequantizedAt(q, i, k), x, rows, cols)) <= 1e-10, `q${bits} g${group} ${rows}×${cols} equals the dequantized product`, { diagnostic: false });
+    t.ok(
+      nmse(
+        y,
+        gemvRef((i, k) => dequantizedAt(q, i, k), x, rows, cols),
+      ) <= 1e-10,
+      `q${bits} g${group} ${rows}×${cols} equals the dequantized product`,
+      { diagnostic: false },
+    );
     // Against the original weights, within the rounding bound: |Δw| ≤ s/2 per weight.
     const exact = gemvRef((i, k) => w[i * cols + k]!, x, rows, cols);
     let ok = true;
@@ -172,7 +219,12 @@ t.test('two compute threads give the same bits as one', async (t) => {
     setComputeThreads(1);
   }
   t.equal(computeThreads(), 1, 'back to one');
-  a.forEach((v, i) => t.ok(v.every((e, j) => Object.is(e, b[i]![j])), `result ${i}: the same bits`));
+  a.forEach((v, i) => {
+    t.ok(
+      v.every((e, j) => Object.is(e, b[i]![j])),
+      `result ${i}: the same bits`,
+    );
+  });
 });
 
 t.test('bias sum in f32 vs narrow operands (negative control)', async (t) => {
@@ -215,7 +267,14 @@ const gemmRef = (A: Float32Array, W: Float32Array, bias: Float32Array | null, T:
 t.test('GEMM matches a float64 reference, odd sizes included', async (t) => {
   const r = prng(2);
   const pack = new Float32Array(GEMM_PACK_FLOATS);
-  const shapes: [number, number, number][] = [[1, 1, 1], [6, 16, 256], [7, 17, 257], [13, 37, 300], [64, 40, 512], [5, 300, 600]];
+  const shapes: [number, number, number][] = [
+    [1, 1, 1],
+    [6, 16, 256],
+    [7, 17, 257],
+    [13, 37, 300],
+    [64, 40, 512],
+    [5, 300, 600],
+  ];
   for (let i = 0; i < 20; i++) shapes.push([randInt(r, 1, 20), randInt(r, 1, 60), randInt(r, 1, 700)]);
   for (const [T, N, K] of shapes) {
     const A = Float32Array.from({ length: T * K }, () => r() - 0.5);
@@ -232,7 +291,12 @@ t.test('GEMM matches a float64 reference, odd sizes included', async (t) => {
 t.test('GEMM with f16, bf16, q8 and q4 weights matches the float64 product of the decoded weights', async (t) => {
   const r = prng(6);
   const pack = new Float32Array(GEMM_PACK_FLOATS);
-  for (const [T, N, K] of [[7, 17, 64], [13, 40, 320], [1, 5, 128], [20, 33, 256]] as const) {
+  for (const [T, N, K] of [
+    [7, 17, 64],
+    [13, 40, 320],
+    [1, 5, 128],
+    [20, 33, 256],
+  ] as const) {
     const A = Float32Array.from({ length: T * K }, () => r() - 0.5);
     const w = Float32Array.from({ length: N * K }, () => r() - 0.5);
     const h = Uint16Array.from(w, (v) => f32ToF16(v));
@@ -267,15 +331,21 @@ t.test('kernels give the same bits on another thread', async (t) => {
   const A = new Float32Array(new SharedArrayBuffer(T * K * 4));
   const W = new Float32Array(new SharedArrayBuffer(N * K * 4));
   const r = prng(3);
-  A.forEach((_, i) => (A[i] = r() - 0.5));
-  W.forEach((_, i) => (W[i] = r() - 0.5));
+  for (let i = 0; i < A.length; i++) A[i] = r() - 0.5;
+  for (let i = 0; i < W.length; i++) W[i] = r() - 0.5;
   const C = new Float32Array(T * N);
   gemm(A, W, null, C, T, N, K, new Float32Array(GEMM_PACK_FLOATS));
   const y = new Float32Array(N);
   gemv({ kind: 'f32', data: W, rows: N, cols: K }, A.subarray(0, K), y);
   const other = await runWorker<{ C: Float32Array; y: Float32Array }>(new URL('./workers/kernel.js', import.meta.url), { A: A.buffer, W: W.buffer, T, N, K });
-  t.ok(other.C.every((v, i) => Object.is(v, C[i])), 'GEMM bits equal');
-  t.ok(other.y.every((v, i) => Object.is(v, y[i])), 'GEMV bits equal');
+  t.ok(
+    other.C.every((v, i) => Object.is(v, C[i])),
+    'GEMM bits equal',
+  );
+  t.ok(
+    other.y.every((v, i) => Object.is(v, y[i])),
+    'GEMV bits equal',
+  );
 });
 
 t.test('norms, activations and RoPE match references', async (t) => {
@@ -288,22 +358,30 @@ t.test('norms, activations and RoPE match references', async (t) => {
   const y = new Float32Array(rows * dim);
   const close = (got: Float32Array, want: number[], what: string) => t.ok(nmse(got, want) <= 1e-12, what);
   rmsNorm(x, w, y, rows, dim, 1e-5);
-  close(y, Array.from(x, (v, i) => {
-    const row = Math.floor(i / dim);
-    let ss = 0;
-    for (let k = 0; k < dim; k++) ss += x[row * dim + k]! ** 2;
-    return v / Math.sqrt(ss / dim + 1e-5) * w[i % dim]!;
-  }), 'RMSNorm: x · rsqrt(mean(x²) + ε) · w');
+  close(
+    y,
+    Array.from(x, (v, i) => {
+      const row = Math.floor(i / dim);
+      let ss = 0;
+      for (let k = 0; k < dim; k++) ss += x[row * dim + k]! ** 2;
+      return (v / Math.sqrt(ss / dim + 1e-5)) * w[i % dim]!;
+    }),
+    'RMSNorm: x · rsqrt(mean(x²) + ε) · w',
+  );
   layerNorm(x, w, b, y, rows, dim, 1e-5);
-  close(y, Array.from(x, (v, i) => {
-    const row = Math.floor(i / dim);
-    let m = 0;
-    for (let k = 0; k < dim; k++) m += x[row * dim + k]!;
-    m /= dim;
-    let vv = 0;
-    for (let k = 0; k < dim; k++) vv += (x[row * dim + k]! - m) ** 2;
-    return ((v - m) / Math.sqrt(vv / dim + 1e-5)) * w[i % dim]! + b[i % dim]!;
-  }), 'LayerNorm');
+  close(
+    y,
+    Array.from(x, (v, i) => {
+      const row = Math.floor(i / dim);
+      let m = 0;
+      for (let k = 0; k < dim; k++) m += x[row * dim + k]!;
+      m /= dim;
+      let vv = 0;
+      for (let k = 0; k < dim; k++) vv += (x[row * dim + k]! - m) ** 2;
+      return ((v - m) / Math.sqrt(vv / dim + 1e-5)) * w[i % dim]! + b[i % dim]!;
+    }),
+    'LayerNorm',
+  );
   // erf by its series, independent of the native libm.
   const erf = (z: number) => {
     let s = 0;
@@ -315,18 +393,34 @@ t.test('norms, activations and RoPE match references', async (t) => {
     return (2 / Math.sqrt(Math.PI)) * s;
   };
   gelu(x, y);
-  close(y, Array.from(x, (v) => 0.5 * v * (1 + erf(v / Math.SQRT2))), 'exact (erf) GELU');
+  close(
+    y,
+    Array.from(x, (v) => 0.5 * v * (1 + erf(v / Math.SQRT2))),
+    'exact (erf) GELU',
+  );
   silu(x, y);
-  close(y, Array.from(x, (v) => v / (1 + Math.exp(-v))), 'SiLU');
+  close(
+    y,
+    Array.from(x, (v) => v / (1 + Math.exp(-v))),
+    'SiLU',
+  );
   swiglu(x, b.length === dim ? Float32Array.from(x, (v) => v * 0.5) : x, y);
-  close(y, Array.from(x, (v) => (v / (1 + Math.exp(-v))) * v * 0.5), 'SwiGLU');
+  close(
+    y,
+    Array.from(x, (v) => (v / (1 + Math.exp(-v))) * v * 0.5),
+    'SwiGLU',
+  );
   const y2 = new Float32Array(rows * 18);
   glu(x.subarray(0, rows * 36), y2, rows, 18);
-  close(y2, Array.from({ length: rows * 18 }, (_, i) => {
-    const row = Math.floor(i / 18);
-    const c = i % 18;
-    return x[row * 36 + c]! / (1 + Math.exp(-x[row * 36 + 18 + c]!));
-  }), 'GLU: first half · sigmoid(second half)');
+  close(
+    y2,
+    Array.from({ length: rows * 18 }, (_, i) => {
+      const row = Math.floor(i / 18);
+      const c = i % 18;
+      return x[row * 36 + c]! / (1 + Math.exp(-x[row * 36 + 18 + c]!));
+    }),
+    'GLU: first half · sigmoid(second half)',
+  );
   const hd = 8;
   const heads = 2;
   const cos = new Float32Array(10 * (hd / 2));
@@ -376,12 +470,21 @@ t.test('kernels check their arguments', async (t) => {
   t.throws(() => native.gemv(9, f(4), null, null, 0, f(2), f(2), 2, 2, null), { name: 'RangeError', message: /type must be/ });
   t.throws(() => native.gemv(0, f(3), null, null, 0, f(2), f(2), 2, 2, null), { name: 'RangeError', message: /w has 3 elements, needs 4/ });
   t.throws(() => native.gemv(1, f(4), null, null, 0, f(2), f(2), 2, 2, null), { name: 'TypeError', message: /w must be a Uint16Array/ });
-  t.throws(() => native.gemv(3, new Uint8Array(64), f(2), f(2), 12, f(32), f(2), 2, 32, f(4)), { name: 'RangeError', message: /group must be a multiple of 8/ });
+  t.throws(() => native.gemv(3, new Uint8Array(64), f(2), f(2), 12, f(32), f(2), 2, 32, f(4)), {
+    name: 'RangeError',
+    message: /group must be a multiple of 8/,
+  });
   t.throws(() => native.gemv(3, new Uint8Array(64), f(1), f(2), 32, f(32), f(2), 2, 32, f(1)), { name: 'RangeError', message: /scales has 1 values, needs 2/ });
   const shared = f(8);
-  t.throws(() => native.gemv(0, f(4), null, null, 0, shared.subarray(0, 2), shared.subarray(1, 3), 2, 2, null), { name: 'RangeError', message: /must not overlap/ });
+  t.throws(() => native.gemv(0, f(4), null, null, 0, shared.subarray(0, 2), shared.subarray(1, 3), 2, 2, null), {
+    name: 'RangeError',
+    message: /must not overlap/,
+  });
   t.throws(() => native.gemm(f(4), 0, f(4), null, null, 0, null, f(4), 2, 2, 2, f(10)), { name: 'RangeError', message: /pack has 10 values/ });
-  t.throws(() => native.gemm(f(4), 2, f(4), null, null, 0, null, f(4), 2, 2, 2, f(GEMM_PACK_FLOATS)), { name: 'TypeError', message: /w must be a Uint16Array/ });
+  t.throws(() => native.gemm(f(4), 2, f(4), null, null, 0, null, f(4), 2, 2, 2, f(GEMM_PACK_FLOATS)), {
+    name: 'TypeError',
+    message: /w must be a Uint16Array/,
+  });
   t.throws(() => native.rope(f(16), f(8), f(8), 1, 2, 7, 0, true), { name: 'RangeError', message: /hd must be even/ });
   t.throws(() => native.norm(0, f(4), f(2), null, f(4), 2, 2, -1), { name: 'RangeError', message: /eps non-negative/ });
   t.throws(() => native.activation(2, f(4), f(4), 4, null), { name: 'TypeError', message: /up must be a Float32Array/ });

@@ -42,7 +42,11 @@ t.test('tiled attention and subsampling: no plane grows with the square of the l
 t.test('stage plans are safe and at their lower bound for every configuration', async (t) => {
   for (const n of BUILTIN_NAMES) {
     const c = loadConfig(n);
-    for (const sp of [planFrontend(c), planEncoder(c, { segmentSeconds: 30, tiles: DEFAULT_ENCODER_TILES }), planEncoder(c, { segmentSeconds: 7, tiles: false })]) {
+    for (const sp of [
+      planFrontend(c),
+      planEncoder(c, { segmentSeconds: 30, tiles: DEFAULT_ENCODER_TILES }),
+      planEncoder(c, { segmentSeconds: 7, tiles: false }),
+    ]) {
       t.equal(checkNoOverlap(sp.plan.buffers, sp.plan.alignment), null, `${n} ${sp.stage}: no overlap`);
       t.ok(sp.plan.ratio <= 1.1, `${n} ${sp.stage}: ratio ${sp.plan.ratio.toFixed(3)}`);
     }
@@ -58,7 +62,14 @@ t.test('a tile loop is one op: a plane filled tile by tile never shares bytes wi
     const y = get(b);
     return x.offset + x.bytes <= y.offset || y.offset + y.bytes <= x.offset;
   };
-  for (const [a, b] of [['conv.glu', 'conv.ln'], ['conv.glu', 'conv.pw1'], ['att.ctx', 'att.scratch'], ['att.ctx', 'att.q'], ['encoded', 'adapter.h'], ['encoded', 'adapter.ln']] as const) {
+  for (const [a, b] of [
+    ['conv.glu', 'conv.ln'],
+    ['conv.glu', 'conv.pw1'],
+    ['att.ctx', 'att.scratch'],
+    ['att.ctx', 'att.q'],
+    ['encoded', 'adapter.h'],
+    ['encoded', 'adapter.ln'],
+  ] as const) {
     t.ok(apart(a, b), `${a} and ${b} are apart`);
   }
 });
@@ -105,5 +116,9 @@ t.test('planMemory validates its options', async (t) => {
   t.throws(() => planMemory(c, { kv: 'f8' as never }), /kv must be f32 or f16/);
   const m = planManifest(planMemory(c, { conversations: 3 }), 0);
   t.same(m.owners['model/0']!.borrowers, ['conversation/0', 'conversation/1', 'conversation/2']);
-  t.same(Object.keys(m.owners).filter((k) => k.startsWith('ticket/')), ['ticket/0', 'ticket/1'], 'two pass slots by default');
+  t.same(
+    Object.keys(m.owners).filter((k) => k.startsWith('ticket/')),
+    ['ticket/0', 'ticket/1'],
+    'two pass slots by default',
+  );
 });

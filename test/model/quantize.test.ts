@@ -20,7 +20,10 @@ const sha = (p: string) => createHash('sha256').update(readFileSync(p)).digest('
 makeCheckpoint({ config: 'tiny', seed: 11, out: join(dir, 'f32'), dtype: 'f32' });
 const layout = checkpointLayout(loadConfig('tiny'));
 
-for (const [bits, group] of [[8, 32], [4, 64]] as const) {
+for (const [bits, group] of [
+  [8, 32],
+  [4, 64],
+] as const) {
   t.test(`q${bits} group ${group}: quantize, load, multiply`, async (t) => {
     const out = join(dir, `q${bits}`);
     const r = await quantizeCheckpoint({ input: join(dir, 'f32'), output: out, bits, group, threads: 2 });
@@ -83,7 +86,7 @@ t.test('a quantized tensor without its scales is refused by name', async (t) => 
   const n = Number(new DataView(bytes.buffer, bytes.byteOffset).getBigUint64(0, true));
   const header = JSON.parse(new TextDecoder().decode(bytes.subarray(8, 8 + n))) as Record<string, any>;
   const q = 'lfm.layers.0.conv.in_proj.weight';
-  header['__spare'] = header[`${q}.scales`];
+  header.__spare = header[`${q}.scales`];
   delete header[`${q}.scales`];
   const text = new TextEncoder().encode(JSON.stringify(header));
   const file = new Uint8Array(8 + text.length + bytes.length - 8 - n);
@@ -91,10 +94,20 @@ t.test('a quantized tensor without its scales is refused by name', async (t) => 
   file.set(text, 8);
   file.set(bytes.subarray(8 + n), 8 + text.length);
   const detok = readFileSync(join(dir, 'q8', 'audio_detokenizer', 'model.safetensors'));
-  t.throws(() => buildWeightsImage(MemoryDomain.create({ limit: '1GiB' }), loadConfig('tiny'), { main: memorySource(file, 'q.safetensors'), detokenizer: memorySource(detok, 'd.safetensors') }), {
-    name: 'BadInputError',
-    message: new RegExp(`q\\.safetensors, field tensor '${q.replace(/\./g, '\\.')}': is U8 \\(quantized\\) but its \\.scales or \\.biases tensor is missing`),
-  });
+  t.throws(
+    () =>
+      buildWeightsImage(MemoryDomain.create({ limit: '1GiB' }), loadConfig('tiny'), {
+        main: memorySource(file, 'q.safetensors'),
+        detokenizer: memorySource(detok, 'd.safetensors'),
+      }),
+    {
+      name: 'BadInputError',
+      message: new RegExp(`q\\.safetensors, field tensor '${q.replace(/\./g, '\\.')}': is U8 \\(quantized\\) but its \\.scales or \\.biases tensor is missing`),
+    },
+  );
   await t.rejects(quantizeCheckpoint({ input: join(dir, 'f32'), output: join(dir, 'x'), bits: 3 as never, group: 64 }), /--bits must be 4 or 8/);
-  await t.rejects(quantizeCheckpoint({ input: join(dir, 'missing'), output: join(dir, 'y'), bits: 8, group: 64 }), { name: 'BadInputError', message: /missing\/model\.safetensors: cannot open/ });
+  await t.rejects(quantizeCheckpoint({ input: join(dir, 'missing'), output: join(dir, 'y'), bits: 8, group: 64 }), {
+    name: 'BadInputError',
+    message: /missing\/model\.safetensors: cannot open/,
+  });
 });

@@ -15,10 +15,18 @@ t.test('synthetic tokenizers: specials at their ids, text round trips, every id 
     const ids = tk.encode(prompt);
     t.same(ids.slice(0, 2), [TOKENS.startOfText, TOKENS.imStart], `${vocab}: ChatML opens with <|startoftext|><|im_start|>`);
     t.ok(ids.includes(TOKENS.imEnd));
-    t.ok(ids.every((i) => Number.isInteger(i) && i >= 0 && i < vocab), `${vocab}: ${ids.length} ids within the vocabulary`);
+    t.ok(
+      ids.every((i) => Number.isInteger(i) && i >= 0 && i < vocab),
+      `${vocab}: ${ids.length} ids within the vocabulary`,
+    );
     t.ok(ids.length < 40, `${vocab}: merges shorten the prompt to ${ids.length} ids`);
     t.equal(tk.decode(ids), 'system\nRespond with interleaved text and audio.\n', `${vocab}: decodes back without the specials`);
-    for (const [id, token] of [[TOKENS.audioStart, '<|audio_start|>'], [TOKENS.textStart, '<|text_start|>'], [TOKENS.textEnd, '<|text_end|>']] as const) t.equal(tk.token(id), token);
+    for (const [id, token] of [
+      [TOKENS.audioStart, '<|audio_start|>'],
+      [TOKENS.textStart, '<|text_start|>'],
+      [TOKENS.textEnd, '<|text_end|>'],
+    ] as const)
+      t.equal(tk.token(id), token);
     let all = 0;
     for (let id = 0; id < vocab; id++) all += tk.token(id) === null ? 0 : 1;
     t.equal(all, vocab, `${vocab}: every id has a token`);
@@ -53,7 +61,7 @@ t.test('bad tokenizer files are bad input naming the file and field', async (t) 
   t.ok(loadTokenizer(dir, 256) instanceof TextTokenizer);
   // An id far outside the vocabulary is refused at once (the library would size tables by it).
   const huge = JSON.parse(JSON.stringify(tokenizer)) as { model: { vocab: Record<string, number> }; added_tokens: { id: number }[] };
-  huge.model.vocab['zz'] = 1e9;
+  huge.model.vocab.zz = 1e9;
   writeFileSync(join(dir, 'tokenizer.json'), JSON.stringify(huge));
   t.throws(() => loadTokenizer(dir, 256), /field model\.vocab\['zz'\]: id 1000000000 is not a token id/);
   const added = JSON.parse(JSON.stringify(tokenizer)) as { added_tokens: { id: number }[] };

@@ -79,7 +79,10 @@ t.test('misuse throws a TypeError or RangeError with a clear message', async (t)
 t.test('native FFT equals the TypeScript reference for many lengths', async (t) => {
   const { ComplexFFT } = await import('../../src/dsp/fft.js');
   let seed = 3;
-  const rand = () => ((seed = (seed * 1103515245 + 12345) % 2147483648) / 2147483648) * 2 - 1;
+  const rand = () => {
+    seed = (seed * 1103515245 + 12345) % 2147483648;
+    return (seed / 2147483648) * 2 - 1;
+  };
   for (const n of [1, 2, 3, 4, 5, 6, 8, 12, 15, 30, 64, 100, 512, 640, 1280, 1001]) {
     const f = new ComplexFFT(n);
     const x = Float64Array.from({ length: 2 * n }, rand);
@@ -105,20 +108,38 @@ t.test('DSP kernels check every argument', async (t) => {
   const f64 = (n: number) => new Float64Array(n);
   const plan = Int32Array.from([4, 2, 2, 1]);
   t.throws(() => native.fft(plan, f64(16), f64(8), f64(16), f64(16), 8, 'yes' as never), { name: 'TypeError', message: /inverse must be a boolean/ });
-  t.throws(() => native.fft(plan, f64(16), f64(8), new Float32Array(16) as never, f64(16), 8, false), { name: 'TypeError', message: /input must be a Float64Array/ });
+  t.throws(() => native.fft(plan, f64(16), f64(8), new Float32Array(16) as never, f64(16), 8, false), {
+    name: 'TypeError',
+    message: /input must be a Float64Array/,
+  });
   t.throws(() => native.fft(plan, f64(16), f64(8), f64(8), f64(16), 8, false), { name: 'RangeError', message: /need 2·n values/ });
-  t.throws(() => native.fft(Int32Array.from([4, 2, 3, 1]), f64(16), f64(8), f64(16), f64(16), 8, false), { name: 'RangeError', message: /factor plan does not match n/ });
+  t.throws(() => native.fft(Int32Array.from([4, 2, 3, 1]), f64(16), f64(8), f64(16), f64(16), 8, false), {
+    name: 'RangeError',
+    message: /factor plan does not match n/,
+  });
   t.throws(() => native.fft(plan, f64(16), f64(2), f64(16), f64(16), 8, false), { name: 'RangeError', message: /scratch is too small/ });
   const shared = f64(32);
-  t.throws(() => native.fft(plan, f64(16), f64(8), shared.subarray(0, 16), shared.subarray(8, 24), 8, false), { name: 'RangeError', message: /must not overlap/ });
+  t.throws(() => native.fft(plan, f64(16), f64(8), shared.subarray(0, 16), shared.subarray(8, 24), 8, false), {
+    name: 'RangeError',
+    message: /must not overlap/,
+  });
   t.ok(new ComplexFFT(8));
   const state = f64(8);
   state.set([0, 0, 0, 1, 3, 4, 1]);
   const out = new Float32Array(1);
-  t.throws(() => native.resampleRun(f64(4), f64(8), state, new Float32Array(30), 30, out, 0, 0), { name: 'RangeError', message: /out has room for 1 samples after outAt, the call completes 10/ });
+  t.throws(() => native.resampleRun(f64(4), f64(8), state, new Float32Array(30), 30, out, 0, 0), {
+    name: 'RangeError',
+    message: /out has room for 1 samples after outAt, the call completes 10/,
+  });
   t.throws(() => native.resampleRun(f64(4), f64(8), state, new Float32Array(3), 5, out, 0, 0), { name: 'RangeError', message: /count exceeds the input/ });
-  t.throws(() => native.resampleRun(f64(2), f64(8), state, new Float32Array(3), 3, out, 0, 0), { name: 'RangeError', message: /does not match the phase table/ });
+  t.throws(() => native.resampleRun(f64(2), f64(8), state, new Float32Array(3), 3, out, 0, 0), {
+    name: 'RangeError',
+    message: /does not match the phase table/,
+  });
   t.throws(() => native.resampleRun(f64(4), f64(8), f64(4), new Float32Array(3), 3, out, 0, 0), { name: 'RangeError', message: /state needs 8 slots/ });
   t.throws(() => native.resampleRun(f64(4), f64(8), state, [1, 2] as never, 2, out, 0, 0), { name: 'TypeError', message: /input must be a Float32Array/ });
-  t.throws(() => native.resampleRun(f64(4), f64(8), state, new Float32Array(3), -1, out, 0, 0), { name: 'RangeError', message: /count must be a non-negative integer/ });
+  t.throws(() => native.resampleRun(f64(4), f64(8), state, new Float32Array(3), -1, out, 0, 0), {
+    name: 'RangeError',
+    message: /count must be a non-negative integer/,
+  });
 });

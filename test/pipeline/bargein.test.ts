@@ -22,8 +22,23 @@ let next = 1;
 function dialogue(maxFrames: number, checkpoints: number): Dialogue {
   const index = next++;
   const o = model.options;
-  return sizedArenas(domain, [{ owner: domain.owner('conversation', index), name: `dialogue ${index}` }], 1 << 28, ([a]) =>
-    new Dialogue(c, a!, { context: o.context, kv: o.kv, prefillChunk: o.prefillChunk, maxFrames, text: o.text, audio: o.audio, seed: 5, prompts: model.prompts, clocks: carveClocks(a!, ''), checkpoints }),
+  return sizedArenas(
+    domain,
+    [{ owner: domain.owner('conversation', index), name: `dialogue ${index}` }],
+    1 << 28,
+    ([a]) =>
+      new Dialogue(c, a!, {
+        context: o.context,
+        kv: o.kv,
+        prefillChunk: o.prefillChunk,
+        maxFrames,
+        text: o.text,
+        audio: o.audio,
+        seed: 5,
+        prompts: model.prompts,
+        clocks: carveClocks(a!, ''),
+        checkpoints,
+      }),
   ).value;
 }
 

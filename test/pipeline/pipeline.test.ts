@@ -34,8 +34,20 @@ const shortWav = join(work, 'short.wav');
   writeFileSync(shortWav, encodeWav({ sampleRate: Math.floor(rate / 2), channels: 1, format: 'pcm16', extensible: false }, half));
 }
 
-interface Conv { text: string; textTokens: number[]; codes: number[][]; output: { samples: number }; stop: string }
-interface Stage { stage: string; slots: { count: number; maxBusy: number; overlapped: number }; allocationsAfterReady: number; canary: string | null; records: number }
+interface Conv {
+  text: string;
+  textTokens: number[];
+  codes: number[][];
+  output: { samples: number };
+  stop: string;
+}
+interface Stage {
+  stage: string;
+  slots: { count: number; maxBusy: number; overlapped: number };
+  allocationsAfterReady: number;
+  canary: string | null;
+  records: number;
+}
 interface Report {
   engine?: string;
   conversations: Conv[];
@@ -52,7 +64,10 @@ t.test('two conversations of different lengths at once give exactly the bytes ea
   const pa = join(work, 'pa.wav');
   const pb = join(work, 'pb.wav');
   const rep = join(work, 'pipeline.json');
-  await runCommand({ model, inputs: [fixture, shortWav], outputs: [pa, pb], reply: '3', seed: '5', report: rep, hooks: { domain, trapAllocations: true, gateReplies: 2 } }, quiet);
+  await runCommand(
+    { model, inputs: [fixture, shortWav], outputs: [pa, pb], reply: '3', seed: '5', report: rep, hooks: { domain, trapAllocations: true, gateReplies: 2 } },
+    quiet,
+  );
   const sa = join(work, 'sa.wav');
   const sb = join(work, 'sb.wav');
   const ra = join(work, 'sa.json');
@@ -85,9 +100,19 @@ t.test('two conversations of different lengths at once give exactly the bytes ea
   t.equal(p.allocations.afterReadinessAttempts, 0);
   t.equal(p.allocations.atEnd.beforeReadiness, p.allocations.atReadiness.beforeReadiness, 'no slab created during the run');
   const owners = Object.values(p.manifest.owners);
-  t.equal(owners.reduce((a, o) => a + o.held, 0), p.manifest.totals.slab, 'owners add up to the slab total (shared storage charged once)');
-  t.ok(owners.every((o) => o.sealed), 'every owner sealed');
-  t.ok(['model/0', 'ticket/0', 'ticket/1', 'conversation/0', 'conversation/1', 'session/0', 'session/1'].every((o) => p.manifest.owners[o] !== undefined), 'model, both tickets, both conversations and sessions charged');
+  t.equal(
+    owners.reduce((a, o) => a + o.held, 0),
+    p.manifest.totals.slab,
+    'owners add up to the slab total (shared storage charged once)',
+  );
+  t.ok(
+    owners.every((o) => o.sealed),
+    'every owner sealed',
+  );
+  t.ok(
+    ['model/0', 'ticket/0', 'ticket/1', 'conversation/0', 'conversation/1', 'session/0', 'session/1'].every((o) => p.manifest.owners[o] !== undefined),
+    'model, both tickets, both conversations and sessions charged',
+  );
   t.equal(domain.snapshot().held.total, 0, 'closing the pipeline returned every byte');
 });
 
@@ -105,13 +130,25 @@ t.test('each worker runs where the pin map puts it', async (t) => {
   }
   await runCommand({ model, inputs: [shortWav], outputs: [join(work, 'nopin.wav')], reply: '1', report: rep, pin: 'none' }, quiet);
   const all = native.allowedCpus();
-  t.ok(readReport(rep).pipeline.placement.every((w) => w.affinity.length === all.length), '--pin none leaves every CPU allowed');
+  t.ok(
+    readReport(rep).pipeline.placement.every((w) => w.affinity.length === all.length),
+    '--pin none leaves every CPU allowed',
+  );
 });
 
 t.test('a stage worker that dies mid-pass ends the run with a typed error; every byte comes back; the next run works', async (t) => {
   const domain = MemoryDomain.create();
   await t.rejects(
-    runCommand({ model, inputs: [fixture, shortWav], outputs: [join(work, 'k1.wav'), join(work, 'k2.wav')], reply: '3', hooks: { domain, exitAfterRecords: { depthformer: 25 } } }, quiet),
+    runCommand(
+      {
+        model,
+        inputs: [fixture, shortWav],
+        outputs: [join(work, 'k1.wav'), join(work, 'k2.wav')],
+        reply: '3',
+        hooks: { domain, exitAfterRecords: { depthformer: 25 } },
+      },
+      quiet,
+    ),
     { name: 'WorkerError', code: 'ERR_VOXSLAB_WORKER', stage: 'depthformer' },
   );
   const s = domain.snapshot();
@@ -151,12 +188,20 @@ t.test('small (planes past the sizing run’s view limit): the pipeline equals o
 t.test('outputs: an output that is an input is refused before anything is written; a failed run leaves no partial reply', async (t) => {
   const copy = join(work, 'copy.wav');
   writeFileSync(copy, readFileSync(shortWav));
-  await t.rejects(runCommand({ model, inputs: [copy], outputs: [copy], reply: '1' }, quiet), { name: 'UsageError', message: /--out '.*copy\.wav' is also --in '.*copy\.wav'/ });
+  await t.rejects(runCommand({ model, inputs: [copy], outputs: [copy], reply: '1' }, quiet), {
+    name: 'UsageError',
+    message: /--out '.*copy\.wav' is also --in '.*copy\.wav'/,
+  });
   t.ok(readFileSync(copy).equals(readFileSync(shortWav)), 'the input is untouched');
   const out = join(work, 'never.wav');
-  await t.rejects(runCommand({ model, inputs: [shortWav], outputs: [out], reply: '3', hooks: { exitAfterRecords: { playback: 10 } } }, quiet), { name: 'WorkerError' });
+  await t.rejects(runCommand({ model, inputs: [shortWav], outputs: [out], reply: '3', hooks: { exitAfterRecords: { playback: 10 } } }, quiet), {
+    name: 'WorkerError',
+  });
   const { readdirSync } = await import('node:fs');
-  t.notOk(readdirSync(work).some((f) => f.includes('never.wav')), 'no reply file and no partial file left');
+  t.notOk(
+    readdirSync(work).some((f) => f.includes('never.wav')),
+    'no reply file and no partial file left',
+  );
 });
 
 t.test('--threads 2: each heavy stage computes with helpers of its own, and the bytes do not change', async (t) => {

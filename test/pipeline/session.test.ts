@@ -61,15 +61,20 @@ function scenario(): Run {
   const user = up(user16);
   const device = new LoopbackDevice({ rate: RATE, echo: { delayMs: 40, gain: 0.5, seed: 2 }, user });
   const log: string[] = [];
-  const session = new DuplexSession(conv, device, {}, {
-    speechStart: (c) => log.push(`speech ${c}`),
-    speechEnd: (c) => log.push(`end ${c}`),
-    bargeIn: (c, heard) => log.push(`barge-in ${c} heard ${heard} kept ${conv.dialogue.frames} ${conv.dialogue.stop}`),
-    replyStart: (c) => log.push(`reply ${c}`),
-    replyEnd: (c) => log.push(`reply-end ${c}`),
-    text: (tk) => log.push(`text ${tk}`),
-    endpoint: (c, e) => log.push(`vad ${e} ${c}`),
-  });
+  const session = new DuplexSession(
+    conv,
+    device,
+    {},
+    {
+      speechStart: (c) => log.push(`speech ${c}`),
+      speechEnd: (c) => log.push(`end ${c}`),
+      bargeIn: (c, heard) => log.push(`barge-in ${c} heard ${heard} kept ${conv.dialogue.frames} ${conv.dialogue.stop}`),
+      replyStart: (c) => log.push(`reply ${c}`),
+      replyEnd: (c) => log.push(`reply-end ${c}`),
+      text: (tk) => log.push(`text ${tk}`),
+      endpoint: (c, e) => log.push(`vad ${e} ${c}`),
+    },
+  );
   const played: Buffer[] = [];
   const silentFrom: number[] = [];
   let wasSilent = true;
@@ -91,7 +96,11 @@ t.test('duplex session on the loopback device: a turn, a reply, a barge-in cut t
   const events = a.log.filter((l) => !l.startsWith('text'));
   t.comment(events.join(' | '));
   t.equal(s.turns >= 1, true, `the user's question ended a turn (${s.turns})`);
-  t.equal(events.some((e) => e.startsWith('reply ')), true, 'the reply reached the device');
+  t.equal(
+    events.some((e) => e.startsWith('reply ')),
+    true,
+    'the reply reached the device',
+  );
   const barge = events.find((e) => e.startsWith('barge-in'));
   t.ok(barge !== undefined, 'the interruption was a barge-in');
   const heard = Number(barge?.split(' ')[3]);
@@ -104,8 +113,14 @@ t.test('duplex session on the loopback device: a turn, a reply, a barge-in cut t
   const maybe = Number(events.find((e) => e.startsWith('vad 4') && Number(e.split(' ')[2]) >= onset2 - 0.1 * RATE)?.split(' ')[2]);
   const stop = a.silentFrom.find((c) => c >= maybe);
   const period = 480;
-  t.ok(stop !== undefined && stop - maybe <= 2 * period + 0.02 * RATE + period, `playback silent ${stop === undefined ? 'never' : `${Math.round(((stop - maybe) * 1000) / RATE)} ms`} after the first sign of speech`);
-  t.comment(`from the labelled onset of the interruption to silence: ${stop === undefined ? '-' : Math.round(((stop - onset2) * 1000) / RATE)} ms (the p95 over many is bench duplex's)`);
+  t.ok(
+    stop !== undefined && stop - maybe <= 2 * period + 0.02 * RATE + period,
+    `playback silent ${stop === undefined ? 'never' : `${Math.round(((stop - maybe) * 1000) / RATE)} ms`} after the first sign of speech`,
+  );
+  t.comment(
+    `from the labelled onset of the interruption to silence: ${stop === undefined ? '-' : Math.round(((stop - onset2) * 1000) / RATE)} ms (the p95 ` +
+      `over many is bench duplex's)`,
+  );
   // Deterministic: the same bytes played and the same events, run again.
   const b = scenario();
   t.equal(b.played.equals(a.played), true, `the same ${a.played.length} bytes played`);
@@ -137,7 +152,10 @@ t.test('duplex session: no false barge-in in 5 minutes of assistant speech with 
   const rate = 16000;
   const { conv } = ready(rate);
   let falseStarts = 0;
-  for (const [delayMs, seconds] of [[120, 300], [30, 60]] as const) {
+  for (const [delayMs, seconds] of [
+    [120, 300],
+    [30, 60],
+  ] as const) {
     const speech = assistantSpeech(seconds, rate);
     // Equal level: the echo path's energy gain is 1. A quiet room: noise 60 dB under full scale.
     const room = new Float32Array(speech.length);
@@ -150,7 +168,10 @@ t.test('duplex session: no false barge-in in 5 minutes of assistant speech with 
     const session = new DuplexSession(conv, device);
     session.say(speech);
     while (device.clock + device.period <= speech.length) session.tick();
-    t.comment(`${seconds} s, echo at ${delayMs} ms: ${session.bargeIns} barge-ins, ${session.pauses} pauses that resumed, ${session.aec.gated} of ${session.aec.frames} frames gated`);
+    t.comment(
+      `${seconds} s, echo at ${delayMs} ms: ${session.bargeIns} barge-ins, ${session.pauses} pauses that resumed, ${session.aec.gated} of ` +
+        `${session.aec.frames} frames gated`,
+    );
     falseStarts += session.bargeIns + session.turns;
     session.close();
   }
@@ -203,6 +224,10 @@ t.test('duplex session: every byte is held under the cap by session/N, and given
   m2.ready();
   c2.ready();
   tight.limit.setLimit(tight.snapshot().held.total + 256 * 1024);
-  t.throws(() => new DuplexSession(c2, new LoopbackDevice({ rate: RATE, echo: null })), { code: 'ERR_VOXSLAB_MEMORY_LIMIT' }, 'a session that does not fit under the cap is refused');
+  t.throws(
+    () => new DuplexSession(c2, new LoopbackDevice({ rate: RATE, echo: null })),
+    { code: 'ERR_VOXSLAB_MEMORY_LIMIT' },
+    'a session that does not fit under the cap is refused',
+  );
   t.equal(tight.snapshot().held.native, 0, 'and holds nothing');
 });

@@ -29,21 +29,31 @@ for (const stage of STAGE_NAMES) {
       p = await runWorker<typeof p>(probe, { dir, stage });
       seen.push(p.heap);
     }
-    t.ok(p.heap >= 0 && p.heap < 1024, `JS heap growth over a window: ${p.heap} bytes (window ${p.windows}; the probe's own reads are ~600; attempts: ${seen.join(', ')})`);
+    t.ok(
+      p.heap >= 0 && p.heap < 1024,
+      `JS heap growth over a window: ${p.heap} bytes (window ${p.windows}; the probe's own reads are ~600; attempts: ${seen.join(', ')})`,
+    );
     t.ok(p.arrayBuffers <= 0, `no ArrayBuffer growth (${p.arrayBuffers} bytes)`);
     t.ok(p.records > 0, `${p.records} records handled`);
   });
 }
 
 // The frontend in VAD mode: the WebRTC VAD and the endpointer, turns starting, ending, dropped.
-t.test('frontend with VAD: a record through its poll allocates nothing in steady state', { skip: apmAvailable() ? false : 'no WebRTC audio processing' }, async (t) => {
-  const seen: number[] = [];
-  let p = { heap: Number.POSITIVE_INFINITY, arrayBuffers: 0, windows: 0, records: 0, kinds: {} as Record<string, number> };
-  for (let attempt = 0; attempt < 3 && !(p.heap >= 0 && p.heap < 1024); attempt++) {
-    p = await runWorker<typeof p>(probe, { dir, stage: 'frontend', vad: true });
-    seen.push(p.heap);
-  }
-  t.ok(p.heap >= 0 && p.heap < 1024, `JS heap growth over a window: ${p.heap} bytes (attempts: ${seen.join(', ')})`);
-  t.ok(p.arrayBuffers <= 0, `no ArrayBuffer growth (${p.arrayBuffers} bytes)`);
-  t.ok((p.kinds.speechStart ?? 0) > 0 && (p.kinds.endSegment ?? 0) > 0 && (p.kinds.discard ?? 0) > 0, `turns started, ended and dropped: ${JSON.stringify(p.kinds)}`);
-});
+t.test(
+  'frontend with VAD: a record through its poll allocates nothing in steady state',
+  { skip: apmAvailable() ? false : 'no WebRTC audio processing' },
+  async (t) => {
+    const seen: number[] = [];
+    let p = { heap: Number.POSITIVE_INFINITY, arrayBuffers: 0, windows: 0, records: 0, kinds: {} as Record<string, number> };
+    for (let attempt = 0; attempt < 3 && !(p.heap >= 0 && p.heap < 1024); attempt++) {
+      p = await runWorker<typeof p>(probe, { dir, stage: 'frontend', vad: true });
+      seen.push(p.heap);
+    }
+    t.ok(p.heap >= 0 && p.heap < 1024, `JS heap growth over a window: ${p.heap} bytes (attempts: ${seen.join(', ')})`);
+    t.ok(p.arrayBuffers <= 0, `no ArrayBuffer growth (${p.arrayBuffers} bytes)`);
+    t.ok(
+      (p.kinds.speechStart ?? 0) > 0 && (p.kinds.endSegment ?? 0) > 0 && (p.kinds.discard ?? 0) > 0,
+      `turns started, ended and dropped: ${JSON.stringify(p.kinds)}`,
+    );
+  },
+);

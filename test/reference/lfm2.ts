@@ -80,4 +80,3 @@ export function lfm2Reference(b: Lfm2Dims, prefix: string, image: WeightsImage, 
   });
   return { hidden: rms(h, T, D, get(`${prefix}.embedding_norm.weight`)) };
 }
-

@@ -11,7 +11,15 @@ export interface SubsampleRefWeights {
  * mel [T][F] → x [T'][d].
  */
 export function subsampleReference(mel: ArrayLike<number>, T: number, F: number, C: number, stages: number, w: SubsampleRefWeights, d: number): Float64Array {
-  const conv = (inp: Float64Array[], rows: number, cols: number, wt: ArrayLike<number>, b: ArrayLike<number>, dw: boolean, relu: boolean): { out: Float64Array[]; rows: number; cols: number } => {
+  const conv = (
+    inp: Float64Array[],
+    rows: number,
+    cols: number,
+    wt: ArrayLike<number>,
+    b: ArrayLike<number>,
+    dw: boolean,
+    relu: boolean,
+  ): { out: Float64Array[]; rows: number; cols: number } => {
     const orows = Math.floor((rows - 1) / 2) + 1;
     const ocols = Math.floor((cols - 1) / 2) + 1;
     const out = Array.from({ length: C }, () => new Float64Array(orows * ocols));
@@ -57,4 +65,3 @@ export function subsampleReference(mel: ArrayLike<number>, T: number, F: number,
     }
   return x;
 }
-

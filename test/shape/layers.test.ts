@@ -43,7 +43,10 @@ function sources(dir: string): string[] {
 /** Relative imports of a TypeScript file, type-only ones included (they are dependencies too). */
 function importsOf(file: string): string[] {
   const text = readFileSync(join(root, file), 'utf8');
-  const specs = [...text.matchAll(/(?:^|\n)\s*(?:import|export)\b[^'"`;]*?(?:from\s*)?['"](\.{1,2}\/[^'"]+)['"]/g), ...text.matchAll(/import\(\s*['"](\.{1,2}\/[^'"]+)['"]\s*\)/g)].map((m) => m[1] as string);
+  const specs = [
+    ...text.matchAll(/(?:^|\n)\s*(?:import|export)\b[^'"`;]*?(?:from\s*)?['"](\.{1,2}\/[^'"]+)['"]/g),
+    ...text.matchAll(/import\(\s*['"](\.{1,2}\/[^'"]+)['"]\s*\)/g),
+  ].map((m) => m[1] as string);
   return specs.map((s) => relative(root, resolve(root, dirname(file), s)).replace(/\.js$/, '.ts'));
 }
 

@@ -18,7 +18,21 @@ import type { Lfm2Shape, ModelConfig } from '../format/config.js';
 import { ATTENTION_MASK, native } from '../../native.js';
 import type { WeightsImage } from '../format/image.js';
 import { f16ToF32, f32ToF16 } from '../format/dtype.js';
-import { attentionScratchFloats, conv1dCausal, GEMM_PACK_FLOATS, gemm, gemvScratchFloats, linear1, linearRows, rmsNorm, rope, ropeTables, rowInto, swiglu, type Weights } from './kernels.js';
+import {
+  attentionScratchFloats,
+  conv1dCausal,
+  GEMM_PACK_FLOATS,
+  gemm,
+  gemvScratchFloats,
+  linear1,
+  linearRows,
+  rmsNorm,
+  rope,
+  ropeTables,
+  rowInto,
+  swiglu,
+  type Weights,
+} from './kernels.js';
 import '../categories.js';
 
 const EPS = 1e-5;
@@ -73,10 +87,14 @@ export function lfm2Pass(b: Lfm2Dims, chunk: number): PassBuilder {
   p.op('att.k', ['att.ln'], [{ name: 'att.k', bytes: n * kd * F32 }]);
   p.op('att.v', ['att.ln'], [{ name: 'att.v', bytes: n * kd * F32 }]);
   p.op('att.cache', ['att.q', 'att.k', 'att.v', 'kv_cache']);
-  p.op('att.tiles', ['att.q', 'kv_cache'], [
-    { name: 'att.scratch', bytes: attentionScratchFloats(n, KEY_TILE, b.headDim, b.heads / b.kvHeads) * F32 },
-    { name: 'att.ctx', bytes: n * qd * F32 },
-  ]);
+  p.op(
+    'att.tiles',
+    ['att.q', 'kv_cache'],
+    [
+      { name: 'att.scratch', bytes: attentionScratchFloats(n, KEY_TILE, b.headDim, b.heads / b.kvHeads) * F32 },
+      { name: 'att.ctx', bytes: n * qd * F32 },
+    ],
+  );
   p.op('att.out', ['att.ctx'], [{ name: 'att.o', bytes: n * D * F32 }]);
   p.op('att.residual', ['att.o', 'h']);
   // SwiGLU feed-forward.
@@ -205,18 +223,51 @@ export class Lfm2Stack {
   readonly #shiftSin: Float32Array;
   readonly #shiftRow: Float32Array; // one f16 cache row widened for the rotation
 
-  constructor(dims: Lfm2Dims, image: WeightsImage, arena: Arena, derived: Workspace, o: { chunk: number; context: number; tensors: string; name: string; category: 'workspace.prefill' | 'workspace.detokenizer'; planner?: Planner | undefined }) {
+  constructor(
+    dims: Lfm2Dims,
+    image: WeightsImage,
+    arena: Arena,
+    derived: Workspace,
+    o: {
+      chunk: number;
+      context: number;
+      tensors: string;
+      name: string;
+      category: 'workspace.prefill' | 'workspace.detokenizer';
+      planner?: Planner | undefined;
+    },
+  ) {
     if (!Number.isSafeInteger(o.chunk) || o.chunk < 1) throw new ArgumentError(`${o.name}: chunk must be a positive integer, got ${o.chunk}`);
     this.dims = dims;
     this.chunk = o.chunk;
     this.region = arena.carvePlan(o.name, o.category, (o.planner ?? plan)(lfm2Pass(dims, o.chunk).build()));
     this.#v = this.region.views as Record<string, Float32Array>;
-    const f32 = (name: string): Float32Array => image.toF32(name, derived(`${o.name}:${name}`, Float32Array, image.get(name).shape.reduce((a, c) => a * c, 1)));
+    const f32 = (name: string): Float32Array =>
+      image.toF32(
+        name,
+        derived(
+          `${o.name}:${name}`,
+          Float32Array,
+          image.get(name).shape.reduce((a, c) => a * c, 1),
+        ),
+      );
     this.#layers = dims.layers.map((kind, l) => {
       const p = `${o.tensors}.layers.${l}`;
-      const common = { opNorm: f32(`${p}.operator_norm.weight`), ffnNorm: f32(`${p}.ffn_norm.weight`), w1: image.weights(`${p}.feed_forward.w1.weight`), w2: image.weights(`${p}.feed_forward.w2.weight`), w3: image.weights(`${p}.feed_forward.w3.weight`) };
+      const common = {
+        opNorm: f32(`${p}.operator_norm.weight`),
+        ffnNorm: f32(`${p}.ffn_norm.weight`),
+        w1: image.weights(`${p}.feed_forward.w1.weight`),
+        w2: image.weights(`${p}.feed_forward.w2.weight`),
+        w3: image.weights(`${p}.feed_forward.w3.weight`),
+      };
       if (kind === 'conv') {
-        return { kind, ...common, inProj: image.weights(`${p}.conv.in_proj.weight`), convW: f32(`${p}.conv.conv.weight`), outProj: image.weights(`${p}.conv.out_proj.weight`) };
+        return {
+          kind,
+          ...common,
+          inProj: image.weights(`${p}.conv.in_proj.weight`),
+          convW: f32(`${p}.conv.conv.weight`),
+          outProj: image.weights(`${p}.conv.out_proj.weight`),
+        };
       }
       return {
         kind,
@@ -383,7 +434,28 @@ export class Lfm2Stack {
         }
         const ctx = v['att.ctx'] as Float32Array;
         // Positional native call: the step path builds no option objects.
-        native.attention(q, K, V, ctx, null, null, null, v['att.scratch'] as Float32Array, n, row + n, b.heads, b.kvHeads, hd, pos, state.base + shift, b.window, b.window > 0 ? ATTENTION_MASK.sliding : ATTENTION_MASK.causal, this.#scale, this.chunk, KEY_TILE);
+        native.attention(
+          q,
+          K,
+          V,
+          ctx,
+          null,
+          null,
+          null,
+          v['att.scratch'] as Float32Array,
+          n,
+          row + n,
+          b.heads,
+          b.kvHeads,
+          hd,
+          pos,
+          state.base + shift,
+          b.window,
+          b.window > 0 ? ATTENTION_MASK.sliding : ATTENTION_MASK.causal,
+          this.#scale,
+          this.chunk,
+          KEY_TILE,
+        );
         const o = v['att.o'] as Float32Array;
         this.#linear(ctx, L.outProj, o, n, D, qd);
         for (let i = 0; i < n * D; i++) h[i] = h[i]! + o[i]!;
@@ -425,7 +497,14 @@ export class Backbone {
     this.config = config;
     this.chunk = options.chunk;
     this.maxContext = options.context;
-    this.stack = new Lfm2Stack(backboneDims(config), image, arena, derived, { chunk: options.chunk, context: options.context, tensors: 'lfm', name: 'backbone', category: 'workspace.prefill', planner: options.planner });
+    this.stack = new Lfm2Stack(backboneDims(config), image, arena, derived, {
+      chunk: options.chunk,
+      context: options.context,
+      tensors: 'lfm',
+      name: 'backbone',
+      category: 'workspace.prefill',
+      planner: options.planner,
+    });
     this.#embed = image.weights('lfm.embed_tokens.weight');
     this.#audio = image.weights('audio_embedding.embedding.weight');
   }

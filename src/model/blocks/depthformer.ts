@@ -87,7 +87,15 @@ export class Depthformer {
     this.config = config;
     this.region = arena.carvePlan('depthformer', 'workspace.depthformer', planner(depthformerPass(config).build()));
     this.#v = this.region.views as Record<string, Float32Array>;
-    const f32 = (name: string): Float32Array => image.toF32(name, derived(`depth:${name}`, Float32Array, image.get(name).shape.reduce((a, c) => a * c, 1)));
+    const f32 = (name: string): Float32Array =>
+      image.toF32(
+        name,
+        derived(
+          `depth:${name}`,
+          Float32Array,
+          image.get(name).shape.reduce((a, c) => a * c, 1),
+        ),
+      );
     this.#linear = image.weights('depth_linear.weight');
     this.#linearBias = f32('depth_linear.bias');
     const kd = f.kvHeads * f.headDim;
@@ -125,7 +133,14 @@ export class Depthformer {
    * codebook's logits ([codebooks][2049]) for inspection and tests. `forced`, when given,
    * feeds those codes back instead of the sampled ones (teacher forcing).
    */
-  frame(hidden: Float32Array, sampler: Sampler, options: SamplingOptions, codes: Int32Array, logitsOut: Float32Array | null = null, forced: ArrayLike<number> | null = null): void {
+  frame(
+    hidden: Float32Array,
+    sampler: Sampler,
+    options: SamplingOptions,
+    codes: Int32Array,
+    logitsOut: Float32Array | null = null,
+    forced: ArrayLike<number> | null = null,
+  ): void {
     const f = this.config.depthformer;
     const cb = this.config.audio.codebooks;
     const v = this.#v;
@@ -162,7 +177,28 @@ export class Depthformer {
           this.#kv[K + i * kd + j] = k[j]!;
           this.#kv[V + i * kd + j] = vv[j]!;
         }
-        native.attention(q, this.#kvView(K), this.#kvView(V), ctx, null, null, null, v.scratch as Float32Array, 1, i + 1, f.heads, f.kvHeads, hd, i, 0, 0, ATTENTION_MASK.causal, this.#scale, 1, cb);
+        native.attention(
+          q,
+          this.#kvView(K),
+          this.#kvView(V),
+          ctx,
+          null,
+          null,
+          null,
+          v.scratch as Float32Array,
+          1,
+          i + 1,
+          f.heads,
+          f.kvHeads,
+          hd,
+          i,
+          0,
+          0,
+          ATTENTION_MASK.causal,
+          this.#scale,
+          1,
+          cb,
+        );
         linear1(L.out, ctx, o, scratch);
         for (let j = 0; j < f.dim; j++) x[j] = x[j]! + o[j]!;
         rmsNorm(x, L.ffnNorm, ln, 1, f.dim, EPS);

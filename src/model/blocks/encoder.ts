@@ -27,7 +27,21 @@ const EPS = 1e-5;
 
 interface Layer {
   ff: { nw: Float32Array; nb: Float32Array; w1: Weights; b1: Float32Array; w2: Weights; b2: Float32Array }[];
-  att: { nw: Float32Array; nb: Float32Array; q: Weights; bq: Float32Array; k: Weights; bk: Float32Array; v: Weights; bv: Float32Array; o: Weights; bo: Float32Array; pos: Weights; u: Float32Array; vb: Float32Array };
+  att: {
+    nw: Float32Array;
+    nb: Float32Array;
+    q: Weights;
+    bq: Float32Array;
+    k: Weights;
+    bk: Float32Array;
+    v: Weights;
+    bv: Float32Array;
+    o: Weights;
+    bo: Float32Array;
+    pos: Weights;
+    u: Float32Array;
+    vb: Float32Array;
+  };
   conv: { nw: Float32Array; nb: Float32Array; pw1: Weights; b1: Float32Array; dw: Float32Array; dwb: Float32Array; pw2: Weights; b2: Float32Array };
   out: { nw: Float32Array; nb: Float32Array };
 }
@@ -62,10 +76,17 @@ export class ConformerEncoder {
    * `arena` receives the stage plan (category workspace.conformer); `derived` provides the
    * f32 copies of small tensors and the position table (charged to the model as derived).
    */
-  constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, options: { segmentSeconds: number; tiles?: EncoderTiles; planner?: Planner }) {
+  constructor(
+    config: ModelConfig,
+    image: WeightsImage,
+    arena: Arena,
+    derived: Workspace,
+    options: { segmentSeconds: number; tiles?: EncoderTiles; planner?: Planner },
+  ) {
     const e = config.encoder;
     const tiles = options.tiles ?? DEFAULT_ENCODER_TILES;
-    if (tiles.rows < 1 || tiles.queries < 1 || tiles.keys < 1 || tiles.subsampling < 1) throw new ArgumentError('the encoder runs tiled: every tile size must be positive');
+    if (tiles.rows < 1 || tiles.queries < 1 || tiles.keys < 1 || tiles.subsampling < 1)
+      throw new ArgumentError('the encoder runs tiled: every tile size must be positive');
     this.config = config;
     this.#tiles = tiles;
     this.maxFrames = encoderFrames(config, melRows(config, segmentSamples(config, options.segmentSeconds)));
@@ -82,7 +103,14 @@ export class ConformerEncoder {
     this.#layers = [];
     for (let n = 0; n < e.layers; n++) {
       const p = `conformer.layers.${n}`;
-      const ff = (k: string, norm: string) => ({ nw: f32(`${p}.${norm}.weight`), nb: f32(`${p}.${norm}.bias`), w1: W(`${p}.${k}.linear1.weight`), b1: f32(`${p}.${k}.linear1.bias`), w2: W(`${p}.${k}.linear2.weight`), b2: f32(`${p}.${k}.linear2.bias`) });
+      const ff = (k: string, norm: string) => ({
+        nw: f32(`${p}.${norm}.weight`),
+        nb: f32(`${p}.${norm}.bias`),
+        w1: W(`${p}.${k}.linear1.weight`),
+        b1: f32(`${p}.${k}.linear1.bias`),
+        w2: W(`${p}.${k}.linear2.weight`),
+        b2: f32(`${p}.${k}.linear2.bias`),
+      });
       const pw = (name: string): Weights => {
         const t = image.get(name); // [out, in, 1] stored as a matrix [out][in]
         const f = f32(name);
@@ -93,31 +121,51 @@ export class ConformerEncoder {
       this.#layers.push({
         ff: [ff('feed_forward1', 'norm_feed_forward1'), ff('feed_forward2', 'norm_feed_forward2')],
         att: {
-          nw: f32(`${p}.norm_self_att.weight`), nb: f32(`${p}.norm_self_att.bias`),
-          q: W(`${p}.self_attn.linear_q.weight`), bq: f32(`${p}.self_attn.linear_q.bias`),
-          k: W(`${p}.self_attn.linear_k.weight`), bk: f32(`${p}.self_attn.linear_k.bias`),
-          v: W(`${p}.self_attn.linear_v.weight`), bv: f32(`${p}.self_attn.linear_v.bias`),
-          o: W(`${p}.self_attn.linear_out.weight`), bo: f32(`${p}.self_attn.linear_out.bias`),
-          pos: W(`${p}.self_attn.linear_pos.weight`), u: f32(`${p}.self_attn.pos_bias_u`), vb: f32(`${p}.self_attn.pos_bias_v`),
+          nw: f32(`${p}.norm_self_att.weight`),
+          nb: f32(`${p}.norm_self_att.bias`),
+          q: W(`${p}.self_attn.linear_q.weight`),
+          bq: f32(`${p}.self_attn.linear_q.bias`),
+          k: W(`${p}.self_attn.linear_k.weight`),
+          bk: f32(`${p}.self_attn.linear_k.bias`),
+          v: W(`${p}.self_attn.linear_v.weight`),
+          bv: f32(`${p}.self_attn.linear_v.bias`),
+          o: W(`${p}.self_attn.linear_out.weight`),
+          bo: f32(`${p}.self_attn.linear_out.bias`),
+          pos: W(`${p}.self_attn.linear_pos.weight`),
+          u: f32(`${p}.self_attn.pos_bias_u`),
+          vb: f32(`${p}.self_attn.pos_bias_v`),
         },
         conv: {
-          nw: f32(`${p}.norm_conv.weight`), nb: f32(`${p}.norm_conv.bias`),
-          pw1: pw(`${p}.conv.pointwise_conv1.weight`), b1: f32(`${p}.conv.pointwise_conv1.bias`),
-          dw: new Float32Array(dwt.buffer, dwt.byteOffset, dwt.byteLength / 4), dwb: new Float32Array(dwb.buffer, dwb.byteOffset, dwb.byteLength / 4),
-          pw2: pw(`${p}.conv.pointwise_conv2.weight`), b2: f32(`${p}.conv.pointwise_conv2.bias`),
+          nw: f32(`${p}.norm_conv.weight`),
+          nb: f32(`${p}.norm_conv.bias`),
+          pw1: pw(`${p}.conv.pointwise_conv1.weight`),
+          b1: f32(`${p}.conv.pointwise_conv1.bias`),
+          dw: new Float32Array(dwt.buffer, dwt.byteOffset, dwt.byteLength / 4),
+          dwb: new Float32Array(dwb.buffer, dwb.byteOffset, dwb.byteLength / 4),
+          pw2: pw(`${p}.conv.pointwise_conv2.weight`),
+          b2: f32(`${p}.conv.pointwise_conv2.bias`),
         },
         out: { nw: f32(`${p}.norm_out.weight`), nb: f32(`${p}.norm_out.bias`) },
       });
     }
     this.#adapter = {
-      nw: f32('audio_adapter.model.0.weight'), nb: f32('audio_adapter.model.0.bias'),
-      w1: W('audio_adapter.model.1.weight'), b1: f32('audio_adapter.model.1.bias'),
-      w2: W('audio_adapter.model.3.weight'), b2: f32('audio_adapter.model.3.bias'),
+      nw: f32('audio_adapter.model.0.weight'),
+      nb: f32('audio_adapter.model.0.bias'),
+      w1: W('audio_adapter.model.1.weight'),
+      b1: f32('audio_adapter.model.1.bias'),
+      w2: W('audio_adapter.model.3.weight'),
+      b2: f32('audio_adapter.model.3.bias'),
     };
     const sw = {
       conv0: { w: f32('conformer.pre_encode.conv.0.weight'), b: f32('conformer.pre_encode.conv.0.bias') },
-      dw: Array.from({ length: e.stages - 1 }, (_, j) => ({ w: f32(`conformer.pre_encode.conv.${2 + 3 * j}.weight`), b: f32(`conformer.pre_encode.conv.${2 + 3 * j}.bias`) })),
-      pw: Array.from({ length: e.stages - 1 }, (_, j) => ({ w: f32(`conformer.pre_encode.conv.${3 + 3 * j}.weight`), b: f32(`conformer.pre_encode.conv.${3 + 3 * j}.bias`) })),
+      dw: Array.from({ length: e.stages - 1 }, (_, j) => ({
+        w: f32(`conformer.pre_encode.conv.${2 + 3 * j}.weight`),
+        b: f32(`conformer.pre_encode.conv.${2 + 3 * j}.bias`),
+      })),
+      pw: Array.from({ length: e.stages - 1 }, (_, j) => ({
+        w: f32(`conformer.pre_encode.conv.${3 + 3 * j}.weight`),
+        b: f32(`conformer.pre_encode.conv.${3 + 3 * j}.bias`),
+      })),
       out: { w: f32('conformer.pre_encode.out.weight'), b: f32('conformer.pre_encode.out.bias') },
     };
     // The subsampler works in the plan's own planes, by name.
@@ -126,7 +174,8 @@ export class ConformerEncoder {
       const v = views[name];
       // A sizing (unbacked) arena's large views are empty: the subsampler's planes are then too.
       if (v !== undefined && v.byteLength === 0 && !arena.backed) return new (type as unknown as new (n: number) => never)(0);
-      if (v === undefined || v.byteLength < length * type.BYTES_PER_ELEMENT) throw new ArgumentError(`encoder plan has no buffer '${name}' of ${length} elements`);
+      if (v === undefined || v.byteLength < length * type.BYTES_PER_ELEMENT)
+        throw new ArgumentError(`encoder plan has no buffer '${name}' of ${length} elements`);
       return new (type as unknown as new (b: ArrayBufferLike, o: number, n: number) => never)(v.buffer, v.byteOffset, length);
     }) as Workspace;
     this.#sub = new Subsampler(config, sw, Math.min(tiles.subsampling, this.maxFrames), fromPlan);
@@ -246,7 +295,16 @@ export class ConformerEncoder {
     const pos = this.#pos.subarray(off, off + (2 * Tp - 1) * d);
     gemm(pos, a.pos, null, v['att.p'] as Float32Array, 2 * Tp - 1, d, d, pack);
     attention(
-      { Tq: Tp, Tk: Tp, Hq: e.heads, Hkv: e.heads, hd: e.headDim, mode: 'full', tq: Math.min(this.#tiles.queries, this.maxFrames), tk: Math.min(this.#tiles.keys, this.maxFrames) },
+      {
+        Tq: Tp,
+        Tk: Tp,
+        Hq: e.heads,
+        Hkv: e.heads,
+        hd: e.headDim,
+        mode: 'full',
+        tq: Math.min(this.#tiles.queries, this.maxFrames),
+        tk: Math.min(this.#tiles.keys, this.maxFrames),
+      },
       v['att.q'] as Float32Array,
       v['att.k'] as Float32Array,
       v['att.v'] as Float32Array,

@@ -74,7 +74,16 @@ export function linearRows(w: Weights, X: Float32Array, Y: Float32Array, n: numb
  * C[T][N] = A[T][K] · W[N][K]ᵀ (+ bias). W is a plain f32 matrix or any `Weights` encoding
  * (decoded to f32 as it is packed). `pack` holds GEMM_PACK_FLOATS floats.
  */
-export function gemm(A: Float32Array, W: Float32Array | Weights, bias: Float32Array | null, C: Float32Array, T: number, N: number, K: number, pack: Float32Array): void {
+export function gemm(
+  A: Float32Array,
+  W: Float32Array | Weights,
+  bias: Float32Array | null,
+  C: Float32Array,
+  T: number,
+  N: number,
+  K: number,
+  pack: Float32Array,
+): void {
   if (W instanceof Float32Array) {
     native.gemm(A, TYPE.f32, W, null, null, 0, bias, C, T, N, K, pack);
   } else if (W.kind === 'q8' || W.kind === 'q4') {
@@ -180,9 +189,26 @@ export function attention(
   rel: { p: Float32Array; u: Float32Array; v: Float32Array } | null = null,
 ): void {
   native.attention(
-    q, k, v, out, rel?.p ?? null, rel?.u ?? null, rel?.v ?? null, scratch,
-    s.Tq, s.Tk, s.Hq, s.Hkv, s.hd, s.qpos0 ?? 0, s.kpos0 ?? 0, s.window ?? 0, MODES[s.mode],
-    s.scale ?? 1 / Math.sqrt(s.hd), s.tq ?? 64, s.tk ?? 64,
+    q,
+    k,
+    v,
+    out,
+    rel?.p ?? null,
+    rel?.u ?? null,
+    rel?.v ?? null,
+    scratch,
+    s.Tq,
+    s.Tk,
+    s.Hq,
+    s.Hkv,
+    s.hd,
+    s.qpos0 ?? 0,
+    s.kpos0 ?? 0,
+    s.window ?? 0,
+    MODES[s.mode],
+    s.scale ?? 1 / Math.sqrt(s.hd),
+    s.tq ?? 64,
+    s.tk ?? 64,
   );
 }
 
@@ -195,7 +221,17 @@ export function conv1dCausal(x: Float32Array, w: Float32Array, state: Float32Arr
 }
 
 /** Depthwise 'same' conv1d (odd k, zero padding) on rows [t0, t1) of x [T][C] into y [t1 − t0][C]. */
-export function conv1dSame(x: Float32Array, w: Float32Array, bias: Float32Array | null, y: Float32Array, T: number, C: number, k: number, t0 = 0, t1 = T): void {
+export function conv1dSame(
+  x: Float32Array,
+  w: Float32Array,
+  bias: Float32Array | null,
+  y: Float32Array,
+  T: number,
+  C: number,
+  k: number,
+  t0 = 0,
+  t1 = T,
+): void {
   native.conv1d(CONV_MODE.same, x, w, bias, y, T, C, k, t0, t1);
 }
 

@@ -52,7 +52,10 @@ export class Subsampler {
     this.#totals = ws('sub.totals', Int32Array, e.stages);
     this.#freqs = [];
     let f = e.featIn;
-    for (let s = 0; s < e.stages; s++) this.#freqs.push((f = down(f)));
+    for (let s = 0; s < e.stages; s++) {
+      f = down(f);
+      this.#freqs.push(f);
+    }
     this.#cap = new Array<number>(e.stages);
     let r = tile;
     for (let s = e.stages - 1; s >= 0; s--) {
@@ -106,7 +109,23 @@ export class Subsampler {
         const rows = hi[s]! - lo[s]!;
         const dw = this.#planes[2 * s - 1]!;
         const pw = this.#planes[2 * s]!;
-        native.conv2dS2(prev, C, lo[s - 1]!, hi[s - 1]! - lo[s - 1]!, totals[s - 1]!, this.#freqs[s - 1]!, w.dw[s - 1]!.w, w.dw[s - 1]!.b, true, dw, C, lo[s]!, rows, this.#freqs[s]!, false);
+        native.conv2dS2(
+          prev,
+          C,
+          lo[s - 1]!,
+          hi[s - 1]! - lo[s - 1]!,
+          totals[s - 1]!,
+          this.#freqs[s - 1]!,
+          w.dw[s - 1]!.w,
+          w.dw[s - 1]!.b,
+          true,
+          dw,
+          C,
+          lo[s]!,
+          rows,
+          this.#freqs[s]!,
+          false,
+        );
         native.pointwise(dw, w.pw[s - 1]!.w, w.pw[s - 1]!.b, pw, C, C, rows * this.#freqs[s]!, true);
         prev = pw;
       }
@@ -114,9 +133,7 @@ export class Subsampler {
       const n = o1 - o0;
       const F = this.#freqs[S - 1]!;
       const rowsHeld = hi[S - 1]! - lo[S - 1]!;
-      for (let i = 0; i < n; i++)
-        for (let c = 0; c < C; c++)
-          for (let f = 0; f < F; f++) this.#flat[i * C * F + c * F + f] = prev[(c * rowsHeld + i) * F + f]!;
+      for (let i = 0; i < n; i++) for (let c = 0; c < C; c++) for (let f = 0; f < F; f++) this.#flat[i * C * F + c * F + f] = prev[(c * rowsHeld + i) * F + f]!;
       gemm(this.#flat, w.out.w, w.out.b, this.#rows, n, this.d, C * F, this.#pack);
       for (let i = 0; i < n * this.d; i++) x[o0 * this.d + i] = this.#rows[i]!;
     }

@@ -23,7 +23,10 @@ const Lfm2Schema = z
     num_attention_heads: upTo(256),
     num_key_value_heads: upTo(256),
     num_hidden_layers: upTo(256).optional(),
-    layer_types: z.array(z.enum(['conv', 'full_attention', 'sliding_attention'])).min(1).max(256),
+    layer_types: z
+      .array(z.enum(['conv', 'full_attention', 'sliding_attention']))
+      .min(1)
+      .max(256),
     conv_L_cache: upTo(64).default(3),
     conv_bias: z.boolean().default(false),
     vocab_size: upTo(1024 * K),
@@ -99,10 +102,7 @@ const MainSchema = z.looseObject({
     }),
 });
 
-const DetokenizerSchema = z.intersection(
-  Lfm2Schema,
-  z.looseObject({ sliding_window: upTo(1024 * K), output_size: z.literal(1282) }),
-);
+const DetokenizerSchema = z.intersection(Lfm2Schema, z.looseObject({ sliding_window: upTo(1024 * K), output_size: z.literal(1282) }));
 
 export type MainConfigJson = z.input<typeof MainSchema>;
 export type DetokenizerConfigJson = z.input<typeof DetokenizerSchema>;
@@ -322,7 +322,14 @@ const A = 'full_attention';
 const S = 'sliding_attention';
 
 /** The keys every built-in shares: the LFM2-Audio generation layout and frontend. */
-const AUDIO_MODEL = { architectures: ['LFM2AudioModel'], codebooks: 8, tie_audio_embeddings: true, interleaved_n_text: 6, interleaved_n_audio: 12, preprocessor: PREPROCESSOR };
+const AUDIO_MODEL = {
+  architectures: ['LFM2AudioModel'],
+  codebooks: 8,
+  tie_audio_embeddings: true,
+  interleaved_n_text: 6,
+  interleaved_n_audio: 12,
+  preprocessor: PREPROCESSOR,
+};
 
 /** Built-in configurations, in checkpoint form: [config.json, audio_detokenizer/config.json]. */
 export const BUILTIN_CONFIGS: Readonly<Record<string, readonly [MainConfigJson, DetokenizerConfigJson]>> = Object.freeze({

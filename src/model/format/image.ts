@@ -110,7 +110,8 @@ export class WeightsImage {
       };
     }
     if (t.dtype === 'F32') return { kind: 'f32', data: new Float32Array(b.buffer, b.byteOffset, b.byteLength / 4), rows, cols };
-    if (t.dtype === 'F16' || t.dtype === 'BF16') return { kind: t.dtype === 'F16' ? 'f16' : 'bf16', data: new Uint16Array(b.buffer, b.byteOffset, b.byteLength / 2), rows, cols };
+    if (t.dtype === 'F16' || t.dtype === 'BF16')
+      return { kind: t.dtype === 'F16' ? 'f16' : 'bf16', data: new Uint16Array(b.buffer, b.byteOffset, b.byteLength / 2), rows, cols };
     throw new BadInputError({ field: `tensor '${name}'` }, `dtype ${t.dtype} is not a weight encoding`);
   }
 
@@ -140,7 +141,14 @@ export class WeightsImage {
     const v = new DataView(b.buffer, b.byteOffset, b.byteLength);
     const n = b.byteLength / DTYPE_BYTES[t.dtype];
     for (let i = 0; i < n; i++) {
-      out[i] = t.dtype === 'F32' ? v.getFloat32(4 * i, true) : t.dtype === 'BF16' ? bf16ToF32(v.getUint16(2 * i, true)) : t.dtype === 'F16' ? f16ToF32(v.getUint16(2 * i, true)) : Number.NaN;
+      out[i] =
+        t.dtype === 'F32'
+          ? v.getFloat32(4 * i, true)
+          : t.dtype === 'BF16'
+            ? bf16ToF32(v.getUint16(2 * i, true))
+            : t.dtype === 'F16'
+              ? f16ToF32(v.getUint16(2 * i, true))
+              : Number.NaN;
     }
     return out;
   }
@@ -163,7 +171,12 @@ interface Accepted {
   quant?: { bits: 4 | 8; group: number; scales: TensorEntry; biases: TensorEntry };
 }
 
-function check(entries: ReadonlyMap<string, TensorEntry>, specs: readonly TensorSpec[], file: string, config: string): { load: Accepted[]; alias: [string, string][]; unexpected: string[] } {
+function check(
+  entries: ReadonlyMap<string, TensorEntry>,
+  specs: readonly TensorSpec[],
+  file: string,
+  config: string,
+): { load: Accepted[]; alias: [string, string][]; unexpected: string[] } {
   const load: Accepted[] = [];
   const alias: [string, string][] = [];
   // A quantized matrix brings its scales and biases, ignored tensors included.
@@ -190,21 +203,31 @@ function check(entries: ReadonlyMap<string, TensorEntry>, specs: readonly Tensor
       const groups = sc.shape[1] as number;
       const group = cols / groups;
       if (sc.shape.length !== 2 || sc.shape[0] !== rows || !Number.isInteger(group) || (group !== 32 && group !== 64)) {
-        throw new BadInputError({ file, field: `tensor '${s.name}.scales'` }, `shape [${sc.shape.join(', ')}] does not give groups of 32 or 64 over [${rows}, ${cols}]`);
+        throw new BadInputError(
+          { file, field: `tensor '${s.name}.scales'` },
+          `shape [${sc.shape.join(', ')}] does not give groups of 32 or 64 over [${rows}, ${cols}]`,
+        );
       }
       for (const t of [sc, bi]) {
-        if (t.dtype !== 'F32' || !sameShape(t.shape, [rows, groups])) throw new BadInputError({ file, field: `tensor '${t.name}'` }, `must be F32 [${rows}, ${groups}]`);
+        if (t.dtype !== 'F32' || !sameShape(t.shape, [rows, groups]))
+          throw new BadInputError({ file, field: `tensor '${t.name}'` }, `must be F32 [${rows}, ${groups}]`);
       }
       load.push({ spec: s, entry: e, quant: { bits: bits as 4 | 8, group, scales: sc, biases: bi } });
       continue;
     }
     if (!sameShape(e.shape, s.shape)) {
-      throw new BadInputError({ file, field: `tensor '${s.name}'` }, `shape [${e.shape.join(', ')}] but configuration '${config}' needs [${s.shape.join(', ')}]`);
+      throw new BadInputError(
+        { file, field: `tensor '${s.name}'` },
+        `shape [${e.shape.join(', ')}] but configuration '${config}' needs [${s.shape.join(', ')}]`,
+      );
     }
     const floatOk = e.dtype === 'F32' || e.dtype === 'F16' || e.dtype === 'BF16';
     const intOk = e.dtype === 'I64' || e.dtype === 'I32';
     if (s.kind === 'float' ? !floatOk : !intOk) {
-      throw new BadInputError({ file, field: `tensor '${s.name}'` }, `dtype ${e.dtype} but a ${s.kind === 'float' ? 'float (F32, F16, BF16)' : 'integer (I64, I32)'} tensor is needed`);
+      throw new BadInputError(
+        { file, field: `tensor '${s.name}'` },
+        `dtype ${e.dtype} but a ${s.kind === 'float' ? 'float (F32, F16, BF16)' : 'integer (I64, I32)'} tensor is needed`,
+      );
     }
     load.push({ spec: s, entry: e });
   }
@@ -220,7 +243,12 @@ function check(entries: ReadonlyMap<string, TensorEntry>, specs: readonly Tensor
 /** Float encodings whose values are checked for NaN and infinity at load (firstNonFinite's type). */
 const FLOAT_TYPES: Partial<Record<string, number>> = { F32: WEIGHT_TYPE.f32, F16: WEIGHT_TYPE.f16, BF16: WEIGHT_TYPE.bf16 };
 
-export function buildWeightsImage(domain: MemoryDomain, config: ModelConfig, sources: { main: ByteSource; detokenizer: ByteSource }, sealOwner = true): { image: WeightsImage; report: LoadReport; release(): void } {
+export function buildWeightsImage(
+  domain: MemoryDomain,
+  config: ModelConfig,
+  sources: { main: ByteSource; detokenizer: ByteSource },
+  sealOwner = true,
+): { image: WeightsImage; report: LoadReport; release(): void } {
   const layout = checkpointLayout(config);
   const mainHeader = readSafetensorsHeader(sources.main);
   const detHeader = readSafetensorsHeader(sources.detokenizer);
@@ -240,11 +268,19 @@ export function buildWeightsImage(domain: MemoryDomain, config: ModelConfig, sou
   const add = (prefix: string, src: ByteSource, list: Accepted[]) => {
     for (const a of list) {
       const e = a.entry;
-      const item: Item = { name: prefix + a.spec.name, dtype: e.dtype, shape: a.spec.shape, bytes: e.end - e.begin, category: 'weights', from: { src, entry: e } };
+      const item: Item = {
+        name: prefix + a.spec.name,
+        dtype: e.dtype,
+        shape: a.spec.shape,
+        bytes: e.end - e.begin,
+        category: 'weights',
+        from: { src, entry: e },
+      };
       if (a.quant !== undefined) {
         item.quant = { bits: a.quant.bits, group: a.quant.group };
         items.push(item);
-        for (const t of [a.quant.scales, a.quant.biases]) items.push({ name: prefix + t.name, dtype: t.dtype, shape: t.shape, bytes: t.end - t.begin, category: 'weights', from: { src, entry: t } });
+        for (const t of [a.quant.scales, a.quant.biases])
+          items.push({ name: prefix + t.name, dtype: t.dtype, shape: t.shape, bytes: t.end - t.begin, category: 'weights', from: { src, entry: t } });
       } else {
         items.push(item);
       }
@@ -288,14 +324,21 @@ export function buildWeightsImage(domain: MemoryDomain, config: ModelConfig, sou
         const view = arena.carve(it.name, it.category, Uint8Array, it.bytes);
         if (it.from !== undefined) {
           const got = it.from.src.read(view, 0, it.bytes, it.from.entry.begin);
-          if (got !== it.bytes) throw new BadInputError({ file: it.from.src.name, field: `tensor '${it.from.entry.name}'`, offset: it.from.entry.begin + got }, 'the file ended while the tensor was read');
+          if (got !== it.bytes)
+            throw new BadInputError(
+              { file: it.from.src.name, field: `tensor '${it.from.entry.name}'`, offset: it.from.entry.begin + got },
+              'the file ended while the tensor was read',
+            );
           // Weights must be finite: one NaN makes every reply NaN, and the run would still exit 0.
           const type = FLOAT_TYPES[it.dtype];
           if (type !== undefined) {
             const bad = native.firstNonFinite(view, type);
             if (bad >= 0) {
               const size = type === WEIGHT_TYPE.f32 ? 4 : 2;
-              throw new BadInputError({ file: it.from.src.name, field: `tensor '${it.from.entry.name}'`, offset: it.from.entry.begin + bad * size }, `value ${bad} is not finite (NaN or infinity); the weights must be finite`);
+              throw new BadInputError(
+                { file: it.from.src.name, field: `tensor '${it.from.entry.name}'`, offset: it.from.entry.begin + bad * size },
+                `value ${bad} is not finite (NaN or infinity); the weights must be finite`,
+              );
             }
           }
         }

@@ -27,7 +27,16 @@ export interface CheckpointLayout {
 const f = (name: string, shape: number[], init: TensorSpec['init'] = 'weight', extra: Partial<TensorSpec> = {}): TensorSpec =>
   Object.freeze({ name, shape: Object.freeze(shape), kind: 'float' as const, init, ...extra });
 
-function lfm2Layers(prefix: string, d: number, kinds: readonly string[], heads: number, kv: number, ffn: number, kernel: number, convBias: boolean): TensorSpec[] {
+function lfm2Layers(
+  prefix: string,
+  d: number,
+  kinds: readonly string[],
+  heads: number,
+  kv: number,
+  ffn: number,
+  kernel: number,
+  convBias: boolean,
+): TensorSpec[] {
   const hd = d / heads;
   const out: TensorSpec[] = [];
   kinds.forEach((kind, n) => {

@@ -37,10 +37,12 @@ export function readSafetensorsHeader(src: ByteSource): SafetensorsHeader {
   const lenBuf = new Uint8Array(8);
   src.read(lenBuf, 0, 8, 0);
   const len64 = new DataView(lenBuf.buffer).getBigUint64(0, true);
-  if (len64 > BigInt(MAX_HEADER_BYTES)) throw new BadInputError({ file, field: 'header length', offset: 0 }, `header of ${len64} bytes exceeds the ${MAX_HEADER_BYTES}-byte limit`);
+  if (len64 > BigInt(MAX_HEADER_BYTES))
+    throw new BadInputError({ file, field: 'header length', offset: 0 }, `header of ${len64} bytes exceeds the ${MAX_HEADER_BYTES}-byte limit`);
   const n = Number(len64);
   if (n < 2) throw new BadInputError({ file, field: 'header length', offset: 0 }, `header of ${n} bytes cannot hold a JSON object`);
-  if (8 + n > src.size) throw new BadInputError({ file, field: 'header length', offset: 0 }, `header of ${n} bytes runs past the end of the ${src.size}-byte file`);
+  if (8 + n > src.size)
+    throw new BadInputError({ file, field: 'header length', offset: 0 }, `header of ${n} bytes runs past the end of the ${src.size}-byte file`);
   const raw = new Uint8Array(n);
   src.read(raw, 0, n, 8);
   let text: string;
@@ -55,7 +57,8 @@ export function readSafetensorsHeader(src: ByteSource): SafetensorsHeader {
   } catch (cause) {
     throw new BadInputError({ file, field: 'header', offset: 8 }, `header is not valid JSON: ${(cause as Error).message}`, { cause });
   }
-  if (json === null || typeof json !== 'object' || Array.isArray(json)) throw new BadInputError({ file, field: 'header', offset: 8 }, 'header is not a JSON object');
+  if (json === null || typeof json !== 'object' || Array.isArray(json))
+    throw new BadInputError({ file, field: 'header', offset: 8 }, 'header is not a JSON object');
   const dataOffset = 8 + n;
   const dataSize = src.size - dataOffset;
   const tensors = new Map<string, TensorEntry>();
@@ -81,7 +84,8 @@ export function readSafetensorsHeader(src: ByteSource): SafetensorsHeader {
     }
     const [b, e] = o as [number, number];
     if (e < b) throw new BadInputError({ file, field }, `data_offsets [${b}, ${e}] ends before it begins`);
-    if (e > dataSize) throw new BadInputError({ file, field, offset: dataOffset + b }, `data_offsets [${b}, ${e}] run past the ${dataSize} data bytes in the file`);
+    if (e > dataSize)
+      throw new BadInputError({ file, field, offset: dataOffset + b }, `data_offsets [${b}, ${e}] run past the ${dataSize} data bytes in the file`);
     const count = (v.shape as number[]).reduce((x, y) => x * y, 1);
     const want = count * DTYPE_BYTES[v.dtype];
     if (!Number.isSafeInteger(want) || want !== e - b) {

@@ -151,7 +151,18 @@ export function syntheticTokenizer(vocab: number): { tokenizer: object; config: 
     },
     post_processor: null,
     decoder: { type: 'ByteLevel', add_prefix_space: true, trim_offsets: true, use_regex: true },
-    model: { type: 'BPE', dropout: null, unk_token: unk, continuing_subword_prefix: null, end_of_word_suffix: null, fuse_unk: false, byte_fallback: false, ignore_merges: false, vocab: vocabObj, merges },
+    model: {
+      type: 'BPE',
+      dropout: null,
+      unk_token: unk,
+      continuing_subword_prefix: null,
+      end_of_word_suffix: null,
+      fuse_unk: false,
+      byte_fallback: false,
+      ignore_merges: false,
+      vocab: vocabObj,
+      merges,
+    },
   };
   const config = {
     tokenizer_class: 'PreTrainedTokenizerFast',
@@ -177,7 +188,10 @@ function checkIds(file: string, tokenizer: object, vocab: number): void {
     for (const [word, id] of Object.entries(words as Record<string, unknown>)) {
       count++;
       if (typeof id !== 'number' || !Number.isInteger(id) || id < 0 || id >= vocab) {
-        throw new BadInputError({ file, field: `model.vocab['${word.slice(0, 40)}']` }, `id ${String(id).slice(0, 40)} is not a token id of the model's vocabulary of ${vocab}`);
+        throw new BadInputError(
+          { file, field: `model.vocab['${word.slice(0, 40)}']` },
+          `id ${String(id).slice(0, 40)} is not a token id of the model's vocabulary of ${vocab}`,
+        );
       }
     }
     if (count === 0) throw new BadInputError({ file, field: 'model.vocab' }, 'the vocabulary is empty: every reply would decode to nothing');
@@ -186,7 +200,10 @@ function checkIds(file: string, tokenizer: object, vocab: number): void {
     for (const [i, a] of (t.added_tokens as unknown[]).entries()) {
       const id = (a as { id?: unknown } | null)?.id;
       if (typeof id !== 'number' || !Number.isInteger(id) || id < 0 || id >= vocab) {
-        throw new BadInputError({ file, field: `added_tokens[${i}].id` }, `id ${String(id).slice(0, 40)} is not a token id of the model's vocabulary of ${vocab}`);
+        throw new BadInputError(
+          { file, field: `added_tokens[${i}].id` },
+          `id ${String(id).slice(0, 40)} is not a token id of the model's vocabulary of ${vocab}`,
+        );
       }
     }
   }

@@ -38,10 +38,7 @@ export interface MemoryPlan {
 }
 
 /** Parts not yet described by stage plans; listed in the manifest so totals are not misread. */
-export const PENDING = Object.freeze([
-  'model weights image',
-  'capture and playback rings',
-]);
+export const PENDING = Object.freeze(['model weights image', 'capture and playback rings']);
 
 /**
  * Per-conversation persistent state (recurrence) regions, sized by the same functions the
@@ -59,7 +56,9 @@ export function conversationState(config: ModelConfig, context: number, kvBytes:
   // The ISTFT and resampler buffers, measured by building them.
   const m = measureWorkspace(new FootprintPolicy({ alignment: 1, pageSize: 4096 }));
   DetokenizerState.streams(config, m.workspace, o.outputRate);
-  m.sizes.forEach((bytes, i) => out.push({ name: `detok.stream.${i}`, category: 'recurrence', bytes }));
+  m.sizes.forEach((bytes, i) => {
+    out.push({ name: `detok.stream.${i}`, category: 'recurrence', bytes });
+  });
   return out;
 }
 

@@ -141,7 +141,10 @@ export function encoderPass(config: ModelConfig, o: EncoderPlanOptions): PassBui
   let r = frames;
   let freq = e.featIn;
   const freqs: number[] = [];
-  for (let s = 0; s < e.stages; s++) freqs.push((freq = down(freq)));
+  for (let s = 0; s < e.stages; s++) {
+    freq = down(freq);
+    freqs.push(freq);
+  }
   for (let s = e.stages - 1; s >= 0; s--) {
     rows[s] = r;
     r = 2 * r + 1;
@@ -180,10 +183,14 @@ export function encoderPass(config: ModelConfig, o: EncoderPlanOptions): PassBui
     // live across every iteration, so nothing the loop touches may share bytes.
     const tq = Math.min(t.queries, Tp);
     const tk = Math.min(t.keys, Tp);
-    p.op('att.tiles', ['att.q', 'att.k', 'att.v', 'att.p'], [
-      { name: 'att.scratch', bytes: attentionScratchFloats(tq, tk, hd, 1) * F32, layout: 'f32 scores, max, sum, acc, q+u, q+v' },
-      { name: 'att.ctx', bytes: Tp * d * F32 },
-    ]);
+    p.op(
+      'att.tiles',
+      ['att.q', 'att.k', 'att.v', 'att.p'],
+      [
+        { name: 'att.scratch', bytes: attentionScratchFloats(tq, tk, hd, 1) * F32, layout: 'f32 scores, max, sum, acc, q+u, q+v' },
+        { name: 'att.ctx', bytes: Tp * d * F32 },
+      ],
+    );
   } else {
     p.op('att.ac', ['att.q', 'att.k'], [{ name: 'att.matrix_ac', bytes: H * Tp * Tp * F32 }]);
     p.op('att.bd', ['att.q', 'att.p'], [{ name: 'att.matrix_bd_raw', bytes: H * Tp * P * F32 }]);
@@ -198,15 +205,23 @@ export function encoderPass(config: ModelConfig, o: EncoderPlanOptions): PassBui
   if (rowTiled) {
     // Row-tile loop filling the whole GLU plane (the depthwise conv needs its neighbours),
     // then a row-tile loop from it back into x.
-    p.op('conv.pre', ['x'], [
-      { name: 'conv.ln', bytes: R * d * F32 },
-      { name: 'conv.pw1', bytes: R * 2 * d * F32 },
-      { name: 'conv.glu', bytes: Tp * d * F32 },
-    ]);
-    p.op('conv.post', ['conv.glu', 'x'], [
-      { name: 'conv.dw', bytes: R * d * F32 },
-      { name: 'conv.pw2', bytes: R * d * F32 },
-    ]);
+    p.op(
+      'conv.pre',
+      ['x'],
+      [
+        { name: 'conv.ln', bytes: R * d * F32 },
+        { name: 'conv.pw1', bytes: R * 2 * d * F32 },
+        { name: 'conv.glu', bytes: Tp * d * F32 },
+      ],
+    );
+    p.op(
+      'conv.post',
+      ['conv.glu', 'x'],
+      [
+        { name: 'conv.dw', bytes: R * d * F32 },
+        { name: 'conv.pw2', bytes: R * d * F32 },
+      ],
+    );
   } else {
     p.op('conv.norm', ['x'], [{ name: 'conv.ln', bytes: Tp * d * F32 }]);
     p.op('conv.pw1', ['conv.ln'], [{ name: 'conv.pw1', bytes: Tp * 2 * d * F32 }]);
@@ -222,11 +237,15 @@ export function encoderPass(config: ModelConfig, o: EncoderPlanOptions): PassBui
   // Adapter: LN → Linear → GELU → Linear, rows written straight into the stage output (one
   // row-tile loop, so the output is live across it).
   if (rowTiled) {
-    p.op('adapter', ['x'], [
-      { name: 'adapter.ln', bytes: R * d * F32 },
-      { name: 'adapter.h', bytes: R * D * F32 },
-      { name: 'encoded', bytes: Tp * D * F32, layout: `f32[${Tp}][${D}]`, output: true },
-    ]);
+    p.op(
+      'adapter',
+      ['x'],
+      [
+        { name: 'adapter.ln', bytes: R * d * F32 },
+        { name: 'adapter.h', bytes: R * D * F32 },
+        { name: 'encoded', bytes: Tp * D * F32, layout: `f32[${Tp}][${D}]`, output: true },
+      ],
+    );
   } else {
     p.op('adapter.norm', ['x'], [{ name: 'adapter.ln', bytes: Tp * d * F32 }]);
     p.op('adapter.up', ['adapter.ln'], [{ name: 'adapter.h', bytes: Tp * D * F32 }]);

@@ -1,14 +1,7 @@
 // Worker for the concurrency tests: joins the parent's memory domain and reserves,
 // allocates and frees slabs, either a seeded number of times or until told to stop.
 import { parentPort, workerData } from 'node:worker_threads';
-import {
-  AllocationError,
-  CountingAllocator,
-  MemoryDomain,
-  MemoryLimitError,
-  type SharedMemoryDomain,
-  type Slab,
-} from '../../../src/memory/index.js';
+import { AllocationError, CountingAllocator, MemoryDomain, MemoryLimitError, type SharedMemoryDomain, type Slab } from '../../../src/memory/index.js';
 import { prng, randInt } from '../../helpers.js';
 
 export interface ChurnData {

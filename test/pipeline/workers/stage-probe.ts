@@ -5,7 +5,21 @@ import { loadCheckpoint } from '../../../src/io/checkpoint.js';
 import { MemoryDomain } from '../../../src/memory/index.js';
 import { resolveSpeechOptions, speechSetup } from '../../../src/pipeline/conversation.js';
 import { Doorbells, RecordRing, ringBytes, type SharedRing } from '../../../src/pipeline/ring.js';
-import { REC_CODES, REC_DISCARD, REC_EMBED, REC_END_SEGMENT, REC_MEL, REC_PCM, REC_SPEECH_START, REC_TURN_START, RING_ENDS, RING_NAMES, type RingName, type StageInit, type StageName } from '../../../src/pipeline/protocol.js';
+import {
+  REC_CODES,
+  REC_DISCARD,
+  REC_EMBED,
+  REC_END_SEGMENT,
+  REC_MEL,
+  REC_PCM,
+  REC_SPEECH_START,
+  REC_TURN_START,
+  RING_ENDS,
+  RING_NAMES,
+  type RingName,
+  type StageInit,
+  type StageName,
+} from '../../../src/pipeline/protocol.js';
 import { createStage, ringCapacities } from '../../../src/pipeline/stages.js';
 import { allocationProbe, prng } from '../../helpers.js';
 import { loadTokenizer } from '../../../src/io/config.js';
@@ -69,21 +83,26 @@ if (stage === 'capture' || stage === 'frontend') {
   const output = stage === 'capture' ? rings.pcm16 : rings.mel;
   const pcm = Float32Array.from({ length: 1000 }, () => r() - 0.5);
   // VAD mode: a voiced stretch, then silence, over and over (turns start, end, get dropped).
-  const voiced = Float32Array.from({ length: 1000 }, (_, i) => 0.3 * Math.sin((2 * Math.PI * 150 * i) / 16000) + 0.15 * Math.sin((2 * Math.PI * 300 * i) / 16000) + 0.1 * Math.sin((2 * Math.PI * 450 * i) / 16000));
+  const voiced = Float32Array.from(
+    { length: 1000 },
+    (_, i) =>
+      0.3 * Math.sin((2 * Math.PI * 150 * i) / 16000) + 0.15 * Math.sin((2 * Math.PI * 300 * i) / 16000) + 0.1 * Math.sin((2 * Math.PI * 450 * i) / 16000),
+  );
   const quiet = Float32Array.from({ length: 1000 }, () => (r() - 0.5) * 1e-4);
-  body = vad === true
-    ? () => {
-        const k = ++n % 80;
-        input.write(REC_PCM, k < 30 || (k > 50 && k < 52) ? voiced : quiet, 0, 1000);
-        st.poll();
-        drain(output);
-      }
-    : () => {
-        if (++n % 300 === 0) input.write(REC_END_SEGMENT, null, 0, 0);
-        else input.write(REC_PCM, pcm, 0, 1000);
-        st.poll();
-        drain(output);
-      };
+  body =
+    vad === true
+      ? () => {
+          const k = ++n % 80;
+          input.write(REC_PCM, k < 30 || (k > 50 && k < 52) ? voiced : quiet, 0, 1000);
+          st.poll();
+          drain(output);
+        }
+      : () => {
+          if (++n % 300 === 0) input.write(REC_END_SEGMENT, null, 0, 0);
+          else input.write(REC_PCM, pcm, 0, 1000);
+          st.poll();
+          drain(output);
+        };
 } else if (stage === 'conformer') {
   // Rows only: the encode at a segment's end is not part of this probe.
   const rows = Float32Array.from({ length: 4 * config.frontend.nMels }, () => r() * 4 - 8);
@@ -125,4 +144,9 @@ if (stage === 'capture' || stage === 'frontend') {
   };
 }
 const result = allocationProbe(calls, body, 1024, 20_000);
-parentPort!.postMessage({ stage, records: st.records, ...result, kinds: { speechStart: kinds[REC_SPEECH_START], endSegment: kinds[REC_END_SEGMENT], discard: kinds[REC_DISCARD], mel: kinds[REC_MEL] } });
+parentPort!.postMessage({
+  stage,
+  records: st.records,
+  ...result,
+  kinds: { speechStart: kinds[REC_SPEECH_START], endSegment: kinds[REC_END_SEGMENT], discard: kinds[REC_DISCARD], mel: kinds[REC_MEL] },
+});
