@@ -86,7 +86,8 @@ class StageWorker {
   failure: WorkerError | null = null;
   /** Slabs the worker created: released by the worker on stop, by the coordinator if it died. */
   slabs: SlabRecord[] = [];
-  readonly #died: Promise<never>;
+  /** Rejecters of the calls in flight: a worker that dies rejects each of them. */
+  readonly #pending = new Set<(e: WorkerError) => void>();
   exited = false;
 
   constructor(name: StageName, bells: Doorbells, timeoutMs: number, onFailure: (e: WorkerError) => void, onExit: (threadId: number) => void) {
@@ -95,23 +96,21 @@ class StageWorker {
     this.#timeoutMs = timeoutMs;
     this.worker = new Worker(new URL(`../../workers/${name}.js`, import.meta.url));
     this.api = Comlink.wrap<StageApi>(nodeEndpoint(this.worker as never));
-    this.#died = new Promise<never>((_, reject) => {
-      const fail = (e: WorkerError): void => {
-        if (this.failure === null) {
-          this.failure = e;
-          onFailure(e);
-        }
-        reject(e);
-      };
-      this.worker.once('error', (err) => fail(new WorkerError(name, `failed: ${err.message}`, { cause: err })));
-      const threadId = this.worker.threadId;
-      this.worker.once('exit', (code) => {
-        this.exited = true;
-        onExit(threadId);
-        fail(new WorkerError(name, `exited with code ${code}`));
-      });
+    const fail = (e: WorkerError): void => {
+      if (this.failure === null) {
+        this.failure = e;
+        onFailure(e);
+      }
+      for (const reject of this.#pending) reject(e);
+      this.#pending.clear();
+    };
+    this.worker.once('error', (err) => fail(new WorkerError(name, `failed: ${err.message}`, { cause: err })));
+    const threadId = this.worker.threadId;
+    this.worker.once('exit', (code) => {
+      this.exited = true;
+      onExit(threadId);
+      fail(new WorkerError(name, `exited with code ${code}`));
     });
-    this.#died.catch(() => undefined);
   }
 
   /** One control call: announced on the attention word, bounded by the timeout and by the worker's life. */
@@ -119,18 +118,24 @@ class StageWorker {
     if (this.failure !== null) throw this.failure;
     Atomics.add(this.#bells.words, kAttention + BELL[this.name], 1);
     this.#bells.ring(BELL[this.name]);
+    // One guard per call, settled by the timeout or the worker's death and dropped with the call:
+    // racing every call against one long-lived promise would leave a reaction on it per call.
     let timer: NodeJS.Timeout | undefined;
-    const timeout = new Promise<never>((_, reject) => {
+    let rejectGuard: (e: Error) => void = () => undefined;
+    const guard = new Promise<never>((_, reject) => {
+      rejectGuard = reject;
       timer = setTimeout(
         () => reject(new ControlTimeoutError(`${this.name} worker: '${String(method)}' did not answer in ${this.#timeoutMs} ms`)),
         this.#timeoutMs,
       );
     });
+    this.#pending.add(rejectGuard);
     try {
       const fn = this.api[method] as unknown as (...a: unknown[]) => Promise<Awaited<ReturnType<StageApi[K]>>>;
-      return await Promise.race([fn(...args), timeout, this.#died]);
+      return await Promise.race([fn(...args), guard]);
     } finally {
       clearTimeout(timer);
+      this.#pending.delete(rejectGuard);
     }
   }
 }
