@@ -42,8 +42,12 @@ export class MemoryLimitError extends VoxslabError {
   readonly inUse: number;
   readonly limit: number;
   readonly owner: string;
-  constructor(requested: number, inUse: number, limit: number, owner: string) {
-    super(`memory limit refused ${requested} bytes for owner '${owner}': ${inUse} bytes in use ` + `(held + reserved) of a ${limit}-byte limit`);
+  /** What the bytes were for (a slab's or arena's name), when the caller said. */
+  readonly site: string | undefined;
+  constructor(requested: number, inUse: number, limit: number, owner: string, site?: string) {
+    const what = site === undefined ? '' : ` (${site})`;
+    super(`memory limit refused ${requested} bytes for owner '${owner}'${what}: ${inUse} bytes in use (held + reserved) of a ${limit}-byte limit`);
+    this.site = site;
     this.requested = requested;
     this.inUse = inUse;
     this.limit = limit;

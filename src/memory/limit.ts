@@ -99,7 +99,7 @@ export class AllocationLimit {
         refused = new ReadinessError(`owner '${owner.name}' is ready (sealed); allocating ${what} is refused`);
       } else if (inUse + bytes > limit) {
         c.add(kRefusals, 1);
-        refused = new MemoryLimitError(bytes, inUse, limit, owner.name);
+        refused = new MemoryLimitError(bytes, inUse, limit, owner.name, what);
       } else {
         c.add(kReserved, bytes);
       }

@@ -243,10 +243,16 @@ export class SpeechModel {
   /** Loads a checkpoint folder (weights, configuration, tokenizer) and plans its workspaces. */
   static load(dir: string, domain: MemoryDomain, options: SpeechModelOptions = {}): SpeechModel {
     const loaded = loadCheckpoint(dir, domain, false);
-    const o = resolveSpeechOptions(loaded.config, options);
-    setComputeThreads(o.threads);
-    const tokenizer = loadTokenizer(dir, loaded.config.backbone.vocab);
-    return new SpeechModel(dir, domain, loaded, tokenizer, o);
+    try {
+      const o = resolveSpeechOptions(loaded.config, options);
+      setComputeThreads(o.threads);
+      const tokenizer = loadTokenizer(dir, loaded.config.backbone.vocab);
+      return new SpeechModel(dir, domain, loaded, tokenizer, o);
+    } catch (error) {
+      // A refused or failed workspace leaves nothing of the load held.
+      loaded.release();
+      throw error;
+    }
   }
 
   /**
@@ -254,7 +260,10 @@ export class SpeechModel {
    * reply frames barge-in can truncate back to (0 for a conversation without barge-in).
    */
   conversation(o: { seed: number; inputRate: number; checkpoints?: number }): Conversation {
-    return new Conversation(this, this.#conversations++, o);
+    // The index is taken only by a conversation that was built: a failed open leaves no gap.
+    const c = new Conversation(this, this.#conversations, o);
+    this.#conversations++;
+    return c;
   }
 
   /** Readiness: seals the model's arenas and owners; later carves are refused and counted. */
