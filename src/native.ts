@@ -88,7 +88,16 @@ export interface NativeAddon {
   apmCreate(echo: number, highPass: number, noise: number, voice: number, delayAgnostic: number): { handle: ApmHandle; heapBytes: number };
   apmDestroy(handle: ApmHandle): void;
   /** One 10 ms frame at 16 kHz; flags 1 voice, 2 echo present; negative = engine error. */
-  apmProcess(handle: ApmHandle, near: Float32Array, nearAt: number, far: Float32Array | null, farAt: number, out: Float32Array, outAt: number, delayMs: number): number;
+  apmProcess(
+    handle: ApmHandle,
+    near: Float32Array,
+    nearAt: number,
+    far: Float32Array | null,
+    farAt: number,
+    out: Float32Array,
+    outAt: number,
+    delayMs: number,
+  ): number;
   /**
    * Streaming polyphase resampling over caller-owned buffers (see dsp/resample.ts for the
    * layouts). `input` null flushes with zeros until `limit` outputs exist. Returns outputs
@@ -134,32 +143,97 @@ export interface NativeAddon {
   setComputeThreads(n: number): number;
   computeThreads(): number;
   gemvInt(
-    type: number, w: Uint8Array, scales: Float32Array, biases: Float32Array, group: number,
-    x: Float32Array, y: Float32Array, M: number, K: number, scratch: Float32Array,
+    type: number,
+    w: Uint8Array,
+    scales: Float32Array,
+    biases: Float32Array,
+    group: number,
+    x: Float32Array,
+    y: Float32Array,
+    M: number,
+    K: number,
+    scratch: Float32Array,
   ): void;
   gemvRows(
-    type: number, w: Float32Array | Uint16Array | Uint8Array, scales: Float32Array | null, biases: Float32Array | null,
-    group: number, X: Float32Array, Y: Float32Array, n: number, M: number, K: number, scratch: Float32Array | null,
+    type: number,
+    w: Float32Array | Uint16Array | Uint8Array,
+    scales: Float32Array | null,
+    biases: Float32Array | null,
+    group: number,
+    X: Float32Array,
+    Y: Float32Array,
+    n: number,
+    M: number,
+    K: number,
+    scratch: Float32Array | null,
   ): void;
   gemm(
-    A: Float32Array, type: number, W: Float32Array | Uint16Array | Uint8Array,
-    scales: Float32Array | null, biases: Float32Array | null, group: number,
-    bias: Float32Array | null, C: Float32Array, T: number, N: number, K: number, pack: Float32Array,
+    A: Float32Array,
+    type: number,
+    W: Float32Array | Uint16Array | Uint8Array,
+    scales: Float32Array | null,
+    biases: Float32Array | null,
+    group: number,
+    bias: Float32Array | null,
+    C: Float32Array,
+    T: number,
+    N: number,
+    K: number,
+    pack: Float32Array,
   ): void;
   norm(kind: number, x: Float32Array, w: Float32Array, b: Float32Array | null, y: Float32Array, rows: number, dim: number, eps: number): void;
   activation(kind: number, x: Float32Array, y: Float32Array, n: number, other: Float32Array | number | null): void;
   rope(x: Float32Array, cos: Float32Array, sin: Float32Array, rows: number, heads: number, hd: number, pos0: number, adjacent: boolean): void;
   attention(
-    q: Float32Array, k: Float32Array | Uint16Array, v: Float32Array | Uint16Array, out: Float32Array,
-    p: Float32Array | null, u: Float32Array | null, vb: Float32Array | null, scratch: Float32Array,
-    Tq: number, Tk: number, Hq: number, Hkv: number, hd: number, qpos0: number, kpos0: number,
-    window: number, mode: number, scale: number, tq: number, tk: number,
+    q: Float32Array,
+    k: Float32Array | Uint16Array,
+    v: Float32Array | Uint16Array,
+    out: Float32Array,
+    p: Float32Array | null,
+    u: Float32Array | null,
+    vb: Float32Array | null,
+    scratch: Float32Array,
+    Tq: number,
+    Tk: number,
+    Hq: number,
+    Hkv: number,
+    hd: number,
+    qpos0: number,
+    kpos0: number,
+    window: number,
+    mode: number,
+    scale: number,
+    tq: number,
+    tk: number,
   ): void;
-  conv1d(mode: number, x: Float32Array, w: Float32Array, third: Float32Array | null, y: Float32Array, T: number, C: number, k: number, t0: number, t1: number): void;
+  conv1d(
+    mode: number,
+    x: Float32Array,
+    w: Float32Array,
+    third: Float32Array | null,
+    y: Float32Array,
+    T: number,
+    C: number,
+    k: number,
+    t0: number,
+    t1: number,
+  ): void;
   conv2dS2(
-    input: Float32Array, Cin: number, inRow0: number, inRows: number, inTotal: number, inCols: number,
-    w: Float32Array, bias: Float32Array | null, depthwise: boolean,
-    out: Float32Array, Cout: number, outRow0: number, outRows: number, outCols: number, relu: boolean,
+    input: Float32Array,
+    Cin: number,
+    inRow0: number,
+    inRows: number,
+    inTotal: number,
+    inCols: number,
+    w: Float32Array,
+    bias: Float32Array | null,
+    depthwise: boolean,
+    out: Float32Array,
+    Cout: number,
+    outRow0: number,
+    outRows: number,
+    outCols: number,
+    relu: boolean,
   ): void;
   pointwise(input: Float32Array, w: Float32Array, bias: Float32Array | null, out: Float32Array, Cin: number, Cout: number, P: number, relu: boolean): void;
   fmaProbe(iterations: number): number;
@@ -183,14 +257,12 @@ export interface NativeAddon {
 const require = createRequire(import.meta.url);
 
 function load(): NativeAddon {
-  const path = fileURLToPath(new URL('../../native/build/Release/voxslab_native.node', import.meta.url));
+  // VOXSLAB_ADDON points at another build of the same sources (native/sanitize.sh's).
+  const path = process.env.VOXSLAB_ADDON || fileURLToPath(new URL('../../native/build/Release/voxslab_native.node', import.meta.url));
   try {
     return require(path) as NativeAddon;
   } catch (cause) {
-    throw new InternalError(
-      `voxslab: the native addon is not built (${path}); run 'npm install' or 'npm run build:native'`,
-      { cause },
-    );
+    throw new InternalError(`voxslab: the native addon is not built (${path}); run 'npm install' or 'npm run build:native'`, { cause });
   }
 }
 
