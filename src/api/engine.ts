@@ -58,6 +58,8 @@ export interface EngineOptions extends SpeechModelOptions {
   signal?: AbortSignal;
   /** Progress lines (generating a built-in checkpoint on first use). Default: none. */
   log?: (line: string) => void;
+  /** Test mode: every stage worker traps typed-array and buffer constructors after readiness (`pipeline.stats()` counts them). */
+  trapAllocations?: boolean;
 }
 
 export interface ConversationOptions {
@@ -148,7 +150,7 @@ export class Engine {
 
   /** Loads `model` (a checkpoint folder or a built-in name such as 'tiny') and starts the stages. */
   static async load(model = 'tiny', options: EngineOptions = {}): Promise<Engine> {
-    const { memoryLimit, domain: given, slots, pin, callTimeoutMs, signal, log, ...speech } = options;
+    const { memoryLimit, domain: given, slots, pin, callTimeoutMs, signal, log, trapAllocations, ...speech } = options;
     if (signal?.aborted === true) throw aborted(signal, 'loading');
     const dir = resolveModel(model, log ?? (() => undefined));
     const domain = given ?? MemoryDomain.create(memoryLimit === undefined ? {} : { limit: memoryLimit });
@@ -156,6 +158,7 @@ export class Engine {
     if (slots !== undefined) po.slots = slots;
     if (pin !== undefined) po.pin = pin;
     if (callTimeoutMs !== undefined) po.callTimeoutMs = callTimeoutMs;
+    if (trapAllocations === true) po.trapAllocations = true;
     const pipeline = await Pipeline.start(dir, domain, po);
     try {
       await pipeline.ready();

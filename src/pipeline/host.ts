@@ -43,6 +43,13 @@ function firstDamage(s: Stage<unknown>): string | null {
   return null;
 }
 
+/** The JS heap in use; after a full collection where the process exposes gc (soak and probes). */
+function heapUsedNow(): number {
+  const gc = (globalThis as { gc?: () => void }).gc;
+  if (typeof gc === 'function') gc();
+  return v8.getHeapStatistics().used_heap_size;
+}
+
 export function serveStage(expected: StageName): void {
   if (parentPort === null) throw new ArgumentError('a stage runs in a worker thread');
   let stage: Stage<unknown> | null = null;
@@ -63,7 +70,7 @@ export function serveStage(expected: StageName): void {
     try {
       return trap === null ? fn() : trap.paused(fn);
     } finally {
-      heapAtReady = v8.getHeapStatistics().used_heap_size;
+      heapAtReady = heapUsedNow();
     }
   }
   const busy = new Float64Array(3); // [ms in polls that made progress, poll start, poll end]: no boxed doubles per poll
@@ -133,7 +140,7 @@ export function serveStage(expected: StageName): void {
       attended();
       stage!.ready();
       ready = true;
-      heapAtReady = v8.getHeapStatistics().used_heap_size;
+      heapAtReady = heapUsedNow();
       if (init!.trapAllocations) trap = installConstructorTrap();
     },
     start(): void {
@@ -151,7 +158,7 @@ export function serveStage(expected: StageName): void {
         records: s.records,
         slots: s.slotStats(),
         allocationsAfterReady: trap?.count ?? 0,
-        heapDelta: v8.getHeapStatistics().used_heap_size - heapAtReady,
+        heapDelta: heapUsedNow() - heapAtReady,
         nonFinite: s.nonFinite,
         canary: firstDamage(s),
         busyMs: Math.round((busy[0] as number) * 1000) / 1000,
