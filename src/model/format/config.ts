@@ -17,44 +17,48 @@ const posNum = z.number().positive();
 const upTo = (max: number) => posInt.max(max);
 const K = 1024;
 
-const Lfm2Schema = z
-  .looseObject({
-    hidden_size: upTo(16 * K),
-    num_attention_heads: upTo(256),
-    num_key_value_heads: upTo(256),
-    num_hidden_layers: upTo(256).optional(),
-    layer_types: z
-      .array(z.enum(['conv', 'full_attention', 'sliding_attention']))
-      .min(1)
-      .max(256),
-    conv_L_cache: upTo(64).default(3),
-    conv_bias: z.boolean().default(false),
-    vocab_size: upTo(1024 * K),
-    // The backbone's context; the detokenizer's config need not carry it (MODEL.md, LAYOUT.md).
-    max_position_embeddings: upTo(1024 * K).optional(),
-    rope_theta: posNum.default(1_000_000),
-    norm_eps: posNum.default(1e-5),
-    intermediate_size: upTo(128 * K).optional(),
-    block_ff_dim: upTo(128 * K).optional(),
-    block_multiple_of: upTo(4 * K).default(256),
-    block_ffn_dim_multiplier: posNum.default(1),
-    block_auto_adjust_ff_dim: z.boolean().default(true),
-    sliding_window: upTo(1024 * K).optional(),
-  })
-  .superRefine((c, ctx) => {
-    if (c.hidden_size % c.num_attention_heads !== 0) {
-      ctx.addIssue({ code: 'custom', path: ['num_attention_heads'], message: `must divide hidden_size ${c.hidden_size}` });
-    }
-    if (c.num_attention_heads % c.num_key_value_heads !== 0) {
-      ctx.addIssue({ code: 'custom', path: ['num_key_value_heads'], message: `must divide num_attention_heads ${c.num_attention_heads}` });
-    }
-    if (c.num_hidden_layers !== undefined && c.num_hidden_layers !== c.layer_types.length) {
-      ctx.addIssue({ code: 'custom', path: ['num_hidden_layers'], message: `is ${c.num_hidden_layers} but layer_types has ${c.layer_types.length} entries` });
-    }
-    if (c.intermediate_size === undefined && c.block_ff_dim === undefined) {
-      ctx.addIssue({ code: 'custom', path: ['intermediate_size'], message: 'intermediate_size or block_ff_dim is required' });
-    }
-  });
+// One object per document (no intersections: merging two parsed objects fails on values that
+// are not equal to themselves, such as NaN, with an untyped error).
+const LFM2_FIELDS = {
+  hidden_size: upTo(16 * K),
+  num_attention_heads: upTo(256),
+  num_key_value_heads: upTo(256),
+  num_hidden_layers: upTo(256).optional(),
+  layer_types: z
+    .array(z.enum(['conv', 'full_attention', 'sliding_attention']))
+    .min(1)
+    .max(256),
+  conv_L_cache: upTo(64).default(3),
+  conv_bias: z.boolean().default(false),
+  vocab_size: upTo(1024 * K),
+  // The backbone's context; the detokenizer's config need not carry it (MODEL.md, LAYOUT.md).
+  max_position_embeddings: upTo(1024 * K).optional(),
+  rope_theta: posNum.default(1_000_000),
+  norm_eps: posNum.default(1e-5),
+  intermediate_size: upTo(128 * K).optional(),
+  block_ff_dim: upTo(128 * K).optional(),
+  block_multiple_of: upTo(4 * K).default(256),
+  block_ffn_dim_multiplier: posNum.default(1),
+  block_auto_adjust_ff_dim: z.boolean().default(true),
+  sliding_window: upTo(1024 * K).optional(),
+};
+
+function lfm2Checks(c: z.output<z.ZodObject<typeof LFM2_FIELDS>>, ctx: z.RefinementCtx): void {
+  if (c.hidden_size % c.num_attention_heads !== 0) {
+    ctx.addIssue({ code: 'custom', path: ['num_attention_heads'], message: `must divide hidden_size ${c.hidden_size}` });
+  }
+  if (c.num_attention_heads % c.num_key_value_heads !== 0) {
+    ctx.addIssue({ code: 'custom', path: ['num_key_value_heads'], message: `must divide num_attention_heads ${c.num_attention_heads}` });
+  }
+  if (c.num_hidden_layers !== undefined && c.num_hidden_layers !== c.layer_types.length) {
+    ctx.addIssue({ code: 'custom', path: ['num_hidden_layers'], message: `is ${c.num_hidden_layers} but layer_types has ${c.layer_types.length} entries` });
+  }
+  if (c.intermediate_size === undefined && c.block_ff_dim === undefined) {
+    ctx.addIssue({ code: 'custom', path: ['intermediate_size'], message: 'intermediate_size or block_ff_dim is required' });
+  }
+}
+
+const Lfm2Schema = z.looseObject(LFM2_FIELDS).superRefine(lfm2Checks);
 
 const MainSchema = z.looseObject({
   codebooks: upTo(64).default(8),
@@ -83,7 +87,7 @@ const MainSchema = z.looseObject({
     .superRefine((e, ctx) => {
       if (e.d_model % e.n_heads !== 0) ctx.addIssue({ code: 'custom', path: ['n_heads'], message: `must divide d_model ${e.d_model}` });
     }),
-  lfm: z.intersection(Lfm2Schema, z.looseObject({ max_position_embeddings: upTo(1024 * K) })),
+  lfm: z.looseObject({ ...LFM2_FIELDS, max_position_embeddings: upTo(1024 * K) }).superRefine(lfm2Checks),
   depthformer: z
     .looseObject({
       layers: upTo(64),
@@ -102,7 +106,7 @@ const MainSchema = z.looseObject({
     }),
 });
 
-const DetokenizerSchema = z.intersection(Lfm2Schema, z.looseObject({ sliding_window: upTo(1024 * K), output_size: z.literal(1282) }));
+const DetokenizerSchema = z.looseObject({ ...LFM2_FIELDS, sliding_window: upTo(1024 * K), output_size: z.literal(1282) }).superRefine(lfm2Checks);
 
 export type MainConfigJson = z.input<typeof MainSchema>;
 export type DetokenizerConfigJson = z.input<typeof DetokenizerSchema>;
