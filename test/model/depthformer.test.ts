@@ -152,3 +152,12 @@ t.test('a frame allocates nothing in steady state', async (t) => {
   t.ok(probe.heap >= 0 && probe.heap < 1024, `JS heap growth over 30 frames: ${probe.heap} bytes (window ${probe.windows})`);
   t.ok(probe.arrayBuffers <= 0, `no ArrayBuffer growth (${probe.arrayBuffers} bytes; a backing store released meanwhile makes it negative)`);
 });
+
+t.test('a draw allocates nothing even where V8 inlines nothing (a double returned from a call is boxed)', async (t) => {
+  const { spawnSync } = await import('node:child_process');
+  const { fileURLToPath } = await import('node:url');
+  const file = fileURLToPath(new URL('./workers/sampler-probe.js', import.meta.url));
+  const r = spawnSync(process.execPath, ['--max-inlined-bytecode-size=0', file], { encoding: 'utf8', timeout: 120_000 });
+  const p = JSON.parse(r.stdout) as { heap: number; arrayBuffers: number; windows: number };
+  t.ok(p.heap >= 0 && p.heap < 1024, `JS heap growth over 200 draws: ${p.heap} bytes (window ${p.windows})`);
+});

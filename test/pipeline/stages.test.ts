@@ -14,13 +14,8 @@ const dir = mkdtempSync(join(tmpdir(), 'voxslab-stages-'));
 makeCheckpoint({ config: 'tiny', seed: 61, out: dir, dtype: 'f32' });
 const probe = new URL('./workers/stage-probe.js', import.meta.url);
 
-// The Depthformer stage's probe is a todo: on a loaded machine it measures 17,512 bytes per
-// window of 200 steps, every attempt, while it measures nothing on an idle one; the cause is
-// not found yet. It still runs and reports.
-const TODO: Partial<Record<string, string>> = { depthformer: 'allocates ~87 B per step when the machine is loaded; cause not found' };
-
 for (const stage of STAGE_NAMES) {
-  t.test(`${stage}: a record through its poll allocates nothing in steady state`, { todo: TODO[stage] ?? false }, async (t) => {
+  t.test(`${stage}: a record through its poll allocates nothing in steady state`, async (t) => {
     // Each attempt is a fresh worker: one-off compilation work lands in some attempts only, an
     // allocation written in the code in every attempt.
     const seen: number[] = [];

@@ -17,8 +17,8 @@ export const AUDIO_SAMPLING: Readonly<SamplingOptions> = Object.freeze({ tempera
 export const MAX_TOP_K = 256;
 
 export class Sampler {
-  // mulberry32 state kept inline (the same sequence as memory/prng): a closure call returning
-  // a double would box it on every draw.
+  // mulberry32 state kept inline (the same sequence as memory/prng), and its step written inside
+  // `sample`: a call returning a double boxes it on every draw whenever V8 does not inline it.
   readonly #state: Uint32Array;
   readonly #seed: number;
   readonly #idx: Int32Array; // [MAX_TOP_K] the top-k so far
@@ -48,16 +48,6 @@ export class Sampler {
     this.#state[0] = v >>> 0;
   }
 
-  /** Uniform in [0, 1). */
-  #uniform(): number {
-    const a = ((this.#state[0] as number) + 0x6d2b79f5) >>> 0;
-    this.#state[0] = a;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  }
-
   /** Index sampled from logits[0…n), never `masked` (−1 for none). */
   sample(logits: ArrayLike<number>, n: number, o: SamplingOptions, masked = -1): number {
     const k = Math.max(1, Math.min(o.topK, MAX_TOP_K, n - (masked >= 0 && masked < n ? 1 : 0)));
@@ -80,7 +70,12 @@ export class Sampler {
     const top = this.#val[0] as number;
     let z = 0;
     for (let j = 0; j < size; j++) z += Math.exp(((this.#val[j] as number) - top) / o.temperature);
-    let u = this.#uniform() * z;
+    // The generator step, written here: a double returned from a call that is not inlined is boxed.
+    const a = ((this.#state[0] as number) + 0x6d2b79f5) >>> 0;
+    this.#state[0] = a;
+    let t = Math.imul(a ^ (a >>> 15), a | 1);
+    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
+    let u = (((t ^ (t >>> 14)) >>> 0) / 4294967296) * z;
     for (let j = 0; j < size; j++) {
       u -= Math.exp(((this.#val[j] as number) - top) / o.temperature);
       if (u < 0) return this.#idx[j] as number;
