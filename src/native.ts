@@ -252,6 +252,8 @@ export interface NativeAddon {
   attentionScratchFloats(tq: number, tk: number, hd: number, group: number): number;
   /** Floats of packing scratch gemm needs. */
   readonly gemmPackFloats: number;
+  /** The named slots of the resampler's state block (a Float64Array the caller owns). */
+  readonly resamplerSlots: Readonly<{ pos: number; inputs: number; outputs: number; up: number; down: number; taps: number; center: number; slots: number }>;
 }
 
 const require = createRequire(import.meta.url);

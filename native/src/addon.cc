@@ -889,6 +889,12 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   Export<GemvScratchBytesValue>(env, exports, "gemvScratchBytes");
   Export<AttentionScratchFloatsValue>(env, exports, "attentionScratchFloats");
   exports.Set("gemmPackFloats", Napi::Number::New(env, static_cast<double>(voxslab::kGemmPackFloats)));
+  Napi::Object slots = Napi::Object::New(env);
+  const std::pair<const char*, int> names[] = {{"pos", voxslab::kRsPos},   {"inputs", voxslab::kRsInputs}, {"outputs", voxslab::kRsOutputs},
+                                               {"up", voxslab::kRsUp},     {"down", voxslab::kRsDown},     {"taps", voxslab::kRsTaps},
+                                               {"center", voxslab::kRsCenter}, {"slots", voxslab::kRsSlots}};
+  for (const auto& [name, slot] : names) slots.Set(name, Napi::Number::New(env, slot));
+  exports.Set("resamplerSlots", slots);
   Export<PinThread>(env, exports, "pinThread");
   Export<AllowedCpus>(env, exports, "allowedCpus");
   Export<NoArgs<voxslab::CurrentCpu>>(env, exports, "currentCpu");

@@ -24,14 +24,7 @@ import { heapWorkspace, type Workspace } from './workspace.js';
 import { native } from '../native.js';
 
 /** Named slots of the state block shared with the native kernel (native/src/dsp.h). */
-const kPos = 0;
-const kInputs = 1;
-const kOutputs = 2;
-const kUp = 3;
-const kDown = 4;
-const kTaps = 5;
-const kCenter = 6;
-const kStateSlots = 8;
+const { pos: kPos, inputs: kInputs, outputs: kOutputs, up: kUp, down: kDown, taps: kTaps, center: kCenter, slots: kStateSlots } = native.resamplerSlots;
 
 export interface ResamplerOptions {
   /** Stopband attenuation in dB. Default 110. */

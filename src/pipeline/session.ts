@@ -139,26 +139,12 @@ export class DuplexSession {
     const likelihood = optionValue<string>('vad', o.vad) as VadLikelihood;
     const holds: NativeHold<ApmEngine>[] = [];
     try {
-      holds.push(
-        domain.holdNative(
-          owner,
-          'native.audio',
-          APM_HEAP_BOUND.echo,
-          () => EchoCanceller.engine(aecOptions),
-          () => APM_HEAP_BOUND.echo,
-          'the echo canceller',
-        ),
-      );
-      holds.push(
-        domain.holdNative(
-          owner,
-          'native.audio',
-          APM_HEAP_BOUND.voice,
-          () => VoiceDetector.engine(likelihood),
-          () => APM_HEAP_BOUND.voice,
-          'the VAD',
-        ),
-      );
+      // Each engine is held under the cap at its bound before it is made.
+      const engines: [number, () => ApmEngine, string][] = [
+        [APM_HEAP_BOUND.echo, () => EchoCanceller.engine(aecOptions), 'the echo canceller'],
+        [APM_HEAP_BOUND.voice, () => VoiceDetector.engine(likelihood), 'the VAD'],
+      ];
+      for (const [bound, make, what] of engines) holds.push(domain.holdNative(owner, 'native.audio', bound, make, () => bound, what));
       this.#holds = holds;
       const frameSamples = Math.ceil((device.rate * c.detokenizer.upsample * c.detokenizer.hop) / c.detokenizer.sampleRate);
       const lookahead = Math.max(frameSamples, Math.round((lookaheadMs * device.rate) / 1000));
