@@ -60,6 +60,8 @@ export interface PipelineOptions extends SpeechModelOptions {
   trapAllocations?: boolean;
   /** Test hook: a stage's worker exits after handling this many records. */
   exitAfterRecords?: Partial<Record<StageName, number>>;
+  /** Test hook (fault injection): a stage worker's allocator fails its n-th slab. */
+  failAllocationAt?: Partial<Record<StageName, number>>;
   /** Test hook: the Depthformer stage holds every reply until this many conversations have one ready. */
   gateReplies?: number;
 }
@@ -205,10 +207,17 @@ export class Pipeline {
     this.image = loaded.image;
     this.report = loaded.report;
     this.#releaseImage = loaded.release;
-    const resolved = resolveSpeechOptions(loaded.config, options);
-    this.tokenizer = loadTokenizer(dir, loaded.config.backbone.vocab);
-    this.setup = speechSetup(loaded.config, this.tokenizer, resolved);
-    const arena = domain.createArena(domain.owner('model', 0), 'pipeline control', { bytes: 4 * CONTROL_WORDS });
+    let arena: Arena;
+    try {
+      const resolved = resolveSpeechOptions(loaded.config, options);
+      this.tokenizer = loadTokenizer(dir, loaded.config.backbone.vocab);
+      this.setup = speechSetup(loaded.config, this.tokenizer, resolved);
+      arena = domain.createArena(domain.owner('model', 0), 'pipeline control', { bytes: 4 * CONTROL_WORDS });
+    } catch (error) {
+      // Nothing of a start that fails here stays held.
+      loaded.release();
+      throw error;
+    }
     this.#arenas.push(arena);
     this.control = arena.carve('control', 'metadata', Int32Array, CONTROL_WORDS);
     this.bells = new Doorbells(this.control);
@@ -248,6 +257,7 @@ export class Pipeline {
             stage: w.name,
             pin: pin[w.name] ?? [],
             exitAfterRecords: options.exitAfterRecords?.[w.name] ?? 0,
+            failAllocationAt: options.failAllocationAt?.[w.name] ?? 0,
             gateReplies: options.gateReplies ?? 0,
           }),
         ),

@@ -43,6 +43,17 @@ function firstDamage(s: Stage<unknown>): string | null {
   return null;
 }
 
+/** Fault injection (test hook): an allocator whose `n`-th call fails. */
+function failingAllocator(n: number): { allocate(bytes: number): SharedArrayBuffer } {
+  let calls = 0;
+  return {
+    allocate(bytes: number): SharedArrayBuffer {
+      if (++calls === n) throw new Error(`injected failure of allocation ${n}`);
+      return new SharedArrayBuffer(bytes);
+    },
+  };
+}
+
 /** The JS heap in use; after a full collection where the process exposes gc (soak and probes). */
 function heapUsedNow(): number {
   const gc = (globalThis as { gc?: () => void }).gc;
@@ -114,7 +125,7 @@ export function serveStage(expected: StageName): void {
         const r = native.pinThread(i.pin);
         if (!r.ok) pinError = `${r.message ?? 'pinning failed'} (errno ${r.errno ?? '?'})`;
       }
-      domain = MemoryDomain.attach(i.domain);
+      domain = MemoryDomain.attach(i.domain, i.failAllocationAt > 0 ? { allocator: failingAllocator(i.failAllocationAt) } : {});
       stage = createStage({ domain, image: WeightsImage.attach(i.image), init: i, bells });
       return { stage: expected, affinity: native.allowedCpus(), cpu: native.currentCpu(), pinError, slabs: stage.arenas.map((a) => a.slab.record()) };
     },

@@ -110,6 +110,8 @@ export interface StageInit {
   trapAllocations: boolean;
   /** Test hook: exit the worker when this many records have been handled (0 = never). */
   exitAfterRecords: number;
+  /** Test hook: the worker's allocator fails its n-th slab (1-based; 0 = never). */
+  failAllocationAt: number;
   /** Test hook (Depthformer stage): hold every reply until this many conversations have one ready (0 = never). */
   gateReplies: number;
 }

@@ -130,3 +130,64 @@ t.test('every allocation site of model load, then of conversation open, fails in
   }
   t.same(loaded.afterReadiness, 0);
 });
+
+t.test('pipeline start and conversation open: each stage worker fails each of its allocations in turn, and nothing stays held', async (t) => {
+  const { Pipeline } = await import('../../src/pipeline/coordinator.js');
+  const { STAGE_NAMES } = await import('../../src/pipeline/protocol.js');
+  const open = { seed: 1, inputRate: 16000 };
+  const d = MemoryDomain.create({ limit: '2GiB' });
+  const empty = state(d);
+  // A clean start and open count each worker's sites.
+  const p0 = await Pipeline.start(dir, d, { pin: 'none' });
+  const atStart = p0.workers.map((w) => w.slabs.length);
+  await p0.open(open);
+  const atOpen = p0.workers.map((w, i) => w.slabs.length - atStart[i]!);
+  await p0.close();
+  t.same(state(d), empty, 'a clean run returns everything');
+  t.ok(
+    atOpen.every((n) => n >= 1),
+    `sites at start per stage: ${STAGE_NAMES.map((s, i) => `${s} ${atStart[i]}`).join(', ')}; at open: ${atOpen.join(', ')}`,
+  );
+  // Start, main thread: the weights image and the control block, each site in turn.
+  const main = injector();
+  const dm = MemoryDomain.create({ limit: '2GiB', allocator: main.allocator });
+  main.arm(0);
+  await (await Pipeline.start(dir, dm, { pin: 'none' })).close();
+  const mainSites = main.s.calls;
+  for (let k = 1; k <= mainSites; k++) {
+    main.arm(k);
+    const err = await Pipeline.start(dir, dm, { pin: 'none' }).then(
+      () => null,
+      (e: unknown) => e as Error,
+    );
+    t.ok(err instanceof AllocationError, `main-thread start site ${k} of ${mainSites}: AllocationError`, { diagnostic: false });
+    t.same(state(dm), empty, `main-thread start site ${k}: nothing held`);
+  }
+  // Start, stage workers: each site of each stage in turn.
+  for (const [i, stage] of STAGE_NAMES.entries()) {
+    for (let k = 1; k <= atStart[i]!; k++) {
+      const err = await Pipeline.start(dir, d, { pin: 'none', failAllocationAt: { [stage]: k } }).then(
+        () => null,
+        (e: unknown) => e as Error,
+      );
+      t.match(err?.message ?? '', /allocating slab '[^']+' .*injected failure/, `${stage} start site ${k}: refused, naming the slab`, { diagnostic: false });
+      t.same(state(d), empty, `${stage} start site ${k}: nothing held`);
+    }
+  }
+  // Open: every stage armed at its first open site; the opens fail one stage after the other
+  // (a stage is reached only once the ones before it succeeded), then one succeeds.
+  const failAllocationAt = Object.fromEntries(STAGE_NAMES.map((s, i) => [s, atStart[i]! + 1]));
+  const p = await Pipeline.start(dir, d, { pin: 'none', failAllocationAt });
+  const ready = state(d);
+  for (const stage of STAGE_NAMES) {
+    const err = await p.open(open).then(
+      () => null,
+      (e: unknown) => e as Error,
+    );
+    t.match(err?.message ?? '', /allocating slab '[^']+' .*injected failure/, `${stage} open site: refused`, { diagnostic: false });
+    t.same(state(d), ready, `${stage} open site: the pipeline holds what it held before`);
+  }
+  await p.open(open);
+  await p.close();
+  t.same(state(d), empty, 'then an open succeeds, and closing returns everything');
+});

@@ -45,6 +45,7 @@ const init: StageInit = {
   pin: [],
   trapAllocations: false,
   exitAfterRecords: 0,
+  failAllocationAt: 0,
   gateReplies: 0,
 };
 const caps = ringCapacities(config, options.outputRate);
