@@ -5,6 +5,7 @@
  */
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { WorkerError } from '../errors.js';
 
 const CLI = fileURLToPath(new URL('../cli/main.js', import.meta.url));
 
@@ -33,7 +34,7 @@ export async function spawnServe(args: readonly string[]): Promise<ServeChild> {
       const m = /listening on (http:\/\/\S+)/.exec(out);
       if (m !== null) resolve(m[1]!);
     });
-    void exited.then((code) => reject(new Error(`voxslab serve exited with ${code}: ${err.trim()}`)));
+    void exited.then((code) => reject(new WorkerError('voxslab serve', `exited with ${code}: ${err.trim()}`)));
   });
   return { proc, url, ws: url.replace('http:', 'ws:'), port: Number(new URL(url).port), stderr: () => err, exited };
 }

@@ -15,7 +15,7 @@ import * as Comlink from 'comlink';
 import { nodeEndpoint } from './endpoint.js';
 import { MemoryDomain } from '../memory/domain.js';
 import type { SlabRecord } from '../memory/slab.js';
-import { ArgumentError } from '../errors.js';
+import { AllocationError, ArgumentError } from '../errors.js';
 import { WeightsImage } from '../model/format/image.js';
 import { native } from '../native.js';
 import {
@@ -48,7 +48,7 @@ function failingAllocator(n: number): { allocate(bytes: number): SharedArrayBuff
   let calls = 0;
   return {
     allocate(bytes: number): SharedArrayBuffer {
-      if (++calls === n) throw new Error(`injected failure of allocation ${n}`);
+      if (++calls === n) throw new AllocationError(`injected failure of allocation ${n}`);
       return new SharedArrayBuffer(bytes);
     },
   };

@@ -1,5 +1,6 @@
 import t from 'tap';
 import { readdirSync, readFileSync } from 'node:fs';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 // Biome formats and lints the TypeScript (`npm run lint`, part of `npm test`); the native
@@ -20,4 +21,19 @@ t.test(`native sources keep to ${LIMIT} characters a line`, async (t) => {
   const files = readdirSync(native).filter((f) => /\.(cc|h)$/.test(f));
   t.ok(files.length >= 10, `${files.length} native files`);
   for (const f of files) t.same(longLines(readFileSync(native + f, 'utf8')), [], f, { diagnostic: false });
+});
+
+// Every error thrown in src/ comes from the one catalogue (src/errors.ts), with a code.
+const BARE = /new (Error|RangeError|TypeError)\(/;
+t.test('src/ throws no bare Error, RangeError or TypeError', async (t) => {
+  t.ok(BARE.test('throw new RangeError(`x`)'), 'negative control: a bare RangeError is found');
+  const src = fileURLToPath(new URL('../../../src/', import.meta.url));
+  const files = (readdirSync(src, { recursive: true }) as string[]).filter((f) => f.endsWith('.ts'));
+  t.ok(files.length > 50, `${files.length} source files`);
+  const found = files.flatMap((f) =>
+    readFileSync(join(src, f), 'utf8')
+      .split('\n')
+      .flatMap((line, i) => (BARE.test(line) ? [`${f}:${i + 1}`] : [])),
+  );
+  t.same(found, [], 'none');
 });
