@@ -26,6 +26,9 @@ import { native } from '../native.js';
 /** Named slots of the state block shared with the native kernel (native/src/dsp.h). */
 const { pos: kPos, inputs: kInputs, outputs: kOutputs, up: kUp, down: kDown, taps: kTaps, center: kCenter, slots: kStateSlots } = native.resamplerSlots;
 
+/** The most filter phases (L of L/M) a resampler designs. */
+export const MAX_PHASES = 65_536;
+
 export interface ResamplerOptions {
   /** Stopband attenuation in dB. Default 110. */
   attenuation?: number;
@@ -85,6 +88,13 @@ export class Resampler {
     const g = gcd(inRate, outRate);
     this.up = outRate / g;
     this.down = inRate / g;
+    // The phase table grows with L: rates that share almost no factor would take hundreds of MB
+    // and seconds to design. Every pair of usual rates needs far fewer phases.
+    if (this.up > MAX_PHASES) {
+      throw new ArgumentError(
+        `resampling ${inRate} Hz to ${outRate} Hz needs ${this.up} filter phases (at most ${MAX_PHASES}): choose rates with a larger common factor`,
+      );
+    }
     this.identity = inRate === outRate;
     this.#state = ws('resample.state', Float64Array, kStateSlots);
     if (this.identity) {

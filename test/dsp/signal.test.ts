@@ -314,3 +314,18 @@ t.test('steady-state processing allocates nothing (buffers from a sealed arena)'
   t.ok(control.heap >= 300 * 16, `control: allocating 4 floats per call shows ${control.heap} bytes in every one of ${control.windows > 0 ? 50 : 0} windows`);
   t.ok(keep !== undefined);
 });
+
+t.test('resampler: rates that share almost no factor are refused at once, not designed for seconds', async (t) => {
+  const { MAX_PHASES, Resampler: R } = await import('../../src/dsp/resample.js');
+  const t0 = performance.now();
+  t.throws(() => new R(16000, 384001), /resampling 16000 Hz to 384001 Hz needs 384001 filter phases \(at most 65536\)/);
+  t.ok(performance.now() - t0 < 1000, 'refused before any design work');
+  t.doesNotThrow(() => new R(44099, 48000), `44099 → 48000 Hz needs 48000 phases, within ${MAX_PHASES}`);
+  for (const [a, b] of [
+    [16000, 44100],
+    [44100, 48000],
+    [24000, 22050],
+    [8000, 192000],
+  ])
+    t.doesNotThrow(() => new R(a!, b!), `${a} → ${b} Hz`);
+});
