@@ -391,7 +391,8 @@ export function runCli(argv: string[]): Promise<number> {
       const raw = error instanceof Error ? error.message : String(error);
       const message = code === 1 ? raw : raw.replace(/\s*\n\s*/g, ' ');
       process.stderr.write(`voxslab: ${message}\n`);
-      if (code === 1) process.stderr.write(`voxslab: internal fault; please report it with this trace:\n${error instanceof Error ? (error.stack ?? '') : ''}\n`);
+      if (code === 1)
+        process.stderr.write(`voxslab: internal fault; please report it with this trace:\n${error instanceof Error ? (error.stack ?? '') : ''}\n`);
       return code;
     },
   );
