@@ -75,7 +75,7 @@ done
 
 if [ "$grind" -eq 1 ]; then
   if ! command -v valgrind >/dev/null; then echo "sanitize: valgrind is not installed"; exit 1; fi
-  if VOXSLAB_KERNELS=avx2 TAP=1 valgrind --error-exitcode=88 --undef-value-errors=no --trace-children=no \
+  if VOXSLAB_KERNELS=avx2 TAP=1 TAP_TIMEOUT=0 valgrind --error-exitcode=88 --undef-value-errors=no --trace-children=no \
     node dist/test/model/kernels.test.js >"$log" 2>&1 && ! grep -qE "^\s*not ok " "$log"; then
     echo "sanitize: ok   valgrind kernels"
   else
