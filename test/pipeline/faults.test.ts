@@ -19,7 +19,8 @@ function injector() {
   const allocator = {
     allocate(n: number): SharedArrayBuffer {
       s.calls++;
-      s.inUseAtCall.push(s.domain === null ? 0 : s.domain.snapshot().held.total + s.domain.snapshot().reserved);
+      const m = s.domain?.snapshot();
+      s.inUseAtCall.push(m === undefined ? 0 : m.held.total + m.reserved);
       if (s.calls === s.failAt) throw new Error(`injected failure at allocation ${s.calls}`);
       return new SharedArrayBuffer(n);
     },
