@@ -16,6 +16,7 @@ import type { QuantResult, QuantTask } from '../model/format/quant.js';
 import { encodeSafetensorsHeader, readSafetensorsHeader, type TensorEntry } from '../model/format/safetensors.js';
 import { checkOutputs, openFileSource, stagedFolder } from './files.js';
 import { Progress } from './progress.js';
+import { workerThreadOptions } from '../threads.js';
 
 interface OutTensor {
   name: string;
@@ -137,6 +138,7 @@ async function quantizeInto(o: QuantizeOptions): Promise<{ quantized: number; ke
     filename: new URL('../../workers/quantize.js', import.meta.url).href,
     maxThreads: o.threads ?? Math.max(1, availableParallelism()),
     minThreads: 1,
+    ...workerThreadOptions(),
   });
   try {
     const a = await quantizeFile(pool, join(o.input, 'model.safetensors'), join(o.output, 'model.safetensors'), o.bits, o.group, 'model.safetensors');

@@ -11,6 +11,7 @@ const LAYERS: [string, number][] = [
   ['src/errors.ts', 0],
   ['src/options.ts', 0],
   ['src/bytes.ts', 0],
+  ['src/threads.ts', 0],
   ['src/native.ts', 1],
   ['src/memory/', 2],
   ['src/dsp/', 3],
