@@ -3,7 +3,10 @@ import { ArgumentError, UsageError } from '../errors.js';
 import { flagValue, parseFlag, type OptionKey } from '../options.js';
 import { limitFromEnvironment } from '../memory/limit.js';
 
-import { type MemoryPlanOptions, planManifest, planMemory } from '../model/plan/memory.js';
+import { existsSync } from 'node:fs';
+import { join } from 'node:path';
+import type { MemoryManifest } from '../memory/manifest.js';
+import { type PipelinePlan, type PipelinePlanOptions, type PlanSource, planPipeline } from '../pipeline/plan.js';
 import { encoderTilingReport } from '../model/plan/plans.js';
 import { parseIntervalsCsv } from '../memory/intervals.js';
 import { plan } from '../memory/planner.js';
@@ -54,7 +57,9 @@ export const PLAN_KEYS = [
   'slots',
   'prefillChunk',
   'outputRate',
-] as const satisfies readonly (OptionKey & keyof MemoryPlanOptions)[];
+  'inputRate',
+  'dtype',
+] as const satisfies readonly OptionKey[];
 
 export interface PlanConfigArgs {
   config: string;
@@ -63,30 +68,56 @@ export interface PlanConfigArgs {
   json: boolean;
 }
 
-/** `voxslab plan --config <name|file> [--conversations N] [--context T] [--segment S] [--kv f32|f16] [--slots N] [--json]` */
+/** A checkpoint folder is planned from its own files' headers and tokenizer; anything else is a configuration. */
+function planSource(config: string, dtype: string | undefined): PlanSource {
+  if (existsSync(join(config, 'model.safetensors'))) {
+    if (dtype !== undefined)
+      throw new UsageError(`plan: --dtype is for a configuration; '${config}' is a checkpoint and its files say how its weights are stored`);
+    return { dir: config };
+  }
+  const d = flagValue<string>('dtype', dtype);
+  if (d !== 'f32' && d !== 'f16' && d !== 'bf16')
+    throw new UsageError(`plan: --dtype ${d} is planned from a quantized checkpoint folder (voxslab quantize), not a configuration`);
+  return { config: loadConfig(config), dtype: d };
+}
+
+/** The `voxslab.memory/v1` manifest of a plan, with its configuration and the cap it is read against. */
+export function planDocument(p: PipelinePlan, limit: number): MemoryManifest & { configuration: Record<string, unknown> } {
+  const { schema, ...rest } = p.manifest;
+  return { schema, configuration: { name: p.config.name, ...p.options }, ...rest, totals: { ...rest.totals, limit } };
+}
+
+/**
+ * `voxslab plan --config <name|file|checkpoint> [options] [--json]`: the pipeline's manifest,
+ * found by running its own constructors over a planning domain (src/pipeline/plan.ts).
+ */
 export function planConfig(a: PlanConfigArgs): string {
-  const config = loadConfig(a.config);
+  const source = planSource(a.config, a.values.dtype);
+  const config = 'dir' in source ? loadConfig(source.dir) : source.config;
   const options: Record<string, number | string> = {};
   const limits = { maxContext: config.backbone.maxContext };
   for (const k of PLAN_KEYS) {
+    if (k === 'dtype') continue;
     const v = parseFlag(k, a.values[k], limits);
     if (v !== undefined) options[k] = v;
   }
-  let mp: ReturnType<typeof planMemory>;
+  let p: PipelinePlan;
   try {
-    mp = planMemory(config, options as MemoryPlanOptions);
+    p = planPipeline(source, options as PipelinePlanOptions);
   } catch (e) {
     if (e instanceof ArgumentError) throw new UsageError(e.message, { cause: e });
     throw e;
   }
   const limit = limitFromEnvironment(totalmem());
-  const manifest = planManifest(mp, limit);
+  const manifest = planDocument(p, limit);
   if (a.json) return JSON.stringify(manifest, null, 2);
 
-  const o = mp.options;
+  const o = p.options as Record<string, unknown>;
   const lines: string[] = [];
   lines.push(
-    `${config.name}: ${o.conversations} conversation(s), context ${o.context}, segment ${o.segmentSeconds} s, KV ${o.kv}, ${o.slots} pass slot(s)`,
+    `${config.name}: ${o.conversations} conversation(s) at ${o.inputRate} Hz in, context ${o.context}, segment ${o.segmentSeconds} s, ` +
+      `reply ${o.replySeconds} s, KV ${o.kv}, ${o.slots} pass slot(s)`,
+    `weights: ${(o.weights as { main: string }).main}`,
     '',
     `${'owner'.padEnd(16)}${'category'.padEnd(24)}${'requested'.padStart(14)}${'footprint'.padStart(14)}${'regions'.padStart(9)}`,
   );
@@ -99,26 +130,16 @@ export function planConfig(a: PlanConfigArgs): string {
     const borrowed = owner.borrowers.length > 0 ? `  (shared with ${owner.borrowers.join(', ')}; charged once here)` : '';
     lines.push(`${''.padEnd(16)}${'held'.padEnd(24)}${''.padStart(14)}${formatBytes(owner.held).padStart(14)}${borrowed}`);
   }
-  lines.push('', `${'stage plan'.padEnd(30)}${'high-water'.padStart(14)}${'lower bound'.padStart(14)}${'ratio'.padStart(8)}${'carved'.padStart(14)}`);
-  for (const s of mp.stages) {
-    const p = s.plan;
-    lines.push(
-      s.stage.padEnd(30) +
-        formatBytes(p.highWater).padStart(14) +
-        formatBytes(p.lowerBound).padStart(14) +
-        p.ratio.toFixed(3).padStart(8) +
-        formatBytes(p.highWater).padStart(14),
-    );
-  }
-  lines.push('', `conformer high-water by tiling (${o.segmentSeconds} s segment; only the default is carved):`);
-  for (const v of encoderTilingReport(config, o.segmentSeconds)) {
+  const segment = o.segmentSeconds as number;
+  lines.push('', `conformer high-water by tiling (${segment} s segment; only the default is carved):`);
+  for (const v of encoderTilingReport(config, segment)) {
     lines.push(`  ${v.variant.padEnd(32)}${formatBytes(v.highWater).padStart(12)}`);
   }
   const t = manifest.totals;
   lines.push(
     '',
     `total ${formatBytes(t.current)} (${t.current} bytes) against a limit of ${formatBytes(limit)}${t.current > limit ? ' — EXCEEDS THE LIMIT' : ''}`,
-    `not yet planned: ${(manifest.pending ?? []).join('; ')}`,
+    'the same bytes `voxslab run` carves for these options: every constructor ran over a planning domain, nothing was allocated',
   );
   return lines.join('\n');
 }

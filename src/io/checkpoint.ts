@@ -6,6 +6,7 @@ import { BUILTIN_CONFIGS, type ModelConfig, resolveConfig } from '../model/forma
 import { buildWeightsImage, type LoadReport, type WeightsImage } from '../model/format/image.js';
 import type { MemoryDomain } from '../memory/domain.js';
 import { openFileSource } from './files.js';
+import type { ByteSource } from '../bytes.js';
 import { checkpointLayout, DTYPE_BYTES, type Dtype, type TensorSpec } from '../model/format/layout.js';
 import { encodeSafetensorsHeader } from '../model/format/safetensors.js';
 import { encodeValues, SYNTH_VERSION, TensorStream } from '../model/format/synth.js';
@@ -29,10 +30,40 @@ export interface MakeCheckpointOptions {
   progress?: boolean;
 }
 
-function writeFile(path: string, specs: readonly TensorSpec[], seed: number, dtype: Dtype, label: string, progress: boolean | undefined): number {
+/** A synthetic file's tensors as stored, its safetensors header and its data bytes. */
+function syntheticFile(specs: readonly TensorSpec[], dtype: Dtype) {
   const stored = specs.map((s) => ({ name: s.name, shape: s.shape, dtype: s.kind === 'int' ? ('I64' as const) : dtype, spec: s }));
   const { header } = encodeSafetensorsHeader(stored, { format: 'pt', generator: 'voxslab make-checkpoint' });
   const total = stored.reduce((a, t) => a + t.shape.reduce((x, y) => x * y, 1) * DTYPE_BYTES[t.dtype], 0);
+  return { stored, header, total };
+}
+
+/**
+ * The two safetensors files `make-checkpoint` would write for `config`, as sources that hold
+ * only their headers: for planning, which reads headers and never tensor data.
+ */
+export function plannedSources(config: ModelConfig, dtype: FloatDtype): { main: ByteSource; detokenizer: ByteSource } {
+  const layout = checkpointLayout(config);
+  const source = (specs: readonly TensorSpec[], name: string): ByteSource => {
+    const { header, total } = syntheticFile(specs, STORED[dtype]);
+    return {
+      name,
+      size: header.length + total,
+      read(into, offset, length, position) {
+        const n = Math.max(0, Math.min(length, header.length - position));
+        into.set(header.subarray(position, position + n), offset);
+        return n;
+      },
+    };
+  };
+  return {
+    main: source(layout.main, `${config.name} model.safetensors (planned, ${dtype})`),
+    detokenizer: source(layout.detokenizer, `${config.name} audio_detokenizer/model.safetensors (planned, ${dtype})`),
+  };
+}
+
+function writeFile(path: string, specs: readonly TensorSpec[], seed: number, dtype: Dtype, label: string, progress: boolean | undefined): number {
+  const { stored, header, total } = syntheticFile(specs, dtype);
   const bar = (progress ?? total > 64 * 1024 * 1024) ? new Progress(label, total) : undefined;
   const fd = openSync(path, 'w');
   try {

@@ -23,6 +23,11 @@ export interface MemoryDomainOptions {
   pageLocker?: PageLocker;
   /** Most owners (1..64). Default 64. */
   ownerCapacity?: number;
+  /**
+   * A planning domain: every slab and arena is charged exactly as a real one, but none is
+   * allocated (see createUnbackedArena); native holds charge their bound and make nothing.
+   */
+  unbacked?: boolean;
 }
 
 /** What a worker needs to join a domain; structured-cloneable (postMessage / workerData). */
@@ -49,7 +54,7 @@ const nativeLocker: PageLocker = Object.freeze({
   unlock: (view: Uint8Array) => native.unlockRange(view),
 });
 
-const OPTION_KEYS = new Set(['limit', 'policy', 'allocator', 'pageLocker', 'ownerCapacity']);
+const OPTION_KEYS = new Set(['limit', 'policy', 'allocator', 'pageLocker', 'ownerCapacity', 'unbacked']);
 
 function checkOptionKeys(options: object, allowed: Set<string>, what: string): void {
   for (const k of Object.keys(options)) {
@@ -97,8 +102,11 @@ export class MemoryDomain {
   readonly #allocator: Allocator;
   readonly #locker: PageLocker;
   readonly #slabs = new Set<Slab>();
+  /** A planning domain (MemoryDomainOptions.unbacked): charges without memory. */
+  readonly unbacked: boolean;
 
-  private constructor(ledger: Ledger, policy: FootprintPolicy, allocator: Allocator, locker: PageLocker) {
+  private constructor(ledger: Ledger, policy: FootprintPolicy, allocator: Allocator, locker: PageLocker, unbacked = false) {
+    this.unbacked = unbacked;
     this.ledger = ledger;
     this.limit = new AllocationLimit(ledger);
     this.policy = policy;
@@ -116,8 +124,9 @@ export class MemoryDomain {
     if (options.limit === undefined) limit = limitFromEnvironment(totalmem());
     else if (typeof options.limit === 'string') limit = parseByteSize(options.limit, "memory option 'limit'");
     else limit = options.limit;
+    if (options.unbacked !== undefined && typeof options.unbacked !== 'boolean') throw new ArgumentError("memory option 'unbacked' must be a boolean");
     const ledger = Ledger.create(options.ownerCapacity ?? 64);
-    const domain = new MemoryDomain(ledger, policy, allocator, locker);
+    const domain = new MemoryDomain(ledger, policy, allocator, locker, options.unbacked === true);
     domain.limit.setLimit(limit);
     return domain;
   }
@@ -141,6 +150,7 @@ export class MemoryDomain {
   }
 
   share(): SharedMemoryDomain {
+    if (this.unbacked) throw new ArgumentError('a planning (unbacked) domain cannot be shared with workers');
     return Object.freeze({ counters: this.ledger.counters.buffer, policy: this.policy.settings(), categories: [...categoryNames()] });
   }
 
@@ -155,6 +165,7 @@ export class MemoryDomain {
    */
   createSlab(owner: Owner, bytes: number, options: SlabOptions = {}): Slab {
     const label = options.label ?? `${owner?.name ?? '?'} slab`;
+    if (this.unbacked) return this.#unbackedSlab(owner, bytes, label, options.pinned === true);
     const footprint = this.policy.slabFootprint(bytes, `slab '${label}'`);
     const what = `slab '${label}'`;
     const pinned = options.pinned === true;
@@ -219,17 +230,21 @@ export class MemoryDomain {
     return new Arena(name, slab, this.policy, this.ledger);
   }
 
+  #unbackedSlab(owner: Owner, bytes: number, label: string, pinned = false): Slab {
+    const footprint = this.policy.slabFootprint(Math.max(bytes, 1), `slab '${label}'`);
+    const kind = pinned ? 'pinned' : 'slab';
+    this.limit.reserve(owner, footprint, `slab '${label}'`);
+    this.limit.commit(owner, kind, footprint, `slab '${label}'`);
+    return new Slab({ buffer: UNBACKED, bytes: footprint, owner, kind, label, ledger: this.ledger, limit: this.limit, locker: undefined });
+  }
+
   /**
    * An arena that sizes without memory: up to `bytes` of regions whose offsets, footprints and
    * charges (to this domain's ledger and cap) are exactly a real arena's, but no slab is
    * allocated (see Arena). For dry runs that learn what a constructor carves.
    */
   createUnbackedArena(owner: Owner, name: string, bytes: number): Arena {
-    const footprint = this.policy.slabFootprint(Math.max(bytes, 1), `arena '${name}'`);
-    this.limit.reserve(owner, footprint, `arena '${name}'`);
-    this.limit.commit(owner, 'slab', footprint, `arena '${name}'`);
-    const slab = new Slab({ buffer: UNBACKED, bytes: footprint, owner, kind: 'slab', label: name, ledger: this.ledger, limit: this.limit, locker: undefined });
-    return new Arena(name, slab, this.policy, this.ledger);
+    return new Arena(name, this.#unbackedSlab(owner, bytes, name), this.policy, this.ledger);
   }
 
   /** Releases a slab this thread created. */
@@ -246,6 +261,10 @@ export class MemoryDomain {
    * it after freeing the engine).
    */
   holdNative<T>(owner: Owner, category: Category, bound: number, make: () => T, bytesOf: (value: T) => number, what = 'a native engine'): NativeHold<T> {
+    if (this.unbacked) {
+      make = () => null as T;
+      bytesOf = () => bound;
+    }
     this.limit.reserve(owner, bound, what);
     let value: T;
     let bytes: number;

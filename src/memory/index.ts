@@ -13,5 +13,4 @@ export * from './domain.js';
 export * from './planner.js';
 export * from './intervals.js';
 export * from './pass.js';
-export * from './blueprint.js';
 export * from './prng.js';

@@ -199,6 +199,15 @@ export class Ledger {
 
   /** Records that `borrower` uses storage charged to `owner` (charged once, to `owner`). */
   borrow(owner: Owner, borrower: Owner): void {
+    this.#setBorrower(owner, borrower, true);
+  }
+
+  /** Ends `borrower`'s use of `owner`'s storage. */
+  unborrow(owner: Owner, borrower: Owner): void {
+    this.#setBorrower(owner, borrower, false);
+  }
+
+  #setBorrower(owner: Owner, borrower: Owner, on: boolean): void {
     this.#check(owner);
     this.#check(borrower);
     if (owner.slot === borrower.slot) return;
@@ -209,7 +218,8 @@ export class Ledger {
     try {
       const at = ownerBase(owner.slot) + word;
       const mask = c.get(at);
-      if (Math.floor(mask / bit) % 2 === 0) c.set(at, mask + bit);
+      const set = Math.floor(mask / bit) % 2 === 1;
+      if (set !== on) c.set(at, on ? mask + bit : mask - bit);
     } finally {
       c.endWrite();
     }

@@ -80,6 +80,57 @@ export function defaultPinMap(cpus: readonly number[]): PinMap {
   return { capture: at(0), frontend: at(0), conformer: at(n - 3), playback: at(n - 2), depthformer: at(n - 1) };
 }
 
+/** The control block (doorbells, attention words, stop flag): owner `model`, category `metadata`. */
+export function carveControl(domain: MemoryDomain): { arena: Arena; control: Int32Array } {
+  const arena = domain.createArena(domain.owner('model', 0), 'pipeline control', { bytes: 4 * CONTROL_WORDS });
+  return { arena, control: arena.carve('control', 'metadata', Int32Array, CONTROL_WORDS) };
+}
+
+/** Bytes of one conversation's ring arena. */
+function ringArenaBytes(capacities: Readonly<Record<RingName, number>>): number {
+  return RING_NAMES.reduce((s, n) => s + ringBytes(capacities[n]) + 64, 0);
+}
+
+/** One conversation's rings, carved in one arena of owner `session/<index>` (category `ring`). */
+export function carveRings(
+  domain: MemoryDomain,
+  index: number,
+  capacities: Readonly<Record<RingName, number>>,
+): { arena: Arena; views: Record<RingName, Int32Array> } {
+  const arena = domain.createArena(domain.owner('session', index), `conversation ${index} rings`, { bytes: ringArenaBytes(capacities) });
+  const views = {} as Record<RingName, Int32Array>;
+  try {
+    for (const name of RING_NAMES) views[name] = arena.carve(`ring.${name}`, 'ring', Int32Array, ringBytes(capacities[name]) / 4);
+  } catch (error) {
+    domain.releaseSlab(arena.slab);
+    throw error;
+  }
+  return { arena, views };
+}
+
+/**
+ * Conversation `index` uses the storage charged once to `model` (weights image, stage tables,
+ * control block): listed as its borrower while it is open.
+ */
+export function borrowModel(domain: MemoryDomain, index: number, open: boolean): void {
+  const model = domain.owner('model', 0);
+  const conv = domain.owner('conversation', index);
+  if (open) domain.ledger.borrow(model, conv);
+  else domain.ledger.unborrow(model, conv);
+}
+
+/** What every stage is built from, besides its domain, image and control block. */
+export function stageSettings(setup: SpeechSetup, config: ModelConfig, slots: number) {
+  return {
+    config,
+    options: setup.options,
+    maxFrames: setup.maxFrames,
+    turnPositions: setup.turnPositions,
+    prompts: setup.prompts,
+    slots,
+  };
+}
+
 class StageWorker {
   readonly name: StageName;
   readonly worker: Worker;
@@ -213,14 +264,13 @@ export class Pipeline {
       const resolved = resolveSpeechOptions(loaded.config, options);
       this.tokenizer = loadTokenizer(dir, loaded.config.backbone.vocab);
       this.setup = speechSetup(loaded.config, this.tokenizer, resolved);
-      arena = domain.createArena(domain.owner('model', 0), 'pipeline control', { bytes: 4 * CONTROL_WORDS });
+      ({ arena, control: this.control } = carveControl(domain));
     } catch (error) {
       // Nothing of a start that fails here stays held.
       loaded.release();
       throw error;
     }
     this.#arenas.push(arena);
-    this.control = arena.carve('control', 'metadata', Int32Array, CONTROL_WORDS);
     this.bells = new Doorbells(this.control);
     // A worker that exits inside an accounting write section leaves the lock held: free it.
     const onExit = (threadId: number): void => void domain.ledger.counters.releaseIfHeldBy(threadId);
@@ -240,15 +290,10 @@ export class Pipeline {
     try {
       const pin = options.pin === 'none' ? {} : { ...defaultPinMap(native.allowedCpus()), ...(options.pin ?? {}) };
       const shared = {
+        ...stageSettings(p.setup, p.config, p.slots),
         domain: domain.share(),
         image: p.image.share(),
-        config: p.config,
-        options: p.setup.options,
-        maxFrames: p.setup.maxFrames,
-        turnPositions: p.setup.turnPositions,
-        prompts: p.setup.prompts,
         control: { buffer: p.control.buffer as unknown as SharedArrayBuffer, byteOffset: p.control.byteOffset },
-        slots: p.slots,
         trapAllocations: options.trapAllocations === true,
       };
       const placed = await Promise.all(
@@ -281,11 +326,6 @@ export class Pipeline {
     return next;
   }
 
-  #ringArenaBytes(): number {
-    const caps = ringCapacities(this.config, this.setup.options.outputRate);
-    return RING_NAMES.reduce((s, n) => s + ringBytes(caps[n]) + 64, 0);
-  }
-
   /**
    * What opening a conversation at `inputRate` would charge to the cap: its rings' slab and
    * each stage's dry run of its open. Nothing is allocated.
@@ -294,7 +334,7 @@ export class Pipeline {
     optionValue('inputRate', inputRate);
     const spec = { index, seed: 0, inputRate, vad, capacities: ringCapacities(this.config, this.setup.options.outputRate) };
     const stages = await Promise.all(this.workers.map((w) => w.call('size', spec)));
-    return stages.reduce((s, b) => s + b, this.domain.policy.slabFootprint(this.#ringArenaBytes(), 'conversation rings'));
+    return stages.reduce((s, b) => s + b, this.domain.policy.slabFootprint(ringArenaBytes(spec.capacities), 'conversation rings'));
   }
 
   #freeIndex(): number {
@@ -325,13 +365,13 @@ export class Pipeline {
     const inUse = snap.held.total + snap.reserved;
     if (inUse + planned > snap.limit) throw new MemoryLimitError(planned, inUse, snap.limit, `conversation/${index}`);
     const session = this.domain.owner('session', index);
-    const arena = this.domain.createArena(session, `conversation ${index} rings`, { bytes: this.#ringArenaBytes() });
+    const { arena, views } = carveRings(this.domain, index, capacities);
     const opened: StageWorker[] = [];
     try {
       const shared = {} as Record<RingName, SharedRing>;
       const rings = {} as Record<RingName, RecordRing>;
       for (const name of RING_NAMES) {
-        const view = arena.carve(`ring.${name}`, 'ring', Int32Array, ringBytes(capacities[name]) / 4);
+        const view = views[name];
         const s: SharedRing = { buffer: view.buffer as unknown as SharedArrayBuffer, byteOffset: view.byteOffset, capacity: capacities[name] };
         const [producer, consumer] = RING_ENDS[name];
         rings[name] = RecordRing.init(s, this.bells, producer, consumer);
@@ -343,6 +383,7 @@ export class Pipeline {
       }
       const conv = new PipelineConversation(index, o.seed, o.inputRate, rings, arena, planned);
       this.conversations.set(index, conv);
+      borrowModel(this.domain, index, true);
       if (this.#ready) {
         arena.seal();
         this.domain.ledger.seal(session);
@@ -380,6 +421,7 @@ export class Pipeline {
     return this.#inTurn(async () => {
       if (this.#closed || this.conversations.get(conv.index) !== conv) return;
       this.conversations.delete(conv.index);
+      borrowModel(this.domain, conv.index, false);
       await this.#closeIn(this.workers, conv.index);
       if (this.workers.some((w) => w.exited || w.failure !== null)) {
         // Its slabs in a dead worker are returned by close(); the arena and owners then too.
@@ -443,7 +485,10 @@ export class Pipeline {
       w.slabs = [];
     }
     for (const a of this.#arenas) this.domain.releaseSlab(a.slab);
-    for (const c of this.conversations.values()) this.domain.releaseSlab(c.arena.slab);
+    for (const c of this.conversations.values()) {
+      this.domain.releaseSlab(c.arena.slab);
+      borrowModel(this.domain, c.index, false);
+    }
     this.#releaseImage();
     // Every owner this pipeline set up holds nothing now: it may be set up again.
     if (this.#ready) for (const o of this.#owners()) if (this.domain.ledger.isSealed(o)) this.domain.ledger.unseal(o);

@@ -34,7 +34,7 @@ import { carveClocks, STAGES, Stopwatch, type StageClocks } from './clock.js';
 import type { Planner } from '../memory/planner.js';
 import { DEFAULT_ENCODER_TILES, melRows, segmentSamples } from '../model/plan/plans.js';
 import { setComputeThreads } from '../model/blocks/kernels.js';
-import { type Doorbells, maxPayloadOf, RecordRing, RECORD_OVERHEAD } from './ring.js';
+import { type Doorbells, maxPayloadOf, RecordRing, RECORD_OVERHEAD, ringBytes } from './ring.js';
 import {
   REC_CODES,
   REC_DISCARD,
@@ -99,12 +99,14 @@ export function ringCapacities(c: ModelConfig, outputRate: number): Record<RingN
   };
 }
 
-interface Environment {
+export interface Environment {
   domain: MemoryDomain;
   image: WeightsImage;
   init: StageInit;
   bells: Doorbells;
 }
+
+let idleRing: RecordRing | null = null;
 
 /** What every stage shares: its clocks, its arenas, and the conversations it serves. */
 export abstract class Stage<C> {
@@ -151,6 +153,11 @@ export abstract class Stage<C> {
   }
 
   protected ring(o: StageConversation & { rings?: StageOpen['rings'] }, name: RingName): RecordRing {
+    // A plan (unbacked domain) builds conversations that never run: they get one idle ring.
+    if (o.rings === undefined && this.env.domain.unbacked) {
+      idleRing ??= RecordRing.init({ buffer: new SharedArrayBuffer(ringBytes(4)), byteOffset: 0, capacity: 4 }, this.env.bells, 0, 0);
+      return idleRing;
+    }
     if (o.rings === undefined) throw new InternalError(`${this.name} stage: ring '${name}' used while sizing conversation ${o.index}`);
     return new RecordRing(o.rings[name], this.env.bells);
   }

@@ -54,17 +54,16 @@ t.test('plan --config prints a manifest; bad options and inputs exit 2 / 4', asy
   const m = JSON.parse(r.stdout) as {
     schema: string;
     configuration: { conversations: number; kv: string };
-    plans: Record<string, unknown>;
-    owners: Record<string, unknown>;
+    owners: Record<string, { categories: Record<string, unknown> }>;
   };
   t.equal(m.schema, 'voxslab.memory/v1');
   t.match(m.configuration, { conversations: 2, kv: 'f16' });
-  t.ok('conformer' in m.plans && 'frontend' in m.plans);
-  t.ok('conversation/1' in m.owners);
+  t.ok('conversation/1' in m.owners && 'session/1' in m.owners);
+  t.ok('weights' in m.owners['model/0']!.categories, 'the weights image is in the plan');
   const human = voxslab('plan', '--config', 'tiny');
   t.equal(human.status, 0);
   t.match(human.stdout, /conformer high-water by tiling[\s\S]*untiled[\s\S]*attention \+ subsampling tiled[\s\S]*all tiled \(default\)/);
-  t.match(human.stdout, /not yet planned:/);
+  t.match(human.stdout, /nothing was allocated/);
   t.equal(voxslab('plan', '--config', 'tiny', '--context', 'lots').status, 2);
   t.equal(voxslab('plan', '--config', 'tiny', '--context', '99999').status, 2);
   t.equal(voxslab('plan').status, 2);

@@ -3,7 +3,7 @@ import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { defaultOf, OPTIONS, optionValue, type OptionKey } from '../../src/options.js';
 
-import { planMemory } from '../../src/model/plan/memory.js';
+import { planPipeline } from '../../src/pipeline/plan.js';
 import { resolveSpeechOptions } from '../../src/pipeline/conversation.js';
 import { loadConfig } from '../../src/io/config.js';
 
@@ -13,7 +13,7 @@ const voxslab = (...args: string[]) => spawnSync(process.execPath, [cli, ...args
 t.test('the planner and the runtime resolve the same defaults and limits from one table', async (t) => {
   for (const name of ['tiny', 'small', 'lfm2-audio-1.5b']) {
     const config = loadConfig(name);
-    const planned = planMemory(config).options;
+    const planned = planPipeline({ config, dtype: 'f32' }).options as Record<string, unknown>;
     const runtime = resolveSpeechOptions(config, {});
     for (const k of ['context', 'segmentSeconds', 'replySeconds', 'kv', 'prefillChunk', 'outputRate'] as const) {
       t.equal(planned[k], runtime[k], `${name}: ${k} defaults agree`);
@@ -37,7 +37,7 @@ t.test('the planner and the runtime resolve the same defaults and limits from on
         }
       })();
       t.not(message, '', `${k} = ${v} is out of range`);
-      t.throws(() => planMemory(config, { [k]: v }), { name: 'ArgumentError', message }, `plan refuses ${k} = ${v}`);
+      t.throws(() => planPipeline({ config, dtype: 'f32' }, { [k]: v }), { name: 'ArgumentError', message }, `plan refuses ${k} = ${v}`);
       t.throws(() => resolveSpeechOptions(config, { [k]: v }), { name: 'ArgumentError', message }, `runtime refuses ${k} = ${v}`);
     }
   }

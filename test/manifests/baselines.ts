@@ -1,21 +1,31 @@
 // The frozen manifest baselines: which configurations and options, and how each is made.
 // Regenerate after an intentional change with `npm run manifests:update` and commit the result.
 
-import { type MemoryPlanOptions, planManifest, planMemory } from '../../src/model/plan/memory.js';
-import type { MemoryManifest } from '../../src/memory/index.js';
+import { planDocument } from '../../src/cli/plan.js';
+import { FootprintPolicy, type MemoryManifest } from '../../src/memory/index.js';
+import type { FloatDtype } from '../../src/io/checkpoint.js';
 import { loadConfig } from '../../src/io/config.js';
+import { type PipelinePlanOptions, planPipeline } from '../../src/pipeline/plan.js';
 
-export const BASELINES: Record<string, { config: string; options: MemoryPlanOptions }> = {
-  tiny: { config: 'tiny', options: {} },
-  small: { config: 'small', options: {} },
-  'lfm2-audio-1.5b': { config: 'lfm2-audio-1.5b', options: {} },
-  'lfm2-audio-1.5b.full-context': { config: 'lfm2-audio-1.5b', options: { context: 128000 } },
-  'lfm2-audio-1.5b.two-conversations.60s.f16': { config: 'lfm2-audio-1.5b', options: { conversations: 2, segmentSeconds: 60, kv: 'f16' } },
+/** The built-in checkpoints are f32; a real LFM2.5-Audio-1.5B checkpoint stores bf16. */
+export const BASELINES: Record<string, { config: string; dtype: FloatDtype; options: PipelinePlanOptions }> = {
+  tiny: { config: 'tiny', dtype: 'f32', options: {} },
+  small: { config: 'small', dtype: 'f32', options: {} },
+  'lfm2-audio-1.5b': { config: 'lfm2-audio-1.5b', dtype: 'bf16', options: {} },
+  'lfm2-audio-1.5b.full-context': { config: 'lfm2-audio-1.5b', dtype: 'bf16', options: { context: 128000 } },
+  'lfm2-audio-1.5b.two-conversations.60s.f16': {
+    config: 'lfm2-audio-1.5b',
+    dtype: 'bf16',
+    options: { conversations: 2, segmentSeconds: 60, kv: 'f16' },
+  },
 };
+
+/** Fixed 4 KiB pages so baselines match on every machine. */
+export const BASELINE_POLICY = new FootprintPolicy({ alignment: 64, pageSize: 4096 });
 
 /** Baselines carry no machine-dependent limit. */
 export function computeBaseline(name: string): MemoryManifest {
   const b = BASELINES[name];
   if (b === undefined) throw new Error(`no baseline '${name}'`);
-  return planManifest(planMemory(loadConfig(b.config), b.options), 0);
+  return planDocument(planPipeline({ config: loadConfig(b.config), dtype: b.dtype }, { ...b.options, policy: BASELINE_POLICY }), 0);
 }

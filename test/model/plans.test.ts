@@ -1,8 +1,8 @@
 import t from 'tap';
 import { BUILTIN_NAMES } from '../../src/model/format/config.js';
 import { DEFAULT_ENCODER_TILES, encoderFrames, melRows, planEncoder, planFrontend, segmentSamples } from '../../src/model/plan/plans.js';
-import { planManifest, planMemory } from '../../src/model/plan/memory.js';
-import { MemoryDomain, PassBuilder, checkNoOverlap, plan, realizeBlueprint } from '../../src/memory/index.js';
+import { type PipelinePlanOptions, planPipeline } from '../../src/pipeline/plan.js';
+import { PassBuilder, checkNoOverlap, plan } from '../../src/memory/index.js';
 import { loadConfig } from '../../src/io/config.js';
 
 t.test('frame counts follow NeMo', async (t) => {
@@ -92,33 +92,24 @@ t.test('pass builder derives producer / last-consumer intervals', async (t) => {
   t.throws(() => b.op('f', [], [{ name: 'x', bytes: 1 }]), /'x' is produced twice/);
 });
 
-t.test('the blueprint manifest equals the manifest of the same blueprint realised', async (t) => {
-  for (const options of [{}, { conversations: 2, slots: 3 }]) {
-    const mp = planMemory(loadConfig('tiny'), { ...options, context: 256 });
-    const planned = planManifest(mp, 64 << 20);
-    const domain = MemoryDomain.create({ limit: 64 << 20, policy: { alignment: 64, pageSize: 4096 } });
-    realizeBlueprint(domain, mp.blueprint);
-    const live = domain.manifest({ plans: mp.blueprint.plans ?? {}, measureResident: false });
-    t.same(planned.owners, live.owners, 'owners and categories');
-    t.same(planned.totals, live.totals, 'totals');
-    t.same(planned.apportioned, live.apportioned);
-    t.same(planned.allocations, live.allocations);
-    t.same(planned.plans, live.plans);
-  }
-});
-
-t.test('planMemory validates its options', async (t) => {
+t.test('the pipeline plan validates its options and lists what conversations share', async (t) => {
   const c = loadConfig('tiny');
-  t.throws(() => planMemory(c, { context: 0 }), /context must be an integer from 1 to 4096/);
-  t.throws(() => planMemory(c, { context: 5000 }), /from 1 to 4096/);
-  t.throws(() => planMemory(c, { conversations: 0 }), /conversations/);
-  t.throws(() => planMemory(c, { segmentSeconds: -3 }), /segment/);
-  t.throws(() => planMemory(c, { kv: 'f8' as never }), /kv must be f32 or f16/);
-  const m = planManifest(planMemory(c, { conversations: 3 }), 0);
+  const p = (o: PipelinePlanOptions) => planPipeline({ config: c, dtype: 'f32' }, o);
+  t.throws(() => p({ context: 0 }), /context must be an integer from 1 to 4096/);
+  t.throws(() => p({ context: 5000 }), /from 1 to 4096/);
+  t.throws(() => p({ conversations: 0 }), /conversations/);
+  t.throws(() => p({ segmentSeconds: -3 }), /segment/);
+  t.throws(() => p({ kv: 'f8' as never }), /kv must be f32 or f16/);
+  const m = p({ conversations: 3 }).manifest;
   t.same(m.owners['model/0']!.borrowers, ['conversation/0', 'conversation/1', 'conversation/2']);
   t.same(
     Object.keys(m.owners).filter((k) => k.startsWith('ticket/')),
     ['ticket/0', 'ticket/1'],
     'two pass slots by default',
+  );
+  t.same(
+    Object.keys(m.owners).filter((k) => k.startsWith('session/')),
+    ['session/0', 'session/1', 'session/2'],
+    'each conversation’s rings',
   );
 });

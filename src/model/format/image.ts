@@ -52,13 +52,19 @@ export class WeightsImage {
   readonly #tensors: Map<string, ImageTensor>;
   readonly #views = new Map<string, Uint8Array>();
 
-  constructor(shared: SharedWeightsImage) {
+  /** `planned`: a planning image's views by tensor name (its slabs are unbacked; see buildWeightsImage). */
+  constructor(shared: SharedWeightsImage, planned?: ReadonlyMap<string, Uint8Array>) {
     if (shared === null || typeof shared !== 'object' || !Array.isArray(shared.slabs) || !Array.isArray(shared.tensors)) {
       throw new BadInputError({ field: 'weights image' }, 'not a shared weights image');
     }
     this.slabs = shared.slabs;
     this.#tensors = new Map(shared.tensors.map((t) => [t.name, t]));
     for (const t of shared.tensors) {
+      const view = planned?.get(t.name);
+      if (view !== undefined) {
+        this.#views.set(t.name, view);
+        continue;
+      }
       const slab = shared.slabs[t.slab];
       if (!(slab instanceof SharedArrayBuffer) || t.offset + t.bytes > slab.byteLength) {
         throw new BadInputError({ field: `tensor '${t.name}'` }, 'lies outside its slab');
@@ -316,13 +322,16 @@ export function buildWeightsImage(
 
   const arenas: Arena[] = [];
   const tensors: ImageTensor[] = [];
+  const planned = new Map<string, Uint8Array>();
   try {
     groups.forEach((group, slab) => {
       const arena = domain.createArena(owner, `weights ${slab}`, { bytes: policy.arenaBytes(group.map((g) => g.bytes)) });
       arenas.push(arena);
       for (const it of group) {
         const view = arena.carve(it.name, it.category, Uint8Array, it.bytes);
-        if (it.from !== undefined) {
+        // A planning domain's arenas are unbacked: charged as real, nothing read.
+        if (!arena.backed) planned.set(it.name, view);
+        else if (it.from !== undefined) {
           const got = it.from.src.read(view, 0, it.bytes, it.from.entry.begin);
           if (got !== it.bytes)
             throw new BadInputError(
@@ -353,14 +362,18 @@ export function buildWeightsImage(
   for (const [name, twin] of main.alias) {
     const t = tensors.find((x) => x.name === twin) as ImageTensor;
     tensors.push(Object.freeze({ ...t, name }));
+    const twinView = planned.get(twin);
+    if (twinView !== undefined) planned.set(name, twinView);
     if (t.quant !== undefined) {
       for (const part of ['scales', 'biases']) {
         const p = tensors.find((x) => x.name === `${twin}.${part}`) as ImageTensor;
         tensors.push(Object.freeze({ ...p, name: `${name}.${part}` }));
+        const partView = planned.get(`${twin}.${part}`);
+        if (partView !== undefined) planned.set(`${name}.${part}`, partView);
       }
     }
   }
-  const image = new WeightsImage({ slabs: arenas.map((a) => a.slab.buffer), tensors });
+  const image = new WeightsImage({ slabs: arenas.map((a) => a.slab.buffer), tensors }, planned.size > 0 ? planned : undefined);
 
   // Fold batch-norm (eval) into the depthwise convolution: w' = w·s, b' = (b − μ)·s + β, s = γ/√(σ² + ε).
   const vec = (name: string) => image.toF32(name, new Float32Array(d));

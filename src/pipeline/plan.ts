@@ -1,0 +1,111 @@
+/**
+ * The memory plan of a pipeline: what `Pipeline.start` and `open` would carve, found by running
+ * the very same code — the weights image builder, the control block, each stage's constructor
+ * and each conversation's open — on the main thread over a planning domain, whose slabs are
+ * charged exactly as real ones but never allocated (MemoryDomain `unbacked`). Tensor data is
+ * never read. Its manifest is the pipeline's, per owner and category, byte for byte.
+ */
+import { join } from 'node:path';
+import { ArgumentError } from '../errors.js';
+import { FootprintPolicy } from '../memory/footprint.js';
+import { MemoryDomain } from '../memory/domain.js';
+import type { MemoryManifest } from '../memory/manifest.js';
+import { optionValue } from '../options.js';
+import { plannedSources, type FloatDtype } from '../io/checkpoint.js';
+import { loadConfig, loadTokenizer } from '../io/config.js';
+import { openFileSource } from '../io/files.js';
+import type { ModelConfig } from '../model/format/config.js';
+import { buildWeightsImage } from '../model/format/image.js';
+import { syntheticTokenizer, TextTokenizer } from '../model/format/tokenizer.js';
+import { resolveSpeechOptions, speechSetup, type SpeechModelOptions } from './conversation.js';
+import { borrowModel, carveControl, carveRings, stageSettings } from './coordinator.js';
+import { STAGE_NAMES, type StageInit } from './protocol.js';
+import { Doorbells } from './ring.js';
+import { createStage, ringCapacities } from './stages.js';
+
+export interface PipelinePlanOptions extends SpeechModelOptions {
+  /** Conversations open at once (default and range: src/options.ts). */
+  conversations?: number;
+  /** Pass slots per compute stage. */
+  slots?: number;
+  /** The sample rate conversations' input arrives at (their capture resamplers depend on it); a list gives each its own. */
+  inputRate?: number | readonly number[];
+  /** Each conversation's frontend finds the turns itself (VAD mode; the engine's `vad` option sets how). */
+  findTurns?: boolean;
+  /** Sizing policy; default this machine's (as a real pipeline's domain). */
+  policy?: FootprintPolicy;
+}
+
+/** A checkpoint folder (its headers and tokenizer are read), or a configuration and a weight dtype. */
+export type PlanSource = { dir: string } | { config: ModelConfig; dtype: FloatDtype };
+
+export interface PipelinePlan {
+  readonly config: ModelConfig;
+  readonly options: Readonly<Record<string, unknown>>;
+  readonly manifest: MemoryManifest;
+}
+
+export function planPipeline(source: PlanSource, options: PipelinePlanOptions = {}): PipelinePlan {
+  const conversations = optionValue('conversations', options.conversations);
+  const slots = optionValue('slots', options.slots);
+  const rates = Array.isArray(options.inputRate) ? options.inputRate : Array.from({ length: conversations }, () => options.inputRate ?? 16000);
+  if (rates.length !== conversations) throw new ArgumentError(`inputRate: ${rates.length} rates for ${conversations} conversation(s)`);
+  for (const r of rates) optionValue('inputRate', r);
+  const inputRate = rates.every((r) => r === rates[0]) ? rates[0] : rates;
+  const findTurns = options.findTurns === true;
+  const domain = MemoryDomain.create({ limit: Number.MAX_SAFE_INTEGER, policy: options.policy ?? new FootprintPolicy(), unbacked: true });
+  // Options are resolved (and refused) before anything is built.
+  const config = 'dir' in source ? loadConfig(source.dir) : source.config;
+  const resolved = resolveSpeechOptions(config, options);
+  let tokenizer: TextTokenizer;
+  let sources: { main: { name: string }; detokenizer: { name: string } };
+  let image: ReturnType<typeof buildWeightsImage>['image'];
+  if ('dir' in source) {
+    tokenizer = loadTokenizer(source.dir, config.backbone.vocab);
+    const main = openFileSource(join(source.dir, 'model.safetensors'));
+    try {
+      const det = openFileSource(join(source.dir, 'audio_detokenizer', 'model.safetensors'));
+      try {
+        image = buildWeightsImage(domain, config, { main, detokenizer: det }, false).image;
+        sources = { main, detokenizer: det };
+      } finally {
+        det.close();
+      }
+    } finally {
+      main.close();
+    }
+  } else {
+    const tk = syntheticTokenizer(config.backbone.vocab);
+    tokenizer = new TextTokenizer(`${config.name} tokenizer (built-in)`, tk.tokenizer, tk.config, config.backbone.vocab);
+    const planned = plannedSources(config, source.dtype);
+    image = buildWeightsImage(domain, config, planned, false).image;
+    sources = planned;
+  }
+  const setup = speechSetup(config, tokenizer, resolved);
+  const { control } = carveControl(domain);
+  const bells = new Doorbells(control);
+  const settings = stageSettings(setup, config, slots);
+  const stages = STAGE_NAMES.map((stage) => {
+    // Only what a stage is built from; the worker-side fields (domain, image, pinning, test hooks) are not read.
+    const init = { ...settings, stage, trapAllocations: false, exitAfterRecords: 0, failAllocationAt: 0, gateReplies: 0, pin: [] } as unknown as StageInit;
+    return createStage({ domain, image, init, bells });
+  });
+  const capacities = ringCapacities(config, setup.options.outputRate);
+  for (let index = 0; index < conversations; index++) {
+    carveRings(domain, index, capacities);
+    for (const s of stages) s.open({ index, seed: 0, inputRate: rates[index] as number, vad: findTurns, capacities });
+    borrowModel(domain, index, true);
+  }
+  return Object.freeze({
+    config,
+    options: Object.freeze({
+      weights: { main: sources.main.name, detokenizer: sources.detokenizer.name },
+      conversations,
+      slots,
+      inputRate,
+      findTurns,
+      ...setup.options,
+    }),
+    manifest: domain.manifest({ measureResident: false }),
+  });
+}

@@ -1,0 +1,99 @@
+// `voxslab plan` runs the pipeline's own constructors over a planning domain: its manifest must
+// be what a real pipeline carves, owner by owner and category by category, to the byte.
+import t, { type Test } from 'tap';
+import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { makeCheckpoint } from '../../src/io/checkpoint.js';
+import { loadConfig } from '../../src/io/config.js';
+import { encodeWav } from '../../src/dsp/wav.js';
+import { runCommand } from '../../src/cli/run.js';
+import { MemoryDomain } from '../../src/memory/index.js';
+import { planPipeline, type PipelinePlanOptions } from '../../src/pipeline/plan.js';
+
+const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
+const work = mkdtempSync(join(tmpdir(), 'voxslab-plan-'));
+const quiet = (): void => undefined;
+// A second input at 22,050 Hz (its capture resampler differs from the 16 kHz fixture's).
+const other = join(work, 'other.wav');
+const secs = 0.8;
+writeFileSync(
+  other,
+  encodeWav(
+    { sampleRate: 22050, channels: 1, format: 'pcm16', extensible: false },
+    Float32Array.from({ length: Math.floor(22050 * secs) }, (_, i) => 0.3 * Math.sin(i / 9)),
+  ),
+);
+
+interface Owner {
+  held: number;
+  borrowers: string[];
+  categories: Record<string, { requested: number; footprint: number; regions: number }>;
+}
+interface Manifest {
+  owners: Record<string, Owner>;
+  totals: { slab: number; native: number };
+}
+const view = (m: Manifest) =>
+  Object.fromEntries(Object.entries(m.owners).map(([k, o]) => [k, { held: o.held, borrowers: o.borrowers, categories: o.categories }]));
+
+async function compare(t: Test, model: string, inputs: string[], rates: number[], extra: { reply: string; kv?: 'f16'; slots?: string }): Promise<void> {
+  const rep = join(work, 'report.json');
+  const domain = MemoryDomain.create();
+  await runCommand(
+    {
+      model,
+      inputs,
+      outputs: inputs.map((_, i) => join(work, `out${i}.wav`)),
+      reply: extra.reply,
+      report: rep,
+      ...(extra.kv === undefined ? {} : { kv: extra.kv }),
+      ...(extra.slots === undefined ? {} : { slots: extra.slots }),
+      hooks: { domain },
+    },
+    quiet,
+  );
+  const live = (JSON.parse(readFileSync(rep, 'utf8')) as { manifest: Manifest }).manifest;
+  const o: PipelinePlanOptions = { conversations: inputs.length, inputRate: rates, replySeconds: Number(extra.reply) };
+  if (extra.kv !== undefined) o.kv = extra.kv;
+  if (extra.slots !== undefined) o.slots = Number(extra.slots);
+  const planned = planPipeline({ dir: model }, o).manifest as unknown as Manifest;
+  t.same(view(planned), view(live), 'every owner: held bytes, borrowers, and each category (requested, footprint, regions)');
+  t.same(
+    live.owners['model/0']!.borrowers,
+    inputs.map((_, i) => `conversation/${i}`),
+    'the conversations borrow the model’s storage (charged once)',
+  );
+  // A negative control: a plan for a longer reply carves the detokenizer's tables longer.
+  const longer = planPipeline({ dir: model }, { ...o, replySeconds: Number(extra.reply) + 1 }).manifest as unknown as Manifest;
+  t.notSame(view(longer), view(live), 'a plan for other options differs');
+  t.equal(planned.totals.slab, live.totals.slab, `slab total ${live.totals.slab} bytes`);
+  t.equal(planned.totals.native, live.totals.native);
+  t.equal(domain.snapshot().held.total, 0, 'the live pipeline gave every byte back');
+  t.same(domain.manifest({ measureResident: false }).owners['model/0']?.borrowers ?? [], [], 'and its conversations no longer borrow');
+}
+
+t.test('tiny: two conversations at 16 and 22.05 kHz: plan = the pipeline’s manifest', async (t) => {
+  const model = join(work, 'tiny');
+  makeCheckpoint({ config: 'tiny', seed: 3, out: model, dtype: 'f32' });
+  await compare(t, model, [fixture, other], [16000, 22050], { reply: '1' });
+  await compare(t, model, [other], [22050], { reply: '2', kv: 'f16', slots: '3' });
+});
+
+t.test('small (bf16 weights): plan = the pipeline’s manifest', async (t) => {
+  const model = join(work, 'small');
+  makeCheckpoint({ config: 'small', seed: 4, out: model, dtype: 'bf16' });
+  await compare(t, model, [other], [22050], { reply: '1' });
+});
+
+t.test('a configuration plans without a checkpoint: the same bytes as its synthetic checkpoint', async (t) => {
+  const model = join(work, 'tiny-plan');
+  makeCheckpoint({ config: 'tiny', seed: 9, out: model, dtype: 'f16' });
+  const a = planPipeline({ dir: model }, { conversations: 2 }).manifest as unknown as Manifest;
+  const b = planPipeline({ config: loadConfig('tiny'), dtype: 'f16' }, { conversations: 2 }).manifest as unknown as Manifest;
+  t.same(view(a), view(b));
+  const big = planPipeline({ config: loadConfig('lfm2-audio-1.5b'), dtype: 'bf16' }, { conversations: 2 }).manifest as unknown as Manifest;
+  t.ok(big.owners['conversation/1'] !== undefined && big.totals.slab > 3e9, `lfm2-audio-1.5b, two conversations: ${big.totals.slab} bytes planned`);
+  t.throws(() => planPipeline({ config: loadConfig('tiny'), dtype: 'f32' }, { conversations: 2, inputRate: [16000] }), /2 conversation/);
+});
