@@ -30,7 +30,7 @@
  * stage clocks read the native monotonic clock.
  */
 import { native } from '../native.js';
-import { ArgumentError } from '../errors.js';
+import { ArgumentError, InternalError } from '../errors.js';
 import type { Arena } from '../memory/arena.js';
 import { arenaWorkspace, type Workspace } from '../dsp/workspace.js';
 import type { Planner } from '../memory/planner.js';
@@ -304,7 +304,6 @@ export class Dialogue {
   step(slot: StepSlot, taps: StepTaps | null = null): number {
     if (this.#maxSteps === 0) return EMIT_DONE;
     if (this.#step >= this.#maxSteps || this.frames >= this.#maxFrames) return this.#done();
-    const c = this.config;
     const stack = slot.backbone.stack;
     this.#tic();
     let hidden: Float32Array;
@@ -313,6 +312,48 @@ export class Dialogue {
       this.#makeRoom(slot, 1);
       hidden = stack.forward(this.state, 1);
     }
+    return this.#afterBackbone(slot, hidden, taps);
+  }
+
+  /** True when the next `step()` is one single-position backbone step: what `stepPair` batches. */
+  get batchable(): boolean {
+    return this.#maxSteps !== 0 && this.#step > 0 && this.#step < this.#maxSteps && this.frames < this.#maxFrames;
+  }
+
+  /**
+   * The next step of two `batchable` dialogues on their own slots, with one batched backbone
+   * call (Lfm2Stack.forwardRows on `sa`'s plan: each weight block is read once for both
+   * positions). Every bit is what `a.step(sa)` and `b.step(sb)` give one after the other.
+   * `states` is a caller-kept array of two (no allocation per step); what each emitted goes to
+   * `emitted[0]` and `emitted[1]`.
+   */
+  static stepPair(a: Dialogue, sa: StepSlot, b: Dialogue, sb: StepSlot, states: BackboneState[], emitted: Int32Array): void {
+    if (!a.batchable || !b.batchable || sa === sb) throw new InternalError('stepPair: two batchable dialogues on two slots');
+    a.#tic();
+    a.#makeRoom(sa, 1);
+    b.#makeRoom(sb, 1);
+    const D = a.config.backbone.hidden;
+    const stack = sa.backbone.stack;
+    // b's next input row (embedded into its own slot's plane) joins a's as row 1.
+    const input = stack.input;
+    const bIn = sb.backbone.stack.input;
+    for (let i = 0; i < D; i++) input[D + i] = bIn[i]!;
+    states[0] = a.state;
+    states[1] = b.state;
+    const hidden = stack.forwardRows(states, 2);
+    // b's hidden row into its own slot's plane, where its heads read it.
+    const bHidden = sb.backbone.stack.hiddenRows;
+    for (let i = 0; i < D; i++) bHidden[i] = hidden[D + i]!;
+    // The shared backbone call is on a's clock.
+    emitted[0] = a.#afterBackbone(sa, hidden, null);
+    b.#tic();
+    emitted[1] = b.#afterBackbone(sb, bHidden, null);
+  }
+
+  /** The rest of a step once the backbone has run: text head and sampling, or the Depthformer frame. */
+  #afterBackbone(slot: StepSlot, hidden: Float32Array, taps: StepTaps | null): number {
+    const c = this.config;
+    const stack = slot.backbone.stack;
     const first = this.#step === 0;
     this.#step++;
     this.#left--;

@@ -167,6 +167,7 @@ export function serveStage(expected: StageName): void {
         stage: expected,
         clocks: s.clockReport(),
         records: s.records,
+        batchedSteps: s.batched,
         slots: s.slotStats(),
         allocationsAfterReady: trap?.count ?? 0,
         heapDelta: heapUsedNow() - heapAtReady,

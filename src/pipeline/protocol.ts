@@ -147,6 +147,8 @@ export interface StageStats {
   /** Per conversation: wall ms and count of each clock this stage ran (names as STAGES). */
   clocks: Record<string, { ms: number; count: number }>[];
   records: number;
+  /** Batched backbone calls: two conversations' positions read each weight block once. */
+  batchedSteps: number;
   /** Pass slots: most held at once, passes that began while another slot was held. */
   slots: { count: number; maxBusy: number; overlapped: number };
   /** Constructor calls trapped after readiness (test mode), JS heap change over the run. */

@@ -26,7 +26,7 @@ import { Resampler } from '../dsp/resample.js';
 import type { ModelConfig } from '../model/format/config.js';
 import type { WeightsImage } from '../model/format/image.js';
 import { ConformerEncoder } from '../model/blocks/encoder.js';
-import { backboneStateSizes } from '../model/blocks/backbone.js';
+import { type BackboneState, backboneStateSizes } from '../model/blocks/backbone.js';
 import { Detokenizer, DetokenizerState } from '../model/blocks/detokenizer.js';
 import { buildStepSlot, Dialogue, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_TEXT, type Prompts, type StepSlot } from './dialogue.js';
 import { plannerFor } from './conversation.js';
@@ -127,6 +127,8 @@ export abstract class Stage<C> {
   /** How pass buffers are laid out (planned, or separate for comparison). */
   readonly planner: Planner;
   records = 0;
+  /** Batched backbone calls (two conversations' positions in one; Depthformer stage). */
+  batched = 0;
   nonFinite = 0;
   readonly #watch = new Stopwatch();
 
@@ -733,6 +735,9 @@ interface DepthConv {
   summary: Int32Array; // [TURN_FIELDS]
 }
 
+/** Conversation indices are owner indices: never more than a ledger's owners. */
+const MAX_CONVERSATIONS = 64;
+
 const PHASE_IDLE = 0;
 const PHASE_PREFILL = 1;
 const PHASE_REPLY = 2;
@@ -740,6 +745,10 @@ const PHASE_REPLY = 2;
 export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
   readonly prompts: Prompts;
   #gate: number;
+  /** Per conversation index, stepped in this poll (made once: no allocation per poll). */
+  readonly #stepped = new Uint8Array(MAX_CONVERSATIONS);
+  readonly #pair: BackboneState[] = [];
+  readonly #emitted = new Int32Array(2);
 
   constructor(env: Environment) {
     const c = env.init.config;
@@ -808,78 +817,118 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
 
   poll(): boolean {
     let progress = false;
-    const cb = this.config.audio.codebooks;
     // Indexed, not for-of: an iterator would allocate whenever this code runs unoptimised.
     for (let k = 0; k < this.conversations.length; k++) {
       const c = this.conversations[k];
-      if (c === undefined) continue;
-      // Prefill: take every embedding record that has arrived.
-      while (c.phase !== PHASE_REPLY) {
-        const kind = c.input.peekKind();
-        if (kind < 0) break;
-        if (kind === REC_SPEECH_START || kind === REC_SPEECH_END) {
-          if (!c.events.canWrite(2)) break;
-          const v = c.input.peekInt(0);
-          c.input.skip();
-          c.events.write2(kind, v, 0);
-          this.records++;
-          progress = true;
-          continue;
-        }
-        if (c.phase === PHASE_IDLE) {
-          const slot = this.tickets.acquire(c.index);
-          if (slot < 0) break;
-          c.slot = slot;
-          c.dialogue.beginUser(this.tickets.slots[slot]!);
-          c.phase = PHASE_PREFILL;
-        }
-        const s = this.tickets.slots[c.slot]!;
-        if (kind === REC_EMBED) {
-          const n = c.input.read(s.rowsIn, 0);
-          c.dialogue.pushRows(s, s.rowsIn, 0, n / this.config.backbone.hidden);
-        } else {
-          if (kind === REC_END_SEGMENT && !c.codes.canWrite(0)) break;
-          c.input.skip();
-          if (kind === REC_END_SEGMENT) {
-            c.dialogue.endUser(s);
-            c.codes.write(REC_TURN_START, null, 0, 0);
-            c.phase = PHASE_REPLY;
+      if (c !== undefined && this.#prefill(c)) progress = true;
+    }
+    if (!this.#open()) return progress;
+    // Reply: one backbone position per conversation whose rings can take what it may emit;
+    // two such conversations share one batched backbone call.
+    const stepped = this.#stepped;
+    stepped.fill(0);
+    for (let k = 0; k < this.conversations.length; k++) {
+      const c = this.conversations[k];
+      if (c === undefined || stepped[k] === 1 || !this.#canStep(c)) continue;
+      stepped[k] = 1;
+      progress = true;
+      let partner: DepthConv | undefined;
+      if (c.dialogue.batchable) {
+        for (let j = k + 1; j < this.conversations.length && partner === undefined; j++) {
+          const d = this.conversations[j];
+          if (d !== undefined && stepped[j] === 0 && d.dialogue.batchable && this.#canStep(d)) {
+            partner = d;
+            stepped[j] = 1;
           }
         }
-        this.records++;
-        progress = true;
       }
-      // Reply: one backbone position when both output rings can take what it may emit.
-      if (c.phase !== PHASE_REPLY || !this.#open()) continue;
-      if (!c.codes.canWrite(cb + RECORD_OVERHEAD + 2) || !c.events.canWrite(cb + TURN_FIELDS + 2 * RECORD_OVERHEAD)) continue;
-      const d = c.dialogue;
-      const e = d.step(this.tickets.slots[c.slot]!);
-      progress = true;
-      if (e === EMIT_TEXT) {
-        c.events.write2(REC_TEXT, d.token, 0);
-      } else if (e === EMIT_DONE) {
-        const sm = c.summary;
-        sm[TURN_TEXT_TOKENS] = d.textTokens;
-        sm[TURN_FRAMES] = d.frames;
-        sm[TURN_STOP] = d.stop === 'end-of-turn' ? 1 : d.stop === 'interrupted' ? 2 : 0;
-        sm[TURN_END_OF_AUDIO] = d.endOfAudio ? 1 : 0;
-        sm[TURN_POSITIONS] = d.position;
-        sm[TURN_COMPACTIONS] = d.compactions;
-        sm[TURN_DROPPED] = d.dropped;
-        sm[TURN_USER_FRAMES] = d.userFrames;
-        c.codes.write(REC_TURN_END, null, 0, 0);
-        c.events.write(REC_TURN_END, sm, 0, TURN_FIELDS);
-        this.tickets.release(c.slot);
-        c.slot = -1;
-        c.phase = PHASE_IDLE;
-      } else {
-        const kind = e === EMIT_END_OF_AUDIO ? REC_END_OF_AUDIO : REC_CODES;
-        c.codes.write(kind, d.codes, 0, cb);
-        c.events.write(kind, d.codes, 0, cb);
+      if (partner === undefined) {
+        this.#emit(c, c.dialogue.step(this.tickets.slots[c.slot]!));
+        continue;
       }
-      this.records++;
+      const e = this.#emitted;
+      Dialogue.stepPair(c.dialogue, this.tickets.slots[c.slot]!, partner.dialogue, this.tickets.slots[partner.slot]!, this.#pair, e);
+      this.batched++;
+      this.#emit(c, e[0]!);
+      this.#emit(partner, e[1]!);
     }
     return progress;
+  }
+
+  /** Takes every embedding record that has arrived for `c` (its user turn); true if any was. */
+  #prefill(c: DepthConv): boolean {
+    let progress = false;
+    while (c.phase !== PHASE_REPLY) {
+      const kind = c.input.peekKind();
+      if (kind < 0) break;
+      if (kind === REC_SPEECH_START || kind === REC_SPEECH_END) {
+        if (!c.events.canWrite(2)) break;
+        const v = c.input.peekInt(0);
+        c.input.skip();
+        c.events.write2(kind, v, 0);
+        this.records++;
+        progress = true;
+        continue;
+      }
+      if (c.phase === PHASE_IDLE) {
+        const slot = this.tickets.acquire(c.index);
+        if (slot < 0) break;
+        c.slot = slot;
+        c.dialogue.beginUser(this.tickets.slots[slot]!);
+        c.phase = PHASE_PREFILL;
+      }
+      const s = this.tickets.slots[c.slot]!;
+      if (kind === REC_EMBED) {
+        const n = c.input.read(s.rowsIn, 0);
+        c.dialogue.pushRows(s, s.rowsIn, 0, n / this.config.backbone.hidden);
+      } else {
+        if (kind === REC_END_SEGMENT && !c.codes.canWrite(0)) break;
+        c.input.skip();
+        if (kind === REC_END_SEGMENT) {
+          c.dialogue.endUser(s);
+          c.codes.write(REC_TURN_START, null, 0, 0);
+          c.phase = PHASE_REPLY;
+        }
+      }
+      this.records++;
+      progress = true;
+    }
+    return progress;
+  }
+
+  /** In its reply, with room in both output rings for what one position may emit. */
+  #canStep(c: DepthConv): boolean {
+    const cb = this.config.audio.codebooks;
+    return c.phase === PHASE_REPLY && c.codes.canWrite(cb + RECORD_OVERHEAD + 2) && c.events.canWrite(cb + TURN_FIELDS + 2 * RECORD_OVERHEAD);
+  }
+
+  /** Sends what one step of `c` emitted; at the turn's end, its summary, and its slot goes back. */
+  #emit(c: DepthConv, e: number): void {
+    const cb = this.config.audio.codebooks;
+    const d = c.dialogue;
+    if (e === EMIT_TEXT) {
+      c.events.write2(REC_TEXT, d.token, 0);
+    } else if (e === EMIT_DONE) {
+      const sm = c.summary;
+      sm[TURN_TEXT_TOKENS] = d.textTokens;
+      sm[TURN_FRAMES] = d.frames;
+      sm[TURN_STOP] = d.stop === 'end-of-turn' ? 1 : d.stop === 'interrupted' ? 2 : 0;
+      sm[TURN_END_OF_AUDIO] = d.endOfAudio ? 1 : 0;
+      sm[TURN_POSITIONS] = d.position;
+      sm[TURN_COMPACTIONS] = d.compactions;
+      sm[TURN_DROPPED] = d.dropped;
+      sm[TURN_USER_FRAMES] = d.userFrames;
+      c.codes.write(REC_TURN_END, null, 0, 0);
+      c.events.write(REC_TURN_END, sm, 0, TURN_FIELDS);
+      this.tickets.release(c.slot);
+      c.slot = -1;
+      c.phase = PHASE_IDLE;
+    } else {
+      const kind = e === EMIT_END_OF_AUDIO ? REC_END_OF_AUDIO : REC_CODES;
+      c.codes.write(kind, d.codes, 0, cb);
+      c.events.write(kind, d.codes, 0, cb);
+    }
+    this.records++;
   }
 }
 

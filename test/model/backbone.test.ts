@@ -134,3 +134,54 @@ t.test('a decode step allocates nothing in steady state', async (t) => {
   t.ok(probe.heap >= 0 && probe.heap < 1024, `JS heap growth over 40 steps: ${probe.heap} bytes (window ${probe.windows})`);
   t.ok(probe.arrayBuffers <= 0, `no ArrayBuffer growth (${probe.arrayBuffers} bytes; a backing store released meanwhile makes it negative)`);
 });
+
+t.test('a batched step of two conversations gives each the bits of its own single step', async (t) => {
+  for (const kv of ['f32', 'f16'] as const) {
+    const context = 64;
+    const batch = setup(2, context);
+    const solo = [setup(2, context), setup(2, context)];
+    const { config, domain } = batch;
+    const D = config.backbone.hidden;
+    const stateOf = (d: MemoryDomain, i: number) => {
+      const a = d.createArena(d.owner('conversation', i), `state ${kv} ${i}`, {
+        bytes: d.policy.arenaBytes(backboneStateSizes(config, context, kv).map((s) => s.bytes)),
+      });
+      return new BackboneState(config, a, context, context, '', kv);
+    };
+    const states = [stateOf(domain, 1), stateOf(domain, 2)];
+    const own = [stateOf(solo[0]!.domain, 1), stateOf(solo[1]!.domain, 1)];
+    // Different histories: 3 and 2 positions of different tokens, prefilled the same way on both sides.
+    const prompts = [TOKENS.slice(0, 3), TOKENS.slice(5, 7)];
+    for (let c = 0; c < 2; c++) {
+      const rows = new Float32Array(2 * D);
+      for (const tok of prompts[c]!) {
+        batch.backbone.embedText(tok, rows, 0);
+        batch.backbone.forward(states[c]!, rows, 1);
+        solo[c]!.backbone.embedText(tok, rows, 0);
+        solo[c]!.backbone.forward(own[c]!, rows, 1);
+      }
+    }
+    const stack = batch.backbone.stack;
+    let same = true;
+    for (let step = 0; step < 6; step++) {
+      const toks = [TOKENS[10 + step]!, TOKENS[14 - step]!];
+      batch.backbone.embedText(toks[0]!, stack.input, 0);
+      batch.backbone.embedText(toks[1]!, stack.input, 1);
+      const got = stack.forwardRows(states, 2).slice(0, 2 * D);
+      for (let c = 0; c < 2; c++) {
+        const row = new Float32Array(D);
+        solo[c]!.backbone.embedText(toks[c]!, row, 0);
+        const want = solo[c]!.backbone.forward(own[c]!, row, 1);
+        for (let i = 0; i < D; i++) if (!Object.is(got[c * D + i], want[i])) same = false;
+      }
+    }
+    t.ok(same, `KV ${kv}: six batched steps, both rows bit for bit`);
+    t.same(
+      states.map((s) => s.position),
+      own.map((s) => s.position),
+      'positions advance per conversation',
+    );
+  }
+  const { backbone, state } = setup(2, 8);
+  t.throws(() => backbone.stack.forwardRows([state, state, state], 3), /at most 2/);
+});

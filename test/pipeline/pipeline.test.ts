@@ -47,6 +47,7 @@ interface Stage {
   allocationsAfterReady: number;
   canary: string | null;
   records: number;
+  batchedSteps: number;
 }
 interface Report {
   engine?: string;
@@ -88,6 +89,7 @@ t.test('two conversations of different lengths at once give exactly the bytes ea
   for (const n of ['conformer', 'depthformer', 'playback']) {
     t.equal(stage(n).slots.count, 2, `${n}: two pass slots`);
   }
+  t.ok(stage('depthformer').batchedSteps > 0, `depthformer: ${stage('depthformer').batchedSteps} backbone calls served both conversations at once`);
   for (const n of ['depthformer', 'playback']) {
     t.equal(stage(n).slots.maxBusy, 2, `${n}: both pass slots held at once`);
     t.ok(stage(n).slots.overlapped >= 1, `${n}: ${stage(n).slots.overlapped} pass(es) began while the other slot was held`);

@@ -38,6 +38,8 @@ import '../categories.js';
 const EPS = 1e-5;
 const F32 = 4;
 const KEY_TILE = 64;
+/** Conversations one batched backbone step serves (Lfm2Stack.forwardRows). */
+export const STEP_BATCH = 2;
 
 /** An LFM2 stack's shape and its attention window (0 = full causal attention). */
 export type Lfm2Dims = Lfm2Shape & {
@@ -209,6 +211,21 @@ interface StackLayer {
  * detokenizer's (sliding window). `tensors` is the tensor-name prefix (`lfm` or
  * `audio_detokenizer.lfm`).
  */
+/** Writes `count` values of k and v into the caches at `at` (f16 caches convert). */
+function appendRows(K: Float32Array | Uint16Array, V: Float32Array | Uint16Array, at: number, k: Float32Array, v: Float32Array, count: number): void {
+  if (K instanceof Float32Array) {
+    for (let i = 0; i < count; i++) {
+      K[at + i] = k[i]!;
+      V[at + i] = v[i]!;
+    }
+  } else {
+    for (let i = 0; i < count; i++) {
+      K[at + i] = f32ToF16(k[i]!);
+      V[at + i] = f32ToF16(v[i]!);
+    }
+  }
+}
+
 export class Lfm2Stack {
   readonly dims: Lfm2Dims;
   readonly chunk: number;
@@ -222,6 +239,8 @@ export class Lfm2Stack {
   readonly #shiftCos: Float32Array; // one rotation by −d positions, filled when the context is compacted
   readonly #shiftSin: Float32Array;
   readonly #shiftRow: Float32Array; // one f16 cache row widened for the rotation
+  /** Per row of a batched step (forwardRows): views of the plan's row planes, made once. */
+  readonly #rowViews: Readonly<Record<'bx' | 'y' | 'q' | 'k' | 'v' | 'ctx', Float32Array>>[];
 
   constructor(
     dims: Lfm2Dims,
@@ -289,6 +308,19 @@ export class Lfm2Stack {
     this.#shiftCos = derived(`${o.name}:rope.shift.cos`, Float32Array, half);
     this.#shiftSin = derived(`${o.name}:rope.shift.sin`, Float32Array, half);
     this.#shiftRow = derived(`${o.name}:rope.shift.row`, Float32Array, dims.kvHeads * dims.headDim);
+    const v = this.#v;
+    const D = dims.hidden;
+    const qd = dims.heads * dims.headDim;
+    const kd = dims.kvHeads * dims.headDim;
+    const row = (plane: string, r: number, width: number): Float32Array => (v[plane] as Float32Array).subarray(r * width, (r + 1) * width);
+    this.#rowViews = Array.from({ length: Math.min(STEP_BATCH, o.chunk) }, (_, r) => ({
+      bx: row('conv.bx', r, D),
+      y: row('conv.y', r, D),
+      q: row('att.q', r, qd),
+      k: row('att.k', r, kd),
+      v: row('att.v', r, kd),
+      ctx: row('att.ctx', r, qd),
+    }));
   }
 
   /** K's rows from `from` on, a view kept per state and layer (compaction keeps the same prefix every time). */
@@ -350,11 +382,109 @@ export class Lfm2Stack {
    * so a step equals a one-row GEMM chunk only to rounding, while calls on the same side of
    * `rows` are bit-identical per row.
    */
-  #linear(x: Float32Array, w: Weights, out: Float32Array, n: number, N: number, K: number): void {
+  #linear(x: Float32Array, w: Weights, out: Float32Array, n: number, N: number, K: number, rowwise = false): void {
     const scratch = this.#v['gemv.scratch'] as Float32Array;
     if (n === 1) linear1(w, x, out, scratch);
-    else if (n <= this.dims.rows || w.kind === 'q8' || w.kind === 'q4') linearRows(w, x, out, n, scratch);
+    else if (rowwise || n <= this.dims.rows || w.kind === 'q8' || w.kind === 'q4') linearRows(w, x, out, n, scratch);
     else gemm(x, w, null, out, n, N, K, this.#v['gemm.pack'] as Float32Array);
+  }
+
+  /** A short-conv layer's input projection and gate on `n` rows: B·x into `conv.bx`. */
+  #convIn(L: StackLayer, n: number, rowwise: boolean): void {
+    const v = this.#v;
+    const D = this.dims.hidden;
+    const ln = v['op.ln'] as Float32Array;
+    rmsNorm(v.h as Float32Array, L.opNorm, ln, n, D, EPS);
+    const proj = v['conv.proj'] as Float32Array;
+    this.#linear(ln, L.inProj!, proj, n, 3 * D, D, rowwise);
+    const bx = v['conv.bx'] as Float32Array;
+    for (let t = 0; t < n; t++) for (let c = 0; c < D; c++) bx[t * D + c] = proj[t * 3 * D + c]! * proj[t * 3 * D + 2 * D + c]!;
+  }
+
+  /** A short-conv layer's output gate C·y, projection and residual on `n` rows. */
+  #convOut(L: StackLayer, n: number, rowwise: boolean): void {
+    const v = this.#v;
+    const D = this.dims.hidden;
+    const h = v.h as Float32Array;
+    const proj = v['conv.proj'] as Float32Array;
+    const y = v['conv.y'] as Float32Array;
+    const cy = v['conv.cy'] as Float32Array;
+    for (let t = 0; t < n; t++) for (let c = 0; c < D; c++) cy[t * D + c] = proj[t * 3 * D + D + c]! * y[t * D + c]!;
+    const o = v['conv.o'] as Float32Array;
+    this.#linear(cy, L.outProj, o, n, D, D, rowwise);
+    for (let i = 0; i < n * D; i++) h[i] = h[i]! + o[i]!;
+  }
+
+  /** An attention layer's q, k and v of `n` rows, each head RMS-normed. */
+  #qkv(L: StackLayer, n: number, rowwise: boolean): void {
+    const v = this.#v;
+    const b = this.dims;
+    const D = b.hidden;
+    const ln = v['att.ln'] as Float32Array;
+    rmsNorm(v.h as Float32Array, L.opNorm, ln, n, D, EPS);
+    const q = v['att.q'] as Float32Array;
+    const k = v['att.k'] as Float32Array;
+    this.#linear(ln, L.q!, q, n, b.heads * b.headDim, D, rowwise);
+    this.#linear(ln, L.k!, k, n, b.kvHeads * b.headDim, D, rowwise);
+    this.#linear(ln, L.v!, v['att.v'] as Float32Array, n, b.kvHeads * b.headDim, D, rowwise);
+    rmsNorm(q, L.qNorm!, q, n * b.heads, b.headDim, EPS);
+    rmsNorm(k, L.kNorm!, k, n * b.kvHeads, b.headDim, EPS);
+  }
+
+  /** The SwiGLU feed-forward of layer `L` on `n` rows of `h`, added back (row by row when `rowwise`). */
+  #feedForward(L: StackLayer, n: number, rowwise: boolean): void {
+    const v = this.#v;
+    const b = this.dims;
+    const D = b.hidden;
+    const h = v.h as Float32Array;
+    const fl = v['ffn.ln'] as Float32Array;
+    rmsNorm(h, L.ffnNorm, fl, n, D, EPS);
+    const gate = v['ffn.gate'] as Float32Array;
+    const up = v['ffn.up'] as Float32Array;
+    this.#linear(fl, L.w1, gate, n, b.ffn, D, rowwise);
+    this.#linear(fl, L.w3, up, n, b.ffn, D, rowwise);
+    const act = v['ffn.act'] as Float32Array;
+    swiglu(gate, up, act, n * b.ffn);
+    const o = v['ffn.o'] as Float32Array;
+    this.#linear(act, L.w2, o, n, D, b.ffn, rowwise);
+    for (let i = 0; i < n * D; i++) h[i] = h[i]! + o[i]!;
+  }
+
+  /** Attention of `n` query rows at `pos` over cache rows [0, rows) starting at absolute position `base`. */
+  #attend(
+    q: Float32Array,
+    K: Float32Array | Uint16Array,
+    V: Float32Array | Uint16Array,
+    ctx: Float32Array,
+    n: number,
+    rows: number,
+    pos: number,
+    base: number,
+  ): void {
+    const b = this.dims;
+    // Positional native call: the step path builds no option objects.
+    native.attention(
+      q,
+      K,
+      V,
+      ctx,
+      null,
+      null,
+      null,
+      this.#v['att.scratch'] as Float32Array,
+      n,
+      rows,
+      b.heads,
+      b.kvHeads,
+      b.headDim,
+      pos,
+      base,
+      b.window,
+      b.window > 0 ? ATTENTION_MASK.sliding : ATTENTION_MASK.causal,
+      this.#scale,
+      this.chunk,
+      KEY_TILE,
+    );
   }
 
   /** The plan's input rows [chunk][hidden]: fill them, then call forward. */
@@ -388,30 +518,14 @@ export class Lfm2Stack {
     for (let l = 0; l < this.#layers.length; l++) {
       const L = this.#layers[l]!;
       if (L.kind === 'conv') {
-        const ln = v['op.ln'] as Float32Array;
-        rmsNorm(h, L.opNorm, ln, n, D, EPS);
-        const proj = v['conv.proj'] as Float32Array;
-        this.#linear(ln, L.inProj!, proj, n, 3 * D, D);
-        const bx = v['conv.bx'] as Float32Array;
-        for (let t = 0; t < n; t++) for (let c = 0; c < D; c++) bx[t * D + c] = proj[t * 3 * D + c]! * proj[t * 3 * D + 2 * D + c]!;
-        const y = v['conv.y'] as Float32Array;
-        conv1dCausal(bx, L.convW!, state.conv[l]!, y, n, D, b.convKernel);
-        const cy = v['conv.cy'] as Float32Array;
-        for (let t = 0; t < n; t++) for (let c = 0; c < D; c++) cy[t * D + c] = proj[t * 3 * D + D + c]! * y[t * D + c]!;
-        const o = v['conv.o'] as Float32Array;
-        this.#linear(cy, L.outProj, o, n, D, D);
-        for (let i = 0; i < n * D; i++) h[i] = h[i]! + o[i]!;
+        this.#convIn(L, n, false);
+        conv1dCausal(v['conv.bx'] as Float32Array, L.convW!, state.conv[l]!, v['conv.y'] as Float32Array, n, D, b.convKernel);
+        this.#convOut(L, n, false);
       } else {
-        const ln = v['att.ln'] as Float32Array;
-        rmsNorm(h, L.opNorm, ln, n, D, EPS);
+        this.#qkv(L, n, false);
         const q = v['att.q'] as Float32Array;
         const k = v['att.k'] as Float32Array;
         const vv = v['att.v'] as Float32Array;
-        this.#linear(ln, L.q!, q, n, qd, D);
-        this.#linear(ln, L.k!, k, n, kd, D);
-        this.#linear(ln, L.v!, vv, n, kd, D);
-        rmsNorm(q, L.qNorm!, q, n * b.heads, hd, EPS);
-        rmsNorm(k, L.kNorm!, k, n * b.kvHeads, hd, EPS);
         rope(q, this.#cos, this.#sin, n, b.heads, hd, pos, false);
         rope(k, this.#cos, this.#sin, n, b.kvHeads, hd, pos, false);
         const K = state.k[l]!;
@@ -421,62 +535,89 @@ export class Lfm2Stack {
           V.copyWithin(0, shift * kd, (pos - state.base) * kd);
         }
         const row = pos - state.base - shift;
-        if (K instanceof Float32Array) {
-          for (let i = 0; i < n * kd; i++) {
-            K[row * kd + i] = k[i]!;
-            V[row * kd + i] = vv[i]!;
-          }
-        } else {
-          for (let i = 0; i < n * kd; i++) {
-            K[row * kd + i] = f32ToF16(k[i]!);
-            V[row * kd + i] = f32ToF16(vv[i]!);
-          }
-        }
+        appendRows(K, V, row * kd, k, vv, n * kd);
         const ctx = v['att.ctx'] as Float32Array;
-        // Positional native call: the step path builds no option objects.
-        native.attention(
-          q,
-          K,
-          V,
-          ctx,
-          null,
-          null,
-          null,
-          v['att.scratch'] as Float32Array,
-          n,
-          row + n,
-          b.heads,
-          b.kvHeads,
-          hd,
-          pos,
-          state.base + shift,
-          b.window,
-          b.window > 0 ? ATTENTION_MASK.sliding : ATTENTION_MASK.causal,
-          this.#scale,
-          this.chunk,
-          KEY_TILE,
-        );
+        this.#attend(q, K, V, ctx, n, row + n, pos, state.base + shift);
         const o = v['att.o'] as Float32Array;
         this.#linear(ctx, L.outProj, o, n, D, qd);
         for (let i = 0; i < n * D; i++) h[i] = h[i]! + o[i]!;
       }
-      const fl = v['ffn.ln'] as Float32Array;
-      rmsNorm(h, L.ffnNorm, fl, n, D, EPS);
-      const gate = v['ffn.gate'] as Float32Array;
-      const up = v['ffn.up'] as Float32Array;
-      this.#linear(fl, L.w1, gate, n, b.ffn, D);
-      this.#linear(fl, L.w3, up, n, b.ffn, D);
-      const act = v['ffn.act'] as Float32Array;
-      swiglu(gate, up, act, n * b.ffn);
-      const o = v['ffn.o'] as Float32Array;
-      this.#linear(act, L.w2, o, n, D, b.ffn);
-      for (let i = 0; i < n * D; i++) h[i] = h[i]! + o[i]!;
+      this.#feedForward(L, n, false);
     }
     const hidden = v.hidden as Float32Array;
     rmsNorm(h, this.#finalNorm, hidden, n, D, EPS);
     state.base += shift;
     state.position += n;
     return hidden;
+  }
+
+  /**
+   * One position of each of `m` ≤ STEP_BATCH conversations at once: row r of `input` (the
+   * plan's own `h`) is the next position of `states[r]`. Every linear layer runs row by row
+   * over the m rows (`linearRows`: each weight block is read once for all of them, and each
+   * row gets the bits a one-position `forward` gives it); norms, short convolutions, RoPE,
+   * caches and attention run per row on that row's own state. Returns the final-normed hidden
+   * rows [m][hidden] (a view of the plan).
+   */
+  forwardRows(states: readonly BackboneState[], m: number): Float32Array {
+    const b = this.dims;
+    const D = b.hidden;
+    if (m < 1 || m > this.#rowViews.length || m > states.length) throw new ArgumentError(`LFM2: ${m} rows in a batched step, at most ${this.#rowViews.length}`);
+    for (let r = 0; r < m; r++) {
+      const st = states[r]!;
+      if (st.position + 1 > st.context) throw new ArgumentError(`LFM2: position ${st.position + 1} exceeds the context of ${st.context}`);
+      if (st.position - st.base + 1 > st.rows) throw new ArgumentError('LFM2: a batched step needs a free cache row (make room first)');
+    }
+    const v = this.#v;
+    const h = v.h as Float32Array;
+    const hd = b.headDim;
+    const qd = b.heads * hd;
+    const kd = b.kvHeads * hd;
+    for (let l = 0; l < this.#layers.length; l++) {
+      const L = this.#layers[l]!;
+      if (L.kind === 'conv') {
+        this.#convIn(L, m, true);
+        for (let r = 0; r < m; r++) {
+          const rv = this.#rowViews[r]!;
+          conv1dCausal(rv.bx, L.convW!, states[r]!.conv[l]!, rv.y, 1, D, b.convKernel);
+        }
+        this.#convOut(L, m, true);
+      } else {
+        this.#qkv(L, m, true);
+        // Every row's keys and values go to its cache before any attention runs: the plan may
+        // give the attention's output and scratch the bytes of k and v (dead after the cache op).
+        for (let r = 0; r < m; r++) {
+          const st = states[r]!;
+          const rv = this.#rowViews[r]!;
+          const pos = st.position;
+          rope(rv.q, this.#cos, this.#sin, 1, b.heads, hd, pos, false);
+          rope(rv.k, this.#cos, this.#sin, 1, b.kvHeads, hd, pos, false);
+          const K = st.k[l]!;
+          const V = st.v[l]!;
+          appendRows(K, V, (pos - st.base) * kd, rv.k, rv.v, kd);
+        }
+        for (let r = 0; r < m; r++) {
+          const st = states[r]!;
+          const rv = this.#rowViews[r]!;
+          const pos = st.position;
+          const row = pos - st.base;
+          this.#attend(rv.q, st.k[l]!, st.v[l]!, rv.ctx, 1, row + 1, pos, st.base);
+        }
+        const o = v['att.o'] as Float32Array;
+        this.#linear(v['att.ctx'] as Float32Array, L.outProj, o, m, D, qd, true);
+        for (let i = 0; i < m * D; i++) h[i] = h[i]! + o[i]!;
+      }
+      this.#feedForward(L, m, true);
+    }
+    const hidden = v.hidden as Float32Array;
+    rmsNorm(h, this.#finalNorm, hidden, m, D, EPS);
+    for (let r = 0; r < m; r++) states[r]!.position += 1;
+    return hidden;
+  }
+
+  /** The plan's final-normed hidden rows [chunk][hidden] (what forward returns). */
+  get hiddenRows(): Float32Array {
+    return this.#v.hidden as Float32Array;
   }
 }
 
