@@ -6,7 +6,9 @@
  * time per frame, on one thread and with two sharing each row-by-row linear layer; the cost of
  * one generated 80 ms frame = audio step + Depthformer +
  * detokenizer + 6/12 of a text step, as a real-time factor; and the same cost measured inside
- * a real reply (the conversation's own stage clocks). The fastest of several runs is reported.
+ * a real reply (the conversation's own stage clocks). Two conversations: one batched backbone
+ * call for both (what the pipeline's Depthformer stage does) against one conversation's step,
+ * and the stage's frame for two over one. The fastest of several runs is reported.
  *
  * Default: `tiny` and `small` (f32). `--production` adds `lfm2-audio-1.5b` at q4 and q8
  * (generated once into the checkpoint cache, several minutes each); `--model DIR` adds any
@@ -35,6 +37,15 @@ export interface ModelBenchRow {
   prefillTokensPerSecond: number;
   decodeTokensPerSecond: number;
   decodeWithTextHeadTokensPerSecond: number;
+  /** Two conversations' positions per batched backbone call (Lfm2Stack.forwardRows), per second. */
+  batchedDecodePositionsPerSecond: number;
+  /** One batched call for two conversations over one conversation's single step (2.0 = no gain). */
+  pairStepOverOne: number;
+  /**
+   * The Depthformer stage's work per generated frame (backbone steps with 6/12 of a text head,
+   * the Depthformer) for two conversations at once over one: steps batched, heads not.
+   */
+  pairFrameOverOne: number;
   depthformerMsPerFrame: number;
   detokenizerMsPerFrame: number;
   frameMs: number;
@@ -74,8 +85,10 @@ function measure(label: string, dir: string, quick: boolean, threads: number): M
   const segment = 5;
   const model = SpeechModel.load(dir, domain, { segmentSeconds: segment, replySeconds: quick ? 2 : 4, context: 4096, threads });
   const conv = model.conversation({ seed: 1, inputRate: 16000 });
+  const other = model.conversation({ seed: 2, inputRate: 16000 });
   model.ready();
   conv.ready();
+  other.ready();
   const c = model.config;
   const s = model.slot;
   const big = c.backbone.hidden >= 1024;
@@ -118,6 +131,16 @@ function measure(label: string, dir: string, quick: boolean, threads: number): M
       s.backbone.logits(stack.forward(state, 1), s.logits, s.logitsScratch);
     }
   });
+  const pair = [state, other.backbone];
+  const pairS = best(runs, () => {
+    state.reset();
+    other.backbone.reset();
+    for (let i = 0; i < steps; i++) {
+      s.backbone.embedText(i % 100, stack.input, 0);
+      s.backbone.embedText((i + 7) % 100, stack.input, 1);
+      stack.forwardRows(pair, 2);
+    }
+  });
   const sampler = new Sampler(1);
   const codes = new Int32Array(8);
   const hidden = new Float32Array(D).map((_, i) => Math.cos(i));
@@ -147,6 +170,11 @@ function measure(label: string, dir: string, quick: boolean, threads: number): M
   const depthMs = (depthS / frames) * 1000;
   const detMs = (detS / frames) * 1000;
   const frameMs = stepMs + depthMs + detMs + (c.interleave.text / c.interleave.audio) * textMs;
+  const pairMs = (pairS / steps) * 1000;
+  const textShare = c.interleave.text / c.interleave.audio;
+  const headMs = textMs - stepMs;
+  const stageOne = stepMs + depthMs + textShare * textMs;
+  const stagePair = pairMs + 2 * depthMs + textShare * (pairMs + 2 * headMs);
   const prefillMs = conv.stageMs[STAGES.indexOf('prefill')] as number;
   const replyMsPerFrame = r.audioFrames > 0 ? (replyMs - prefillMs) / r.audioFrames : 0;
   const weightBytes = model.report.weightBytes;
@@ -168,6 +196,9 @@ function measure(label: string, dir: string, quick: boolean, threads: number): M
     prefillTokensPerSecond: round((chunks * chunk) / prefillS, 1),
     decodeTokensPerSecond: round(steps / decodeS, 1),
     decodeWithTextHeadTokensPerSecond: round(steps / decodeTextS, 1),
+    batchedDecodePositionsPerSecond: round((2 * steps) / pairS, 1),
+    pairStepOverOne: round(pairMs / stepMs, 3),
+    pairFrameOverOne: round(stagePair / stageOne, 3),
     depthformerMsPerFrame: round(depthMs, 3),
     detokenizerMsPerFrame: round(detMs, 3),
     frameMs: round(frameMs, 3),
@@ -212,7 +243,8 @@ export function format(r: ModelBenchResult): string {
     lines.push(
       `  ${m.checkpoint} (${m.weights}, ${m.weightMiB} MiB of weights), ${m.threads} thread${m.threads > 1 ? 's' : ''}: encoder ` +
         `${m.encoderMsPerSecondOfAudio} ms per s of audio; prefill ${m.prefillTokensPerSecond} tok/s; decode ${m.decodeTokensPerSecond} tok/s ` +
-        `(${m.decodeWithTextHeadTokensPerSecond} with the text head)`,
+        `(${m.decodeWithTextHeadTokensPerSecond} with the text head); two conversations batched ${m.batchedDecodePositionsPerSecond} ` +
+        `positions/s: a pair step ×${m.pairStepOverOne} of one, the Depthformer stage's frame for two ×${m.pairFrameOverOne} of one`,
       `      Depthformer ${m.depthformerMsPerFrame} ms/frame, detokenizer ${m.detokenizerMsPerFrame} ms/frame → ${m.frameMs} ms per 80 ms frame ` +
         `(real-time factor ${m.realTimeFactor}); in a real reply ${m.replyMsPerFrame} ms per frame (${m.replyRealTimeFactor})`,
     );

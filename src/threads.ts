@@ -29,13 +29,41 @@ function splitNodeOptions(s: string): string[] {
   return (s.match(/"(?:[^"\\]|\\.)*"|\S+/g) ?? []).map((t) => (t.startsWith('"') ? t.slice(1, -1).replace(/\\(.)/g, '$1') : t));
 }
 
-/** `execArgv` and `env` for a voxslab worker thread. */
-export function workerThreadOptions(): { execArgv: string[]; env: NodeJS.ProcessEnv } {
-  const env = { ...process.env };
-  if (env.NODE_OPTIONS !== undefined) {
-    const kept = withoutModuleHooks(splitNodeOptions(env.NODE_OPTIONS));
-    if (kept.length === 0) delete env.NODE_OPTIONS;
-    else env.NODE_OPTIONS = kept.map((t) => (/[\s"]/.test(t) ? JSON.stringify(t) : t)).join(' ');
+/**
+ * `execArgv` and `env` for a voxslab worker thread: empty when the host loads no module hook
+ * (the worker then inherits as usual).
+ */
+export function workerThreadOptions(): { execArgv?: string[]; env?: NodeJS.ProcessEnv } {
+  const out: { execArgv?: string[]; env?: NodeJS.ProcessEnv } = {};
+  const execArgv = withoutModuleHooks(process.execArgv);
+  if (execArgv.length !== process.execArgv.length) out.execArgv = execArgv;
+  const options = process.env.NODE_OPTIONS;
+  if (options !== undefined) {
+    const tokens = splitNodeOptions(options);
+    const kept = withoutModuleHooks(tokens);
+    if (kept.length !== tokens.length) {
+      const env = { ...process.env };
+      if (kept.length === 0) delete env.NODE_OPTIONS;
+      else env.NODE_OPTIONS = kept.map((t) => (/[\s"]/.test(t) ? JSON.stringify(t) : t)).join(' ');
+      out.env = env;
+    }
   }
-  return { execArgv: withoutModuleHooks(process.execArgv), env };
+  return out;
+}
+
+/**
+ * Makes a worker (or a pool of them) with `workerThreadOptions()`. An explicit `execArgv` may
+ * not carry process-wide flags (V8's, heap sizes: they apply to every thread anyway); Node
+ * names those it refuses, and they are left out.
+ */
+export function withWorkerOptions<T>(make: (o: { execArgv?: string[]; env?: NodeJS.ProcessEnv }) => T): T {
+  const o = workerThreadOptions();
+  try {
+    return make(o);
+  } catch (error) {
+    const e = error as { code?: string; message?: string };
+    if (o.execArgv === undefined || e.code !== 'ERR_WORKER_INVALID_EXEC_ARGV') throw error;
+    const refused = new Set((e.message ?? '').slice((e.message ?? '').lastIndexOf(': ') + 2).split(', '));
+    return make({ ...o, execArgv: o.execArgv.filter((a) => !refused.has(a)) });
+  }
 }

@@ -16,7 +16,7 @@ import type { QuantResult, QuantTask } from '../model/format/quant.js';
 import { encodeSafetensorsHeader, readSafetensorsHeader, type TensorEntry } from '../model/format/safetensors.js';
 import { checkOutputs, openFileSource, stagedFolder } from './files.js';
 import { Progress } from './progress.js';
-import { workerThreadOptions } from '../threads.js';
+import { withWorkerOptions } from '../threads.js';
 
 interface OutTensor {
   name: string;
@@ -134,12 +134,15 @@ export async function quantizeCheckpoint(o: QuantizeOptions): Promise<{ quantize
 
 async function quantizeInto(o: QuantizeOptions): Promise<{ quantized: number; kept: number }> {
   mkdirSync(join(o.output, 'audio_detokenizer'), { recursive: true });
-  const pool = new Piscina({
-    filename: new URL('../../workers/quantize.js', import.meta.url).href,
-    maxThreads: o.threads ?? Math.max(1, availableParallelism()),
-    minThreads: 1,
-    ...workerThreadOptions(),
-  });
+  const pool = withWorkerOptions(
+    (w) =>
+      new Piscina({
+        filename: new URL('../../workers/quantize.js', import.meta.url).href,
+        maxThreads: o.threads ?? Math.max(1, availableParallelism()),
+        minThreads: 1,
+        ...w,
+      }),
+  );
   try {
     const a = await quantizeFile(pool, join(o.input, 'model.safetensors'), join(o.output, 'model.safetensors'), o.bits, o.group, 'model.safetensors');
     const b = await quantizeFile(

@@ -28,7 +28,7 @@ import type { TextTokenizer } from '../model/format/tokenizer.js';
 import { resolveSpeechOptions, speechSetup, type SpeechModelOptions, type SpeechSetup } from './conversation.js';
 import { native } from '../native.js';
 import { nodeEndpoint } from './endpoint.js';
-import { workerThreadOptions } from '../threads.js';
+import { withWorkerOptions } from '../threads.js';
 import { Doorbells, RecordRing, ringBytes, type SharedRing } from './ring.js';
 import {
   CONTROL_WORDS,
@@ -148,7 +148,7 @@ class StageWorker {
     this.name = name;
     this.#bells = bells;
     this.#timeoutMs = timeoutMs;
-    this.worker = new Worker(new URL(`../../workers/${name}.js`, import.meta.url), workerThreadOptions());
+    this.worker = withWorkerOptions((o) => new Worker(new URL(`../../workers/${name}.js`, import.meta.url), o));
     this.api = Comlink.wrap<StageApi>(nodeEndpoint(this.worker as never));
     const fail = (e: WorkerError): void => {
       if (this.failure === null) {

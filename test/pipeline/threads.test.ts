@@ -50,10 +50,12 @@ t.test('a host --import hook (argument or NODE_OPTIONS) stays on the main thread
   for (const [label, args, e] of [
     ['NODE_OPTIONS', [], env],
     ['--import', [`--import=${pathToFileURL(hook).href}`], process.env],
+    // Process-wide flags beside a hook: a worker's own execArgv may not carry them.
+    ['--import with V8 flags', ['--expose-gc', '--max-old-space-size=2048', `--import=${pathToFileURL(hook).href}`], process.env],
   ] as const) {
     writeFileSync(log, '');
     const r = run([...args], e);
-    t.equal(r.status, 0, `${label}: run succeeds ${r.stderr}`);
+    t.equal(r.status, 0, `${label}: run succeeds${r.status === 0 ? '' : `: ${r.stderr}`}`);
     t.same(readFileSync(log, 'utf8').trim().split('\n'), ['0'], `${label}: the hook ran on thread 0 only`);
   }
 });
