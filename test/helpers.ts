@@ -1,7 +1,9 @@
 import v8 from 'node:v8';
 import { Worker } from 'node:worker_threads';
 
-import { readFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
 
 export { prng } from '../src/memory/prng.js';
 
@@ -64,4 +66,16 @@ export function allocationProbe(n: number, body: () => void, quiet = 1024, budge
     if (best.heap < quiet) break;
   }
   return best;
+}
+
+const scratch: string[] = [];
+/** A new temporary folder, removed with everything in it when the test process exits. */
+export function scratchDir(prefix: string): string {
+  const dir = mkdtempSync(join(tmpdir(), prefix));
+  if (scratch.length === 0)
+    process.once('exit', () => {
+      for (const d of scratch) rmSync(d, { recursive: true, force: true });
+    });
+  scratch.push(dir);
+  return dir;
 }

@@ -1,17 +1,15 @@
 // The library API on the built artifact: real stage workers, real rings, real files.
 import t from 'tap';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
-import { readWavSamples } from '../helpers.js';
+import { readWavSamples, scratchDir } from '../helpers.js';
 import { runCommand } from '../../src/cli/run.js';
 import { AbortedError, ClosedError, load, MemoryLimitError, type ConversationEvent, type Engine } from '../../src/index.js';
 import { apmAvailable } from '../../src/dsp/aec.js';
 
 const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
-const work = mkdtempSync(join(tmpdir(), 'voxslab-api-'));
+const work = scratchDir('voxslab-api-');
 const model = join(work, 'tiny');
 makeCheckpoint({ config: 'tiny', seed: 3, out: model, dtype: 'f32' });
 const quiet = (): void => undefined;

@@ -2,16 +2,15 @@
 // (the addon built by its install script), then README's library example run as written.
 import t from 'tap';
 import { execFileSync } from 'node:child_process';
-import { existsSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { existsSync, readdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { readmeExample } from '../helpers.js';
+import { readmeExample, scratchDir } from '../helpers.js';
 
 const root = fileURLToPath(new URL('../../../', import.meta.url));
 
 t.test('npm pack → install the tarball into a fresh project → README’s example holds a conversation', async (t) => {
-  const work = mkdtempSync(join(tmpdir(), 'voxslab-pack-'));
+  const work = scratchDir('voxslab-pack-');
   const env: NodeJS.ProcessEnv = { ...process.env, npm_config_fund: 'false', npm_config_audit: 'false', npm_config_update_notifier: 'false' };
   // Build against the installed Node's headers where they are (as .ci/run does): no download.
   if (env.npm_config_nodedir === undefined && existsSync('/usr/include/node/node.h')) env.npm_config_nodedir = '/usr';

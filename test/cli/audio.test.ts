@@ -1,15 +1,15 @@
 import t from 'tap';
 import { execFileSync, spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { encodeWav, memorySource, readWavInfo, WavReader } from '../../src/dsp/wav.js';
+import { scratchDir } from '../helpers.js';
 
 const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
 const voxslab = (...args: string[]) => spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', timeout: 120_000 });
 const has = (cmd: string) => spawnSync('sh', ['-c', `command -v ${cmd}`]).status === 0;
-const dir = mkdtempSync(join(tmpdir(), 'voxslab-audio-'));
+const dir = scratchDir('voxslab-audio-');
 
 /** Parses a float32 .npy written by voxslab mel. */
 function readNpy(path: string): { shape: number[]; data: Float32Array } {

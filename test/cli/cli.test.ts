@@ -1,6 +1,7 @@
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
+import { scratchDir } from '../helpers.js';
 
 const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
 const voxslab = (...args: string[]) => spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', timeout: 120_000 });
@@ -74,10 +75,9 @@ t.test('plan --config prints a manifest; bad options and inputs exit 2 / 4', asy
 });
 
 t.test('plan --intervals plans a CSV and refuses malformed rows with the line number', async (t) => {
-  const { mkdtempSync, writeFileSync } = await import('node:fs');
-  const { tmpdir } = await import('node:os');
+  const { writeFileSync } = await import('node:fs');
   const { join } = await import('node:path');
-  const dir = mkdtempSync(join(tmpdir(), 'voxslab-csv-'));
+  const dir = scratchDir('voxslab-csv-');
   const good = join(dir, 'good.csv');
   const rows = [
     [0, 2, 32],
@@ -118,10 +118,9 @@ t.test('plan --intervals plans a CSV and refuses malformed rows with the line nu
 });
 
 t.test('make-checkpoint writes the layout; bad options exit 2', async (t) => {
-  const { mkdtempSync, existsSync } = await import('node:fs');
-  const { tmpdir } = await import('node:os');
+  const { existsSync } = await import('node:fs');
   const { join } = await import('node:path');
-  const out = join(mkdtempSync(join(tmpdir(), 'voxslab-mk-')), 'tiny');
+  const out = join(scratchDir('voxslab-mk-'), 'tiny');
   const r = voxslab('make-checkpoint', '--config', 'tiny', '--seed', '1', '--out', out);
   t.equal(r.status, 0, r.stderr);
   for (const f of ['config.json', 'model.safetensors', 'audio_detokenizer/config.json', 'audio_detokenizer/model.safetensors'])

@@ -2,16 +2,16 @@
 // stack traces for user mistakes. Each case failed before its fix.
 import t, { type Test } from 'tap';
 import { spawnSync } from 'node:child_process';
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { copyFileSync, existsSync, mkdirSync, readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { encodeWav } from '../../src/dsp/wav.js';
+import { scratchDir } from '../helpers.js';
 
 const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
 const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
-const work = mkdtempSync(join(tmpdir(), 'voxslab-outputs-'));
+const work = scratchDir('voxslab-outputs-');
 const voxslab = (...args: string[]) =>
   spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', timeout: 120_000, cwd: work, env: { ...process.env, VOXSLAB_CACHE: join(work, 'cache') } });
 

@@ -1,18 +1,18 @@
 import t from 'tap';
 import { createHash } from 'node:crypto';
 import { spawnSync } from 'node:child_process';
-import { cpSync, existsSync, mkdtempSync, readFileSync, rmSync, truncateSync, writeFileSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, existsSync, readFileSync, rmSync, truncateSync, writeFileSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { encodeWav } from '../../src/dsp/wav.js';
 import { BUILTIN_CONFIGS } from '../../src/model/format/config.js';
 import { SYNTH_VERSION } from '../../src/model/format/synth.js';
+import { scratchDir } from '../helpers.js';
 
 const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
 const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
-const work = mkdtempSync(join(tmpdir(), 'voxslab-run-'));
+const work = scratchDir('voxslab-run-');
 const model = join(work, 'tiny');
 makeCheckpoint({ config: 'tiny', seed: 2, out: model, dtype: 'f32' });
 const voxslab = (...args: string[]) =>

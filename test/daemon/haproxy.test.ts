@@ -2,13 +2,12 @@
 // daemon's admission cannot take goes to the second.
 import t from 'tap';
 import { spawn, spawnSync } from 'node:child_process';
-import { mkdtempSync, writeFileSync } from 'node:fs';
+import { writeFileSync } from 'node:fs';
 import { createServer } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
-import { readmeExample, readWavSamples } from '../helpers.js';
+import { readmeExample, readWavSamples, scratchDir } from '../helpers.js';
 import { serve, stop, talk } from './daemon.js';
 
 const haproxy = spawnSync('haproxy', ['-v']).status === 0;
@@ -34,7 +33,7 @@ t.test(
   'HAProxy (README configuration): the second daemon takes what the first cannot admit',
   { skip: haproxy ? false : 'haproxy is not installed (apt-get install haproxy; .ci/run installs it)' },
   async (t) => {
-    const work = mkdtempSync(join(tmpdir(), 'voxslab-haproxy-'));
+    const work = scratchDir('voxslab-haproxy-');
     const model = join(work, 'tiny');
     makeCheckpoint({ config: 'tiny', seed: 3, out: model, dtype: 'f32' });
     // Each daemon admits one conversation.

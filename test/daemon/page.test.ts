@@ -3,13 +3,13 @@
 // holds a conversation with the daemon on the tiny model, and the test saves a screenshot.
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, statSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { statSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import puppeteer from 'puppeteer-core';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { serve, stop } from './daemon.js';
+import { scratchDir } from '../helpers.js';
 
 const chromium = ['/usr/bin/chromium', '/usr/bin/chromium-browser'].find((p) => spawnSync(p, ['--version']).status === 0);
 const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
@@ -18,7 +18,7 @@ t.test(
   'the live page talks to the daemon from a browser microphone and shows memory and transcript',
   { skip: chromium === undefined ? 'chromium is not installed (apt-get install chromium; .ci/run installs it)' : false },
   async (t) => {
-    const work = mkdtempSync(join(tmpdir(), 'voxslab-page-'));
+    const work = scratchDir('voxslab-page-');
     const model = join(work, 'tiny');
     makeCheckpoint({ config: 'tiny', seed: 3, out: model, dtype: 'f32' });
     const d = await serve(model, ['--reply', '2']);

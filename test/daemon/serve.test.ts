@@ -1,14 +1,12 @@
 // `voxslab serve` as users run it: the built CLI in a child process, over loopback only.
 import t from 'tap';
 import { spawn } from 'node:child_process';
-import { mkdtempSync } from 'node:fs';
 import { connect } from 'node:net';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
-import { readWavSamples } from '../helpers.js';
+import { readWavSamples, scratchDir } from '../helpers.js';
 import { apmAvailable } from '../../src/dsp/aec.js';
 import { runCommand } from '../../src/cli/run.js';
 import { load } from '../../src/index.js';
@@ -16,7 +14,7 @@ import { serve as serveModel, stop, talk as talkTo, type Served } from './daemon
 
 const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
 const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
-const work = mkdtempSync(join(tmpdir(), 'voxslab-serve-'));
+const work = scratchDir('voxslab-serve-');
 const model = join(work, 'tiny');
 makeCheckpoint({ config: 'tiny', seed: 3, out: model, dtype: 'f32' });
 const REPLY = '2';

@@ -1,11 +1,9 @@
 import t from 'tap';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { BadInputError } from '../../src/errors.js';
 import { encodeWav, memorySource, readWavInfo, readWavMono, type SampleFormat, WavReader } from '../../src/dsp/wav.js';
 import { openFileSource, WavFileWriter } from '../../src/io/files.js';
-import { prng } from '../helpers.js';
+import { prng, scratchDir } from '../helpers.js';
 
 const FORMATS: SampleFormat[] = ['pcm8', 'pcm16', 'pcm24', 'pcm32', 'float32', 'float64'];
 const STEP: Record<SampleFormat, number> = { pcm8: 1 / 128, pcm16: 1 / 32768, pcm24: 1 / 8388608, pcm32: 2 ** -31, float32: 0, float64: 0 };
@@ -65,7 +63,7 @@ t.test('unknown chunks, LIST metadata and odd sizes are skipped', async (t) => {
 });
 
 t.test('files stream through the file source and writer', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'voxslab-wav-'));
+  const dir = scratchDir('voxslab-wav-');
   const path = join(dir, 'long.wav');
   const w = new WavFileWriter(path, { sampleRate: 48000, channels: 2, format: 'pcm24', extensible: true }, 100);
   const r = prng(5);

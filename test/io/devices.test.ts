@@ -1,19 +1,19 @@
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { apmAvailable } from '../../src/dsp/aec.js';
 import { resampleSignal } from '../../src/dsp/resample.js';
 import { corpusTools, utterance } from '../../bench/corpus.js';
+import { scratchDir } from '../helpers.js';
 
 const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
 const RATE = 48000;
 
 /** Virtual ALSA devices: a microphone that reads `input` (float32 mono at 48 kHz) and a speaker that writes a file. */
 function virtualDevices(input: Float32Array): { env: NodeJS.ProcessEnv; out: string } {
-  const dir = mkdtempSync(join(tmpdir(), 'voxslab-alsa-'));
+  const dir = scratchDir('voxslab-alsa-');
   const infile = join(dir, 'mic.raw');
   const out = join(dir, 'speaker.raw');
   writeFileSync(infile, Buffer.from(input.buffer, input.byteOffset, input.byteLength));

@@ -1,16 +1,13 @@
 import t from 'tap';
 import { gemvScratchFloats } from '../../src/model/blocks/kernels.js';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { MemoryDomain, plan } from '../../src/memory/index.js';
 import { heapWorkspace } from '../../src/dsp/workspace.js';
 import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
 import { Backbone, backboneDims, backbonePass, BackboneState, backboneStateSizes } from '../../src/model/blocks/backbone.js';
 import { lfm2Reference } from '../reference/lfm2.js';
-import { allocationProbe } from '../helpers.js';
+import { allocationProbe, scratchDir } from '../helpers.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'voxslab-lfm-'));
+const dir = scratchDir('voxslab-lfm-');
 makeCheckpoint({ config: 'tiny', seed: 31, out: dir, dtype: 'f32' });
 
 function setup(chunk: number, context = 256) {

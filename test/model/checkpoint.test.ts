@@ -1,7 +1,6 @@
 import t from 'tap';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BadInputError } from '../../src/errors.js';
 import { MemoryDomain } from '../../src/memory/index.js';
@@ -13,10 +12,10 @@ import { encodeSafetensorsHeader, readSafetensorsHeader } from '../../src/model/
 import { TensorStream } from '../../src/model/format/synth.js';
 import { bf16ToF32, f32ToBf16 } from '../../src/model/format/dtype.js';
 import { memorySource } from '../../src/dsp/wav.js';
-import { runWorker } from '../helpers.js';
+import { runWorker, scratchDir } from '../helpers.js';
 import { loadConfig } from '../../src/io/config.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'voxslab-ckpt-'));
+const dir = scratchDir('voxslab-ckpt-');
 const sha = (p: string) => createHash('sha256').update(readFileSync(p)).digest('hex');
 const tiny = loadConfig('tiny');
 const layout = checkpointLayout(tiny);

@@ -1,9 +1,9 @@
 import t from 'tap';
-import { mkdtempSync, mkdirSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BUILTIN_CONFIGS, BUILTIN_NAMES, resolveConfig } from '../../src/model/format/config.js';
 import { loadConfig } from '../../src/io/config.js';
+import { scratchDir } from '../helpers.js';
 
 const clone = <T>(x: T): T => JSON.parse(JSON.stringify(x)) as T;
 
@@ -77,7 +77,7 @@ t.test('the detokenizer config needs no max_position_embeddings (MODEL.md and LA
 });
 
 t.test('configurations load from a checkpoint folder or a config file', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'voxslab-config-'));
+  const dir = scratchDir('voxslab-config-');
   const [main, det] = BUILTIN_CONFIGS.small!;
   mkdirSync(join(dir, 'audio_detokenizer'));
   writeFileSync(join(dir, 'config.json'), JSON.stringify(main));
@@ -87,7 +87,7 @@ t.test('configurations load from a checkpoint folder or a config file', async (t
   const single = join(dir, 'single.json');
   writeFileSync(single, JSON.stringify({ ...main, audio_detokenizer: det }));
   t.same({ ...loadConfig(single), name: 'small' }, loadConfig('small'), 'embedded detokenizer config');
-  const lone = mkdtempSync(join(tmpdir(), 'voxslab-config-'));
+  const lone = scratchDir('voxslab-config-');
   writeFileSync(join(lone, 'config.json'), JSON.stringify(main));
   t.throws(() => loadConfig(join(lone, 'config.json')), /audio_detokenizer\/config\.json: the detokenizer configuration is missing/);
   writeFileSync(join(lone, 'broken.json'), '{"codebooks": 8,');

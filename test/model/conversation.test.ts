@@ -1,6 +1,5 @@
 import t from 'tap';
-import { cpSync, mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { cpSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
@@ -11,9 +10,9 @@ import { END_OF_AUDIO } from '../../src/model/blocks/depthformer.js';
 import { TOKENS } from '../../src/model/format/tokenizer.js';
 import { memorySource } from '../../src/dsp/wav.js';
 import { readSafetensorsHeader } from '../../src/model/format/safetensors.js';
-import { prng } from '../helpers.js';
+import { prng, scratchDir } from '../helpers.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'voxslab-conv-'));
+const dir = scratchDir('voxslab-conv-');
 makeCheckpoint({ config: 'tiny', seed: 3, out: dir, dtype: 'f32' });
 
 /** A second of speech-like input: a few harmonics with a moving pitch and some noise. */
@@ -289,7 +288,7 @@ t.test('listen: a full segment takes no more, non-finite samples are silence, mi
 });
 
 t.test('q4 weights (int8 activations) and two compute threads: the same reply bits as one thread', async (t) => {
-  const q4 = mkdtempSync(join(tmpdir(), 'voxslab-conv-q4-'));
+  const q4 = scratchDir('voxslab-conv-q4-');
   await quantizeCheckpoint({ input: dir, output: q4, bits: 4, group: 64 });
   const audio = userAudio(16000, 1.5, 8);
   for (const [name, from] of [
@@ -315,7 +314,7 @@ t.test('end of audio: codebook 0 = 2048 ends the audio, the frame becomes all 20
   // A checkpoint whose Depthformer always prefers code 2048 on codebook 0: slice 0 of
   // depth_linear gets a large bias on one channel j, codebook 0's norm keeps only j, and its
   // logits read channel j for code 2048 only.
-  const eoa = mkdtempSync(join(tmpdir(), 'voxslab-conv-eoa-'));
+  const eoa = scratchDir('voxslab-conv-eoa-');
   cpSync(dir, eoa, { recursive: true });
   const file = join(eoa, 'model.safetensors');
   const bytes = readFileSync(file);

@@ -1,16 +1,13 @@
 import t from 'tap';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { MemoryDomain, plan } from '../../src/memory/index.js';
 import { heapWorkspace } from '../../src/dsp/workspace.js';
 import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
 import { Depthformer, depthformerPass, depthformerStateFloats, END_OF_AUDIO } from '../../src/model/blocks/depthformer.js';
 import { AUDIO_SAMPLING, Sampler, TEXT_SAMPLING } from '../../src/model/blocks/sampler.js';
-import { allocationProbe, prng } from '../helpers.js';
+import { allocationProbe, prng, scratchDir } from '../helpers.js';
 import { linear64, rmsNorm64, softmax64, swiglu64, weights64 } from '../reference/ops.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'voxslab-depth-'));
+const dir = scratchDir('voxslab-depth-');
 makeCheckpoint({ config: 'tiny', seed: 41, out: dir, dtype: 'f32' });
 
 function setup() {

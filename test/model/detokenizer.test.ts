@@ -1,7 +1,4 @@
 import t from 'tap';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { MemoryDomain, plan } from '../../src/memory/index.js';
 import { heapWorkspace } from '../../src/dsp/workspace.js';
 import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
@@ -10,9 +7,9 @@ import { Detokenizer, DetokenizerState } from '../../src/model/blocks/detokenize
 import { DETOKENIZER_PREFIX } from '../../src/model/format/image.js';
 import { lfm2Reference } from '../reference/lfm2.js';
 import { linear64, weights64 } from '../reference/ops.js';
-import { allocationProbe, prng, randInt } from '../helpers.js';
+import { allocationProbe, prng, randInt, scratchDir } from '../helpers.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'voxslab-detok-'));
+const dir = scratchDir('voxslab-detok-');
 makeCheckpoint({ config: 'tiny', seed: 51, out: dir, dtype: 'f32' });
 
 function setup(rate: number, turnPositions = 600) {

@@ -1,7 +1,4 @@
 import t from 'tap';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { MemoryDomain, plan } from '../../src/memory/index.js';
 import { heapWorkspace } from '../../src/dsp/workspace.js';
 import { MelFrontend } from '../../src/dsp/mel.js';
@@ -12,8 +9,9 @@ import type { WeightsImage } from '../../src/model/format/image.js';
 import type { ModelConfig } from '../../src/model/format/config.js';
 import { layerNorm64, linear64, silu64, softmax64, weights64 } from '../reference/ops.js';
 import { subsampleReference, type SubsampleRefWeights } from '../reference/subsample.js';
+import { scratchDir } from '../helpers.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'voxslab-enc-'));
+const dir = scratchDir('voxslab-enc-');
 makeCheckpoint({ config: 'tiny', seed: 21, out: dir, dtype: 'f32' });
 
 type M = Float64Array; // row-major matrices

@@ -1,7 +1,6 @@
 import t from 'tap';
 import { createHash } from 'node:crypto';
-import { mkdtempSync, readFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
@@ -12,10 +11,10 @@ import { gemv } from '../../src/model/blocks/kernels.js';
 import { TensorStream } from '../../src/model/format/synth.js';
 import { buildWeightsImage } from '../../src/model/format/image.js';
 import { memorySource } from '../../src/dsp/wav.js';
-import { prng } from '../helpers.js';
+import { prng, scratchDir } from '../helpers.js';
 import { loadConfig } from '../../src/io/config.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'voxslab-quant-'));
+const dir = scratchDir('voxslab-quant-');
 const sha = (p: string) => createHash('sha256').update(readFileSync(p)).digest('hex');
 makeCheckpoint({ config: 'tiny', seed: 11, out: join(dir, 'f32'), dtype: 'f32' });
 const layout = checkpointLayout(loadConfig('tiny'));

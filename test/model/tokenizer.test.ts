@@ -1,10 +1,10 @@
 import t from 'tap';
-import { mkdtempSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BadInputError } from '../../src/errors.js';
 import { syntheticTokenizer, TextTokenizer, TOKENS } from '../../src/model/format/tokenizer.js';
 import { loadTokenizer } from '../../src/io/config.js';
+import { scratchDir } from '../helpers.js';
 
 const prompt = '<|startoftext|><|im_start|>system\nRespond with interleaved text and audio.<|im_end|>\n';
 
@@ -39,7 +39,7 @@ t.test('synthetic tokenizers: specials at their ids, text round trips, every id 
 });
 
 t.test('bad tokenizer files are bad input naming the file and field', async (t) => {
-  const dir = mkdtempSync(join(tmpdir(), 'voxslab-tok-'));
+  const dir = scratchDir('voxslab-tok-');
   t.throws(() => loadTokenizer(dir, 256), /tokenizer\.json: the checkpoint has no tokenizer\.json/);
   writeFileSync(join(dir, 'tokenizer.json'), '{"model": ');
   try {

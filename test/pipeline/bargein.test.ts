@@ -1,16 +1,13 @@
 import t from 'tap';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { sizedArenas } from '../../src/memory/sizing.js';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { SpeechModel } from '../../src/pipeline/conversation.js';
 import { carveClocks } from '../../src/pipeline/clock.js';
 import { Dialogue, EMIT_DONE, EMIT_TEXT } from '../../src/pipeline/dialogue.js';
-import { prng } from '../helpers.js';
+import { prng, scratchDir } from '../helpers.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'voxslab-barge-'));
+const dir = scratchDir('voxslab-barge-');
 makeCheckpoint({ config: 'tiny', seed: 3, out: dir, dtype: 'f32' });
 const domain = MemoryDomain.create({ limit: '2GiB' });
 const model = SpeechModel.load(dir, domain, {});

@@ -1,11 +1,10 @@
 import t from 'tap';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Worker } from 'node:worker_threads';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
+import { scratchDir } from '../helpers.js';
 
-const dir = join(mkdtempSync(join(tmpdir(), 'voxslab-control-')), 'tiny');
+const dir = join(scratchDir('voxslab-control-'), 'tiny');
 makeCheckpoint({ config: 'tiny', seed: 3, out: dir, dtype: 'f32' });
 
 /** Heap samples (after full collections) between windows of `rounds` rounds of five control calls, clean and then keeping an object per round. */

@@ -1,16 +1,14 @@
 import t from 'tap';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { AllocationError, MemoryLimitError } from '../../src/errors.js';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { SpeechModel } from '../../src/pipeline/conversation.js';
+import { scratchDir } from '../helpers.js';
 
 // Fault injection at every allocation site of model load and conversation open: each site in
 // turn is refused by the cap or fails in the allocator. Each time the error is typed and names
 // the site, the ledger and the cap are back to where they were, and the next attempt succeeds.
-const dir = mkdtempSync(join(tmpdir(), 'voxslab-faults-'));
+const dir = scratchDir('voxslab-faults-');
 makeCheckpoint({ config: 'tiny', seed: 5, out: dir, dtype: 'f32' });
 
 /** An allocator that records every call and fails the `failAt`-th (1-based) after `arm`. */

@@ -1,6 +1,5 @@
 import t from 'tap';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
@@ -12,9 +11,10 @@ import { runCommand } from '../../src/cli/run.js';
 import { defaultPinMap } from '../../src/pipeline/coordinator.js';
 import { installConstructorTrap } from '../../src/pipeline/trap.js';
 import { native } from '../../src/native.js';
+import { scratchDir } from '../helpers.js';
 
 const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
-const work = mkdtempSync(join(tmpdir(), 'voxslab-pipeline-'));
+const work = scratchDir('voxslab-pipeline-');
 const model = join(work, 'tiny');
 makeCheckpoint({ config: 'tiny', seed: 3, out: model, dtype: 'f32' });
 const quiet = (): void => undefined;

@@ -1,8 +1,7 @@
 // `voxslab plan` runs the pipeline's own constructors over a planning domain: its manifest must
 // be what a real pipeline carves, owner by owner and category by category, to the byte.
 import t, { type Test } from 'tap';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
@@ -11,9 +10,10 @@ import { encodeWav } from '../../src/dsp/wav.js';
 import { runCommand } from '../../src/cli/run.js';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { planPipeline, type PipelinePlanOptions } from '../../src/pipeline/plan.js';
+import { scratchDir } from '../helpers.js';
 
 const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
-const work = mkdtempSync(join(tmpdir(), 'voxslab-plan-'));
+const work = scratchDir('voxslab-plan-');
 const quiet = (): void => undefined;
 // A second input at 22,050 Hz (its capture resampler differs from the 16 kHz fixture's).
 const other = join(work, 'other.wav');

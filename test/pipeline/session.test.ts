@@ -1,7 +1,4 @@
 import t from 'tap';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { SpeechModel, type Conversation } from '../../src/pipeline/conversation.js';
@@ -10,7 +7,7 @@ import { LoopbackDevice } from '../../src/io/loopback.js';
 import { resampleSignal } from '../../src/dsp/resample.js';
 import { apmAvailable } from '../../src/dsp/aec.js';
 import { assistantVoice, corpusTools, labelFrames, utterance } from '../../bench/corpus.js';
-import { allocationProbe } from '../helpers.js';
+import { allocationProbe, scratchDir } from '../helpers.js';
 import { APM_HEAP_BOUND } from '../../src/dsp/aec.js';
 
 const skip = apmAvailable() && corpusTools() ? false : 'needs WebRTC audio processing, espeak-ng and sox';
@@ -26,7 +23,7 @@ function onsetOf(x: Float32Array): number {
   return f * 160;
 }
 
-const dir = skip === false ? mkdtempSync(join(tmpdir(), 'voxslab-session-')) : '';
+const dir = skip === false ? scratchDir('voxslab-session-') : '';
 if (skip === false) makeCheckpoint({ config: 'tiny', seed: 3, out: dir, dtype: 'f32' });
 
 /** A ready duplex conversation of the tiny model speaking at `rate`, in a domain of its own. */

@@ -3,14 +3,11 @@
 // it, a record in and its records out leave nothing on the JS heap and no ArrayBuffer behind.
 import t from 'tap';
 import { apmAvailable } from '../../src/dsp/aec.js';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join } from 'node:path';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { STAGE_NAMES } from '../../src/pipeline/protocol.js';
-import { runWorker } from '../helpers.js';
+import { runWorker, scratchDir } from '../helpers.js';
 
-const dir = mkdtempSync(join(tmpdir(), 'voxslab-stages-'));
+const dir = scratchDir('voxslab-stages-');
 makeCheckpoint({ config: 'tiny', seed: 61, out: dir, dtype: 'f32' });
 const probe = new URL('./workers/stage-probe.js', import.meta.url);
 

@@ -1,15 +1,15 @@
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
-import { mkdtempSync, readFileSync, writeFileSync } from 'node:fs';
-import { tmpdir } from 'node:os';
+import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { withoutModuleHooks } from '../../src/threads.js';
+import { scratchDir } from '../helpers.js';
 
 const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
 const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
-const work = mkdtempSync(join(tmpdir(), 'voxslab-threads-'));
+const work = scratchDir('voxslab-threads-');
 const model = join(work, 'tiny');
 makeCheckpoint({ config: 'tiny', seed: 2, out: model, dtype: 'f32' });
 

@@ -13,13 +13,12 @@
  * Exit 0 when every check holds, 1 otherwise; the last line says which.
  */
 import { createHash } from 'node:crypto';
-import { mkdtempSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
 import v8 from 'node:v8';
 import vm from 'node:vm';
+import { scratchDir } from '../helpers.js';
 
 v8.setFlagsFromString('--expose-gc');
 const gc = vm.runInNewContext('gc') as () => void;
@@ -40,7 +39,7 @@ if (!(seconds >= 5 && seconds <= 24 * 3600)) {
 const MiB = 1 << 20;
 const WARMUP = Math.min(Math.max(0.25 * seconds, 15), 60, seconds / 2);
 
-const work = mkdtempSync(join(tmpdir(), 'voxslab-soak-'));
+const work = scratchDir('voxslab-soak-');
 const model = join(work, 'tiny');
 makeCheckpoint({ config: 'tiny', seed: 7, out: model, dtype: 'f32' });
 const fixture = readWavSamples(fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url)));
