@@ -483,51 +483,61 @@ __attribute__((target("avx2,fma"))) void GemvIntAvx2(bool q4, const uint8_t* w, 
   }
 }
 
-// Up to four activation rows against `mb` weight rows: each weight block is loaded and unpacked
-// once for all of them (two weight rows × na activations per pass). Per (weight row,
-// activation) the arithmetic is GemvIntVnni's, so the results are bit-identical to it.
-VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const float* scales, const float* biases, int group,
-                                   const int8_t* const* xq, const float* const* xs, const float* const* xsum,
-                                   float* const* y, int na, int64_t mb, int64_t K) {
+// R weight rows × na ≤ 4 activation rows from weight row m: each weight block is loaded and
+// unpacked once for all the activations. Per (weight row, activation) the arithmetic is
+// GemvIntVnni's, so the results are bit-identical to it.
+template <int R>
+VOXSLAB_VNNI inline void GemvIntVnniPass(bool q4, const uint8_t* r0, const float* s0, const float* biases, int group,
+                                         const int8_t* const* xq, const float* const* xs, const float* const* xsum,
+                                         float* const* y, int na, int64_t m, int64_t K) {
   const int64_t groups = K / group;
   const int64_t rowBytes = q4 ? K / 2 : K;
   const int64_t blocks = rowBytes / 32;
   const int64_t per = q4 ? 64 : 32;
   const __m256i nib = _mm256_set1_epi8(15);
-  int64_t m = 0;
-  for (; m + 2 <= mb; m += 2) {
-    __m256 acc[2][4];
-    for (int r = 0; r < 2; ++r)
-      for (int a = 0; a < 4; ++a) acc[r][a] = _mm256_setzero_ps();
-    const uint8_t* r0 = w + m * rowBytes;
-    const float* s0 = scales + m * groups;
-    BlockGroups bg(group, per);
-    for (int64_t b = 0; b < blocks; ++b, bg.next()) {
-      __m256i lo[2], hi[2];
-      for (int r = 0; r < 2; ++r) {
-        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + r * rowBytes + b * 32));
-        lo[r] = q4 ? _mm256_and_si256(wv, nib) : wv;
-        hi[r] = q4 ? _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib) : wv;
-      }
-      for (int a = 0; a < na; ++a) {
-        const int8_t* xb = xq[a] + b * per;
-        const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
-        const __m256i xh = q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
-        for (int r = 0; r < 2; ++r) {
-          __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo[r], xa);
-          if (q4) d = _mm256_dpbusd_epi32(d, hi[r], xh);
-          acc[r][a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), VnniScale(s0 + r * groups, xs[a], bg.g, bg.two), acc[r][a]);
-        }
+  __m256 acc[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int a = 0; a < 4; ++a) acc[r][a] = _mm256_setzero_ps();
+  BlockGroups bg(group, per);
+  for (int64_t b = 0; b < blocks; ++b, bg.next()) {
+    // The next R rows, one pass ahead (as GemvIntVnni does): the stream outruns the hardware
+    // prefetcher otherwise. Past the last row of a block of rows this reads on into the next.
+    if ((b & 1) == 0) {
+      const char* ahead = reinterpret_cast<const char*>(r0 + R * rowBytes + b * 32);
+      for (int r = 0; r < R; ++r) _mm_prefetch(ahead + r * rowBytes, _MM_HINT_T0);
+    }
+    __m256i lo[R], hi[R];
+    for (int r = 0; r < R; ++r) {
+      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + r * rowBytes + b * 32));
+      lo[r] = q4 ? _mm256_and_si256(wv, nib) : wv;
+      hi[r] = q4 ? _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib) : wv;
+    }
+    for (int a = 0; a < na; ++a) {
+      const int8_t* xb = xq[a] + b * per;
+      const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
+      const __m256i xh = q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
+      for (int r = 0; r < R; ++r) {
+        __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo[r], xa);
+        if (q4) d = _mm256_dpbusd_epi32(d, hi[r], xh);
+        acc[r][a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), VnniScale(s0 + r * groups, xs[a], bg.g, bg.two), acc[r][a]);
       }
     }
-    for (int r = 0; r < 2; ++r)
-      for (int a = 0; a < na; ++a) y[a][m + r] = Hsum(acc[r][a]) + VnniBias(biases + (m + r) * groups, xsum[a], groups);
   }
-  for (; m < mb; ++m)
-    for (int a = 0; a < na; ++a)
-      GemvIntVnni(q4, w + m * rowBytes, scales + m * groups, biases + m * groups, group, xq[a], xs[a], xsum[a], y[a] + m, 1, K);
+  for (int r = 0; r < R; ++r)
+    for (int a = 0; a < na; ++a) y[a][m + r] = Hsum(acc[r][a]) + VnniBias(biases + (m + r) * groups, xsum[a], groups);
 }
 
+// Up to four activation rows against `mb` weight rows, four weight rows per pass.
+VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const float* scales, const float* biases, int group,
+                                   const int8_t* const* xq, const float* const* xs, const float* const* xsum,
+                                   float* const* y, int na, int64_t mb, int64_t K) {
+  const int64_t groups = K / group;
+  const int64_t rowBytes = q4 ? K / 2 : K;
+  int64_t m = 0;
+  for (; m + 4 <= mb; m += 4)
+    GemvIntVnniPass<4>(q4, w + m * rowBytes, scales + m * groups, biases, group, xq, xs, xsum, y, na, m, K);
+  for (; m < mb; ++m) GemvIntVnniPass<1>(q4, w + m * rowBytes, scales + m * groups, biases, group, xq, xs, xsum, y, na, m, K);
+}
 
 // 16 float weights (f32, f16 or bf16) from element i, as f32.
 __attribute__((target("avx512f,avx2,f16c"))) inline __m512 Load16(WeightType type, const void* w, int64_t i) {
