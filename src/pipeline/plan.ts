@@ -11,11 +11,10 @@ import { FootprintPolicy } from '../memory/footprint.js';
 import { MemoryDomain } from '../memory/domain.js';
 import type { MemoryManifest } from '../memory/manifest.js';
 import { optionValue } from '../options.js';
-import { plannedSources, type FloatDtype } from '../io/checkpoint.js';
+import { loadCheckpoint, plannedSources, type FloatDtype } from '../io/checkpoint.js';
 import { loadConfig, loadTokenizer } from '../io/config.js';
-import { openFileSource } from '../io/files.js';
 import type { ModelConfig } from '../model/format/config.js';
-import { buildWeightsImage } from '../model/format/image.js';
+import { buildWeightsImage, type WeightsImage } from '../model/format/image.js';
 import { syntheticTokenizer, TextTokenizer } from '../model/format/tokenizer.js';
 import { resolveSpeechOptions, speechSetup, type SpeechModelOptions } from './conversation.js';
 import { borrowModel, carveControl, carveRings, stageSettings } from './coordinator.js';
@@ -58,28 +57,19 @@ export function planPipeline(source: PlanSource, options: PipelinePlanOptions = 
   const config = 'dir' in source ? loadConfig(source.dir) : source.config;
   const resolved = resolveSpeechOptions(config, options);
   let tokenizer: TextTokenizer;
-  let sources: { main: { name: string }; detokenizer: { name: string } };
-  let image: ReturnType<typeof buildWeightsImage>['image'];
+  let weights: { main: string; detokenizer: string };
+  let image: WeightsImage;
   if ('dir' in source) {
+    // The loader the pipeline uses: over a planning domain it reads headers only.
     tokenizer = loadTokenizer(source.dir, config.backbone.vocab);
-    const main = openFileSource(join(source.dir, 'model.safetensors'));
-    try {
-      const det = openFileSource(join(source.dir, 'audio_detokenizer', 'model.safetensors'));
-      try {
-        image = buildWeightsImage(domain, config, { main, detokenizer: det }, false).image;
-        sources = { main, detokenizer: det };
-      } finally {
-        det.close();
-      }
-    } finally {
-      main.close();
-    }
+    image = loadCheckpoint(source.dir, domain, false).image;
+    weights = { main: join(source.dir, 'model.safetensors'), detokenizer: join(source.dir, 'audio_detokenizer', 'model.safetensors') };
   } else {
     const tk = syntheticTokenizer(config.backbone.vocab);
     tokenizer = new TextTokenizer(`${config.name} tokenizer (built-in)`, tk.tokenizer, tk.config, config.backbone.vocab);
     const planned = plannedSources(config, source.dtype);
     image = buildWeightsImage(domain, config, planned, false).image;
-    sources = planned;
+    weights = { main: planned.main.name, detokenizer: planned.detokenizer.name };
   }
   const setup = speechSetup(config, tokenizer, resolved);
   const { control } = carveControl(domain);
@@ -99,7 +89,7 @@ export function planPipeline(source: PlanSource, options: PipelinePlanOptions = 
   return Object.freeze({
     config,
     options: Object.freeze({
-      weights: { main: sources.main.name, detokenizer: sources.detokenizer.name },
+      weights,
       conversations,
       slots,
       inputRate,

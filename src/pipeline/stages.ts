@@ -218,7 +218,8 @@ export abstract class Stage<C> {
     const d = this.env.domain;
     const h = d.holdNative(d.owner('conversation', index), 'native.audio', bound, make, () => bound);
     const list = this.#natives.get(index) ?? [];
-    list.push({ free: () => free(h.value), release: () => h.release() });
+    // A planning domain charges the bound and makes nothing (null): there is nothing to free.
+    list.push({ free: () => h.value !== null && free(h.value), release: () => h.release() });
     this.#natives.set(index, list);
     return h.value;
   }

@@ -1,6 +1,6 @@
 import t from 'tap';
 import { BUILTIN_NAMES } from '../../src/model/format/config.js';
-import { DEFAULT_ENCODER_TILES, encoderFrames, melRows, planEncoder, planFrontend, segmentSamples } from '../../src/model/plan/plans.js';
+import { DEFAULT_ENCODER_TILES, encoderFrames, melRows, planEncoder, segmentSamples } from '../../src/model/plan/plans.js';
 import { type PipelinePlanOptions, planPipeline } from '../../src/pipeline/plan.js';
 import { PassBuilder, checkNoOverlap, plan } from '../../src/memory/index.js';
 import { loadConfig } from '../../src/io/config.js';
@@ -42,11 +42,7 @@ t.test('tiled attention and subsampling: no plane grows with the square of the l
 t.test('stage plans are safe and at their lower bound for every configuration', async (t) => {
   for (const n of BUILTIN_NAMES) {
     const c = loadConfig(n);
-    for (const sp of [
-      planFrontend(c),
-      planEncoder(c, { segmentSeconds: 30, tiles: DEFAULT_ENCODER_TILES }),
-      planEncoder(c, { segmentSeconds: 7, tiles: false }),
-    ]) {
+    for (const sp of [planEncoder(c, { segmentSeconds: 30, tiles: DEFAULT_ENCODER_TILES }), planEncoder(c, { segmentSeconds: 7, tiles: false })]) {
       t.equal(checkNoOverlap(sp.plan.buffers, sp.plan.alignment), null, `${n} ${sp.stage}: no overlap`);
       t.ok(sp.plan.ratio <= 1.1, `${n} ${sp.stage}: ratio ${sp.plan.ratio.toFixed(3)}`);
     }

@@ -41,49 +41,6 @@ export function encoderFrames(config: ModelConfig, rows: number): number {
   return t;
 }
 
-export interface FrontendPlanOptions {
-  /** Longest user segment, seconds (MODEL.md default 30). */
-  segmentSeconds: number;
-}
-
-/**
- * Frontend, one 10 ms hop: frame (from the conversation's sample history) → FFT → power → mel
- * → log row written straight into the conversation's segment plane. The history and the mel
- * plane persist across hops, so they are conversation state (`frontendState`), not scratch.
- */
-export function frontendPass(config: ModelConfig): PassBuilder {
-  const f = config.frontend;
-  const bins = f.nFft / 2 + 1;
-  const p = new PassBuilder().external('pcm', 'history', 'mel_rows');
-  p.op('frame', ['pcm', 'history'], [{ name: 'frame', bytes: f.nFft * F32 }]);
-  p.op('fft', ['frame'], [{ name: 'spectrum', bytes: 2 * bins * F32, layout: 'c64[bins]' }]);
-  p.op('power', ['spectrum'], [{ name: 'power', bytes: bins * F32 }]);
-  p.op('mel', ['power'], [{ name: 'mel', bytes: f.nMels * F32 }]);
-  p.op('log', ['mel', 'mel_rows']);
-  return p;
-}
-
-/** Per-conversation frontend state: the sample history and the open segment's raw mel rows. */
-export function frontendState(config: ModelConfig, o: FrontendPlanOptions): { name: string; bytes: number }[] {
-  const f = config.frontend;
-  const rows = melRows(config, segmentSamples(config, o.segmentSeconds));
-  return [
-    { name: 'frontend_history', bytes: f.nFft * F32 },
-    { name: 'mel_rows', bytes: rows * f.nMels * F32 },
-  ];
-}
-
-/** Formula-derived tables the frontend keeps (charged to the model as retained-derived bytes). */
-export function frontendDerived(config: ModelConfig): { name: string; bytes: number }[] {
-  const f = config.frontend;
-  const bins = f.nFft / 2 + 1;
-  return [
-    { name: 'hann_window', bytes: f.nFft * F32 },
-    { name: 'mel_filterbank', bytes: f.nMels * bins * F32 },
-    { name: 'fft_twiddles', bytes: f.nFft * F32 },
-  ];
-}
-
 /** Tile sizes; 0 leaves that part untiled (whole-sequence planes), for comparison. */
 export interface EncoderTiles {
   /** Encoder frames per subsampling tile. */
@@ -254,21 +211,10 @@ export function encoderPass(config: ModelConfig, o: EncoderPlanOptions): PassBui
   return p;
 }
 
-/** Formula-derived tables the encoder keeps: the relative-position sinusoids for the longest segment. */
-export function encoderDerived(config: ModelConfig, segmentSeconds: number): { name: string; bytes: number }[] {
-  const Tp = encoderFrames(config, melRows(config, segmentSamples(config, segmentSeconds)));
-  return [{ name: 'rel_pos_table', bytes: (2 * Tp - 1) * config.encoder.d * F32 }];
-}
-
 export interface StagePlan {
   readonly stage: string;
   readonly plan: Plan;
   readonly ops: readonly string[];
-}
-
-export function planFrontend(config: ModelConfig): StagePlan {
-  const p = frontendPass(config);
-  return { stage: 'frontend', plan: plan(p.build()), ops: p.ops };
 }
 
 export function planEncoder(config: ModelConfig, o: EncoderPlanOptions): StagePlan {
