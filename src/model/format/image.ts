@@ -359,19 +359,16 @@ export function buildWeightsImage(
     for (const a of arenas) a.release();
     throw e;
   }
+  // A tied tensor names its twin's bytes (and, planning, its twin's view).
+  const alias = (from: string, to: string): ImageTensor => {
+    const t = tensors.find((x) => x.name === from) as ImageTensor;
+    tensors.push(Object.freeze({ ...t, name: to }));
+    const view = planned.get(from);
+    if (view !== undefined) planned.set(to, view);
+    return t;
+  };
   for (const [name, twin] of main.alias) {
-    const t = tensors.find((x) => x.name === twin) as ImageTensor;
-    tensors.push(Object.freeze({ ...t, name }));
-    const twinView = planned.get(twin);
-    if (twinView !== undefined) planned.set(name, twinView);
-    if (t.quant !== undefined) {
-      for (const part of ['scales', 'biases']) {
-        const p = tensors.find((x) => x.name === `${twin}.${part}`) as ImageTensor;
-        tensors.push(Object.freeze({ ...p, name: `${name}.${part}` }));
-        const partView = planned.get(`${twin}.${part}`);
-        if (partView !== undefined) planned.set(`${name}.${part}`, partView);
-      }
-    }
+    if (alias(twin, name).quant !== undefined) for (const part of ['scales', 'biases']) alias(`${twin}.${part}`, `${name}.${part}`);
   }
   const image = new WeightsImage({ slabs: arenas.map((a) => a.slab.buffer), tensors }, planned.size > 0 ? planned : undefined);
 
