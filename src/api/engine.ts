@@ -27,8 +27,23 @@ import type { ModelConfig } from '../model/format/config.js';
 import type { SpeechModelOptions } from '../pipeline/conversation.js';
 import { Pipeline, type PinMap, type PipelineConversation } from '../pipeline/coordinator.js';
 import {
+  BARGE_FIELDS,
+  BARGE_FRAMES,
+  BARGE_GENERATED,
+  BARGE_POSITIONS,
+  BARGE_REPLY,
+  BARGE_TEXT_TOKENS,
+  BELL,
   BELL_MAIN,
+  kHeard,
+  kHeardReply,
+  kOnsets,
+  kOnsetsSeen,
+  kPlayed,
+  kPlayedReply,
+  kVoice,
   readTurnFields,
+  REC_BARGE,
   REC_CODES,
   REC_END_OF_AUDIO,
   REC_END_SEGMENT,
@@ -39,6 +54,10 @@ import {
   REC_TURN_END,
   SPEECH_TURN,
   TURN_FIELDS,
+  TURN_FRAMES,
+  TURN_POSITIONS,
+  TURN_STOP,
+  TURN_TEXT_TOKENS,
 } from '../pipeline/protocol.js';
 
 export type SampleFormat = 'f32' | 's16';
@@ -60,6 +79,8 @@ export interface EngineOptions extends SpeechModelOptions {
   log?: (line: string) => void;
   /** Test mode: every stage worker traps typed-array and buffer constructors after readiness (`pipeline.stats()` counts them). */
   trapAllocations?: boolean;
+  /** Test hook: the most audio frames of each conversation's n-th reply. */
+  replyFrameLimits?: number[];
 }
 
 export interface ConversationOptions {
@@ -106,6 +127,13 @@ export interface ConversationEvents {
   /** `vad`: the frontend's endpointer ended the turn; `dropped`: it was too short to be one (no reply). */
   speech_end: [{ turn: number; samples: number; reason: 'end-turn' | 'segment-limit' | 'vad' | 'dropped' }];
   text: [{ turn: number; token: number; delta: string; text: string }];
+  /**
+   * VAD mode: the user spoke over reply `turn` before it was all delivered. Its undelivered audio
+   * is dropped and the conversation keeps only `heardFrames` audio frames of it and the text
+   * before them (null: the context could not be cut back, the reply was only silenced);
+   * `generatedFrames` had been generated (at most the look-ahead beyond what was delivered).
+   */
+  barge_in: [{ turn: number; heardFrames: number | null; generatedFrames: number; text: string }];
   audio: [{ turn: number; pcm: Float32Array | Int16Array; sampleRate: number }];
   turn_end: [TurnSummary];
   error: [VoxslabError];
@@ -150,7 +178,7 @@ export class Engine {
 
   /** Loads `model` (a checkpoint folder or a built-in name such as 'tiny') and starts the stages. */
   static async load(model = 'tiny', options: EngineOptions = {}): Promise<Engine> {
-    const { memoryLimit, domain: given, slots, pin, callTimeoutMs, signal, log, trapAllocations, ...speech } = options;
+    const { memoryLimit, domain: given, slots, pin, callTimeoutMs, signal, log, trapAllocations, replyFrameLimits, ...speech } = options;
     if (signal?.aborted === true) throw aborted(signal, 'loading');
     const dir = resolveModel(model, log ?? (() => undefined));
     const domain = given ?? MemoryDomain.create(memoryLimit === undefined ? {} : { limit: memoryLimit });
@@ -159,6 +187,7 @@ export class Engine {
     if (pin !== undefined) po.pin = pin;
     if (callTimeoutMs !== undefined) po.callTimeoutMs = callTimeoutMs;
     if (trapAllocations === true) po.trapAllocations = true;
+    if (replyFrameLimits !== undefined) po.replyFrameLimits = replyFrameLimits;
     const pipeline = await Pipeline.start(dir, domain, po);
     try {
       await pipeline.ready();
@@ -298,6 +327,12 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   #text = '';
   #samples = 0;
   readonly #summary = new Int32Array(TURN_FIELDS);
+  readonly #barge = new Int32Array(BARGE_FIELDS);
+  /** Barge-in (VAD mode): onsets answered, verdicts still due, the reply whose audio is dropped, samples of this reply delivered. */
+  #onsetsSeen = 0;
+  #verdictsDue = 0;
+  #dropReply = -1;
+  #delivered = 0;
   readonly #frame: Int32Array;
   readonly #pcm: Float32Array;
   #outputPaused = false;
@@ -542,11 +577,56 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     else this.#drainCallbacks.push(done);
   }
 
+  /**
+   * Barge-in (VAD mode): a speech onset the frontend confirmed is answered at once with what
+   * this thread had delivered of the reply then (kHeard*): the Depthformer stage judges it and
+   * sends a BARGE record. Until that verdict, and while speech may be under way, no reply audio
+   * is delivered.
+   */
+  #answerOnsets(): boolean {
+    const pc = this.#pc;
+    const w = pc.duplex;
+    const onsets = Atomics.load(w, kOnsets);
+    if (onsets === this.#onsetsSeen) return false;
+    Atomics.store(w, kHeardReply, this.#replied);
+    Atomics.store(w, kHeard, this.#delivered);
+    this.#verdictsDue += onsets - this.#onsetsSeen;
+    this.#onsetsSeen = onsets;
+    Atomics.store(w, kOnsetsSeen, onsets);
+    this.engine.pipeline.bells.ring(BELL.depthformer);
+    return true;
+  }
+
+  /** A BARGE record: the verdict on one onset. */
+  #verdict(): void {
+    const b = this.#barge;
+    this.#pc.events.read(b, 0);
+    this.#verdictsDue--;
+    const reply = b[BARGE_REPLY]!;
+    if (reply < 0) return;
+    this.#dropReply = reply;
+    const frames = b[BARGE_FRAMES]!;
+    if (frames >= 0) {
+      // What stays of the reply: its summary and text as the context now holds them.
+      const s = this.#summary;
+      s[TURN_FRAMES] = frames;
+      s[TURN_TEXT_TOKENS] = b[BARGE_TEXT_TOKENS]!;
+      s[TURN_POSITIONS] = b[BARGE_POSITIONS]!;
+      s[TURN_STOP] = 2;
+      if (this.#tokens.length > b[BARGE_TEXT_TOKENS]!) {
+        this.#tokens = this.#tokens.slice(0, b[BARGE_TEXT_TOKENS]!);
+        this.#text = this.engine.pipeline.tokenizer.decode(this.#tokens);
+      }
+    }
+    this.#emit('barge_in', { turn: reply, heardFrames: frames >= 0 ? frames : null, generatedFrames: b[BARGE_GENERATED]!, text: this.#text });
+  }
+
   /** @internal One pass of the pump: input in, events and audio out. */
   [kPump](): boolean {
     if (this.#closing !== null) return false;
     const pc = this.#pc;
     let progress = false;
+    if (pc.vad && this.#answerOnsets()) progress = true;
     // Input, up to the ring's room; a turn ends at endTurn() or at the longest segment (in VAD
     // mode, where the frontend's endpointer says).
     while (this.#flush !== null && this.#queue.length > 0 && this.#feed(this.#queue[0]!, pc.chunk)) progress = true;
@@ -588,6 +668,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
       } else if (kind === REC_CODES || kind === REC_END_OF_AUDIO) {
         ev.read(this.#frame, 0);
       } else if (kind === REC_TURN_END) ev.read(this.#summary, 0);
+      else if (kind === REC_BARGE) this.#verdict();
       else if (kind === REC_SPEECH_START) {
         ev.skip();
         this.#inTurn = true;
@@ -604,23 +685,46 @@ export class Conversation extends EventEmitter<ConversationEvents> {
       } else ev.skip();
       progress = true;
     }
-    // Reply audio, unless the stream's reader is behind (the rings then hold the reply back).
+    // Reply audio, unless the stream's reader is behind (the rings then hold the reply back),
+    // or (VAD) the user may be speaking over it; a reply cut by a barge-in is dropped.
     const out = pc.output;
-    while (!this.#outputPaused) {
+    const hold = pc.vad && (this.#verdictsDue > 0 || Atomics.load(pc.duplex, kVoice) !== 0);
+    for (;;) {
       const kind = out.peekKind();
       if (kind < 0) break;
+      const dropping = this.#dropReply === this.#replied;
+      if (kind === REC_PCM && dropping) {
+        out.skip();
+        progress = true;
+        continue;
+      }
+      if (!dropping && (hold || this.#outputPaused)) break;
       progress = true;
       if (kind === REC_PCM) {
         const n = out.read(this.#pcm, 0);
         if (n === 0) continue;
         if (this.#firstAudioAt < 0) this.#firstAudioAt = performance.now();
         this.#samples += n;
+        this.#delivered += n;
+        if (pc.vad) {
+          // The look-ahead runs from here.
+          Atomics.store(pc.duplex, kPlayed, this.#delivered);
+          this.engine.pipeline.bells.ring(BELL.depthformer);
+        }
         const pcm = this.format === 'f32' ? this.#pcm.slice(0, n) : toS16(this.#pcm, n);
         this.#emit('audio', { turn: this.#replied, pcm, sampleRate: this.outputRate });
         if (this.#stream !== null && !this.#stream.push(Buffer.from(pcm.buffer, pcm.byteOffset, pcm.byteLength))) this.#outputPaused = true;
       } else {
         out.skip();
-        if (kind === REC_TURN_END) this.#turnEnd();
+        if (kind === REC_TURN_END) {
+          this.#turnEnd();
+          this.#delivered = 0;
+          if (pc.vad) {
+            Atomics.store(pc.duplex, kPlayed, 0);
+            Atomics.store(pc.duplex, kPlayedReply, this.#replied);
+            this.engine.pipeline.bells.ring(BELL.depthformer);
+          }
+        }
       }
     }
     return progress;

@@ -94,6 +94,7 @@ export class Daemon {
   readonly registry = new Registry();
   readonly #refused: Counter;
   readonly #turns: Counter;
+  readonly #bargeIns: Counter;
   readonly #firstAudio: Histogram;
   readonly #sockets = new Set<Socket>();
   #nextId = 1;
@@ -125,6 +126,7 @@ export class Daemon {
       registers: [this.registry],
     });
     this.#turns = new Counter({ name: 'voxslab_turns_total', help: 'Turns replied to', registers: [this.registry] });
+    this.#bargeIns = new Counter({ name: 'voxslab_barge_ins_total', help: 'Replies the user interrupted (VAD conversations)', registers: [this.registry] });
     this.#firstAudio = new Histogram({
       name: 'voxslab_first_audio_seconds',
       help: 'From the end of user speech to the first reply sample',
@@ -395,6 +397,7 @@ export class Daemon {
       this.#turns.inc();
       if (t.firstAudioMs !== null) this.#firstAudio.observe(t.firstAudioMs / 1000);
     });
+    conversation.on('barge_in', () => this.#bargeIns.inc());
     conversation.on('error', (e) => this.#log(`conversation ${id}: ${e.message}`));
     conversation.once('close', () => this.#entries.delete(id));
     return entry;
@@ -480,6 +483,7 @@ export class Daemon {
       speech_start: (x: object) => send({ type: 'speech_start', ...x }),
       speech_end: (x: object) => send({ type: 'speech_end', ...x }),
       text: (x: object) => send({ type: 'text', ...x }),
+      barge_in: (x: object) => send({ type: 'barge_in', ...x }),
       turn_end: (x: object) => send({ type: 'turn_end', ...x }),
       error: (x: Error) => send({ type: 'error', message: x.message, code: (x as VoxslabError).code }),
       audio: (x: { pcm: Float32Array | Int16Array }) => {

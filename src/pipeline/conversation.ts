@@ -67,6 +67,8 @@ export interface SpeechModelOptions {
   onsetMs?: number;
   silenceMs?: number;
   minSpeechMs?: number;
+  /** How far generation may run ahead of playback in VAD conversations (barge-in cuts back to what was heard). */
+  lookaheadMs?: number;
 }
 
 export type ResolvedSpeechOptions = Required<Omit<SpeechModelOptions, 'text' | 'audio' | 'threads'>> & {
@@ -123,6 +125,7 @@ export function resolveSpeechOptions(config: ModelConfig, o: SpeechModelOptions)
     onsetMs: optionValue('onsetMs', o.onsetMs),
     silenceMs: optionValue('silenceMs', o.silenceMs),
     minSpeechMs: optionValue('minSpeechMs', o.minSpeechMs),
+    lookaheadMs: optionValue('lookaheadMs', o.lookaheadMs),
   };
 }
 

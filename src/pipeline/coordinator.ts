@@ -32,6 +32,7 @@ import { withWorkerOptions } from '../threads.js';
 import { Doorbells, RecordRing, ringBytes, type SharedRing } from './ring.js';
 import {
   CONTROL_WORDS,
+  DUPLEX_WORDS,
   kAttention,
   kStop,
   BELL,
@@ -65,6 +66,8 @@ export interface PipelineOptions extends SpeechModelOptions {
   failAllocationAt?: Partial<Record<StageName, number>>;
   /** Test hook: the Depthformer stage holds every reply until this many conversations have one ready. */
   gateReplies?: number;
+  /** Test hook (Depthformer stage): the most audio frames of each conversation's n-th reply. */
+  replyFrameLimits?: number[];
 }
 
 /**
@@ -86,26 +89,31 @@ export function carveControl(domain: MemoryDomain): { arena: Arena; control: Int
   return { arena, control: arena.carve('control', 'metadata', Int32Array, CONTROL_WORDS) };
 }
 
-/** Bytes of one conversation's ring arena. */
+/** Bytes of one conversation's ring arena (its barge-in words too). */
 function ringArenaBytes(capacities: Readonly<Record<RingName, number>>): number {
-  return RING_NAMES.reduce((s, n) => s + ringBytes(capacities[n]) + 64, 0);
+  return RING_NAMES.reduce((s, n) => s + ringBytes(capacities[n]) + 64, 4 * DUPLEX_WORDS + 64);
 }
 
-/** One conversation's rings, carved in one arena of owner `session/<index>` (category `ring`). */
+/**
+ * One conversation's rings and barge-in words (protocol.ts, kVoice…), carved in one arena of
+ * owner `session/<index>` (categories `ring` and `metadata`).
+ */
 export function carveRings(
   domain: MemoryDomain,
   index: number,
   capacities: Readonly<Record<RingName, number>>,
-): { arena: Arena; views: Record<RingName, Int32Array> } {
+): { arena: Arena; views: Record<RingName, Int32Array>; duplex: Int32Array } {
   const arena = domain.createArena(domain.owner('session', index), `conversation ${index} rings`, { bytes: ringArenaBytes(capacities) });
   const views = {} as Record<RingName, Int32Array>;
+  let duplex: Int32Array;
   try {
     for (const name of RING_NAMES) views[name] = arena.carve(`ring.${name}`, 'ring', Int32Array, ringBytes(capacities[name]) / 4);
+    duplex = arena.carve('duplex', 'metadata', Int32Array, DUPLEX_WORDS);
   } catch (error) {
     domain.releaseSlab(arena.slab);
     throw error;
   }
-  return { arena, views };
+  return { arena, views, duplex };
 }
 
 /**
@@ -209,9 +217,24 @@ export class PipelineConversation {
   readonly events: RecordRing;
   readonly output: RecordRing;
   readonly rings: Readonly<Record<RingName, RecordRing>>;
+  /** The frontend finds its turns (VAD), and barge-in runs through `duplex`. */
+  readonly vad: boolean;
+  /** Barge-in words (protocol.ts, kVoice…): this thread writes kOnsetsSeen, kHeard*, kPlayed*. */
+  readonly duplex: Int32Array;
 
-  constructor(index: number, seed: number, inputRate: number, rings: Record<RingName, RecordRing>, arena: Arena, plannedBytes: number) {
+  constructor(
+    index: number,
+    seed: number,
+    inputRate: number,
+    vad: boolean,
+    rings: Record<RingName, RecordRing>,
+    duplex: Int32Array,
+    arena: Arena,
+    plannedBytes: number,
+  ) {
     this.index = index;
+    this.vad = vad;
+    this.duplex = duplex;
     this.arena = arena;
     this.plannedBytes = plannedBytes;
     this.seed = seed;
@@ -305,6 +328,7 @@ export class Pipeline {
             exitAfterRecords: options.exitAfterRecords?.[w.name] ?? 0,
             failAllocationAt: options.failAllocationAt?.[w.name] ?? 0,
             gateReplies: options.gateReplies ?? 0,
+            replyFrameLimits: options.replyFrameLimits ?? [],
           }),
         ),
       );
@@ -365,7 +389,7 @@ export class Pipeline {
     const inUse = snap.held.total + snap.reserved;
     if (inUse + planned > snap.limit) throw new MemoryLimitError(planned, inUse, snap.limit, `conversation/${index}`);
     const session = this.domain.owner('session', index);
-    const { arena, views } = carveRings(this.domain, index, capacities);
+    const { arena, views, duplex } = carveRings(this.domain, index, capacities);
     const opened: StageWorker[] = [];
     try {
       const shared = {} as Record<RingName, SharedRing>;
@@ -379,9 +403,10 @@ export class Pipeline {
       }
       for (const w of this.workers) {
         opened.push(w);
-        w.slabs.push(...(await w.call('open', { index, seed: o.seed, inputRate: o.inputRate, vad, capacities, rings: shared })));
+        const words = { buffer: duplex.buffer as unknown as SharedArrayBuffer, byteOffset: duplex.byteOffset };
+        w.slabs.push(...(await w.call('open', { index, seed: o.seed, inputRate: o.inputRate, vad, capacities, rings: shared, duplex: words })));
       }
-      const conv = new PipelineConversation(index, o.seed, o.inputRate, rings, arena, planned);
+      const conv = new PipelineConversation(index, o.seed, o.inputRate, vad, rings, duplex, arena, planned);
       this.conversations.set(index, conv);
       borrowModel(this.domain, index, true);
       if (this.#ready) {

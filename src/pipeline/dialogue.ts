@@ -47,6 +47,22 @@ import { Stopwatch, type StageClocks } from './clock.js';
 /** How a reply ended: `<|im_end|>`, the reply length, or the listener's barge-in. */
 export type ReplyStop = 'end-of-turn' | 'length' | 'interrupted';
 
+/** Device-rate samples of one reply frame at `rate` (a frame's audio, rounded up). */
+export function frameSamplesAt(config: ModelConfig, rate: number): number {
+  const d = config.detokenizer;
+  return Math.ceil((rate * d.upsample * d.hop) / d.sampleRate);
+}
+
+/**
+ * Reply frames barge-in may need to truncate back to when generation runs at most `lookaheadMs`
+ * ahead of playback: the look-ahead's frames and a margin for the frames in flight.
+ */
+export function checkpointsFor(config: ModelConfig, lookaheadMs: number): number {
+  const d = config.detokenizer;
+  const frameMs = (1000 * d.upsample * d.hop) / d.sampleRate;
+  return Math.ceil(lookaheadMs / frameMs) + 8;
+}
+
 /** What one `step()` produced. */
 export const EMIT_NONE = 0;
 export const EMIT_TEXT = 1; // `token`
@@ -458,11 +474,12 @@ export class Dialogue {
     for (let l = 0; l < conv.length; l++) {
       const s = conv[l];
       if (s === null || s === undefined) continue;
-      s.set(this.#ckConv.subarray(at, at + s.length));
+      native.copyF32(this.#ckConv, at, s, 0, s.length);
       at += s.length;
     }
     const cb = this.config.audio.codebooks;
-    this.codes.set(this.#ckCodes.subarray(k * cb, (k + 1) * cb));
+    // Element copies, not subarray views: barge-in runs in a stage that allocates nothing.
+    for (let i = 0; i < cb; i++) this.codes[i] = this.#ckCodes[k * cb + i]!;
     this.#pending = 2;
     this.stop = 'interrupted';
     if (this.#maxSteps !== 0) {

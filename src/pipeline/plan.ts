@@ -77,7 +77,16 @@ export function planPipeline(source: PlanSource, options: PipelinePlanOptions = 
   const settings = stageSettings(setup, config, slots);
   const stages = STAGE_NAMES.map((stage) => {
     // Only what a stage is built from; the worker-side fields (domain, image, pinning, test hooks) are not read.
-    const init = { ...settings, stage, trapAllocations: false, exitAfterRecords: 0, failAllocationAt: 0, gateReplies: 0, pin: [] } as unknown as StageInit;
+    const init = {
+      ...settings,
+      stage,
+      trapAllocations: false,
+      exitAfterRecords: 0,
+      failAllocationAt: 0,
+      gateReplies: 0,
+      replyFrameLimits: [],
+      pin: [],
+    } as unknown as StageInit;
     return createStage({ domain, image, init, bells });
   });
   const capacities = ringCapacities(config, setup.options.outputRate);

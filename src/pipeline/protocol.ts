@@ -37,8 +37,32 @@ export const REC_TURN_END = 9; // TURN_FIELDS
 export const REC_SPEECH_START = 10; // [] the user started speaking (the frontend's VAD)
 export const REC_SPEECH_END = 11; // [reason] SPEECH_TURN: a turn follows; SPEECH_DROPPED: too short
 export const REC_DISCARD = 12; // [] forget the segment's rows so far
+export const REC_BARGE = 13; // BARGE_FIELDS: the Depthformer stage's verdict on a speech onset (events ring)
 export const SPEECH_TURN = 1;
 export const SPEECH_DROPPED = 2;
+
+/** Fields of a BARGE record: the reply cut (-1: none), what it kept, the context after it. */
+export const BARGE_REPLY = 0;
+export const BARGE_FRAMES = 1; // audio frames kept (-1: the context could not be cut; the reply's audio is dropped)
+export const BARGE_TEXT_TOKENS = 2;
+export const BARGE_POSITIONS = 3;
+export const BARGE_GENERATED = 4; // audio frames the reply had when it was judged
+export const BARGE_FIELDS = 5;
+
+/**
+ * Barge-in words of a VAD conversation (Int32, carved with its rings). Writers: the frontend
+ * stage (kVoice, kOnsets), the main thread (kOnsetsSeen, kHeard*, kPlayed*), the Depthformer
+ * stage (kReplies). Each is written by one thread and read with Atomics by the others.
+ */
+export const kVoice = 0; // 1 while speech may be under way (playback holds), else 0
+export const kOnsets = 1; // confirmed speech onsets so far
+export const kOnsetsSeen = 2; // onsets the main thread has answered (kHeard* are for the last)
+export const kHeardReply = 3; // the reply the main thread was delivering at that onset
+export const kHeard = 4; // samples of it delivered then
+export const kPlayedReply = 5; // the reply being delivered now (replies whose end was delivered)
+export const kPlayed = 6; // samples of it delivered so far
+export const kReplies = 7; // replies the Depthformer stage has begun
+export const DUPLEX_WORDS = 8;
 
 /** Fields of a TURN_END record on the event ring. */
 export const TURN_TEXT_TOKENS = 0;
@@ -114,6 +138,8 @@ export interface StageInit {
   failAllocationAt: number;
   /** Test hook (Depthformer stage): hold every reply until this many conversations have one ready (0 = never). */
   gateReplies: number;
+  /** Test hook (Depthformer stage): the most audio frames of each conversation's n-th reply (none: the reply length). */
+  replyFrameLimits: number[];
 }
 
 export interface StageReady {
@@ -137,9 +163,11 @@ export interface StageConversation {
   capacities: Readonly<Record<RingName, number>>;
 }
 
-/** One conversation as a stage opens it: its rings too. */
+/** One conversation as a stage opens it: its rings and barge-in words too. */
 export interface StageOpen extends StageConversation {
   rings: Readonly<Record<RingName, SharedRing>>;
+  /** DUPLEX_WORDS Int32 words at `byteOffset`. */
+  duplex: { buffer: SharedArrayBuffer; byteOffset: number };
 }
 
 export interface StageStats {

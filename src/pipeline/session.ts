@@ -28,7 +28,8 @@ import type { NativeHold } from '../memory/domain.js';
 import { native } from '../native.js';
 import './categories.js';
 import { Endpointer, framesOf, VAD_SPEECH_DROP, VAD_SPEECH_END, VAD_SPEECH_MAYBE, VAD_SPEECH_NOT, VAD_SPEECH_START } from '../dsp/vad.js';
-import { EMIT_DONE } from './dialogue.js';
+import { checkpointsFor, EMIT_DONE, frameSamplesAt } from './dialogue.js';
+import type { ModelConfig } from '../model/format/config.js';
 import type { Conversation, ReplySink } from './conversation.js';
 
 /** A device that plays and captures in lockstep, a period at a time (io/loopback.ts). */
@@ -146,7 +147,7 @@ export class DuplexSession {
       ];
       for (const [bound, make, what] of engines) holds.push(domain.holdNative(owner, 'native.audio', bound, make, () => bound, what));
       this.#holds = holds;
-      const frameSamples = Math.ceil((device.rate * c.detokenizer.upsample * c.detokenizer.hop) / c.detokenizer.sampleRate);
+      const frameSamples = frameSamplesAt(c, device.rate);
       const lookahead = Math.max(frameSamples, Math.round((lookaheadMs * device.rate) / 1000));
       const { value, arenas } = sizedArenas(domain, [{ owner, name: `session ${conversation.index}` }], 1 << 28, ([arena]) => {
         const a = arena!;
@@ -215,13 +216,8 @@ export class DuplexSession {
   }
 
   /** Reply frames barge-in may need to truncate back to (the conversation's `checkpoints`). */
-  static checkpointsFor(
-    model: { config: { detokenizer: { upsample: number; hop: number; sampleRate: number } } },
-    lookaheadMs = defaultOf('lookaheadMs') as number,
-  ): number {
-    const d = model.config.detokenizer;
-    const frameMs = (1000 * d.upsample * d.hop) / d.sampleRate;
-    return Math.ceil(lookaheadMs / frameMs) + 8;
+  static checkpointsFor(model: { config: ModelConfig }, lookaheadMs = defaultOf('lookaheadMs') as number): number {
+    return checkpointsFor(model.config, lookaheadMs);
   }
 
   get speaking(): boolean {

@@ -28,7 +28,7 @@ import type { WeightsImage } from '../model/format/image.js';
 import { ConformerEncoder } from '../model/blocks/encoder.js';
 import { type BackboneState, backboneStateSizes } from '../model/blocks/backbone.js';
 import { Detokenizer, DetokenizerState } from '../model/blocks/detokenizer.js';
-import { buildStepSlot, Dialogue, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_TEXT, type Prompts, type StepSlot } from './dialogue.js';
+import { buildStepSlot, checkpointsFor, Dialogue, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_TEXT, frameSamplesAt, type Prompts, type StepSlot } from './dialogue.js';
 import { plannerFor } from './conversation.js';
 import { carveClocks, STAGES, Stopwatch, type StageClocks } from './clock.js';
 import type { Planner } from '../memory/planner.js';
@@ -57,6 +57,23 @@ import {
   TURN_STOP,
   TURN_TEXT_TOKENS,
   TURN_USER_FRAMES,
+  BARGE_FIELDS,
+  BARGE_FRAMES,
+  BARGE_GENERATED,
+  BARGE_POSITIONS,
+  BARGE_REPLY,
+  BARGE_TEXT_TOKENS,
+  BELL_MAIN,
+  DUPLEX_WORDS,
+  kHeard,
+  kHeardReply,
+  kOnsets,
+  kOnsetsSeen,
+  kPlayed,
+  kPlayedReply,
+  kReplies,
+  kVoice,
+  REC_BARGE,
   SPEECH_DROPPED,
   SPEECH_TURN,
   type RingName,
@@ -67,7 +84,7 @@ import {
 } from './protocol.js';
 import { TicketPool } from './tickets.js';
 import { APM_FRAME, APM_HEAP_BOUND, VoiceDetector, type ApmEngine, type VadLikelihood } from '../dsp/aec.js';
-import { Endpointer, framesOf, VAD_SPEECH_DROP, VAD_SPEECH_END, VAD_SPEECH_START } from '../dsp/vad.js';
+import { Endpointer, framesOf, VAD_SPEECH_DROP, VAD_SPEECH_END, VAD_SPEECH_MAYBE, VAD_SPEECH_NOT, VAD_SPEECH_START } from '../dsp/vad.js';
 import { native, type ApmHandle } from '../native.js';
 
 /** Stands in for the VAD engine in a sizing run (nothing calls it). */
@@ -87,7 +104,7 @@ export const EMBED_ROWS = 4;
 
 /** Data words of each ring of a conversation, from the configuration and options. */
 export function ringCapacities(c: ModelConfig, outputRate: number): Record<RingName, number> {
-  const frameSamples = Math.ceil((outputRate * c.detokenizer.upsample * c.detokenizer.hop) / c.detokenizer.sampleRate);
+  const frameSamples = frameSamplesAt(c, outputRate);
   return {
     input: 4 * (4096 + RECORD_OVERHEAD) + 4,
     pcm16: 16384,
@@ -107,6 +124,7 @@ export interface Environment {
 }
 
 let idleRing: RecordRing | null = null;
+let idleWords: Int32Array | null = null;
 
 /** What every stage shares: its clocks, its arenas, and the conversations it serves. */
 export abstract class Stage<C> {
@@ -152,6 +170,14 @@ export abstract class Stage<C> {
 
   protected toc(conversation: number, clock: number): void {
     this.#watch.toc(this.clocks[conversation]!, clock);
+  }
+
+  /** Conversation `o`'s barge-in words (protocol.ts, kVoice…); a plan's conversations share idle ones. */
+  protected words(o: StageConversation & { duplex?: StageOpen['duplex'] }): Int32Array {
+    if (o.duplex !== undefined) return new Int32Array(o.duplex.buffer, o.duplex.byteOffset, DUPLEX_WORDS);
+    if (!this.env.domain.unbacked) throw new InternalError(`${this.name} stage: barge-in words used while sizing conversation ${o.index}`);
+    idleWords ??= new Int32Array(new SharedArrayBuffer(4 * DUPLEX_WORDS));
+    return idleWords;
   }
 
   protected ring(o: StageConversation & { rings?: StageOpen['rings'] }, name: RingName): RecordRing {
@@ -266,7 +292,7 @@ export abstract class Stage<C> {
   }
 
   /** Builds conversation `o`'s state; while sizing `o` has no rings and the carve ends it. */
-  abstract open(o: StageConversation & { rings?: StageOpen['rings'] }): void;
+  abstract open(o: StageConversation & { rings?: StageOpen['rings']; duplex?: StageOpen['duplex'] }): void;
   abstract poll(): boolean;
 
   ready(): void {
@@ -408,7 +434,7 @@ export class CaptureStage extends StreamStage<CaptureConv> {
     super('capture', env);
   }
 
-  open(o: StageConversation & { rings?: StageOpen['rings'] }): void {
+  open(o: StageConversation & { rings?: StageOpen['rings']; duplex?: StageOpen['duplex'] }): void {
     const chunk = inputChunk(o.inputRate);
     const rate = this.config.frontend.sampleRate;
     const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} capture` }], 1 << 24, ([a]) => {
@@ -463,6 +489,7 @@ interface FrontendConv extends RoomConv {
   preCount: number;
   sent: number; // rows of the open segment sent
   reason: Int32Array; // [1] a SPEECH_END record's payload
+  words: Int32Array; // barge-in words: this stage writes kVoice and kOnsets
 }
 
 /** Mel rows kept from before a speech onset (the onset is confirmed after it began). */
@@ -473,7 +500,7 @@ export class FrontendStage extends StreamStage<FrontendConv> {
     super('frontend', env);
   }
 
-  open(o: StageConversation & { rings?: StageOpen['rings'] }): void {
+  open(o: StageConversation & { rings?: StageOpen['rings']; duplex?: StageOpen['duplex'] }): void {
     const c = this.config;
     const f = c.frontend;
     const so = this.env.init.options;
@@ -525,7 +552,8 @@ export class FrontendStage extends StreamStage<FrontendConv> {
       };
     });
     if (conv.room > o.capacities.mel) throw new InternalError(`frontend: the mel ring (${o.capacities.mel} words) cannot hold a record's rows (${conv.room})`);
-    this.conversations[o.index] = { index: o.index, input: this.ring(o, 'pcm16'), out: this.ring(o, 'mel'), ...conv };
+    const words = o.vad ? this.words(o) : new Int32Array(0);
+    this.conversations[o.index] = { index: o.index, input: this.ring(o, 'pcm16'), out: this.ring(o, 'mel'), words, ...conv };
   }
 
   protected pcm(c: FrontendConv): void {
@@ -545,11 +573,17 @@ export class FrontendStage extends StreamStage<FrontendConv> {
     const was = ep.speaking;
     let started = false;
     let ended = 0;
+    const w = c.words;
     for (let k = 0; k < frames; k++) {
       const e = ep.push(c.decisions[k] === 1);
       if (e === VAD_SPEECH_START) started = true;
       else if (e === VAD_SPEECH_END) ended = SPEECH_TURN;
       else if (e === VAD_SPEECH_DROP) ended = SPEECH_DROPPED;
+      // The main thread holds playback at the first sign of speech and cuts it at the onset.
+      if (e === VAD_SPEECH_MAYBE || e === VAD_SPEECH_START) Atomics.store(w, kVoice, 1);
+      else if (e === VAD_SPEECH_NOT || e === VAD_SPEECH_END || e === VAD_SPEECH_DROP) Atomics.store(w, kVoice, 0);
+      if (e === VAD_SPEECH_START) Atomics.add(w, kOnsets, 1);
+      if (e !== 0) this.env.bells.ring(BELL_MAIN);
     }
     if (started && !was) {
       c.out.write(REC_SPEECH_START, null, 0, 0);
@@ -637,7 +671,7 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
     );
   }
 
-  open(o: StageConversation & { rings?: StageOpen['rings'] }): void {
+  open(o: StageConversation & { rings?: StageOpen['rings']; duplex?: StageOpen['duplex'] }): void {
     const c = this.config;
     const segRows = melRows(c, segmentSamples(c, this.env.init.options.segmentSeconds));
     const rows = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} conformer` }], 1 << 28, ([a]) => {
@@ -734,6 +768,15 @@ interface DepthConv {
   slot: number;
   phase: number; // 0 idle, 1 prefill, 2 reply
   summary: Int32Array; // [TURN_FIELDS]
+  /** VAD conversation: barge-in and the look-ahead run through `words`. */
+  vad: boolean;
+  words: Int32Array;
+  barge: Int32Array; // [BARGE_FIELDS] a BARGE record's payload
+  starts: number; // speech onsets passed on
+  replies: number; // replies begun (the last is number replies − 1)
+  cutReply: number; // the last reply cut by a barge-in (-1: none)
+  /** Frames of the last reply the listener heard at the onset being judged (-1: none being judged). */
+  verdict: number;
 }
 
 /** Conversation indices are owner indices: never more than a ledger's owners. */
@@ -742,6 +785,8 @@ const MAX_CONVERSATIONS = 64;
 const PHASE_IDLE = 0;
 const PHASE_PREFILL = 1;
 const PHASE_REPLY = 2;
+/** A verdict that cuts nothing. */
+const NO_CUT = 0x7fffffff;
 
 export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
   readonly prompts: Prompts;
@@ -787,7 +832,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     return true;
   }
 
-  open(o: StageConversation & { rings?: StageOpen['rings'] }): void {
+  open(o: StageConversation & { rings?: StageOpen['rings']; duplex?: StageOpen['duplex'] }): void {
     const c = this.config;
     const so = this.env.init.options;
     const kvBytes = backboneStateSizes(c, so.context, so.kv).reduce((s, r) => s + r.bytes, 0);
@@ -802,8 +847,11 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
         seed: o.seed,
         prompts: this.prompts,
         clocks: this.clocksFor(o.index, a!),
+        // Barge-in returns to any frame generation ran ahead of the listener.
+        checkpoints: o.vad ? checkpointsFor(c, so.lookaheadMs) : 0,
       }),
       summary: a!.carve('turn.summary', 'metadata', Int32Array, TURN_FIELDS),
+      barge: a!.carve('turn.barge', 'metadata', Int32Array, BARGE_FIELDS),
     }));
     this.conversations[o.index] = {
       index: o.index,
@@ -812,6 +860,12 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       events: this.ring(o, 'events'),
       slot: -1,
       phase: PHASE_IDLE,
+      vad: o.vad,
+      words: o.vad ? this.words(o) : new Int32Array(0),
+      starts: 0,
+      replies: 0,
+      cutReply: -1,
+      verdict: -1,
       ...conv,
     };
   }
@@ -856,21 +910,28 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     return progress;
   }
 
-  /** Takes every embedding record that has arrived for `c` (its user turn); true if any was. */
+  /**
+   * Takes every record that has arrived for `c`: speech events at any time (a speech onset
+   * waits for the main thread's answer, then for the verdict on the reply it may cut),
+   * embedding rows and the segment's end outside a reply. True if any was taken.
+   */
   #prefill(c: DepthConv): boolean {
     let progress = false;
-    while (c.phase !== PHASE_REPLY) {
+    for (;;) {
       const kind = c.input.peekKind();
       if (kind < 0) break;
+      if (kind === REC_SPEECH_START && c.vad && !this.#judge(c)) break;
       if (kind === REC_SPEECH_START || kind === REC_SPEECH_END) {
         if (!c.events.canWrite(2)) break;
-        const v = c.input.peekInt(0);
+        const v = c.input.peekLength() > 0 ? c.input.peekInt(0) : 0;
         c.input.skip();
         c.events.write2(kind, v, 0);
+        if (kind === REC_SPEECH_START) c.starts++;
         this.records++;
         progress = true;
         continue;
       }
+      if (c.phase === PHASE_REPLY) break;
       if (c.phase === PHASE_IDLE) {
         const slot = this.tickets.acquire(c.index);
         if (slot < 0) break;
@@ -886,9 +947,11 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
         if (kind === REC_END_SEGMENT && !c.codes.canWrite(0)) break;
         c.input.skip();
         if (kind === REC_END_SEGMENT) {
-          c.dialogue.endUser(s);
+          c.dialogue.endUser(s, this.env.init.replyFrameLimits[c.replies] ?? this.env.init.maxFrames);
           c.codes.write(REC_TURN_START, null, 0, 0);
           c.phase = PHASE_REPLY;
+          c.replies++;
+          if (c.vad) Atomics.store(c.words, kReplies, c.replies);
         }
       }
       this.records++;
@@ -897,10 +960,61 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     return progress;
   }
 
-  /** In its reply, with room in both output rings for what one position may emit. */
+  /**
+   * Judges the speech onset at the head of `c`'s input: it interrupts the last reply if the
+   * listener had not heard all of it. The reply is cut to the frames heard (at least the first,
+   * generated if need be) and a BARGE record tells the main thread what stays. False while it
+   * waits: for the main thread's answer to this onset, for the first frame, or for room.
+   */
+  #judge(c: DepthConv): boolean {
+    const w = c.words;
+    if (c.verdict < 0) {
+      if (Atomics.load(w, kOnsetsSeen) <= c.starts) return false;
+      const last = c.replies - 1;
+      const heardReply = Atomics.load(w, kHeardReply);
+      c.verdict = NO_CUT;
+      if (last >= 0 && c.cutReply !== last && heardReply <= last) {
+        const fs = frameSamplesAt(this.config, this.env.init.options.outputRate);
+        c.verdict = heardReply < last ? 0 : Math.ceil(Atomics.load(w, kHeard) / fs);
+      }
+    }
+    const d = c.dialogue;
+    const cut = c.verdict !== NO_CUT;
+    // A reply cut before its first frame keeps that frame (its text alone was not heard either).
+    if (cut && c.phase === PHASE_REPLY && d.frames === 0) return false;
+    // The main thread reads the events ring at once (it may hold the output ring meanwhile).
+    if (!c.events.canWrite(BARGE_FIELDS + RECORD_OVERHEAD + 2)) return false;
+    const b = c.barge;
+    b[BARGE_REPLY] = -1;
+    b[BARGE_FRAMES] = -1;
+    b[BARGE_GENERATED] = d.frames;
+    if (cut) {
+      const kept = d.truncate(Math.max(1, Math.min(d.frames, c.verdict))) ? d.frames : -1;
+      // A finished reply whose context cannot be cut (no audio, or forgotten) plays on.
+      if (kept >= 0 || c.phase === PHASE_REPLY) {
+        c.cutReply = c.replies - 1;
+        b[BARGE_REPLY] = c.cutReply;
+        b[BARGE_FRAMES] = kept;
+      }
+    }
+    b[BARGE_TEXT_TOKENS] = d.textTokens;
+    b[BARGE_POSITIONS] = d.position;
+    c.events.write(REC_BARGE, b, 0, BARGE_FIELDS);
+    // Cut mid-reply, the next step ends the turn; one whose context could not be cut runs on, unheard.
+    c.verdict = -1;
+    return true;
+  }
+
+  /** In its reply, with room in both output rings for what one position may emit, and (VAD) within the look-ahead. */
   #canStep(c: DepthConv): boolean {
     const cb = this.config.audio.codebooks;
-    return c.phase === PHASE_REPLY && c.codes.canWrite(cb + RECORD_OVERHEAD + 2) && c.events.canWrite(cb + TURN_FIELDS + 2 * RECORD_OVERHEAD);
+    if (c.phase !== PHASE_REPLY || !c.codes.canWrite(cb + RECORD_OVERHEAD + 2) || !c.events.canWrite(cb + TURN_FIELDS + 2 * RECORD_OVERHEAD)) return false;
+    // No look-ahead while an onset waits for the reply's first frame, nor for a cut reply (unheard).
+    if (!c.vad || c.verdict >= 0 || c.cutReply === c.replies - 1) return true;
+    const w = c.words;
+    const o = this.env.init.options;
+    const played = Atomics.load(w, kPlayedReply) === c.replies - 1 ? Atomics.load(w, kPlayed) : 0;
+    return c.dialogue.frames * frameSamplesAt(this.config, o.outputRate) - played < (o.lookaheadMs * o.outputRate) / 1000;
   }
 
   /** Sends what one step of `c` emitted; at the turn's end, its summary, and its slot goes back. */
@@ -956,7 +1070,7 @@ export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
     );
   }
 
-  open(o: StageConversation & { rings?: StageOpen['rings'] }): void {
+  open(o: StageConversation & { rings?: StageOpen['rings']; duplex?: StageOpen['duplex'] }): void {
     const c = this.config;
     const det = this.tickets.slots[0]!;
     const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} playback` }], 1 << 28, ([a]) => {

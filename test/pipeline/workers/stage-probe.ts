@@ -19,6 +19,7 @@ import {
   type RingName,
   type StageInit,
   type StageName,
+  DUPLEX_WORDS,
 } from '../../../src/pipeline/protocol.js';
 import { createStage, ringCapacities } from '../../../src/pipeline/stages.js';
 import { allocationProbe, prng } from '../../helpers.js';
@@ -47,6 +48,7 @@ const init: StageInit = {
   exitAfterRecords: 0,
   failAllocationAt: 0,
   gateReplies: 0,
+  replyFrameLimits: [],
 };
 const caps = ringCapacities(config, options.outputRate);
 const rings = {} as Record<RingName, RecordRing>;
@@ -56,8 +58,9 @@ for (const n of RING_NAMES) {
   rings[n] = RecordRing.init(s, bells, ...RING_ENDS[n]);
   shared[n] = s;
 }
+const duplex = { buffer: new SharedArrayBuffer(4 * DUPLEX_WORDS), byteOffset: 0 };
 const st = createStage({ domain, image, init, bells });
-st.open({ index: 0, seed: 1, inputRate: stage === 'capture' ? 22050 : 16000, vad: vad === true, capacities: caps, rings: shared });
+st.open({ index: 0, seed: 1, inputRate: stage === 'capture' ? 22050 : 16000, vad: vad === true, capacities: caps, rings: shared, duplex });
 st.ready();
 
 // Every input is made up front: the probe must see the stage's allocations only.

@@ -1,0 +1,103 @@
+// Barge-in inside the five-stage pipeline (VAD conversations), on the built artifact: real
+// stage workers, real rings, the WebRTC VAD in the frontend stage.
+import t from 'tap';
+import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { setTimeout as delay } from 'node:timers/promises';
+import { makeCheckpoint } from '../../src/io/checkpoint.js';
+import { readWavSamples, scratchDir } from '../helpers.js';
+import { load, type Conversation, type TurnSummary } from '../../src/index.js';
+import { apmAvailable } from '../../src/dsp/aec.js';
+
+const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
+const work = scratchDir('voxslab-barge-api-');
+const model = join(work, 'tiny');
+makeCheckpoint({ config: 'tiny', seed: 3, out: model, dtype: 'f32' });
+const speech = readWavSamples(fixture);
+const rate = speech.rate;
+const silence = (s: number): Float32Array => new Float32Array(Math.round(s * rate));
+const bytes = (x: Float32Array | Int16Array): Buffer => Buffer.from(x.buffer, x.byteOffset, x.byteLength);
+const OPTIONS = { replySeconds: 8, lookaheadMs: 400, memoryLimit: '1GiB' };
+const skip = apmAvailable() ? false : 'no WebRTC audio processing';
+
+/** Reply audio of each turn, and each turn's summary as it ends. */
+function record(conv: Conversation): { audio: Buffer[][]; turns: TurnSummary[] } {
+  const audio: Buffer[][] = [];
+  const turns: TurnSummary[] = [];
+  conv.on('audio', (e) => {
+    audio[e.turn] ??= [];
+    audio[e.turn]!.push(Buffer.from(bytes(e.pcm)));
+  });
+  conv.on('turn_end', (s) => turns.push(s));
+  return { audio, turns };
+}
+
+/** The second turn of a conversation whose first reply had at most `frames` audio frames, spoken after that reply. */
+async function reference(frames: number): Promise<{ audio: Buffer; turns: TurnSummary[] }> {
+  const engine = await load(model, { ...OPTIONS, replyFrameLimits: [frames] });
+  try {
+    const conv = await engine.open({ inputRate: rate, seed: 5, vad: true });
+    const r = record(conv);
+    for (const part of [silence(0.6), speech.samples, silence(1.2)]) conv.write(part);
+    await conv.nextTurn();
+    for (const part of [speech.samples, silence(1.5)]) conv.write(part);
+    await conv.nextTurn();
+    await conv.close();
+    return { audio: Buffer.concat(r.audio[1] ?? []), turns: r.turns };
+  } finally {
+    await engine.close();
+  }
+}
+
+t.test('speech over a reply cuts it to what was delivered; the next reply equals a conversation that only generated that part', { skip }, async (t) => {
+  const engine = await load(model, OPTIONS);
+  t.teardown(() => engine.close());
+  const base = engine.snapshot().held.total;
+  const conv = await engine.open({ inputRate: rate, seed: 5, vad: true });
+  const r = record(conv);
+  const barges: { turn: number; heardFrames: number | null; generatedFrames: number }[] = [];
+  conv.on('barge_in', (e) => barges.push(e));
+  // The reply goes into a stream nobody reads yet: delivery stops at its high-water mark, and
+  // generation at the look-ahead beyond it.
+  const stream = conv.stream();
+  const firstAudio = new Promise<void>((resolve) => conv.once('audio', () => resolve()));
+  for (const part of [silence(0.6), speech.samples, silence(1.2)]) conv.write(part);
+  await firstAudio;
+  await delay(300);
+  const bargeIn = new Promise<void>((resolve) => conv.once('barge_in', () => resolve()));
+  for (const part of [speech.samples, silence(1.5)]) conv.write(part);
+  await Promise.race([bargeIn, delay(20_000, undefined, { ref: false })]);
+  stream.on('data', () => undefined);
+  await conv.nextTurn();
+  await conv.nextTurn();
+  const [first, second] = r.turns;
+  t.equal(barges.length, 1, 'one barge-in');
+  const heard = barges[0]!.heardFrames!;
+  t.equal(barges[0]!.turn, 0, 'the first reply was interrupted');
+  t.ok(heard >= 1, `it kept ${heard} heard frames`);
+  t.equal(first!.stop, 'interrupted');
+  t.equal(first!.frames, heard, 'its summary counts the kept frames');
+  const delivered = Buffer.concat(r.audio[0] ?? []).length / 4;
+  const d = engine.config.detokenizer;
+  const frameSamples = (engine.outputRate * d.upsample * d.hop) / d.sampleRate;
+  t.equal(heard, Math.max(1, Math.ceil(delivered / frameSamples)), `the frames delivered (${delivered} samples) are the frames kept`);
+  // Generation waited at the look-ahead beyond what was delivered.
+  const bound = Math.ceil((delivered + (OPTIONS.lookaheadMs * engine.outputRate) / 1000) / frameSamples);
+  const generated = barges[0]!.generatedFrames;
+  t.ok(generated > heard && generated <= bound, `${generated} frames generated: more than heard, at most the look-ahead's ${bound}`);
+  t.ok(heard < 8 * 12.5, 'the reply was cut before its end');
+  t.ok(second!.frames > 0, 'the second turn got its reply');
+  await conv.close();
+  t.equal(engine.snapshot().held.total, base, 'every byte back');
+
+  // The reference never generated more than the heard frames of its first reply.
+  const ref = await reference(heard);
+  const got = Buffer.concat(r.audio[1] ?? []);
+  t.equal(ref.turns[0]!.frames, heard);
+  t.ok(got.length > 0 && got.equals(ref.audio), `the second reply is byte for byte the reference's (${got.length} and ${ref.audio.length} bytes)`);
+  t.equal(second!.text, ref.turns[1]!.text);
+  t.equal(second!.positions, ref.turns[1]!.positions, 'the same context positions');
+  // Negative control: one frame more in the first reply changes the second.
+  const more = await reference(heard + 1);
+  t.notOk(more.audio.equals(got), 'a first reply one frame longer gives other bytes');
+});
