@@ -50,7 +50,7 @@ async function reference(frames: number): Promise<{ audio: Buffer; turns: TurnSu
 }
 
 t.test('speech over a reply cuts it to what was delivered; the next reply equals a conversation that only generated that part', { skip }, async (t) => {
-  const engine = await load(model, OPTIONS);
+  const engine = await load(model, { ...OPTIONS, trapAllocations: true });
   t.teardown(() => engine.close());
   const base = engine.snapshot().held.total;
   const conv = await engine.open({ inputRate: rate, seed: 5, vad: true });
@@ -87,6 +87,7 @@ t.test('speech over a reply cuts it to what was delivered; the next reply equals
   t.ok(generated > heard && generated <= bound, `${generated} frames generated: more than heard, at most the look-ahead's ${bound}`);
   t.ok(heard < 8 * 12.5, 'the reply was cut before its end');
   t.ok(second!.frames > 0, 'the second turn got its reply');
+  for (const s of await engine.pipeline.stats()) t.equal(s.allocationsAfterReady, 0, `the ${s.stage} stage allocated nothing after readiness`);
   await conv.close();
   t.equal(engine.snapshot().held.total, base, 'every byte back');
 
