@@ -17,7 +17,8 @@
 import { EventEmitter } from 'node:events';
 import type { ReplyStop } from '../pipeline/dialogue.js';
 import { Duplex } from 'node:stream';
-import { AbortedError, ArgumentError, ClosedError, type VoxslabError, type WorkerError } from '../errors.js';
+import { AbortedError, ArgumentError, ClosedError, UnsupportedError, type VoxslabError, type WorkerError } from '../errors.js';
+import { apmAvailable } from '../dsp/aec.js';
 import { MemoryDomain } from '../memory/domain.js';
 import type { MemoryManifest } from '../memory/manifest.js';
 import type { MemorySnapshot } from '../memory/snapshot.js';
@@ -44,6 +45,7 @@ import {
   kVoice,
   readTurnFields,
   REC_BARGE,
+  REC_DUPLEX,
   REC_CODES,
   REC_END_OF_AUDIO,
   REC_END_SEGMENT,
@@ -99,6 +101,13 @@ export interface ConversationOptions {
    * the speech in progress. Default false: the application ends each turn.
    */
   vad?: boolean;
+  /**
+   * VAD mode: the application plays the replies itself and hands what it played beside what it
+   * heard (`writeDuplex`); echo cancellation (WebRTC's) runs in the capture stage, its engine held
+   * under the cap. The value is the delay from a played sample to its echo in the microphone, ms
+   * (0..500; the device's output plus input latency). Default: none.
+   */
+  echoDelayMs?: number;
 }
 
 /** What a finished turn produced. */
@@ -206,8 +215,8 @@ export class Engine {
   }
 
   /** The bytes a conversation at `inputRate` (with `vad`: its VAD engine too) would take, and whether the cap has them now. */
-  async admission(inputRate = 16000, vad = false): Promise<{ planned: number; free: number; admit: boolean }> {
-    const planned = await this.pipeline.plannedBytes(inputRate, undefined, vad);
+  async admission(inputRate = 16000, vad = false, echoDelayMs = -1): Promise<{ planned: number; free: number; admit: boolean }> {
+    const planned = await this.pipeline.plannedBytes(inputRate, undefined, vad, echoDelayMs);
     const s = this.domain.snapshot();
     const free = Math.max(0, s.limit - s.held.total - s.reserved);
     return { planned, free, admit: planned <= free };
@@ -226,7 +235,10 @@ export class Engine {
     if (options.signal?.aborted === true) throw aborted(options.signal, 'opening the conversation');
     if (options.vad !== undefined && typeof options.vad !== 'boolean') throw new ArgumentError('vad must be true or false');
     const vad = options.vad === true;
-    const pc = await this.pipeline.open({ seed, inputRate, vad });
+    const echo = options.echoDelayMs;
+    if (echo !== undefined && !vad) throw new ArgumentError('echoDelayMs needs vad: true (echo cancellation serves conversations that find their own turns)');
+    if (echo !== undefined && !apmAvailable()) throw new UnsupportedError('echo cancellation is off: the addon was built without WebRTC audio processing');
+    const pc = await this.pipeline.open(echo === undefined ? { seed, inputRate, vad } : { seed, inputRate, vad, echoDelayMs: echo });
     const conv = new Conversation(this, pc, format, this.pipeline.setup.options.segmentSeconds, vad ? this.pipeline.setup.options.silenceMs : 0);
     this.#live.add(conv);
     if (options.signal !== undefined) conv.abortOn(options.signal);
@@ -312,6 +324,9 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   readonly #pc: PipelineConversation;
   /** Input not yet in the ring; `null` marks the end of a turn. */
   readonly #queue: (Float32Array | null)[] = [];
+  /** Queued blocks that hold [microphone | far end] (writeDuplex), and the record they are sent through. */
+  readonly #pairs = new WeakSet<Float32Array>();
+  readonly #pair: Float32Array;
   #queueAt = 0; // samples of the queue's head already in the ring
   #queuedThisTurn = 0;
   #fedThisTurn = 0;
@@ -357,6 +372,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     this.#maxTurnSamples = Math.floor(segmentSeconds * pc.inputRate);
     this.#frame = new Int32Array(engine.config.audio.codebooks);
     this.#pcm = new Float32Array(pc.output.maxPayload);
+    this.#pair = new Float32Array(2 * pc.chunk);
     this.#flush = vadSilenceMs > 0 ? new Float32Array(Math.ceil(((vadSilenceMs + 200) * pc.inputRate) / 1000)) : null;
   }
 
@@ -377,6 +393,22 @@ export class Conversation extends EventEmitter<ConversationEvents> {
       for (let i = 0; i < samples.length; i++) f[i] = (samples[i] as number) / 32768;
     } else throw new ArgumentError('write takes a Float32Array or an Int16Array of samples');
     return this.#enqueue(f);
+  }
+
+  /**
+   * Queues what the microphone heard (`mic`) beside what was played at the same device time
+   * (`far`, resampled to `inputRate`), for a conversation opened with `echoDelayMs`: the capture
+   * stage cancels the echo of `far` from `mic`. Floats, equal lengths; both are copied.
+   */
+  writeDuplex(mic: Float32Array, far: Float32Array): boolean {
+    if (!(mic instanceof Float32Array) || !(far instanceof Float32Array) || mic.length !== far.length)
+      throw new ArgumentError('writeDuplex takes two Float32Arrays of equal length (microphone, far end)');
+    if (!this.#pc.echo) throw new ArgumentError(`conversation ${this.index} was opened without echoDelayMs: write() the microphone alone`);
+    const block = new Float32Array(2 * mic.length);
+    block.set(mic);
+    block.set(far, mic.length);
+    this.#pairs.add(block);
+    return this.#enqueue(block);
   }
 
   #enqueue(f: Float32Array): boolean {
@@ -566,7 +598,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
 
   #backlog(): number {
     let n = -this.#queueAt;
-    for (const q of this.#queue) if (q !== null) n += q.length;
+    for (const q of this.#queue) if (q !== null) n += this.#pairs.has(q) ? q.length / 2 : q.length;
     return n;
   }
 
@@ -730,13 +762,33 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     return progress;
   }
 
-  /** Writes up to `most` samples of the queue's head as one PCM record; false when the ring is full. */
+  /** Writes up to `most` samples of the queue's head as one PCM (or DUPLEX) record; false when the ring is full. */
   #feed(head: Float32Array, most: number): boolean {
+    if (this.#pairs.has(head)) return this.#feedPair(head, most);
     const n = Math.min(most, head.length - this.#queueAt);
     if (!this.#pc.input.write(REC_PCM, head, this.#queueAt, n)) return false;
     this.#queueAt += n;
     this.#fedThisTurn += n;
     if (this.#queueAt === head.length) {
+      this.#queue.shift();
+      this.#queueAt = 0;
+    }
+    return true;
+  }
+
+  /** A [microphone | far end] block: up to `most` samples of each, as one DUPLEX record. */
+  #feedPair(head: Float32Array, most: number): boolean {
+    const half = head.length / 2;
+    const n = Math.min(most, half - this.#queueAt);
+    const p = this.#pair;
+    for (let i = 0; i < n; i++) {
+      p[i] = head[this.#queueAt + i]!;
+      p[n + i] = head[half + this.#queueAt + i]!;
+    }
+    if (!this.#pc.input.write(REC_DUPLEX, p, 0, 2 * n)) return false;
+    this.#queueAt += n;
+    this.#fedThisTurn += n;
+    if (this.#queueAt === half) {
       this.#queue.shift();
       this.#queueAt = 0;
     }

@@ -219,6 +219,8 @@ export class PipelineConversation {
   readonly rings: Readonly<Record<RingName, RecordRing>>;
   /** The frontend finds its turns (VAD), and barge-in runs through `duplex`. */
   readonly vad: boolean;
+  /** Echo cancellation runs in capture (DUPLEX records). */
+  readonly echo: boolean;
   /** Barge-in words (protocol.ts, kVoice…): this thread writes kOnsetsSeen, kHeard*, kPlayed*. */
   readonly duplex: Int32Array;
 
@@ -227,6 +229,7 @@ export class PipelineConversation {
     seed: number,
     inputRate: number,
     vad: boolean,
+    echo: boolean,
     rings: Record<RingName, RecordRing>,
     duplex: Int32Array,
     arena: Arena,
@@ -234,6 +237,7 @@ export class PipelineConversation {
   ) {
     this.index = index;
     this.vad = vad;
+    this.echo = echo;
     this.duplex = duplex;
     this.arena = arena;
     this.plannedBytes = plannedBytes;
@@ -354,9 +358,9 @@ export class Pipeline {
    * What opening a conversation at `inputRate` would charge to the cap: its rings' slab and
    * each stage's dry run of its open. Nothing is allocated.
    */
-  async plannedBytes(inputRate: number, index = this.#freeIndex(), vad = false): Promise<number> {
+  async plannedBytes(inputRate: number, index = this.#freeIndex(), vad = false, echoDelayMs = -1): Promise<number> {
     optionValue('inputRate', inputRate);
-    const spec = { index, seed: 0, inputRate, vad, capacities: ringCapacities(this.config, this.setup.options.outputRate) };
+    const spec = { index, seed: 0, inputRate, vad, echoDelayMs, capacities: ringCapacities(this.config, this.setup.options.outputRate) };
     const stages = await Promise.all(this.workers.map((w) => w.call('size', spec)));
     return stages.reduce((s, b) => s + b, this.domain.policy.slabFootprint(ringArenaBytes(spec.capacities), 'conversation rings'));
   }
@@ -373,18 +377,21 @@ export class Pipeline {
    * `session/<n>`) and each stage's state for it (owner `conversation/<n>`). Before `ready()`
    * it becomes ready with the pipeline; after, at once, while the others run.
    */
-  open(o: { seed: number; inputRate: number; vad?: boolean }): Promise<PipelineConversation> {
+  open(o: { seed: number; inputRate: number; vad?: boolean; echoDelayMs?: number }): Promise<PipelineConversation> {
     return this.#inTurn(() => this.#open(o));
   }
 
-  async #open(o: { seed: number; inputRate: number; vad?: boolean }): Promise<PipelineConversation> {
+  async #open(o: { seed: number; inputRate: number; vad?: boolean; echoDelayMs?: number }): Promise<PipelineConversation> {
     if (this.#closed) throw new ArgumentError('the pipeline is closed');
     if (this.failure !== null) throw this.failure;
     optionValue('inputRate', o.inputRate);
     const index = this.#freeIndex();
     const capacities = ringCapacities(this.config, this.setup.options.outputRate);
     const vad = o.vad === true;
-    const planned = await this.plannedBytes(o.inputRate, index, vad);
+    const echoDelayMs = o.echoDelayMs ?? -1;
+    if (!(Number.isInteger(echoDelayMs) && echoDelayMs >= -1 && echoDelayMs <= 500))
+      throw new ArgumentError(`echoDelayMs must be an integer 0..500, got ${echoDelayMs}`);
+    const planned = await this.plannedBytes(o.inputRate, index, vad, echoDelayMs);
     const snap = this.domain.snapshot();
     const inUse = snap.held.total + snap.reserved;
     if (inUse + planned > snap.limit) throw new MemoryLimitError(planned, inUse, snap.limit, `conversation/${index}`);
@@ -404,9 +411,9 @@ export class Pipeline {
       for (const w of this.workers) {
         opened.push(w);
         const words = { buffer: duplex.buffer as unknown as SharedArrayBuffer, byteOffset: duplex.byteOffset };
-        w.slabs.push(...(await w.call('open', { index, seed: o.seed, inputRate: o.inputRate, vad, capacities, rings: shared, duplex: words })));
+        w.slabs.push(...(await w.call('open', { index, seed: o.seed, inputRate: o.inputRate, vad, echoDelayMs, capacities, rings: shared, duplex: words })));
       }
-      const conv = new PipelineConversation(index, o.seed, o.inputRate, vad, rings, duplex, arena, planned);
+      const conv = new PipelineConversation(index, o.seed, o.inputRate, vad, echoDelayMs >= 0, rings, duplex, arena, planned);
       this.conversations.set(index, conv);
       borrowModel(this.domain, index, true);
       if (this.#ready) {

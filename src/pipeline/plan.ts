@@ -92,7 +92,7 @@ export function planPipeline(source: PlanSource, options: PipelinePlanOptions = 
   const capacities = ringCapacities(config, setup.options.outputRate);
   for (let index = 0; index < conversations; index++) {
     carveRings(domain, index, capacities);
-    for (const s of stages) s.open({ index, seed: 0, inputRate: rates[index] as number, vad: findTurns, capacities });
+    for (const s of stages) s.open({ index, seed: 0, inputRate: rates[index] as number, vad: findTurns, echoDelayMs: -1, capacities });
     borrowModel(domain, index, true);
   }
   return Object.freeze({

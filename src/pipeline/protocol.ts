@@ -37,6 +37,8 @@ export const REC_TURN_END = 9; // TURN_FIELDS
 export const REC_SPEECH_START = 10; // [] the user started speaking (the frontend's VAD)
 export const REC_SPEECH_END = 11; // [reason] SPEECH_TURN: a turn follows; SPEECH_DROPPED: too short
 export const REC_DISCARD = 12; // [] forget the segment's rows so far
+export const REC_DUPLEX = 14; // [2][samples] the microphone, then the far end played at the same device time (input rate)
+export const REC_PCM_ECHO = 15; // samples (16 kHz, echo cancelled) heard while the far end plays and the canceller has not converged: not the user
 export const REC_BARGE = 13; // BARGE_FIELDS: the Depthformer stage's verdict on a speech onset (events ring)
 export const SPEECH_TURN = 1;
 export const SPEECH_DROPPED = 2;
@@ -159,6 +161,8 @@ export interface StageConversation {
   inputRate: number;
   /** The frontend finds the user's turns itself (VAD and endpointing), not the host. */
   vad: boolean;
+  /** Echo cancellation in capture (DUPLEX records): the delay from a played sample to its echo, ms; -1: none. */
+  echoDelayMs: number;
   /** Data words of each of its rings. */
   capacities: Readonly<Record<RingName, number>>;
 }

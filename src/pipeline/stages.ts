@@ -74,6 +74,8 @@ import {
   kReplies,
   kVoice,
   REC_BARGE,
+  REC_DUPLEX,
+  REC_PCM_ECHO,
   SPEECH_DROPPED,
   SPEECH_TURN,
   type RingName,
@@ -83,7 +85,7 @@ import {
   type StageOpen,
 } from './protocol.js';
 import { TicketPool } from './tickets.js';
-import { APM_FRAME, APM_HEAP_BOUND, VoiceDetector, type ApmEngine, type VadLikelihood } from '../dsp/aec.js';
+import { APM_FRAME, APM_HEAP_BOUND, EchoCanceller, VoiceDetector, type ApmEngine, type VadLikelihood } from '../dsp/aec.js';
 import { Endpointer, framesOf, VAD_SPEECH_DROP, VAD_SPEECH_END, VAD_SPEECH_MAYBE, VAD_SPEECH_NOT, VAD_SPEECH_START } from '../dsp/vad.js';
 import { native, type ApmHandle } from '../native.js';
 
@@ -125,6 +127,8 @@ export interface Environment {
 
 let idleRing: RecordRing | null = null;
 let idleWords: Int32Array | null = null;
+/** The buffers a conversation without echo cancellation does not have. */
+const NONE = new Float32Array(0);
 
 /** What every stage shares: its clocks, its arenas, and the conversations it serves. */
 export abstract class Stage<C> {
@@ -397,12 +401,17 @@ interface RoomConv extends RingConv {
 
 /**
  * A stage that turns each input record into at most one output record (capture, frontend):
- * PCM records go to `pcm`, a segment's end to `endSegment` (which flushes), anything else is
- * dropped. A record is only taken when the output ring has room for what it may produce.
+ * PCM records go to `pcm` (PCM_ECHO too, flagged), DUPLEX records to `duplex`, a segment's end
+ * to `endSegment` (which flushes), anything else is dropped. A record is only taken when the
+ * output ring has room for what it may produce.
  */
 abstract class StreamStage<C extends RoomConv> extends Stage<C> {
-  /** Handles the PCM record at the head of `c.input` (and consumes it). */
-  protected abstract pcm(c: C): void;
+  /** Handles the PCM record at the head of `c.input` (and consumes it); `echo`: a PCM_ECHO record. */
+  protected abstract pcm(c: C, echo: boolean): void;
+  /** Handles the DUPLEX record at the head of `c.input` (and consumes it). */
+  protected duplex(c: C): void {
+    c.input.skip();
+  }
   /** Flushes what the segment left; true to write the end-of-segment record after it. */
   protected abstract endSegment(c: C): boolean;
 
@@ -412,8 +421,10 @@ abstract class StreamStage<C extends RoomConv> extends Stage<C> {
 
   protected override record(c: C, kind: number): boolean {
     this.tic();
-    if (kind === REC_PCM) {
-      this.pcm(c);
+    if (kind === REC_PCM || kind === REC_PCM_ECHO) {
+      this.pcm(c, kind === REC_PCM_ECHO);
+    } else if (kind === REC_DUPLEX) {
+      this.duplex(c);
     } else {
       c.input.skip();
       if (kind === REC_END_SEGMENT && this.endSegment(c)) c.out.write(REC_END_SEGMENT, null, 0, 0);
@@ -425,8 +436,14 @@ abstract class StreamStage<C extends RoomConv> extends Stage<C> {
 
 interface CaptureConv extends RoomConv {
   resampler: Resampler;
-  buf: Float32Array; // one input record
+  buf: Float32Array; // one input record ([2][chunk] for a DUPLEX record)
   res: Float32Array; // its 16 kHz samples, or the segment's tail
+  /** Echo cancellation (null: none): the far end's resampler, its 16 kHz samples, the cleaned ones. */
+  aec: EchoCanceller | null;
+  farResampler: Resampler | null;
+  farIn: Float32Array; // the far half of a DUPLEX record
+  far: Float32Array;
+  clean: Float32Array;
 }
 
 export class CaptureStage extends StreamStage<CaptureConv> {
@@ -437,12 +454,29 @@ export class CaptureStage extends StreamStage<CaptureConv> {
   open(o: StageConversation & { rings?: StageOpen['rings']; duplex?: StageOpen['duplex'] }): void {
     const chunk = inputChunk(o.inputRate);
     const rate = this.config.frontend.sampleRate;
+    const echo = o.echoDelayMs >= 0;
+    const options = { delayMs: o.echoDelayMs };
+    const engine = echo
+      ? this.holdNative(
+          o.index,
+          APM_HEAP_BOUND.echo,
+          () => EchoCanceller.engine(options),
+          (e) => native.apmDestroy(e.handle),
+        )
+      : null;
     const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} capture` }], 1 << 24, ([a]) => {
       this.clocksFor(o.index, a!);
       const resampler = new Resampler(o.inputRate, rate, {}, arenaWorkspace(a!, 'workspace.frontend', 'capture'));
       const res = a!.carve('capture.resampled', 'workspace.frontend', Float32Array, resampler.maxOutput(chunk) + resampler.taps + 2);
-      const buf = a!.carve('capture.input', 'workspace.frontend', Float32Array, chunk);
-      return { room: res.length + 2 * RECORD_OVERHEAD, resampler, buf, res };
+      const buf = a!.carve('capture.input', 'workspace.frontend', Float32Array, echo ? 2 * chunk : chunk);
+      const plain = { room: res.length + 2 * RECORD_OVERHEAD, resampler, buf, res, aec: null, farResampler: null, farIn: NONE, far: NONE, clean: NONE };
+      if (!echo) return plain;
+      const aec = new EchoCanceller(options, arenaWorkspace(a!, 'capture', 'capture.echo'), engine ?? SIZING_ENGINE);
+      const farResampler = new Resampler(o.inputRate, rate, {}, arenaWorkspace(a!, 'capture', 'capture.far'));
+      const farIn = a!.carve('capture.far_in', 'capture', Float32Array, chunk);
+      const far = a!.carve('capture.far', 'capture', Float32Array, res.length);
+      const clean = a!.carve('capture.clean', 'capture', Float32Array, aec.maxOutput(res.length));
+      return { ...plain, room: Math.max(res.length, clean.length) + 2 * RECORD_OVERHEAD, aec, farResampler, farIn, far, clean };
     });
     if (conv.res.length > CAPTURE_RECORD_MAX)
       throw new InternalError(`capture: a record at ${o.inputRate} Hz would hold ${conv.res.length} samples, more than ${CAPTURE_RECORD_MAX}`);
@@ -452,16 +486,50 @@ export class CaptureStage extends StreamStage<CaptureConv> {
   }
 
   protected pcm(c: CaptureConv): void {
-    const n = Math.min(c.input.peekLength(), c.buf.length);
-    c.input.read(c.buf, 0);
-    for (let i = 0; i < n; i++) {
-      if (!Number.isFinite(c.buf[i]!)) {
-        c.buf[i] = 0;
-        this.nonFinite++;
-      }
+    const n = c.input.read(c.buf, 0);
+    this.#finite(c.buf, n);
+    if (c.aec !== null) {
+      // Microphone alone in an echo-cancelled conversation: the far end was silent.
+      c.farIn.fill(0, 0, n);
+      this.#cancel(c, c.aec, n);
+      return;
     }
     const m = c.resampler.push(c.buf, c.res, 0, n);
     if (m > 0) c.out.write(REC_PCM, c.res, 0, m);
+  }
+
+  /** `c.buf[0, n)` heard, `c.farIn[0, n)` played: both to 16 kHz, the echo cancelled, sent on. */
+  #cancel(c: CaptureConv, aec: EchoCanceller, n: number): void {
+    const m = c.resampler.push(c.buf, c.res, 0, n);
+    c.farResampler!.push(c.farIn, c.far, 0, n);
+    const w = aec.push(c.res, 0, c.far, 0, m, c.clean, 0);
+    if (w > 0) c.out.write(aec.converged || !aec.farActive ? REC_PCM : REC_PCM_ECHO, c.clean, 0, w);
+  }
+
+  #finite(x: Float32Array, n: number): void {
+    for (let i = 0; i < n; i++) {
+      if (!Number.isFinite(x[i]!)) {
+        x[i] = 0;
+        this.nonFinite++;
+      }
+    }
+  }
+
+  /**
+   * A DUPLEX record: both halves to 16 kHz (the same resampling, so the same counts), the echo
+   * of the far end cancelled from the microphone. Until the canceller has converged, what it
+   * hears while the far end plays goes out as PCM_ECHO: the frontend does not take it for the user.
+   */
+  protected override duplex(c: CaptureConv): void {
+    const aec = c.aec;
+    if (aec === null) {
+      c.input.skip();
+      return;
+    }
+    const n = c.input.read(c.buf, 0) >> 1;
+    this.#finite(c.buf, 2 * n);
+    native.copyF32(c.buf, n, c.farIn, 0, n);
+    this.#cancel(c, aec, n);
   }
 
   protected endSegment(c: CaptureConv): boolean {
@@ -556,7 +624,7 @@ export class FrontendStage extends StreamStage<FrontendConv> {
     this.conversations[o.index] = { index: o.index, input: this.ring(o, 'pcm16'), out: this.ring(o, 'mel'), words, ...conv };
   }
 
-  protected pcm(c: FrontendConv): void {
+  protected pcm(c: FrontendConv, echo: boolean): void {
     const n = c.input.read(c.pcm, 0);
     const nMels = this.config.frontend.nMels;
     if (c.vad === null) {
@@ -569,6 +637,8 @@ export class FrontendStage extends StreamStage<FrontendConv> {
     const base = c.mel.rows;
     const rows = c.mel.push(c.pcm, c.rows, n, base, base + c.rowsPer);
     const frames = c.vad.push(c.pcm, 0, n, c.decisions, 0);
+    // What the echo canceller left while it converges is the assistant, not the user.
+    if (echo) c.decisions.fill(0, 0, frames);
     const ep = c.ep!;
     const was = ep.speaking;
     let started = false;

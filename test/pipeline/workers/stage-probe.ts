@@ -60,7 +60,7 @@ for (const n of RING_NAMES) {
 }
 const duplex = { buffer: new SharedArrayBuffer(4 * DUPLEX_WORDS), byteOffset: 0 };
 const st = createStage({ domain, image, init, bells });
-st.open({ index: 0, seed: 1, inputRate: stage === 'capture' ? 22050 : 16000, vad: vad === true, capacities: caps, rings: shared, duplex });
+st.open({ index: 0, seed: 1, inputRate: stage === 'capture' ? 22050 : 16000, vad: vad === true, echoDelayMs: -1, capacities: caps, rings: shared, duplex });
 st.ready();
 
 // Every input is made up front: the probe must see the stage's allocations only.
