@@ -15,6 +15,7 @@
  * Thread contract: one thread (the application's); the stages run in their own workers.
  */
 import { EventEmitter } from 'node:events';
+import type { DuplexDevice } from '../pipeline/session.js';
 import type { ReplyStop } from '../pipeline/dialogue.js';
 import { Duplex } from 'node:stream';
 import { AbortedError, ArgumentError, ClosedError, UnsupportedError, type VoxslabError, type WorkerError } from '../errors.js';
@@ -63,6 +64,25 @@ import {
 } from '../pipeline/protocol.js';
 
 export type SampleFormat = 'f32' | 's16';
+
+/** A conversation's run on a duplex device (Conversation.run): its counters and buffers. */
+export interface DeviceLink {
+  /** Device samples so far (the device clock), and reply samples played. */
+  clock: number;
+  played: number;
+  /** Periods with a reply owed but no audio yet, and microphone periods the pipeline could not take. */
+  underruns: number;
+  overruns: number;
+  /** The loudest microphone sample of the last period (a level meter's input). */
+  inputPeak: number;
+  /** Playback held (fading out or silent) because the user may be speaking. */
+  paused: boolean;
+  readonly buffers: { played: Float32Array; mic: Float32Array; far: Float32Array; pair: Float32Array; carry: Float32Array };
+  carryAt: number;
+  carryLength: number;
+  gain: number;
+  readonly fadeStep: number;
+}
 
 export interface EngineOptions extends SpeechModelOptions {
   /** The cap on every byte the engine holds: bytes, or a size such as '2GiB'. Default: VOXSLAB_MEMORY_LIMIT, else the machine's memory. */
@@ -345,6 +365,8 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   readonly #barge = new Int32Array(BARGE_FIELDS);
   /** Barge-in (VAD mode): onsets answered, verdicts still due, the reply whose audio is dropped, samples of this reply delivered. */
   #onsetsSeen = 0;
+  /** The device the conversation runs on (`run`), or null. */
+  #link: DeviceLink | null = null;
   #verdictsDue = 0;
   #dropReply = -1;
   #delivered = 0;
@@ -413,6 +435,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
 
   #enqueue(f: Float32Array): boolean {
     if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
+    if (this.#link !== null) throw new ArgumentError(`conversation ${this.index} runs on a device: its microphone is the input`);
     if (f.length > 0) {
       this.#queue.push(f);
       this.#queuedThisTurn += f.length;
@@ -637,6 +660,11 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     const reply = b[BARGE_REPLY]!;
     if (reply < 0) return;
     this.#dropReply = reply;
+    if (this.#link !== null && reply === this.#replied) {
+      // What the device had not played of the cut reply is gone too.
+      this.#link.carryAt = this.#link.carryLength;
+      this.#link.gain = 0;
+    }
     const frames = b[BARGE_FRAMES]!;
     if (frames >= 0) {
       // What stays of the reply: its summary and text as the context now holds them.
@@ -717,10 +745,26 @@ export class Conversation extends EventEmitter<ConversationEvents> {
       } else ev.skip();
       progress = true;
     }
-    // Reply audio, unless the stream's reader is behind (the rings then hold the reply back),
-    // or (VAD) the user may be speaking over it; a reply cut by a barge-in is dropped.
+    // A device pulls the reply audio itself, period by period (#pull).
+    if (this.#link === null && this.#output()) progress = true;
+    return progress;
+  }
+
+  /** Whether reply audio must wait (VAD): a verdict is due, or the user may be speaking. */
+  #held(): boolean {
+    const pc = this.#pc;
+    return pc.vad && (this.#verdictsDue > 0 || Atomics.load(pc.duplex, kVoice) !== 0);
+  }
+
+  /**
+   * Reply audio to the application, unless the stream's reader is behind (the rings then hold
+   * the reply back), or (VAD) the user may be speaking over it; a reply cut by a barge-in is dropped.
+   */
+  #output(): boolean {
+    const pc = this.#pc;
+    let progress = false;
     const out = pc.output;
-    const hold = pc.vad && (this.#verdictsDue > 0 || Atomics.load(pc.duplex, kVoice) !== 0);
+    const hold = this.#held();
     for (;;) {
       const kind = out.peekKind();
       if (kind < 0) break;
@@ -737,29 +781,200 @@ export class Conversation extends EventEmitter<ConversationEvents> {
         if (n === 0) continue;
         if (this.#firstAudioAt < 0) this.#firstAudioAt = performance.now();
         this.#samples += n;
-        this.#delivered += n;
-        if (pc.vad) {
-          // The look-ahead runs from here.
-          Atomics.store(pc.duplex, kPlayed, this.#delivered);
-          this.engine.pipeline.bells.ring(BELL.depthformer);
-        }
+        this.#heard(n);
         const pcm = this.format === 'f32' ? this.#pcm.slice(0, n) : toS16(this.#pcm, n);
         this.#emit('audio', { turn: this.#replied, pcm, sampleRate: this.outputRate });
         if (this.#stream !== null && !this.#stream.push(Buffer.from(pcm.buffer, pcm.byteOffset, pcm.byteLength))) this.#outputPaused = true;
       } else {
         out.skip();
-        if (kind === REC_TURN_END) {
-          this.#turnEnd();
-          this.#delivered = 0;
-          if (pc.vad) {
-            Atomics.store(pc.duplex, kPlayed, 0);
-            Atomics.store(pc.duplex, kPlayedReply, this.#replied);
-            this.engine.pipeline.bells.ring(BELL.depthformer);
-          }
-        }
+        if (kind === REC_TURN_END) this.#replyOut();
       }
     }
     return progress;
+  }
+
+  /** `n` more samples of the reply delivered (played, on a device): the look-ahead runs from here. */
+  #heard(n: number): void {
+    this.#delivered += n;
+    const pc = this.#pc;
+    if (!pc.vad) return;
+    Atomics.store(pc.duplex, kPlayed, this.#delivered);
+    this.engine.pipeline.bells.ring(BELL.depthformer);
+  }
+
+  /** The reply's end came out of the output ring: the turn is over, the next reply's count starts. */
+  #replyOut(): void {
+    const pc = this.#pc;
+    this.#turnEnd();
+    this.#delivered = 0;
+    if (!pc.vad) return;
+    Atomics.store(pc.duplex, kPlayed, 0);
+    Atomics.store(pc.duplex, kPlayedReply, this.#replied);
+    this.engine.pipeline.bells.ring(BELL.depthformer);
+  }
+
+  /**
+   * Runs the conversation on a duplex device (io/loopback.ts, io/devices.ts), one device period
+   * at a time: the reply is played as the device asks for it (held, with a fade, while the user
+   * may be speaking; what was played is what the listener heard), and what the microphone heard
+   * goes into the pipeline beside what was played, for echo cancellation.
+   *
+   * The conversation must find its own turns with echo cancellation (`vad: true`, `echoDelayMs`),
+   * listen at the device's rate, and the engine must speak at it. A device with `start` (a real
+   * one) runs on its own clock; one without (the loopback device) runs in lockstep with the
+   * pipeline: each period waits until every stage has done all it can, so a run is repeatable
+   * byte for byte and faster than real time. Resolves after `seconds` of device time, or when
+   * `signal` aborts or `until` says so.
+   */
+  async run(
+    device: DuplexDevice & { start?(onPeriod: () => void): void; stop?(): Promise<void>; failure?: Error | null },
+    o: { seconds: number; signal?: AbortSignal; until?: (link: DeviceLink) => boolean; fadeMs?: number },
+  ): Promise<DeviceLink> {
+    const pc = this.#pc;
+    if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
+    if (this.#link !== null) throw new ArgumentError(`conversation ${this.index} already runs on a device`);
+    if (!pc.vad || !pc.echo) throw new ArgumentError('a conversation on a device is opened with vad: true and echoDelayMs');
+    if (device.rate !== this.inputRate || device.rate !== this.outputRate)
+      throw new ArgumentError(
+        `the device runs at ${device.rate} Hz; the conversation listens at ${this.inputRate} Hz and the engine speaks at ${this.outputRate} Hz`,
+      );
+    if (!(o.seconds > 0)) throw new ArgumentError(`run: seconds must be positive, got ${o.seconds}`);
+    const fadeMs = o.fadeMs ?? 20;
+    if (!(fadeMs >= 1 && fadeMs <= 1000)) throw new ArgumentError(`fadeMs must be 1..1000, got ${fadeMs}`);
+    const n = device.period;
+    if (2 * n > pc.input.maxPayload) throw new ArgumentError(`a device period of ${n} samples is more than the capture ring takes`);
+    const link: DeviceLink = {
+      clock: 0,
+      played: 0,
+      underruns: 0,
+      overruns: 0,
+      inputPeak: 0,
+      paused: false,
+      buffers: {
+        played: new Float32Array(n),
+        mic: new Float32Array(n),
+        far: new Float32Array(n),
+        pair: new Float32Array(2 * n),
+        carry: new Float32Array(pc.output.maxPayload),
+      },
+      carryAt: 0,
+      carryLength: 0,
+      gain: 1,
+      fadeStep: 1 / ((fadeMs * device.rate) / 1000),
+    };
+    this.#link = link;
+    const end = device.clock + Math.round(o.seconds * device.rate);
+    const done = (): boolean => device.clock >= end || o.signal?.aborted === true || this.#closing !== null || (o.until?.(link) ?? false);
+    try {
+      if (device.start === undefined) {
+        while (!done()) {
+          await this.#settle();
+          this.#tick(device, link);
+        }
+      } else {
+        await new Promise<void>((resolve, reject) => {
+          const finish = (): void => {
+            o.signal?.removeEventListener('abort', finish);
+            resolve();
+          };
+          o.signal?.addEventListener('abort', finish, { once: true });
+          device.start!(() => {
+            if (device.failure) return reject(device.failure);
+            this.#tick(device, link);
+            this.engine.wake();
+            if (done()) finish();
+          });
+        });
+      }
+    } finally {
+      await device.stop?.();
+      this.#link = null;
+    }
+    return link;
+  }
+
+  /** Lockstep: returns once this thread and every stage have nothing left to do. */
+  async #settle(): Promise<void> {
+    const p = this.engine.pipeline;
+    for (let spins = 0; ; spins++) {
+      if (p.failure !== null) throw p.failure;
+      if (!this[kPump]() && p.quiet() && !this[kPump]()) return;
+      if (spins % 64 === 63) await new Promise<void>((resolve) => setTimeout(resolve, 1));
+      else await new Promise<void>((resolve) => setImmediate(resolve));
+    }
+  }
+
+  /** One device period: play, capture, and hand [microphone | far end] to the capture stage. */
+  #tick(device: DuplexDevice, link: DeviceLink): void {
+    const b = link.buffers;
+    const n = device.period;
+    this.#pull(link, b.played, n);
+    device.tick(b.played, b.mic, b.far);
+    let peak = 0;
+    for (let i = 0; i < n; i++) {
+      peak = Math.max(peak, Math.abs(b.mic[i]!));
+      b.pair[i] = b.mic[i]!;
+      b.pair[n + i] = b.far[i]!;
+    }
+    link.inputPeak = peak;
+    link.clock = device.clock;
+    // The pipeline keeps up or the period is lost (counted): a device does not wait.
+    if (this.#pc.input.write(REC_DUPLEX, b.pair, 0, 2 * n)) this.#fedThisTurn += n;
+    else link.overruns++;
+  }
+
+  /** The next `n` samples of reply audio for the device, through the hold fade. */
+  #pull(link: DeviceLink, out: Float32Array, n: number): void {
+    const pc = this.#pc;
+    const ring = pc.output;
+    const hold = this.#held();
+    const carry = link.buffers.carry;
+    let played = 0;
+    let starved = false;
+    link.paused = hold;
+    // A reply cut by a barge-in is dropped at once, held or not.
+    for (let kind = ring.peekKind(); kind >= 0 && this.#dropReply === this.#replied; kind = ring.peekKind()) {
+      ring.skip();
+      if (kind === REC_TURN_END) this.#replyOut();
+    }
+    for (let i = 0; i < n; i++) {
+      if (hold) link.gain = Math.max(0, link.gain - link.fadeStep);
+      else link.gain = Math.min(1, link.gain + link.fadeStep);
+      out[i] = 0;
+      if (hold && link.gain === 0) continue;
+      while (link.carryAt === link.carryLength) {
+        const kind = ring.peekKind();
+        if (kind < 0) break;
+        if (kind === REC_PCM) {
+          if (this.#dropReply === this.#replied) {
+            ring.skip();
+            continue;
+          }
+          link.carryLength = ring.read(carry, 0);
+          link.carryAt = 0;
+          if (this.#firstAudioAt < 0) this.#firstAudioAt = performance.now();
+          this.#samples += link.carryLength;
+          const pcm = carry.slice(0, link.carryLength);
+          this.#emit('audio', { turn: this.#replied, pcm: this.format === 'f32' ? pcm : toS16(pcm, pcm.length), sampleRate: this.outputRate });
+        } else {
+          ring.skip();
+          if (kind === REC_TURN_END) {
+            if (played > 0) this.#heard(played);
+            played = 0;
+            this.#replyOut();
+          }
+        }
+      }
+      if (link.carryAt === link.carryLength) {
+        starved ||= this.#replied < this.#spoken && !hold;
+        continue;
+      }
+      out[i] = link.gain * carry[link.carryAt++]!;
+      played++;
+      link.played++;
+    }
+    if (played > 0) this.#heard(played);
+    if (starved) link.underruns++;
   }
 
   /** Writes up to `most` samples of the queue's head as one PCM (or DUPLEX) record; false when the ring is full. */

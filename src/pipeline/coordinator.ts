@@ -34,6 +34,7 @@ import {
   CONTROL_WORDS,
   DUPLEX_WORDS,
   kAttention,
+  kIdle,
   kStop,
   BELL,
   BELL_MAIN,
@@ -488,6 +489,20 @@ export class Pipeline {
    * Waits (without blocking the event loop) until the main doorbell moves past `seen` or
    * `ms` pass. Read `seen` with `bells.read(BELL_MAIN)` before checking the rings.
    */
+  /**
+   * Whether every stage has nothing to do: each sleeps on the bell value it found no work at,
+   * and none has been rung since (a ring is how any work reaches a stage). The main thread's
+   * own work is the caller's to check. Lockstep devices (io/loopback.ts) tick only then.
+   */
+  quiet(): boolean {
+    for (const name of STAGE_NAMES) {
+      const bell = BELL[name];
+      const idle = Atomics.load(this.control, kIdle + bell);
+      if (idle === 0 || idle !== Atomics.load(this.control, bell) + 1) return false;
+    }
+    return true;
+  }
+
   async wait(seen: number, ms: number): Promise<void> {
     const r = (
       Atomics as unknown as { waitAsync(a: Int32Array, i: number, v: number, t: number): { async: boolean; value: Promise<string> | string } }

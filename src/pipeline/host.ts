@@ -22,6 +22,7 @@ import {
   BELL,
   CONTROL_WORDS,
   kAttention,
+  kIdle,
   kStop,
   type StageApi,
   type StageConversation,
@@ -107,7 +108,10 @@ export function serveStage(expected: StageName): void {
         if (exitAfter > 0 && s.records >= exitAfter) process.exit(70);
         continue;
       }
+      // Quiescence (Pipeline.quiet): nothing to do at this bell value.
+      Atomics.store(control, kIdle + me, seen + 1);
       b.wait(me, seen, 50);
+      Atomics.store(control, kIdle + me, 0);
     }
     running = false;
   }

@@ -22,6 +22,8 @@ export const BELL: Readonly<Record<StageName, number>> = Object.freeze({ capture
 /** Control block (Int32 words): doorbells, then one attention word per stage (a control call waits). */
 export const kAttention = 8;
 export const kStop = 16; // 1: every stage leaves its loop
+/** One word per stage (at kIdle + its bell): 1 + the bell value it sleeps on after a poll found nothing to do; 0 while it works. */
+export const kIdle = 17;
 export const CONTROL_WORDS = 24;
 
 /** Record kinds. Payloads: floats for PCM/MEL/EMBED, ints otherwise. */
