@@ -222,6 +222,7 @@ const COMMANDS: Record<string, Command> = {
       'minSpeechMs',
       'vad',
       'lookaheadMs',
+      'engine',
     ],
     async run(v) {
       const controller = new AbortController();
@@ -242,15 +243,16 @@ const COMMANDS: Record<string, Command> = {
             minSpeech: text(v, 'minSpeechMs'),
             vad: text(v, 'vad'),
             lookahead: text(v, 'lookaheadMs'),
+            engine: text(v, 'engine'),
           },
           { write: (s) => process.stdout.write(s), log, meter: process.stderr.isTTY === true, signal: controller.signal },
         );
         log(
           `talk: ${summary.seconds} s, ${summary.turns} turns, ${summary.replies} replies, ${summary.bargeIns} barge-ins, ${summary.pauses} ` +
-            `pauses; echo canceller ${summary.echo.converged ? 'converged' : 'not converged'}` +
+            `pauses; ${summary.echo === null ? 'echo cancellation in the capture stage' : `echo canceller ${summary.echo.converged ? 'converged' : 'not converged'}`}` +
             (summary.device === null
               ? ''
-              : `; device library: ${summary.device.libraryBuffers} buffers, ${summary.device.libraryBytes} bytes; ${summary.device.overruns} samples overrun`),
+              : `; device library: ${summary.device.libraryBuffers} buffers, ${summary.device.libraryBytes} bytes; ${summary.device.overruns} samples overrun, ${summary.device.lostPeriods} periods lost`),
         );
       } finally {
         process.off('SIGINT', stop);

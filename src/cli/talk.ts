@@ -13,6 +13,7 @@ import { resolveModel } from '../io/checkpoint.js';
 import { resampleSignal } from '../dsp/resample.js';
 import { flagValue, parseFlag } from '../options.js';
 import { ArgumentError } from '../errors.js';
+import { load } from '../api/engine.js';
 
 export function devicesCommand(json: boolean): string {
   const list = listDevices();
@@ -42,6 +43,8 @@ export interface TalkRequest {
   minSpeech?: string | undefined;
   vad?: string | undefined;
   lookahead?: string | undefined;
+  /** 'pipeline' (the five stages, default) or 'single' (the one-thread reference session). */
+  engine?: string | undefined;
 }
 
 export interface TalkSummary {
@@ -51,8 +54,10 @@ export interface TalkSummary {
   bargeIns: number;
   pauses: number;
   underruns: number;
-  device: { libraryBuffers: number; libraryBytes: number; overruns: number } | null;
-  echo: { converged: boolean; gatedFrames: number };
+  /** The device library's buffers; input samples its ring dropped; periods the capture ring could not take. */
+  device: { libraryBuffers: number; libraryBytes: number; overruns: number; lostPeriods: number } | null;
+  /** The one-thread session's canceller (null: it runs in the pipeline's capture stage). */
+  echo: { converged: boolean; gatedFrames: number } | null;
 }
 
 /** Runs a talk session; resolves with its summary when time is up, the WAV is done or `signal` aborts. */
@@ -63,6 +68,7 @@ export async function talkCommand(
   const dir = resolveModel(r.model, o.log);
   const seconds = flagValue<number>('talkSeconds', r.seconds);
   const seed = flagValue<number>('seed', r.seed);
+  const engine = flagValue<string>('engine', r.engine);
   let devices: { input: AudioDevice; output: AudioDevice } | null = null;
   let rate = parseFlag('deviceRate', r.rate) as number | undefined;
   if (r.loopback === undefined) {
@@ -73,34 +79,7 @@ export async function talkCommand(
     throw new ArgumentError('talk: --loopback replaces the devices; give either it or --input-device/--output-device');
   }
   rate ??= 48000;
-  const domain = MemoryDomain.create({});
-  const model = SpeechModel.load(dir, domain, { outputRate: rate });
-  const conv = model.conversation({
-    seed,
-    inputRate: 16000,
-    checkpoints: DuplexSession.checkpointsFor(model, parseFlag('lookaheadMs', r.lookahead) as number | undefined),
-  });
-  let device: DuplexDevice & { start?: (f: () => void) => void };
-  let pa: PortAudioDevice | null = null;
-  let userLength = Number.POSITIVE_INFINITY;
-  if (devices !== null) {
-    pa = new PortAudioDevice({ input: devices.input, output: devices.output, rate });
-    device = pa;
-    o.log(`talk: ${devices.input.name} → ${devices.output.name} at ${rate} Hz (Ctrl-C ends)`);
-  } else {
-    const wav = readMonoWav(r.loopback!);
-    const user = resampleSignal(wav.samples, wav.rate, rate);
-    userLength = user.length;
-    device = new LoopbackDevice({ rate, echo: { delayMs: 60, gain: 0.5 }, user });
-    o.log(`talk: loopback device at ${rate} Hz, the user is ${r.loopback}`);
-  }
-  const words: number[] = [];
-  const flushText = (): void => {
-    if (words.length === 0) return;
-    o.write(model.tokenizer.decode(words));
-    words.length = 0;
-  };
-  const at = (clock: number): string => `[${(clock / rate!).toFixed(2)} s]`;
+  const user = r.loopback === undefined ? null : readMonoWav(r.loopback);
   const duplex: DuplexOptions = {};
   const silence = parseFlag('silenceMs', r.silence) as number | undefined;
   const onset = parseFlag('onsetMs', r.onset) as number | undefined;
@@ -112,39 +91,187 @@ export async function talkCommand(
   if (minSpeech !== undefined) duplex.minSpeechMs = minSpeech;
   if (vad !== undefined) duplex.vad = vad;
   if (lookahead !== undefined) duplex.lookaheadMs = lookahead;
-  const session = new DuplexSession(conv, device, duplex, {
-    speechStart: (c) => {
-      flushText();
-      o.write(`\n${at(c)} you: (speaking)`);
-    },
-    speechEnd: (c) => o.write(` ${at(c)} done\n${at(c)} assistant: `),
-    bargeIn: (c, heard) => {
-      flushText();
-      o.write(` ${at(c)} (interrupted: the reply keeps the ${heard} frames you heard)`);
-    },
-    replyEnd: () => {
-      flushText();
-      o.write('\n');
-    },
-    text: (tk) => {
-      words.push(tk);
-      if (words.length >= 8) flushText();
-    },
+  /** The device: PortAudio's, or the loopback device with the WAV as the user. */
+  const open = (): { device: DuplexDevice; pa: PortAudioDevice | null; userLength: number } => {
+    if (devices !== null) {
+      const pa = new PortAudioDevice({ input: devices.input, output: devices.output, rate: rate! });
+      o.log(`talk: ${devices.input.name} → ${devices.output.name} at ${rate} Hz (Ctrl-C ends)`);
+      return { device: pa, pa, userLength: Number.POSITIVE_INFINITY };
+    }
+    const samples = resampleSignal(user!.samples, user!.rate, rate!);
+    o.log(`talk: loopback device at ${rate} Hz, the user is ${r.loopback}`);
+    return { device: new LoopbackDevice({ rate: rate!, echo: { delayMs: 60, gain: 0.5 }, user: samples }), pa: null, userLength: samples.length };
+  };
+  const transcript = new Transcript(o.write, rate);
+  const args = { dir, seconds, seed, rate, duplex, open, transcript, o };
+  return engine === 'single' ? talkSingle(args) : talkPipeline(args);
+}
+
+interface TalkArgs {
+  dir: string;
+  seconds: number;
+  seed: number;
+  rate: number;
+  duplex: DuplexOptions;
+  open(): { device: DuplexDevice; pa: PortAudioDevice | null; userLength: number };
+  transcript: Transcript;
+  o: { write: (s: string) => void; log: (s: string) => void; meter: boolean; signal?: AbortSignal };
+}
+
+/** The transcript as it is spoken, and the input level meter. */
+class Transcript {
+  readonly #write: (s: string) => void;
+  readonly #rate: number;
+  readonly #words: number[] = [];
+  decode: (ids: number[]) => string = () => '';
+  #peak = 0;
+  #lastMeter = 0;
+
+  constructor(write: (s: string) => void, rate: number) {
+    this.#write = write;
+    this.#rate = rate;
+  }
+
+  at(clock: number): string {
+    return `[${(clock / this.#rate).toFixed(2)} s]`;
+  }
+
+  flush(): void {
+    if (this.#words.length === 0) return;
+    this.#write(this.decode(this.#words));
+    this.#words.length = 0;
+  }
+
+  speechStart(clock: number): void {
+    this.flush();
+    this.#write(`\n${this.at(clock)} you: (speaking)`);
+  }
+
+  speechEnd(clock: number): void {
+    this.#write(` ${this.at(clock)} done\n${this.at(clock)} assistant: `);
+  }
+
+  bargeIn(clock: number, heard: number | null): void {
+    this.flush();
+    this.#write(heard === null ? ` ${this.at(clock)} (interrupted)` : ` ${this.at(clock)} (interrupted: the reply keeps the ${heard} frames you heard)`);
+  }
+
+  replyEnd(): void {
+    this.flush();
+    this.#write('\n');
+  }
+
+  text(token: number): void {
+    this.#words.push(token);
+    if (this.#words.length >= 8) this.flush();
+  }
+
+  /** Every tenth of a second of device time, the loudest input since, on stderr (a terminal's). */
+  meter(on: boolean, clock: number, peak: number): void {
+    this.#peak = Math.max(this.#peak, peak);
+    if (!on || clock - this.#lastMeter < this.#rate / 10) return;
+    this.#lastMeter = clock;
+    const db = this.#peak > 0 ? 20 * Math.log10(this.#peak) : -120;
+    const bars = Math.max(0, Math.min(30, Math.round((db + 60) / 2)));
+    process.stderr.write(`\r  in ${db.toFixed(0).padStart(4)} dBFS ${'#'.repeat(bars).padEnd(30)}`);
+    this.#peak = 0;
+  }
+}
+
+/**
+ * The five-stage pipeline (library API): echo cancellation in the capture stage, VAD in the
+ * frontend, barge-in judged by the Depthformer stage, the reply pulled by the device.
+ */
+async function talkPipeline(a: TalkArgs): Promise<TalkSummary> {
+  const { o, transcript: tr, rate } = a;
+  const d = a.duplex;
+  const engine = await load(a.dir, {
+    outputRate: rate,
+    ...(d.silenceMs === undefined ? {} : { silenceMs: d.silenceMs }),
+    ...(d.onsetMs === undefined ? {} : { onsetMs: d.onsetMs }),
+    ...(d.minSpeechMs === undefined ? {} : { minSpeechMs: d.minSpeechMs }),
+    ...(d.vad === undefined ? {} : { vad: d.vad }),
+    ...(d.lookaheadMs === undefined ? {} : { lookaheadMs: d.lookaheadMs }),
+  });
+  try {
+    tr.decode = (ids) => engine.pipeline.tokenizer.decode(ids);
+    const { device, pa, userLength } = a.open();
+    const conv = await engine.open({ inputRate: rate, seed: a.seed, vad: true, echoDelayMs: Math.min(500, Math.round(device.latencyMs)) });
+    let turns = 0;
+    let replies = 0;
+    let bargeIns = 0;
+    let pauses = 0;
+    let speaking = false;
+    conv.on('speech_start', () => {
+      speaking = true;
+      tr.speechStart(device.clock);
+    });
+    conv.on('speech_end', (e) => {
+      speaking = false;
+      if (e.reason === 'dropped') return;
+      turns++;
+      tr.speechEnd(device.clock);
+    });
+    conv.on('barge_in', (e) => {
+      bargeIns++;
+      tr.bargeIn(device.clock, e.heardFrames);
+    });
+    conv.on('text', (e) => tr.text(e.token));
+    conv.on('turn_end', () => {
+      replies++;
+      tr.replyEnd();
+    });
+    let wasPaused = false;
+    // On the loopback device: the user's file, then until the last reply has played (at most 30 s more).
+    const limit = Math.min(a.seconds * rate, userLength + 30 * rate);
+    const link = await conv.run(device, {
+      seconds: limit / rate,
+      ...(o.signal === undefined ? {} : { signal: o.signal }),
+      until: (l) => {
+        // A pause is playback held for what may be the user (while a reply is owed).
+        if (l.paused && !wasPaused && replies < turns) pauses++;
+        wasPaused = l.paused;
+        tr.meter(o.meter, l.clock, l.inputPeak);
+        return l.clock >= userLength && !speaking && replies >= turns;
+      },
+    });
+    tr.flush();
+    if (o.meter) process.stderr.write('\n');
+    await conv.close();
+    return {
+      seconds: Math.round((device.clock / rate) * 100) / 100,
+      turns,
+      replies,
+      bargeIns,
+      pauses,
+      underruns: link.underruns,
+      device: pa === null ? null : { libraryBuffers: pa.libraryBuffers, libraryBytes: pa.libraryBytes, overruns: pa.overruns, lostPeriods: link.overruns },
+      echo: null,
+    };
+  } finally {
+    await engine.close();
+  }
+}
+
+/** The one-thread reference session (DuplexSession): the same behaviour on the calling thread. */
+async function talkSingle(a: TalkArgs): Promise<TalkSummary> {
+  const { o, transcript: tr, rate } = a;
+  const domain = MemoryDomain.create({});
+  const model = SpeechModel.load(a.dir, domain, { outputRate: rate });
+  tr.decode = (ids) => model.tokenizer.decode(ids);
+  const conv = model.conversation({ seed: a.seed, inputRate: 16000, checkpoints: DuplexSession.checkpointsFor(model, a.duplex.lookaheadMs) });
+  const { device, pa, userLength } = a.open();
+  const session = new DuplexSession(conv, device, a.duplex, {
+    speechStart: (c) => tr.speechStart(c),
+    speechEnd: (c) => tr.speechEnd(c),
+    bargeIn: (c, heard) => tr.bargeIn(c, heard),
+    replyEnd: () => tr.replyEnd(),
+    text: (tk) => tr.text(tk),
   });
   model.ready();
   conv.ready();
   // On the loopback device: the user's file, then at most 30 s for the last reply.
-  const limit = Math.min(seconds * rate, userLength + 30 * rate);
-  let peak = 0;
-  let lastMeter = 0;
-  const meter = (): void => {
-    if (!o.meter || device.clock - lastMeter < rate! / 10) return;
-    lastMeter = device.clock;
-    const db = peak > 0 ? 20 * Math.log10(peak) : -120;
-    const bars = Math.max(0, Math.min(30, Math.round((db + 60) / 2)));
-    process.stderr.write(`\r  in ${db.toFixed(0).padStart(4)} dBFS ${'#'.repeat(bars).padEnd(30)}`);
-    peak = 0;
-  };
+  const limit = Math.min(a.seconds * rate, userLength + 30 * rate);
   try {
     if (pa === null) {
       while (device.clock + device.period <= limit && o.signal?.aborted !== true) {
@@ -158,18 +285,17 @@ export async function talkCommand(
           resolve();
         };
         o.signal?.addEventListener('abort', done, { once: true });
-        pa!.start(() => {
-          if (pa!.failure !== null) return reject(pa!.failure);
+        pa.start(() => {
+          if (pa.failure !== null) return reject(pa.failure);
           session.tick();
-          peak = Math.max(peak, session.inputPeak);
-          meter();
+          tr.meter(o.meter, device.clock, session.inputPeak);
           if (device.clock >= limit) done();
         });
       });
     }
   } finally {
     await pa?.stop();
-    flushText();
+    tr.flush();
     if (o.meter) process.stderr.write('\n');
     session.close();
   }
@@ -180,7 +306,7 @@ export async function talkCommand(
     bargeIns: session.bargeIns,
     pauses: session.pauses,
     underruns: session.underruns,
-    device: pa === null ? null : { libraryBuffers: pa.libraryBuffers, libraryBytes: pa.libraryBytes, overruns: pa.overruns },
+    device: pa === null ? null : { libraryBuffers: pa.libraryBuffers, libraryBytes: pa.libraryBytes, overruns: pa.overruns, lostPeriods: 0 },
     echo: { converged: session.aec.converged, gatedFrames: session.aec.gated },
   };
 }
