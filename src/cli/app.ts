@@ -149,7 +149,9 @@ const COMMANDS: Record<string, Command> = {
     },
   },
   serve: {
-    usage: 'voxslab serve [--model <DIR|tiny|small>] [--host 127.0.0.1] [--port 7860] [--token SECRET] [--memory SIZE] [options]',
+    usage:
+      'voxslab serve [--model <DIR|tiny|small>] [--host 127.0.0.1] [--port 7860] [--token SECRET] [--memory SIZE] [--input-device ID] ' +
+      '[--output-device ID] [options]',
     summary:
       'the voice daemon: HTTP and WebSocket conversations on one loaded model, a live page at /, /healthz, /readyz, /v1/memory, /metrics; SIGINT ' +
       'or SIGTERM ends the conversations, returns every byte and exits 0',
@@ -175,6 +177,9 @@ const COMMANDS: Record<string, Command> = {
       'onsetMs',
       'minSpeechMs',
       'vad',
+      'lookaheadMs',
+      'inputDevice',
+      'outputDevice',
     ],
     async run(v) {
       const request: Parameters<typeof serveCommand>[0] = { model: (v.model as string | undefined) ?? 'tiny' };
@@ -199,6 +204,9 @@ const COMMANDS: Record<string, Command> = {
         onset: 'onsetMs',
         minSpeech: 'minSpeechMs',
         vad: 'vad',
+        lookahead: 'lookaheadMs',
+        inputDevice: 'inputDevice',
+        outputDevice: 'outputDevice',
       } as const;
       for (const [field, key] of Object.entries(fields)) request[field as keyof typeof fields] = text(v, key);
       await serveCommand(request);

@@ -7,6 +7,7 @@ import { load } from '../api/engine.js';
 import { checkBind, Daemon } from '../daemon/server.js';
 import { flagValue, parseFlag } from '../options.js';
 import { parsePin } from './run.js';
+import { findDevice, listDevices, PortAudioDevice, type AudioDevice } from '../io/devices.js';
 
 export interface ServeRequest {
   model: string;
@@ -30,6 +31,9 @@ export interface ServeRequest {
   onset?: string | undefined;
   minSpeech?: string | undefined;
   vad?: string | undefined;
+  lookahead?: string | undefined;
+  inputDevice?: string | undefined;
+  outputDevice?: string | undefined;
 }
 
 export async function serveCommand(r: ServeRequest, log: (line: string) => void = (l) => process.stderr.write(`${l}\n`)): Promise<void> {
@@ -46,8 +50,15 @@ export async function serveCommand(r: ServeRequest, log: (line: string) => void 
     log,
     ...(token === undefined ? {} : { token }),
   };
+  // Named devices are found before anything is loaded: a missing one is exit 4 at once.
+  let devices: { input: AudioDevice; output: AudioDevice } | null = null;
+  if (r.inputDevice !== undefined || r.outputDevice !== undefined) {
+    const list = listDevices();
+    devices = { input: findDevice(r.inputDevice, 'input', list), output: findDevice(r.outputDevice, 'output', list) };
+  }
   const options: Parameters<typeof load>[1] = {
-    outputRate: flagValue<number>('outputRate', r.rate),
+    // A device plays the replies: they come at its rate unless --rate says otherwise.
+    outputRate: r.rate === undefined && devices !== null ? Math.round(devices.output.defaultRate) : flagValue<number>('outputRate', r.rate),
     segmentSeconds: flagValue<number>('segmentSeconds', r.segment),
     replySeconds: flagValue<number>('replySeconds', r.reply),
     threads: flagValue<number>('threads', r.threads),
@@ -58,6 +69,7 @@ export async function serveCommand(r: ServeRequest, log: (line: string) => void 
     onsetMs: flagValue<number>('onsetMs', r.onset),
     minSpeechMs: flagValue<number>('minSpeechMs', r.minSpeech),
     vad: flagValue<'very-low' | 'low' | 'moderate' | 'high'>('vad', r.vad),
+    lookaheadMs: flagValue<number>('lookaheadMs', r.lookahead),
     log,
   };
   const context = parseFlag('context', r.context) as number | undefined;
@@ -75,7 +87,17 @@ export async function serveCommand(r: ServeRequest, log: (line: string) => void 
   }
   const s = engine.snapshot();
   log(`voxslab serve: model '${engine.config.name}', ${s.held.total} bytes held of a ${s.limit}-byte cap; replies at ${engine.outputRate} Hz`);
-  log('no audio devices in use: headless, serving WebSocket clients only');
+  if (devices === null) log('no audio devices in use: headless, serving WebSocket clients only');
+  else {
+    const label = `${devices.input.name} → ${devices.output.name} at ${engine.outputRate} Hz`;
+    try {
+      await daemon.runDevice(new PortAudioDevice({ input: devices.input, output: devices.output, rate: engine.outputRate }), label);
+    } catch (error) {
+      await daemon.close();
+      throw error;
+    }
+    log(`devices: ${label}; WebSocket clients too`);
+  }
   process.stdout.write(`listening on ${daemon.url}\n`);
   await new Promise<void>((resolve, reject) => {
     let stopping = false;

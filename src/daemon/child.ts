@@ -22,8 +22,8 @@ export interface ServeChild {
   exited: Promise<number | null>;
 }
 
-export async function spawnServe(args: readonly string[]): Promise<ServeChild> {
-  const proc = spawn(process.execPath, [CLI, 'serve', ...args], { stdio: ['ignore', 'pipe', 'pipe'] });
+export async function spawnServe(args: readonly string[], env: NodeJS.ProcessEnv = process.env): Promise<ServeChild> {
+  const proc = spawn(process.execPath, [CLI, 'serve', ...args], { stdio: ['ignore', 'pipe', 'pipe'], env });
   let err = '';
   proc.stderr!.on('data', (d: Buffer) => (err += d.toString()));
   const exited = new Promise<number | null>((r) => proc.once('exit', (code) => r(code)));

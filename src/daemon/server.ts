@@ -31,6 +31,7 @@ import { optionValue } from '../options.js';
 import type { Conversation, Engine, SampleFormat, TurnSummary } from '../api/engine.js';
 import { STAGES } from '../pipeline/clock.js';
 import { livePage } from './page.js';
+import type { DuplexDevice } from '../pipeline/session.js';
 
 export interface DaemonOptions {
   host?: string;
@@ -99,6 +100,10 @@ export class Daemon {
   readonly #sockets = new Set<Socket>();
   #nextId = 1;
   #draining = false;
+  /** The devices a live conversation runs on (null: headless), and how to end it. */
+  #devices: string | null = null;
+  readonly #deviceStop = new AbortController();
+  #deviceRun: Promise<void> | null = null;
 
   private constructor(engine: Engine, options: DaemonOptions) {
     this.engine = engine;
@@ -259,8 +264,8 @@ export class Daemon {
         return this.#json(res, 200, {
           status: this.#draining ? 'draining' : 'ok',
           model: this.engine.config.name,
-          headless: true,
-          devices: 'none: WebSocket clients only',
+          headless: this.#devices === null,
+          devices: this.#devices ?? 'none: WebSocket clients only',
           conversations: this.#entries.size,
           outputRate: this.engine.outputRate,
         });
@@ -388,8 +393,11 @@ export class Daemon {
     if (inputRate !== undefined) options.inputRate = inputRate;
     if (seed !== undefined) options.seed = seed;
     if (body.vad === true) options.vad = true;
-    const conversation = await this.engine.open(options);
-    const id = String(this.#nextId++);
+    return this.#register(await this.engine.open(options), String(this.#nextId++), format, ephemeral);
+  }
+
+  /** Lists a new conversation and counts what it does. */
+  #register(conversation: Conversation, id: string, format: SampleFormat, ephemeral: boolean): Entry {
     const entry: Entry = { id, conversation, format, createdAt: new Date().toISOString(), turns: 0, socket: null, ephemeral };
     this.#entries.set(id, entry);
     conversation.on('turn_end', (t: TurnSummary) => {
@@ -537,8 +545,38 @@ export class Daemon {
    * Graceful stop: refuse new conversations, end the open ones (their sockets close with 1001),
    * stop listening, close the engine (every byte back to the cap).
    */
+  /**
+   * The daemon's own conversation on a duplex device (`--input-device`/`--output-device`): it
+   * listens, answers and is interrupted there (echo cancellation, VAD and barge-in in the
+   * pipeline), listed as conversation `device`, until the daemon closes or the device fails.
+   * The transcript goes to the log.
+   */
+  async runDevice(device: DuplexDevice & { start(onPeriod: () => void): void; stop(): Promise<void>; failure: Error | null }, label: string): Promise<void> {
+    if (this.#deviceRun !== null) throw new UsageError('serve: one device conversation at a time');
+    const conversation = await this.engine.open({ inputRate: device.rate, vad: true, echoDelayMs: Math.min(500, Math.round(device.latencyMs)) });
+    this.#register(conversation, 'device', 'f32', false);
+    this.#devices = label;
+    const at = (): string => `[${(device.clock / device.rate).toFixed(2)} s]`;
+    conversation.on('speech_start', () => this.#log(`device ${at()} user speaking`));
+    conversation.on('speech_end', (e) => e.reason !== 'dropped' && this.#log(`device ${at()} user done`));
+    conversation.on('barge_in', (e) => this.#log(`device ${at()} interrupted: the reply keeps ${e.heardFrames ?? 'none'} of its frames`));
+    conversation.on('turn_end', (t) => this.#log(`device ${at()} assistant (${t.stop}): ${JSON.stringify(t.text)}`));
+    this.#deviceRun = conversation
+      .run(device, { seconds: 365 * 86400, signal: this.#deviceStop.signal })
+      .then(
+        () => undefined,
+        (error: Error) => {
+          this.#log(`device ${label}: ${error.message}; serving WebSocket clients only`);
+          this.#devices = `failed: ${error.message}`;
+        },
+      )
+      .finally(() => conversation.close());
+  }
+
   async close(): Promise<void> {
     this.#draining = true;
+    this.#deviceStop.abort();
+    await this.#deviceRun;
     const closed = new Promise<void>((resolve) => this.server.close(() => resolve()));
     for (const e of [...this.#entries.values()]) await this.#close(e, 1001, 'the daemon is shutting down');
     for (const ws of this.#wss.clients) ws.terminate();

@@ -7,6 +7,8 @@ import { apmAvailable } from '../../src/dsp/aec.js';
 import { resampleSignal } from '../../src/dsp/resample.js';
 import { corpusTools, utterance } from '../../bench/corpus.js';
 import { scratchDir } from '../helpers.js';
+import { spawnServe } from '../../src/daemon/child.js';
+import { setTimeout as delay } from 'node:timers/promises';
 
 const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
 const RATE = 48000;
@@ -82,4 +84,30 @@ t.test('voxslab talk: a missing device is a clear error, exit 4', async (t) => {
   t.notMatch(r.stderr, /ALSA lib/, "alsa-lib's messages about missing sound cards are kept quiet");
   const both = voxslab(env, 'talk', '--loopback', 'x.wav', '--input-device', 'voxmic');
   t.equal(both.status, 2, 'loopback and devices together are a usage error');
+});
+
+t.test('voxslab serve --input-device --output-device: the daemon holds a live conversation on the devices', { skip }, async (t) => {
+  const { env } = virtualDevices(speech48k());
+  const s = await spawnServe(['--port', '0', '--input-device', 'voxmic', '--output-device', 'voxspk', '--rate', String(RATE)], env);
+  try {
+    const health = (await (await fetch(`${s.url}/healthz`)).json()) as { headless: boolean; devices: string };
+    t.equal(health.headless, false, 'not headless');
+    t.match(health.devices, /voxmic → voxspk at 48000 Hz/, '/healthz names the devices');
+    const list = (await (await fetch(`${s.url}/v1/conversations`)).json()) as { conversations: { id: string }[] };
+    t.ok(
+      list.conversations.some((c) => c.id === 'device'),
+      'the device conversation is listed',
+    );
+    // The spoken question is answered on the speaker (the transcript goes to the log).
+    for (let k = 0; k < 300 && !/device \[[\d.]+ s\] assistant/.test(s.stderr()); k++) await delay(100);
+    t.match(s.stderr(), /device \[[\d.]+ s\] user speaking.*device \[[\d.]+ s\] user done.*device \[[\d.]+ s\] assistant \(/s, 'heard, answered, logged');
+    const metrics = await (await fetch(`${s.url}/metrics`)).text();
+    t.match(metrics, /voxslab_turns_total [1-9]/, 'counted in /metrics');
+  } finally {
+    s.proc.kill('SIGTERM');
+  }
+  t.equal(await s.exited, 0, 'SIGTERM ends it, exit 0');
+  t.match(s.stderr(), /stopped: 0 bytes held, 0 reserved/, 'every byte back, the device conversation’s too');
+  const missing = voxslab(env, 'serve', '--port', '0', '--input-device', 'no-such-microphone');
+  t.equal(missing.status, 4, `a missing device: exit 4 (${missing.stderr.trim().split('\n').at(-1)})`);
 });
