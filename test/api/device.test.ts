@@ -61,10 +61,8 @@ async function session(): Promise<{ played: Buffer; events: string[]; stopAt: nu
     for (const s of stats) if (s.allocationsAfterReady !== 0) events.push(`${s.stage} allocated ${s.allocationsAfterReady}`);
     await conv.close();
     const all = new Float32Array(played.length * device.period);
-    played.forEach((p, k) => all.set(p, k * device.period));
+    for (const [k, p] of played.entries()) all.set(p, k * device.period);
     // Playback stopped: the first sample after the onset from which the output stays silent.
-    let stopAt = all.length;
-    while (stopAt > second && all[stopAt - 1] === 0) stopAt--;
     let k = second;
     for (; k < all.length; k++) {
       let silent = true;
