@@ -24,6 +24,8 @@ import { SpeechModel } from '../src/pipeline/conversation.js';
 import { DuplexSession } from '../src/pipeline/session.js';
 import { STAGES } from '../src/pipeline/clock.js';
 import { resampleSignal } from '../src/dsp/resample.js';
+import { EchoPath } from '../src/dsp/echo.js';
+import { load, type Engine } from '../src/api/engine.js';
 
 const PERIOD = RATE / 100;
 
@@ -46,6 +48,15 @@ export interface DuplexBenchResult {
     firstSampleP95Ms: number;
     realtime: number;
     cpuPercent: Record<string, number>;
+  };
+  /** The same through the five-stage pipeline (library API, lockstep loopback device). */
+  pipeline: {
+    /** `replyOver`: scripted interruptions whose reply had already ended (not counted). */
+    bargeIn: DuplexBenchResult['bargeIn'] & { userOverEchoDb: number; replyOver: number };
+    reply: { questions: number; turns: number; endOfSpeechP50Ms: number; computeP50Ms: number; firstSampleP50Ms: number; firstSampleP95Ms: number };
+    /** Busy time of each stage worker per second of device audio, %. */
+    cpuPercent: Record<string, number>;
+    realtime: number;
   };
 }
 
@@ -317,6 +328,7 @@ export async function run(options: { quick?: boolean } = {}): Promise<DuplexBenc
     bargeInNoisy,
     falseBargeIns,
     reply: replyLoop(quick),
+    pipeline: await pipelineLoop(quick),
     cpu: { loopRealtime: round(loopSeconds / (loopMs / 1000), 1), vadRealtime: round(vadSeconds / (vadMs / 1000), 1) },
   };
 }
@@ -394,6 +406,145 @@ function replyLoop(quick: boolean): DuplexBenchResult['reply'] {
   };
 }
 
+/**
+ * Through the five-stage pipeline (src/api/engine.ts `run` on the loopback device, in lockstep
+ * with the stages): the tiny model answers a question, and the user talks over the reply 4 to
+ * 6.5 s into it (after the canceller has had its 3 s of far end), about 10 dB over the echo.
+ * Barge-in latency is device clock from the labelled onset to the first period from which
+ * playback stays silent; the first reply sample is the end-of-speech decision (device clock)
+ * plus the wall time from the decision to the first reply audio (lockstep keeps compute off
+ * the device clock) plus the two periods a real device queues.
+ */
+async function pipelineLoop(quick: boolean): Promise<DuplexBenchResult['pipeline']> {
+  const engine = await load(
+    resolveModel('tiny', () => undefined),
+    { outputRate: RATE, replySeconds: 12 },
+  );
+  try {
+    return await pipelineRuns(engine, quick);
+  } finally {
+    await engine.close();
+  }
+}
+
+async function pipelineRuns(engine: Engine, quick: boolean): Promise<DuplexBenchResult['pipeline']> {
+  const want = quick ? 10 : 50;
+  const rand = prng(606);
+  const latencies: number[] = [];
+  const decisions: number[] = [];
+  const compute: number[] = [];
+  const overEcho: number[] = [];
+  let early = 0;
+  let missed = 0;
+  let turns = 0;
+  let seconds = 0;
+  const busy0 = (await engine.pipeline.stats()).map((s) => s.busyMs);
+  const t0 = performance.now();
+  let replyOver = 0;
+  let runs = 0;
+  for (let k = 0; latencies.length + early + missed < want && k < 4 * want; k++) {
+    runs++;
+    const pick = (): Float32Array =>
+      utterance(SENTENCES[Math.floor(rand() * SENTENCES.length)]!, VOICES[Math.floor(rand() * VOICES.length)]!, SPEEDS[Math.floor(rand() * SPEEDS.length)]!);
+    const question = pick();
+    // At half the corpus's level the user is about 10 dB over the echo of the tiny model's reply (measured below).
+    const over = pick().map((v) => 0.5 * v);
+    const qLabels = labelFrames(question);
+    let last = qLabels.length - 1;
+    while (last > 0 && qLabels[last] !== 1) last--;
+    const qAt = RATE;
+    const lastWord = qAt + (last + 1) * APM_FRAME;
+    // The reply starts about 0.7 s after the last word; the user talks over it 4 to 6.5 s in.
+    const start = Math.round((lastWord + (0.7 + 4 + 2.5 * rand()) * RATE) / PERIOD) * PERIOD;
+    const user = new Float32Array(start + over.length + 2 * RATE);
+    user.set(question, qAt);
+    user.set(over, start);
+    const labels = labelFrames(over);
+    let first = 0;
+    while (labels[first] !== 1) first++;
+    const onset = start + first * APM_FRAME;
+    const delayMs = 20 + Math.floor(rand() * 9) * 20;
+    const device = new LoopbackDevice({ rate: RATE, echo: { delayMs, gain: 1, seed: 9 }, user });
+    const played = new Float32Array(user.length + RATE);
+    const tick = device.tick.bind(device);
+    device.tick = (out, mic, far) => {
+      played.set(out.subarray(0, Math.min(out.length, played.length - device.clock)), device.clock);
+      tick(out, mic, far);
+    };
+    const conv = await engine.open({ inputRate: RATE, seed: 1 + k, vad: true, echoDelayMs: delayMs });
+    const barges: number[] = [];
+    let decidedAt = -1;
+    let endWall = 0;
+    conv.on('speech_end', (e) => {
+      if (e.reason === 'vad' && decidedAt < 0) {
+        decidedAt = device.clock;
+        endWall = performance.now();
+      }
+    });
+    conv.once('audio', () => compute.push(performance.now() - endWall));
+    conv.on('barge_in', () => barges.push(device.clock));
+    conv.on('turn_end', () => turns++);
+    await conv.run(device, { seconds: user.length / RATE });
+    await conv.close();
+    seconds += user.length / RATE;
+    if (decidedAt >= 0) decisions.push(((decidedAt - lastWord) * 1000) / RATE);
+    // The user's level over the echo of what was played, in the microphone (energy over the voiced part).
+    const echo = new Float32Array(played.length);
+    new EchoPath({ rate: RATE, delayMs, gain: 1, seed: 9 }).push(played, echo, 0, played.length);
+    overEcho.push(20 * Math.log10(rms(over) / Math.max(1e-9, rms(echo, start, start + over.length))));
+    if (barges.some((c) => c < onset)) {
+      early++;
+      continue;
+    }
+    if (!barges.some((c) => c >= onset && c < start + over.length)) {
+      // A reply already over (the model ended its turn) is not an interruption: try another.
+      let e = 0;
+      for (let i = onset - RATE / 5; i < onset; i++) e += played[i]! * played[i]!;
+      if (e === 0) replyOver++;
+      else missed++;
+      continue;
+    }
+    let p = onset;
+    for (; p < played.length; p += PERIOD) {
+      let silent = true;
+      for (let j = p; j < Math.min(played.length, p + RATE / 10); j++) if (played[j] !== 0) silent = false;
+      if (silent) break;
+    }
+    latencies.push(((p - onset) * 1000) / RATE);
+  }
+  const wall = performance.now() - t0;
+  const stats = await engine.pipeline.stats();
+  const cpu: Record<string, number> = {};
+  stats.forEach((s, i) => {
+    cpu[s.stage] = round((100 * (s.busyMs - busy0[i]!)) / 1000 / seconds, 2);
+  });
+  const queue = (2 * PERIOD * 1000) / RATE;
+  const total = decisions.map((d, i) => d + (compute[i] ?? 0) + queue);
+  return {
+    bargeIn: {
+      interruptions: latencies.length + early + missed,
+      replyOver,
+      detected: latencies.length,
+      stoppedEarly: early,
+      missed,
+      p50Ms: round(pct(latencies, 50), 0),
+      p95Ms: round(pct(latencies, 95), 0),
+      maxMs: round(Math.max(...latencies), 0),
+      userOverEchoDb: round(pct(overEcho, 50), 1),
+    },
+    reply: {
+      questions: runs,
+      turns,
+      endOfSpeechP50Ms: round(pct(decisions, 50), 0),
+      computeP50Ms: round(pct(compute, 50), 1),
+      firstSampleP50Ms: round(pct(total, 50), 0),
+      firstSampleP95Ms: round(pct(total, 95), 0),
+    },
+    cpuPercent: cpu,
+    realtime: round(seconds / (wall / 1000), 1),
+  };
+}
+
 export function format(r: DuplexBenchResult | { available: false; reason: string }): string {
   if (!r.available) return `duplex bench skipped: ${(r as { reason: string }).reason}`;
   const x = r as DuplexBenchResult;
@@ -433,6 +584,20 @@ export function format(r: DuplexBenchResult | { available: false; reason: string
   );
   lines.push(
     `  CPU per stage (% of one core): ${Object.entries(rp.cpuPercent)
+      .map(([k, v]) => `${k} ${v}`)
+      .join(', ')}`,
+  );
+  const pp = x.pipeline;
+  lines.push(
+    `  five-stage pipeline, barge-in over the model's reply (user ${pp.bargeIn.userOverEchoDb} dB over its echo): ${bi(pp.bargeIn)}; ` +
+      `${pp.bargeIn.replyOver} more scripted ones came after the reply had ended`,
+  );
+  lines.push(
+    `  five-stage pipeline, last word → first reply sample: p50 ${pp.reply.firstSampleP50Ms} ms, p95 ${pp.reply.firstSampleP95Ms} ms ` +
+      `(decision p50 ${pp.reply.endOfSpeechP50Ms} ms + compute p50 ${pp.reply.computeP50Ms} ms + 20 ms device queue; ${pp.realtime}× real time in lockstep)`,
+  );
+  lines.push(
+    `  five-stage pipeline, stage busy time (% of one core per second of audio): ${Object.entries(pp.cpuPercent)
       .map(([k, v]) => `${k} ${v}`)
       .join(', ')}`,
   );

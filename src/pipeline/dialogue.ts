@@ -323,7 +323,9 @@ export class Dialogue {
     const stack = slot.backbone.stack;
     this.#tic();
     let hidden: Float32Array;
-    if (this.#step === 0) hidden = this.#flush(slot);
+    // The prompt's last chunk may have run already (its positions ended on a chunk): its last
+    // hidden state is in row 0 of the plane.
+    if (this.#step === 0) hidden = this.#staged > 0 ? this.#flush(slot) : stack.hiddenRows;
     else {
       this.#makeRoom(slot, 1);
       hidden = stack.forward(this.state, 1);

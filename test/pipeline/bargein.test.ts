@@ -107,3 +107,47 @@ t.test('barge-in: a frame older than the checkpoints kept cannot be returned to'
   t.equal(a.truncate(7), true, 'frame 7 is kept');
   t.throws(() => dialogue(10, -1), /checkpoints must be 0\.\.4096/);
 });
+
+t.test('a user turn whose staged positions end exactly on a prefill chunk is answered as any other', async (t) => {
+  // Two models on the same checkpoint that differ only in the prefill chunk.
+  const chunk = model.options.prefillChunk;
+  const other = SpeechModel.load(dir, domain, { prefillChunk: chunk - 1 });
+  const p = model.prompts;
+  const staged = p.system.length + p.userOpen.length + p.userClose.length;
+  const frames = Math.ceil((staged + 1) / chunk) * chunk - staged;
+  t.equal((staged + frames) % chunk, 0, `${staged} prompt positions and ${frames} frames fill whole chunks of ${chunk}`);
+  const rows = userRows(5, frames);
+  const a = dialogue(8, 0);
+  const out = turn(a, rows);
+  t.ok(out.length > 0, `answered: ${out.length} values`);
+  // The same turn prefilled in chunks of chunk − 1 (its last chunk runs at the first step).
+  const o = other.options;
+  const b = sizedArenas(
+    domain,
+    [{ owner: domain.owner('conversation', 60), name: 'dialogue other' }],
+    1 << 28,
+    ([ar]) =>
+      new Dialogue(c, ar!, {
+        context: o.context,
+        kv: o.kv,
+        prefillChunk: o.prefillChunk,
+        maxFrames: 8,
+        text: o.text,
+        audio: o.audio,
+        seed: 5,
+        prompts: other.prompts,
+        clocks: carveClocks(ar!, ''),
+      }),
+  ).value;
+  b.beginUser(other.slot);
+  b.pushRows(other.slot, rows, 0, frames);
+  b.endUser(other.slot);
+  const ref: number[] = [];
+  for (;;) {
+    const e = b.step(other.slot);
+    if (e === EMIT_DONE) break;
+    if (e === EMIT_TEXT) ref.push(-1 - b.token);
+    else ref.push(...b.codes);
+  }
+  t.same(out, ref, 'the same reply as with another chunk size');
+});
