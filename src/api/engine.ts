@@ -977,6 +977,11 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     if (starved) link.underruns++;
   }
 
+  /** The device this conversation runs on (`run`) and its counters, or null. */
+  get device(): DeviceLink | null {
+    return this.#link;
+  }
+
   /** Writes up to `most` samples of the queue's head as one PCM (or DUPLEX) record; false when the ring is full. */
   #feed(head: Float32Array, most: number): boolean {
     if (this.#pairs.has(head)) return this.#feedPair(head, most);

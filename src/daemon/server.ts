@@ -104,6 +104,7 @@ export class Daemon {
   #devices: string | null = null;
   readonly #deviceStop = new AbortController();
   #deviceRun: Promise<void> | null = null;
+  #xruns: (() => { underruns: number; overruns: number; dropped: number }) | null = null;
 
   private constructor(engine: Engine, options: DaemonOptions) {
     this.engine = engine;
@@ -167,6 +168,20 @@ export class Daemon {
   #metrics(): void {
     const d = this;
     const r = [this.registry];
+    new Gauge({
+      name: 'voxslab_device_xruns',
+      help: 'The device conversation: periods owed a reply with no audio (underrun), microphone periods lost (overrun), input samples the device ring dropped',
+      labelNames: ['kind'],
+      registers: r,
+      collect() {
+        this.reset();
+        const x = d.#xruns?.();
+        if (x === undefined) return;
+        this.set({ kind: 'underrun' }, x.underruns);
+        this.set({ kind: 'overrun' }, x.overruns);
+        this.set({ kind: 'input_samples_dropped' }, x.dropped);
+      },
+    });
     new Gauge({
       name: 'voxslab_memory_bytes',
       help: 'Bytes charged, by owner and category',
@@ -551,11 +566,19 @@ export class Daemon {
    * pipeline), listed as conversation `device`, until the daemon closes or the device fails.
    * The transcript goes to the log.
    */
-  async runDevice(device: DuplexDevice & { start(onPeriod: () => void): void; stop(): Promise<void>; failure: Error | null }, label: string): Promise<void> {
+  async runDevice(
+    device: DuplexDevice & { start(onPeriod: () => void): void; stop(): Promise<void>; failure: Error | null; overruns?: number },
+    label: string,
+  ): Promise<void> {
     if (this.#deviceRun !== null) throw new UsageError('serve: one device conversation at a time');
     const conversation = await this.engine.open({ inputRate: device.rate, vad: true, echoDelayMs: Math.min(500, Math.round(device.latencyMs)) });
     this.#register(conversation, 'device', 'f32', false);
     this.#devices = label;
+    const counted = { underruns: 0, overruns: 0 };
+    this.#xruns = () => {
+      const l = conversation.device;
+      return { underruns: l?.underruns ?? counted.underruns, overruns: l?.overruns ?? counted.overruns, dropped: device.overruns ?? 0 };
+    };
     const at = (): string => `[${(device.clock / device.rate).toFixed(2)} s]`;
     conversation.on('speech_start', () => this.#log(`device ${at()} user speaking`));
     conversation.on('speech_end', (e) => e.reason !== 'dropped' && this.#log(`device ${at()} user done`));

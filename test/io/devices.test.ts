@@ -103,6 +103,7 @@ t.test('voxslab serve --input-device --output-device: the daemon holds a live co
     t.match(s.stderr(), /device \[[\d.]+ s\] user speaking.*device \[[\d.]+ s\] user done.*device \[[\d.]+ s\] assistant \(/s, 'heard, answered, logged');
     const metrics = await (await fetch(`${s.url}/metrics`)).text();
     t.match(metrics, /voxslab_turns_total [1-9]/, 'counted in /metrics');
+    t.match(metrics, /voxslab_device_xruns\{kind="underrun"\} \d+/, 'with the device’s xruns');
   } finally {
     s.proc.kill('SIGTERM');
   }

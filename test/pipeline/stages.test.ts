@@ -49,3 +49,20 @@ t.test(
     );
   },
 );
+
+// The capture stage with echo cancellation: [microphone | far end] records through WebRTC's canceller.
+t.test(
+  'capture with echo cancellation: a record through its poll allocates nothing in steady state',
+  { skip: apmAvailable() ? false : 'no WebRTC audio processing' },
+  async (t) => {
+    const seen: number[] = [];
+    let p = { heap: Number.POSITIVE_INFINITY, arrayBuffers: 0, windows: 0, records: 0, kinds: {} as Record<string, number> };
+    for (let attempt = 0; attempt < 3 && !(p.heap >= 0 && p.heap < 1024); attempt++) {
+      p = await runWorker<typeof p>(probe, { dir, stage: 'capture', echo: true });
+      seen.push(p.heap);
+    }
+    t.ok(p.heap >= 0 && p.heap < 1024, `JS heap growth over a window: ${p.heap} bytes (attempts: ${seen.join(', ')})`);
+    t.ok(p.arrayBuffers <= 0, `no ArrayBuffer growth (${p.arrayBuffers} bytes)`);
+    t.ok(p.records > 0 && (p.kinds.pcm ?? 0) + (p.kinds.echo ?? 0) > 0, `${p.records} records handled, cleaned audio out (${JSON.stringify(p.kinds)})`);
+  },
+);

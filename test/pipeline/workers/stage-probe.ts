@@ -12,6 +12,8 @@ import {
   REC_END_SEGMENT,
   REC_MEL,
   REC_PCM,
+  REC_DUPLEX,
+  REC_PCM_ECHO,
   REC_SPEECH_START,
   REC_TURN_START,
   RING_ENDS,
@@ -25,7 +27,7 @@ import { createStage, ringCapacities } from '../../../src/pipeline/stages.js';
 import { allocationProbe, prng } from '../../helpers.js';
 import { loadTokenizer } from '../../../src/io/config.js';
 
-const { dir, stage, vad } = workerData as { dir: string; stage: StageName; vad?: boolean };
+const { dir, stage, vad, echo } = workerData as { dir: string; stage: StageName; vad?: boolean; echo?: boolean };
 const domain = MemoryDomain.create({ limit: '1GiB' });
 const { config, image } = loadCheckpoint(dir, domain, false);
 const options = resolveSpeechOptions(config, { replySeconds: 600 });
@@ -60,7 +62,16 @@ for (const n of RING_NAMES) {
 }
 const duplex = { buffer: new SharedArrayBuffer(4 * DUPLEX_WORDS), byteOffset: 0 };
 const st = createStage({ domain, image, init, bells });
-st.open({ index: 0, seed: 1, inputRate: stage === 'capture' ? 22050 : 16000, vad: vad === true, echoDelayMs: -1, capacities: caps, rings: shared, duplex });
+st.open({
+  index: 0,
+  seed: 1,
+  inputRate: stage === 'capture' ? 22050 : 16000,
+  vad: vad === true,
+  echoDelayMs: echo === true ? 60 : -1,
+  capacities: caps,
+  rings: shared,
+  duplex,
+});
 st.ready();
 
 // Every input is made up front: the probe must see the stage's allocations only.
@@ -93,20 +104,32 @@ if (stage === 'capture' || stage === 'frontend') {
       0.3 * Math.sin((2 * Math.PI * 150 * i) / 16000) + 0.15 * Math.sin((2 * Math.PI * 300 * i) / 16000) + 0.1 * Math.sin((2 * Math.PI * 450 * i) / 16000),
   );
   const quiet = Float32Array.from({ length: 1000 }, () => (r() - 0.5) * 1e-4);
+  // Echo mode (capture): [microphone | far end] records, the far end's echo in the microphone.
+  const pair = new Float32Array(2000);
+  for (let i = 0; i < 1000; i++) {
+    pair[1000 + i] = voiced[i]!;
+    pair[i] = 0.5 * voiced[(i + 980) % 1000]! + pcm[i]! * 0.01;
+  }
   body =
-    vad === true
+    echo === true
       ? () => {
-          const k = ++n % 80;
-          input.write(REC_PCM, k < 30 || (k > 50 && k < 52) ? voiced : quiet, 0, 1000);
+          input.write(REC_DUPLEX, pair, 0, 2000);
           st.poll();
           drain(output);
         }
-      : () => {
-          if (++n % 300 === 0) input.write(REC_END_SEGMENT, null, 0, 0);
-          else input.write(REC_PCM, pcm, 0, 1000);
-          st.poll();
-          drain(output);
-        };
+      : vad === true
+        ? () => {
+            const k = ++n % 80;
+            input.write(REC_PCM, k < 30 || (k > 50 && k < 52) ? voiced : quiet, 0, 1000);
+            st.poll();
+            drain(output);
+          }
+        : () => {
+            if (++n % 300 === 0) input.write(REC_END_SEGMENT, null, 0, 0);
+            else input.write(REC_PCM, pcm, 0, 1000);
+            st.poll();
+            drain(output);
+          };
 } else if (stage === 'conformer') {
   // Rows only: the encode at a segment's end is not part of this probe.
   const rows = Float32Array.from({ length: 4 * config.frontend.nMels }, () => r() * 4 - 8);
@@ -152,5 +175,12 @@ parentPort!.postMessage({
   stage,
   records: st.records,
   ...result,
-  kinds: { speechStart: kinds[REC_SPEECH_START], endSegment: kinds[REC_END_SEGMENT], discard: kinds[REC_DISCARD], mel: kinds[REC_MEL] },
+  kinds: {
+    speechStart: kinds[REC_SPEECH_START],
+    endSegment: kinds[REC_END_SEGMENT],
+    discard: kinds[REC_DISCARD],
+    mel: kinds[REC_MEL],
+    pcm: kinds[REC_PCM],
+    echo: kinds[REC_PCM_ECHO],
+  },
 });
