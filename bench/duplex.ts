@@ -26,6 +26,7 @@ import { STAGES } from '../src/pipeline/clock.js';
 import { resampleSignal } from '../src/dsp/resample.js';
 import { EchoPath } from '../src/dsp/echo.js';
 import { load, type Engine } from '../src/api/engine.js';
+import { loadSilero, sileroDecisions } from './silero.js';
 
 const PERIOD = RATE / 100;
 
@@ -34,6 +35,8 @@ export interface DuplexBenchResult {
   erle: { delayMs: number; erleDb: number }[];
   doubleTalk: { micDb: number; afterDb: number; gatedDb: number };
   vad: { snrDb: number; noise: string; f1: number; precision: number; recall: number }[];
+  /** The candidate: Silero VAD (onnxruntime-node) on the same scenes, or why it was not run. */
+  silero: { vad: DuplexBenchResult['vad']; realtime: number } | { reason: string };
   endOfSpeech: { silenceMs: number; p50Ms: number; p95Ms: number; maxMs: number; turns: number };
   bargeIn: { interruptions: number; detected: number; stoppedEarly: number; missed: number; p50Ms: number; p95Ms: number; maxMs: number };
   bargeInNoisy: DuplexBenchResult['bargeIn'];
@@ -183,13 +186,23 @@ export async function run(options: { quick?: boolean } = {}): Promise<DuplexBenc
   const engineOnly = userSnr(0);
   const doubleTalk = { micDb: engineOnly.micDb, afterDb: engineOnly.afterDb, gatedDb: userSnr(15).afterDb };
 
-  // VAD F1 per SNR and noise.
+  // VAD F1 per SNR and noise, WebRTC's (the frontend's) and Silero's (the candidate).
   const vad: DuplexBenchResult['vad'] = [];
+  const sileroVad: DuplexBenchResult['vad'] = [];
+  const silero = await loadSilero();
+  let sileroMs = 0;
   let vadSeconds = 0;
   let vadMs = 0;
   for (const snrDb of [20, 10, 5]) {
     for (const kind of NOISES) {
       const s = scene({ seed: 11, utterances: quick ? 6 : 12, snrDb, noise: kind });
+      if ('session' in silero) {
+        const t0 = performance.now();
+        const d = await sileroDecisions(silero, s.signal, s.labels.length);
+        sileroMs += performance.now() - t0;
+        const r = f1(d, s.labels);
+        sileroVad.push({ snrDb, noise: kind, f1: round(r.f1, 3), precision: round(r.precision, 3), recall: round(r.recall, 3) });
+      }
       const v = new VoiceDetector();
       const dec = new Uint8Array(s.labels.length);
       const t0 = performance.now();
@@ -201,6 +214,8 @@ export async function run(options: { quick?: boolean } = {}): Promise<DuplexBenc
       vad.push({ snrDb, noise: kind, f1: round(r.f1, 3), precision: round(r.precision, 3), recall: round(r.recall, 3) });
     }
   }
+
+  if ('session' in silero) await silero.session.release();
 
   // End of speech at 10 dB.
   const lags: number[] = [];
@@ -323,6 +338,7 @@ export async function run(options: { quick?: boolean } = {}): Promise<DuplexBenc
     erle,
     doubleTalk,
     vad,
+    silero: 'session' in silero ? { vad: sileroVad, realtime: round(vadSeconds / (sileroMs / 1000), 1) } : { reason: silero.reason },
     endOfSpeech,
     bargeIn,
     bargeInNoisy,
@@ -554,13 +570,20 @@ export function format(r: DuplexBenchResult | { available: false; reason: string
     `  double talk:              user-to-echo ${x.doubleTalk.micDb} dB in the microphone → ${x.doubleTalk.afterDb} dB after cancellation ` +
       `(${x.doubleTalk.gatedDb} dB with the residual echo gate)`,
   );
-  for (const snr of [20, 10, 5])
-    lines.push(
-      `  VAD F1 at ${String(snr).padStart(2)} dB:         ${x.vad
+  const sil = 'vad' in x.silero ? x.silero.vad : null;
+  for (const snr of [20, 10, 5]) {
+    const row = (list: DuplexBenchResult['vad']): string =>
+      list
         .filter((v) => v.snrDb === snr)
         .map((v) => `${v.noise} ${v.f1}`)
-        .join(', ')}`,
-    );
+        .join(', ');
+    lines.push(`  VAD F1 at ${String(snr).padStart(2)} dB:         WebRTC ${row(x.vad)}${sil === null ? '' : `; Silero ${row(sil)}`}`);
+  }
+  lines.push(
+    'vad' in x.silero
+      ? `  Silero VAD (onnxruntime-node, one thread): ${x.silero.realtime}× real time; WebRTC's VAD ${x.cpu.vadRealtime}×`
+      : `  Silero VAD not measured: ${x.silero.reason}`,
+  );
   lines.push(
     `  end of speech:            p50 ${x.endOfSpeech.p50Ms} ms, p95 ${x.endOfSpeech.p95Ms} ms, max ${x.endOfSpeech.maxMs} ms after the last word ` +
       `(silence ${x.endOfSpeech.silenceMs} ms; ${x.endOfSpeech.turns} turns)`,
