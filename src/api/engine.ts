@@ -70,16 +70,19 @@ export interface DeviceLink {
   /** Device samples so far (the device clock), and reply samples played. */
   clock: number;
   played: number;
-  /** Periods with a reply owed but no audio yet, and microphone periods the pipeline could not take. */
+  /** Periods with a reply owed but no audio yet, and microphone periods lost (the pipeline two seconds behind). */
   underruns: number;
   overruns: number;
   /** The loudest microphone sample of the last period (a level meter's input). */
   inputPeak: number;
   /** Playback held (fading out or silent) because the user may be speaking. */
   paused: boolean;
-  readonly buffers: { played: Float32Array; mic: Float32Array; far: Float32Array; pair: Float32Array; carry: Float32Array };
+  readonly buffers: { played: Float32Array; mic: Float32Array; far: Float32Array; backlog: Float32Array; carry: Float32Array };
   carryAt: number;
   carryLength: number;
+  /** Periods waiting for room in the capture ring (at most two seconds). */
+  backlogHead: number;
+  backlogCount: number;
   gain: number;
   readonly fadeStep: number;
 }
@@ -687,6 +690,8 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     const pc = this.#pc;
     let progress = false;
     if (pc.vad && this.#answerOnsets()) progress = true;
+    const link = this.#link;
+    if (link !== null && link.backlogCount > 0 && this.#flushBacklog(link, link.buffers.mic.length)) progress = true;
     // Input, up to the ring's room; a turn ends at endTurn() or at the longest segment (in VAD
     // mode, where the frontend's endpointer says).
     while (this.#flush !== null && this.#queue.length > 0 && this.#feed(this.#queue[0]!, pc.chunk)) progress = true;
@@ -854,11 +859,13 @@ export class Conversation extends EventEmitter<ConversationEvents> {
         played: new Float32Array(n),
         mic: new Float32Array(n),
         far: new Float32Array(n),
-        pair: new Float32Array(2 * n),
+        backlog: new Float32Array(Math.max(1, Math.ceil((2 * device.rate) / n)) * 2 * n),
         carry: new Float32Array(pc.output.maxPayload),
       },
       carryAt: 0,
       carryLength: 0,
+      backlogHead: 0,
+      backlogCount: 0,
       gain: 1,
       fadeStep: 1 / ((fadeMs * device.rate) / 1000),
     };
@@ -887,7 +894,8 @@ export class Conversation extends EventEmitter<ConversationEvents> {
         });
       }
     } finally {
-      await device.stop?.();
+      // A device library that never confirms its stop does not hold the conversation.
+      if (device.stop !== undefined) await Promise.race([device.stop(), new Promise<void>((resolve) => setTimeout(resolve, 2000).unref())]);
       this.#link = null;
     }
     return link;
@@ -911,16 +919,39 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     this.#pull(link, b.played, n);
     device.tick(b.played, b.mic, b.far);
     let peak = 0;
+    // Into the backlog ([periods][2][n], a ring): a device does not wait for the pipeline.
+    const q = b.backlog;
+    const slots = q.length / (2 * n);
+    if (link.backlogCount === slots) {
+      // Two seconds behind: the oldest period is lost (counted).
+      link.backlogHead = (link.backlogHead + 1) % slots;
+      link.backlogCount--;
+      link.overruns++;
+    }
+    const at = ((link.backlogHead + link.backlogCount) % slots) * 2 * n;
     for (let i = 0; i < n; i++) {
       peak = Math.max(peak, Math.abs(b.mic[i]!));
-      b.pair[i] = b.mic[i]!;
-      b.pair[n + i] = b.far[i]!;
+      q[at + i] = b.mic[i]!;
+      q[at + n + i] = b.far[i]!;
     }
+    link.backlogCount++;
     link.inputPeak = peak;
     link.clock = device.clock;
-    // The pipeline keeps up or the period is lost (counted): a device does not wait.
-    if (this.#pc.input.write(REC_DUPLEX, b.pair, 0, 2 * n)) this.#fedThisTurn += n;
-    else link.overruns++;
+    this.#flushBacklog(link, n);
+  }
+
+  /** Periods waiting for the capture ring go in, oldest first, as it has room. */
+  #flushBacklog(link: DeviceLink, n: number): boolean {
+    const q = link.buffers.backlog;
+    const slots = q.length / (2 * n);
+    let moved = false;
+    while (link.backlogCount > 0 && this.#pc.input.write(REC_DUPLEX, q, link.backlogHead * 2 * n, 2 * n)) {
+      link.backlogHead = (link.backlogHead + 1) % slots;
+      link.backlogCount--;
+      this.#fedThisTurn += n;
+      moved = true;
+    }
+    return moved;
   }
 
   /** The next `n` samples of reply audio for the device, through the hold fade. */
