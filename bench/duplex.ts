@@ -80,6 +80,19 @@ function pct(xs: number[], p: number): number {
   return s[Math.min(s.length - 1, Math.floor((p / 100) * s.length))]!;
 }
 
+/** Scripted interruptions: caught (with their latencies), stopped before the user spoke, missed. */
+function bargeInFigures(latencies: number[], early: number, missed: number): DuplexBenchResult['bargeIn'] {
+  return {
+    interruptions: latencies.length + early + missed,
+    detected: latencies.length,
+    stoppedEarly: early,
+    missed,
+    p50Ms: round(pct(latencies, 50), 0),
+    p95Ms: round(pct(latencies, 95), 0),
+    maxMs: round(Math.max(...latencies), 0),
+  };
+}
+
 function endpointer(): Endpointer {
   return new Endpointer({
     onset: framesOf(defaultOf('onsetMs') as number),
@@ -303,15 +316,7 @@ export async function run(options: { quick?: boolean } = {}): Promise<DuplexBenc
       while (p < silent.length && silent[p] === 0) p++;
       latencies.push(((p + 1 - onsetPeriod) * PERIOD * 1000) / RATE);
     }
-    return {
-      interruptions: want,
-      detected: latencies.length,
-      stoppedEarly: early,
-      missed,
-      p50Ms: round(pct(latencies, 50), 0),
-      p95Ms: round(pct(latencies, 95), 0),
-      maxMs: round(Math.max(...latencies), 0),
-    };
+    return bargeInFigures(latencies, early, missed);
   };
   let loopMs = 0;
   let loopSeconds = 0;
@@ -537,17 +542,7 @@ async function pipelineRuns(engine: Engine, quick: boolean): Promise<DuplexBench
   const queue = (2 * PERIOD * 1000) / RATE;
   const total = decisions.map((d, i) => d + (compute[i] ?? 0) + queue);
   return {
-    bargeIn: {
-      interruptions: latencies.length + early + missed,
-      replyOver,
-      detected: latencies.length,
-      stoppedEarly: early,
-      missed,
-      p50Ms: round(pct(latencies, 50), 0),
-      p95Ms: round(pct(latencies, 95), 0),
-      maxMs: round(Math.max(...latencies), 0),
-      userOverEchoDb: round(pct(overEcho, 50), 1),
-    },
+    bargeIn: { ...bargeInFigures(latencies, early, missed), replyOver, userOverEchoDb: round(pct(overEcho, 50), 1) },
     reply: {
       questions: runs,
       turns,
@@ -581,7 +576,7 @@ export function format(r: DuplexBenchResult | { available: false; reason: string
   }
   lines.push(
     'vad' in x.silero
-      ? `  Silero VAD (onnxruntime-node, one thread): ${x.silero.realtime}× real time; WebRTC's VAD ${x.cpu.vadRealtime}×`
+      ? `  Silero VAD (onnxruntime-node, one thread) takes ${round(x.cpu.vadRealtime / x.silero.realtime, 1)}× the time of WebRTC's VAD on the same audio`
       : `  Silero VAD not measured: ${x.silero.reason}`,
   );
   lines.push(
@@ -617,7 +612,7 @@ export function format(r: DuplexBenchResult | { available: false; reason: string
   );
   lines.push(
     `  five-stage pipeline, last word → first reply sample: p50 ${pp.reply.firstSampleP50Ms} ms, p95 ${pp.reply.firstSampleP95Ms} ms ` +
-      `(decision p50 ${pp.reply.endOfSpeechP50Ms} ms + compute p50 ${pp.reply.computeP50Ms} ms + 20 ms device queue; ${pp.realtime}× real time in lockstep)`,
+      `(decision p50 ${pp.reply.endOfSpeechP50Ms} ms + compute p50 ${pp.reply.computeP50Ms} ms + 20 ms device queue)`,
   );
   lines.push(
     `  five-stage pipeline, stage busy time (% of one core per second of audio): ${Object.entries(pp.cpuPercent)

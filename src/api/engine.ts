@@ -25,6 +25,7 @@ import type { MemoryManifest } from '../memory/manifest.js';
 import type { MemorySnapshot } from '../memory/snapshot.js';
 import { optionValue } from '../options.js';
 import { resolveModel } from '../io/checkpoint.js';
+import { runPeriods, type ClockedDevice } from '../io/devices.js';
 import type { ModelConfig } from '../model/format/config.js';
 import type { SpeechModelOptions } from '../pipeline/conversation.js';
 import { Pipeline, type PinMap, type PipelineConversation } from '../pipeline/coordinator.js';
@@ -832,7 +833,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
    * `signal` aborts or `until` says so.
    */
   async run(
-    device: DuplexDevice & { start?(onPeriod: () => void): void; stop?(): Promise<void>; failure?: Error | null },
+    device: DuplexDevice & Partial<ClockedDevice> & { stop?(): Promise<void> },
     o: { seconds: number; signal?: AbortSignal; until?: (link: DeviceLink) => boolean; fadeMs?: number },
   ): Promise<DeviceLink> {
     const pc = this.#pc;
@@ -879,19 +880,15 @@ export class Conversation extends EventEmitter<ConversationEvents> {
           this.#tick(device, link);
         }
       } else {
-        await new Promise<void>((resolve, reject) => {
-          const finish = (): void => {
-            o.signal?.removeEventListener('abort', finish);
-            resolve();
-          };
-          o.signal?.addEventListener('abort', finish, { once: true });
-          device.start!(() => {
-            if (device.failure) return reject(device.failure);
+        await runPeriods(
+          device as ClockedDevice,
+          () => {
             this.#tick(device, link);
             this.engine.wake();
-            if (done()) finish();
-          });
-        });
+            return done();
+          },
+          o.signal,
+        );
       }
     } finally {
       // A device library that never confirms its stop does not hold the conversation.

@@ -7,7 +7,7 @@ import { MemoryDomain } from '../memory/index.js';
 import { SpeechModel } from '../pipeline/conversation.js';
 import { DuplexSession, type DuplexDevice, type DuplexOptions } from '../pipeline/session.js';
 import { LoopbackDevice } from '../io/loopback.js';
-import { findDevice, listDevices, PortAudioDevice, type AudioDevice } from '../io/devices.js';
+import { findDevice, listDevices, PortAudioDevice, runPeriods, type AudioDevice } from '../io/devices.js';
 import { readMonoWav } from '../io/files.js';
 import { resolveModel } from '../io/checkpoint.js';
 import { resampleSignal } from '../dsp/resample.js';
@@ -279,19 +279,15 @@ async function talkSingle(a: TalkArgs): Promise<TalkSummary> {
         if (device.clock >= userLength && !session.speaking && !session.endpointer.speaking) break;
       }
     } else {
-      await new Promise<void>((resolve, reject) => {
-        const done = (): void => {
-          o.signal?.removeEventListener('abort', done);
-          resolve();
-        };
-        o.signal?.addEventListener('abort', done, { once: true });
-        pa.start(() => {
-          if (pa.failure !== null) return reject(pa.failure);
+      await runPeriods(
+        pa,
+        () => {
           session.tick();
           tr.meter(o.meter, device.clock, session.inputPeak);
-          if (device.clock >= limit) done();
-        });
-      });
+          return device.clock >= limit;
+        },
+        o.signal,
+      );
     }
   } finally {
     await pa?.stop();

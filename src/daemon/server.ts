@@ -32,6 +32,7 @@ import type { Conversation, Engine, SampleFormat, TurnSummary } from '../api/eng
 import { STAGES } from '../pipeline/clock.js';
 import { livePage } from './page.js';
 import type { DuplexDevice } from '../pipeline/session.js';
+import type { ClockedDevice } from '../io/devices.js';
 
 export interface DaemonOptions {
   host?: string;
@@ -566,18 +567,14 @@ export class Daemon {
    * pipeline), listed as conversation `device`, until the daemon closes or the device fails.
    * The transcript goes to the log.
    */
-  async runDevice(
-    device: DuplexDevice & { start(onPeriod: () => void): void; stop(): Promise<void>; failure: Error | null; overruns?: number },
-    label: string,
-  ): Promise<void> {
+  async runDevice(device: DuplexDevice & ClockedDevice & { stop(): Promise<void>; overruns?: number }, label: string): Promise<void> {
     if (this.#deviceRun !== null) throw new UsageError('serve: one device conversation at a time');
     const conversation = await this.engine.open({ inputRate: device.rate, vad: true, echoDelayMs: Math.min(500, Math.round(device.latencyMs)) });
     this.#register(conversation, 'device', 'f32', false);
     this.#devices = label;
-    const counted = { underruns: 0, overruns: 0 };
     this.#xruns = () => {
       const l = conversation.device;
-      return { underruns: l?.underruns ?? counted.underruns, overruns: l?.overruns ?? counted.overruns, dropped: device.overruns ?? 0 };
+      return { underruns: l?.underruns ?? 0, overruns: l?.overruns ?? 0, dropped: device.overruns ?? 0 };
     };
     const at = (): string => `[${(device.clock / device.rate).toFixed(2)} s]`;
     conversation.on('speech_start', () => this.#log(`device ${at()} user speaking`));

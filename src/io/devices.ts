@@ -119,6 +119,37 @@ export interface PortAudioOptions {
   bufferSeconds?: number;
 }
 
+/** A device that runs on its own clock and calls back once per period (PortAudioDevice). */
+export interface ClockedDevice {
+  start(onPeriod: () => void): void;
+  readonly failure: Error | null;
+}
+
+/**
+ * Starts `device` and runs `period` on each of its periods until it returns true or `signal`
+ * aborts (resolves), or the device fails (rejects with its error). The caller stops the device.
+ */
+export function runPeriods(device: ClockedDevice, period: () => boolean, signal?: AbortSignal): Promise<void> {
+  return new Promise<void>((resolve, reject) => {
+    let over = false;
+    const finish = (): void => {
+      over = true;
+      signal?.removeEventListener('abort', finish);
+      resolve();
+    };
+    if (signal?.aborted === true) return finish();
+    signal?.addEventListener('abort', finish, { once: true });
+    device.start(() => {
+      if (over) return;
+      if (device.failure !== null) {
+        over = true;
+        signal?.removeEventListener('abort', finish);
+        reject(device.failure);
+      } else if (period()) finish();
+    });
+  });
+}
+
 const OUTPUT_POOL = 8;
 const PRIME = 2;
 

@@ -865,6 +865,9 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
   readonly #stepped = new Uint8Array(MAX_CONVERSATIONS);
   readonly #pair: BackboneState[] = [];
   readonly #emitted = new Int32Array(2);
+  /** Output-rate samples of one reply frame, and of the look-ahead. */
+  readonly #frameSamples: number;
+  readonly #lookahead: number;
 
   constructor(env: Environment) {
     const c = env.init.config;
@@ -890,6 +893,8 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     });
     this.prompts = prompts!;
     this.#gate = env.init.gateReplies;
+    this.#frameSamples = frameSamplesAt(c, o.outputRate);
+    this.#lookahead = (o.lookaheadMs * o.outputRate) / 1000;
   }
 
   /** The test gate: false until `gateReplies` conversations have a reply ready, then always true. */
@@ -1044,8 +1049,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       const heardReply = Atomics.load(w, kHeardReply);
       c.verdict = NO_CUT;
       if (last >= 0 && c.cutReply !== last && heardReply <= last) {
-        const fs = frameSamplesAt(this.config, this.env.init.options.outputRate);
-        c.verdict = heardReply < last ? 0 : Math.ceil(Atomics.load(w, kHeard) / fs);
+        c.verdict = heardReply < last ? 0 : Math.ceil(Atomics.load(w, kHeard) / this.#frameSamples);
       }
     }
     const d = c.dialogue;
@@ -1082,9 +1086,8 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     // No look-ahead while an onset waits for the reply's first frame, nor for a cut reply (unheard).
     if (!c.vad || c.verdict >= 0 || c.cutReply === c.replies - 1) return true;
     const w = c.words;
-    const o = this.env.init.options;
     const played = Atomics.load(w, kPlayedReply) === c.replies - 1 ? Atomics.load(w, kPlayed) : 0;
-    return c.dialogue.frames * frameSamplesAt(this.config, o.outputRate) - played < (o.lookaheadMs * o.outputRate) / 1000;
+    return c.dialogue.frames * this.#frameSamples - played < this.#lookahead;
   }
 
   /** Sends what one step of `c` emitted; at the turn's end, its summary, and its slot goes back. */

@@ -16,9 +16,9 @@ const D = c.backbone.hidden;
 const slot = model.slot;
 let next = 1;
 
-function dialogue(maxFrames: number, checkpoints: number): Dialogue {
+function dialogue(maxFrames: number, checkpoints: number, m: SpeechModel = model): Dialogue {
   const index = next++;
-  const o = model.options;
+  const o = m.options;
   return sizedArenas(
     domain,
     [{ owner: domain.owner('conversation', index), name: `dialogue ${index}` }],
@@ -32,7 +32,7 @@ function dialogue(maxFrames: number, checkpoints: number): Dialogue {
         text: o.text,
         audio: o.audio,
         seed: 5,
-        prompts: model.prompts,
+        prompts: m.prompts,
         clocks: carveClocks(a!, ''),
         checkpoints,
       }),
@@ -45,14 +45,14 @@ function userRows(seed: number, frames: number): Float32Array {
 }
 
 /** One turn: the user's rows, then steps until `until` says stop or the reply ends; what it emitted. */
-function turn(d: Dialogue, rows: Float32Array, until: (d: Dialogue) => boolean = () => false, maxFrames?: number): number[] {
-  d.beginUser(slot);
-  d.pushRows(slot, rows, 0, rows.length / D);
-  d.endUser(slot, maxFrames);
+function turn(d: Dialogue, rows: Float32Array, until: (d: Dialogue) => boolean = () => false, maxFrames?: number, on: typeof slot = slot): number[] {
+  d.beginUser(on);
+  d.pushRows(on, rows, 0, rows.length / D);
+  d.endUser(on, maxFrames);
   const out: number[] = [];
   for (;;) {
     if (until(d)) break;
-    const e = d.step(slot);
+    const e = d.step(on);
     if (e === EMIT_DONE) break;
     if (e === EMIT_TEXT) out.push(-1 - d.token);
     else out.push(...d.codes);
@@ -121,33 +121,6 @@ t.test('a user turn whose staged positions end exactly on a prefill chunk is ans
   const out = turn(a, rows);
   t.ok(out.length > 0, `answered: ${out.length} values`);
   // The same turn prefilled in chunks of chunk − 1 (its last chunk runs at the first step).
-  const o = other.options;
-  const b = sizedArenas(
-    domain,
-    [{ owner: domain.owner('conversation', 60), name: 'dialogue other' }],
-    1 << 28,
-    ([ar]) =>
-      new Dialogue(c, ar!, {
-        context: o.context,
-        kv: o.kv,
-        prefillChunk: o.prefillChunk,
-        maxFrames: 8,
-        text: o.text,
-        audio: o.audio,
-        seed: 5,
-        prompts: other.prompts,
-        clocks: carveClocks(ar!, ''),
-      }),
-  ).value;
-  b.beginUser(other.slot);
-  b.pushRows(other.slot, rows, 0, frames);
-  b.endUser(other.slot);
-  const ref: number[] = [];
-  for (;;) {
-    const e = b.step(other.slot);
-    if (e === EMIT_DONE) break;
-    if (e === EMIT_TEXT) ref.push(-1 - b.token);
-    else ref.push(...b.codes);
-  }
+  const ref = turn(dialogue(8, 0, other), rows, undefined, undefined, other.slot);
   t.same(out, ref, 'the same reply as with another chunk size');
 });
