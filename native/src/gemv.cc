@@ -364,21 +364,6 @@ struct BlockGroups {
   }
 };
 
-// Integer dot products of one 32-byte weight block with the block's activations, per int32 lane.
-VOXSLAB_VNNI inline __m256 VnniDot(bool q4, const uint8_t* p, __m256i xa, __m256i xb) {
-  const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  __m256i d;
-  if (q4) {
-    const __m256i nib = _mm256_set1_epi8(15);
-    const __m256i lo = _mm256_and_si256(wv, nib);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib);
-    d = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), lo, xa), hi, xb);
-  } else {
-    d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wv, xa);
-  }
-  return _mm256_cvtepi32_ps(d);
-}
-
 // Σ_g b_g·xsum_g of one row.
 __attribute__((target("avx2,fma"))) inline float VnniBias(const float* bi, const float* xsum, int64_t groups) {
   __m256 bacc = _mm256_setzero_ps();
@@ -387,58 +372,6 @@ __attribute__((target("avx2,fma"))) inline float VnniBias(const float* bi, const
   float t = 0;
   for (; g < groups; ++g) t += bi[g] * xsum[g];
   return Hsum(bacc) + t;
-}
-
-// Integer GEMV with AVX-512 VNNI on 256-bit vectors: per 32-byte block of a row, vpdpbusd
-// multiplies unsigned weight bytes (q8, or the low/high nibbles of q4) by the int8 activations
-// and sums four products per int32 lane; the lanes are scaled by s_g·xs_g in f32. Four rows
-// per pass share each activation load. Needs K a multiple of 64.
-VOXSLAB_VNNI void GemvIntVnni(bool q4, const uint8_t* w, const float* scales, const float* biases, int group,
-                              const int8_t* xq, const float* xs, const float* xsum, float* y, int64_t M, int64_t K) {
-  const int64_t groups = K / group;
-  const int64_t rowBytes = q4 ? K / 2 : K;
-  const int64_t blocks = rowBytes / 32;
-  const int64_t per = q4 ? 64 : 32;  // elements per block
-  int64_t m = 0;
-  for (; m + 4 <= M; m += 4) {
-    __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    const uint8_t* r0 = w + m * rowBytes;
-    const float* s0 = scales + m * groups;
-    BlockGroups bg(group, per);
-    for (int64_t b = 0; b < blocks; ++b, bg.next()) {
-      // The next four rows, one pass ahead: the stream outruns the hardware prefetcher otherwise.
-      if ((b & 1) == 0) {
-        const char* ahead = reinterpret_cast<const char*>(r0 + 4 * rowBytes + b * 32);
-        _mm_prefetch(ahead, _MM_HINT_T0);
-        _mm_prefetch(ahead + rowBytes, _MM_HINT_T0);
-        _mm_prefetch(ahead + 2 * rowBytes, _MM_HINT_T0);
-        _mm_prefetch(ahead + 3 * rowBytes, _MM_HINT_T0);
-      }
-      const int8_t* xb = xq + b * per;
-      const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
-      const __m256i xh = q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
-      a0 = _mm256_fmadd_ps(VnniDot(q4, r0 + b * 32, xa, xh), VnniScale(s0, xs, bg.g, bg.two), a0);
-      a1 = _mm256_fmadd_ps(VnniDot(q4, r0 + rowBytes + b * 32, xa, xh), VnniScale(s0 + groups, xs, bg.g, bg.two), a1);
-      a2 = _mm256_fmadd_ps(VnniDot(q4, r0 + 2 * rowBytes + b * 32, xa, xh), VnniScale(s0 + 2 * groups, xs, bg.g, bg.two), a2);
-      a3 = _mm256_fmadd_ps(VnniDot(q4, r0 + 3 * rowBytes + b * 32, xa, xh), VnniScale(s0 + 3 * groups, xs, bg.g, bg.two), a3);
-    }
-    y[m] = Hsum(a0) + VnniBias(biases + m * groups, xsum, groups);
-    y[m + 1] = Hsum(a1) + VnniBias(biases + (m + 1) * groups, xsum, groups);
-    y[m + 2] = Hsum(a2) + VnniBias(biases + (m + 2) * groups, xsum, groups);
-    y[m + 3] = Hsum(a3) + VnniBias(biases + (m + 3) * groups, xsum, groups);
-  }
-  for (; m < M; ++m) {
-    __m256 a = _mm256_setzero_ps();
-    const uint8_t* r = w + m * rowBytes;
-    BlockGroups bg(group, per);
-    for (int64_t b = 0; b < blocks; ++b, bg.next()) {
-      const int8_t* xb = xq + b * per;
-      const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
-      const __m256i xh = q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
-      a = _mm256_fmadd_ps(VnniDot(q4, r + b * 32, xa, xh), VnniScale(scales + m * groups, xs, bg.g, bg.two), a);
-    }
-    y[m] = Hsum(a) + VnniBias(biases + m * groups, xsum, groups);
-  }
 }
 
 // The same integer lanes without VNNI: vpmaddubsw pairs bytes into 16 bits and vpmaddwd pairs
@@ -462,7 +395,8 @@ __attribute__((target("avx2,fma"))) inline __m256 Avx2IntDot(bool q4, const uint
   return _mm256_cvtepi32_ps(_mm256_add_epi32(dot, _mm256_slli_epi32(xsum4, 7)));
 }
 
-// Integer GEMV on AVX2 without VNNI, row by row; each row's arithmetic is GemvIntVnni's.
+// Integer GEMV on AVX2 without VNNI, row by row, in 256-bit lanes (a machine without VNNI has
+// one integer path, so its rows agree across calls as the VNNI path's do).
 __attribute__((target("avx2,fma"))) void GemvIntAvx2(bool q4, const uint8_t* w, const float* scales, const float* biases,
                                                      int group, const int8_t* xq, const float* xs, const float* xsum,
                                                      float* y, int64_t M, int64_t K) {
@@ -483,61 +417,142 @@ __attribute__((target("avx2,fma"))) void GemvIntAvx2(bool q4, const uint8_t* w, 
   }
 }
 
-// R weight rows × na ≤ 4 activation rows from weight row m: each weight block is loaded and
-// unpacked once for all the activations. Per (weight row, activation) the arithmetic is
-// GemvIntVnni's, so the results are bit-identical to it.
-template <int R>
-VOXSLAB_VNNI inline void GemvIntVnniPass(bool q4, const uint8_t* r0, const float* s0, const float* biases, int group,
-                                         const int8_t* const* xq, const float* const* xs, const float* const* xsum,
-                                         float* const* y, int na, int64_t m, int64_t K) {
-  const int64_t groups = K / group;
-  const int64_t rowBytes = q4 ? K / 2 : K;
-  const int64_t blocks = rowBytes / 32;
-  const int64_t per = q4 ? 64 : 32;
-  const __m256i nib = _mm256_set1_epi8(15);
-  __m256 acc[R][4];
-  for (int r = 0; r < R; ++r)
-    for (int a = 0; a < 4; ++a) acc[r][a] = _mm256_setzero_ps();
-  BlockGroups bg(group, per);
-  for (int64_t b = 0; b < blocks; ++b, bg.next()) {
-    // The next R rows, one pass ahead (as GemvIntVnni does): the stream outruns the hardware
-    // prefetcher otherwise. Past the last row of a block of rows this reads on into the next.
-    if ((b & 1) == 0) {
-      const char* ahead = reinterpret_cast<const char*>(r0 + R * rowBytes + b * 32);
-      for (int r = 0; r < R; ++r) _mm_prefetch(ahead + r * rowBytes, _MM_HINT_T0);
+// GCC 12 reports the intrinsics' own undefined pass-through operands as uninitialized.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+// R weight rows × NA ≤ 4 activation rows from weight row m, on 512-bit vectors: each step
+// takes 64 bytes of every row (two 32-byte blocks; q4: 128 elements, q8: 64), loaded and
+// unpacked once for all the activations. vpdpbusd multiplies the unsigned weight bytes (q8, or
+// the low/high nibbles of q4) by the int8 activations, four products per int32 lane; each lane
+// is scaled by s_g·xs_g of its group (a lane holds 8 q4 or 4 q8 elements: a group of G is
+// G/8 or G/4 lanes) and summed in f32 across steps; a q4 row of an odd number of blocks ends
+// with one block in the low half. Per (weight row, activation) the operations do not depend on
+// R or NA, so every grouping of rows and activations gives the same bits.
+template <bool Q4, int G>
+struct Int512 {
+  static constexpr int kLanesPerGroup = G / (Q4 ? 8 : 4);
+  static constexpr int kGroupsPerStep = 16 / kLanesPerGroup;
+
+  // The step's (or half step's) group values, one per lane; reads exactly the groups it uses.
+  template <bool Half>
+  VOXSLAB_VNNI static inline __attribute__((always_inline)) __m512 Lanes(const float* p) {
+    constexpr int n = Half ? kGroupsPerStep / 2 : kGroupsPerStep;
+    if constexpr (n == 1) {
+      return _mm512_set1_ps(*p);
+    } else {
+      const __m128 v = n == 2 ? _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p))) : _mm_loadu_ps(p);
+      const __m512i idx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            __builtin_ctz(static_cast<unsigned>(kLanesPerGroup)));
+      return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
     }
-    __m256i lo[R], hi[R];
+  }
+
+  template <int R, int NA, bool Half>
+  VOXSLAB_VNNI static inline __attribute__((always_inline)) void Step(__m512 (&acc)[R][NA], const uint8_t* r0, int64_t rowBytes,
+                                                                      const float* s0, int64_t groups, const int8_t* const* xq,
+                                                                      const float* const* xs, int64_t z) {
+    const int64_t g0 = z * kGroupsPerStep;
+    const __m512i nib = _mm512_set1_epi8(15);
+    __m512i lo[R], hi[R];
+    __m512 sv[R];
     for (int r = 0; r < R; ++r) {
-      const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r0 + r * rowBytes + b * 32));
-      lo[r] = q4 ? _mm256_and_si256(wv, nib) : wv;
-      hi[r] = q4 ? _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib) : wv;
+      const uint8_t* p = r0 + r * rowBytes + z * 64;
+      const __m512i wv = Half ? _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))) : _mm512_loadu_si512(p);
+      lo[r] = Q4 ? _mm512_and_si512(wv, nib) : wv;
+      hi[r] = Q4 ? _mm512_and_si512(_mm512_srli_epi16(wv, 4), nib) : wv;
+      sv[r] = Lanes<Half>(s0 + r * groups + g0);
     }
-    for (int a = 0; a < na; ++a) {
-      const int8_t* xb = xq[a] + b * per;
-      const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
-      const __m256i xh = q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
+    for (int a = 0; a < NA; ++a) {
+      __m512i xa, xh;
+      if (Q4) {
+        // Activations are stored per 64-element block as 32 evens, then 32 odds.
+        const int8_t* xb = xq[a] + z * 128;
+        const __m256i e0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
+        const __m256i o0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32));
+        if (Half) {
+          xa = _mm512_zextsi256_si512(e0);
+          xh = _mm512_zextsi256_si512(o0);
+        } else {
+          xa = _mm512_inserti64x4(_mm512_castsi256_si512(e0), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 64)), 1);
+          xh = _mm512_inserti64x4(_mm512_castsi256_si512(o0), _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 96)), 1);
+        }
+      } else {
+        xa = xh = _mm512_loadu_si512(xq[a] + z * 64);
+      }
+      const __m512 xsv = Lanes<Half>(xs[a] + g0);
       for (int r = 0; r < R; ++r) {
-        __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), lo[r], xa);
-        if (q4) d = _mm256_dpbusd_epi32(d, hi[r], xh);
-        acc[r][a] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(d), VnniScale(s0 + r * groups, xs[a], bg.g, bg.two), acc[r][a]);
+        __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo[r], xa);
+        if (Q4) d = _mm512_dpbusd_epi32(d, hi[r], xh);
+        acc[r][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_mul_ps(sv[r], xsv), acc[r][a]);
       }
     }
   }
-  for (int r = 0; r < R; ++r)
-    for (int a = 0; a < na; ++a) y[a][m + r] = Hsum(acc[r][a]) + VnniBias(biases + (m + r) * groups, xsum[a], groups);
-}
 
-// Up to four activation rows against `mb` weight rows, four weight rows per pass.
+  template <int R, int NA>
+  VOXSLAB_VNNI static void Pass(const uint8_t* r0, const float* s0, const float* biases, const int8_t* const* xq, const float* const* xs,
+                                const float* const* xsum, float* const* y, int64_t m, int64_t K) {
+    const int64_t groups = K / G;
+    const int64_t rowBytes = Q4 ? K / 2 : K;
+    const int64_t steps = rowBytes / 64;
+    __m512 acc[R][NA];
+    for (int r = 0; r < R; ++r)
+      for (int a = 0; a < NA; ++a) acc[r][a] = _mm512_setzero_ps();
+    for (int64_t z = 0; z < steps; ++z) {
+      // The next R rows, one pass ahead: the stream outruns the hardware prefetcher otherwise.
+      // Past the last row of a block of rows this reads on into the next.
+      const char* ahead = reinterpret_cast<const char*>(r0 + R * rowBytes + z * 64);
+      for (int r = 0; r < R; ++r) _mm_prefetch(ahead + r * rowBytes, _MM_HINT_T0);
+      Step<R, NA, false>(acc, r0, rowBytes, s0, groups, xq, xs, z);
+    }
+    if (rowBytes % 64 != 0) Step<R, NA, true>(acc, r0, rowBytes, s0, groups, xq, xs, steps);
+    for (int r = 0; r < R; ++r)
+      for (int a = 0; a < NA; ++a) y[a][m + r] = Hsum512(acc[r][a]) + VnniBias(biases + (m + r) * groups, xsum[a], groups);
+  }
+
+  // Every weight row of a block against NA activations.
+  template <int NA>
+  VOXSLAB_VNNI static void Rows(const uint8_t* w, const float* scales, const float* biases, const int8_t* const* xq, const float* const* xs,
+                                const float* const* xsum, float* const* y, int64_t mb, int64_t K) {
+    const int64_t groups = K / G;
+    const int64_t rowBytes = Q4 ? K / 2 : K;
+    constexpr int R = kRowsPerPass[NA];
+    int64_t m = 0;
+    for (; m + R <= mb; m += R) Pass<R, NA>(w + m * rowBytes, scales + m * groups, biases, xq, xs, xsum, y, m, K);
+    for (; m < mb; ++m) Pass<1, NA>(w + m * rowBytes, scales + m * groups, biases, xq, xs, xsum, y, m, K);
+  }
+
+  // Weight rows per pass by activation count: the accumulators must stay in registers.
+  static constexpr int kRowsPerPass[5] = {0, 4, 4, 2, 2};
+};
+
+// Up to four activation rows against `mb` weight rows (group 32 or 64).
 VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const float* scales, const float* biases, int group,
                                    const int8_t* const* xq, const float* const* xs, const float* const* xsum,
                                    float* const* y, int na, int64_t mb, int64_t K) {
-  const int64_t groups = K / group;
-  const int64_t rowBytes = q4 ? K / 2 : K;
-  int64_t m = 0;
-  for (; m + 4 <= mb; m += 4)
-    GemvIntVnniPass<4>(q4, w + m * rowBytes, scales + m * groups, biases, group, xq, xs, xsum, y, na, m, K);
-  for (; m < mb; ++m) GemvIntVnniPass<1>(q4, w + m * rowBytes, scales + m * groups, biases, group, xq, xs, xsum, y, na, m, K);
+#define VOXSLAB_ROWS(Q, G)                                          \
+  switch (na) {                                                     \
+    case 1: Int512<Q, G>::Rows<1>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
+    case 2: Int512<Q, G>::Rows<2>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
+    case 3: Int512<Q, G>::Rows<3>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
+    default: Int512<Q, G>::Rows<4>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
+  }
+  if (q4) {
+    if (group == 32) VOXSLAB_ROWS(true, 32) else VOXSLAB_ROWS(true, 64)
+  } else {
+    if (group == 32) VOXSLAB_ROWS(false, 32) else VOXSLAB_ROWS(false, 64)
+  }
+#undef VOXSLAB_ROWS
 }
+
+// Integer GEMV with AVX-512 VNNI on 512-bit vectors (Int512), one activation row.
+VOXSLAB_VNNI void GemvIntVnni(bool q4, const uint8_t* w, const float* scales, const float* biases, int group,
+                              const int8_t* xq, const float* xs, const float* xsum, float* y, int64_t M, int64_t K) {
+  GemvIntVnniMulti(q4, w, scales, biases, group, &xq, &xs, &xsum, &y, 1, M, K);
+}
+
+#pragma GCC diagnostic pop
 
 // 16 float weights (f32, f16 or bf16) from element i, as f32.
 __attribute__((target("avx512f,avx2,f16c"))) inline __m512 Load16(WeightType type, const void* w, int64_t i) {
@@ -613,10 +628,9 @@ GemvIntFn ChooseGemvInt() {
 const GemvFn kGemv = ChooseGemv();
 const GemvIntFn kGemvIntVector = ChooseGemvInt();
 
-// The vector kernels need whole 64-element blocks, each within one group (or, for q4, exactly
-// two groups of 32).
-bool VectorIntShape(bool q4, int group, int64_t K) {
-  return K % 64 == 0 && (q4 ? (group == 32 || group % 64 == 0) : group % 32 == 0);
+// The vector kernels take whole 64-element blocks and the groups the format makes (32 or 64).
+bool VectorIntShape(int group, int64_t K) {
+  return K % 64 == 0 && (group == 32 || group == 64);
 }
 
 // Rows [m0, m0 + rows) of y = W·x for q8/q4 weights and int8 activations (xq, their scales xs
@@ -626,7 +640,7 @@ void IntRows(const WeightRef& w, int64_t m0, int64_t rows, int64_t K, const int8
   const bool q4 = w.type == WeightType::kQ4;
   const int64_t groups = K / w.group;
   const auto* base = static_cast<const uint8_t*>(w.data) + (q4 ? m0 * K / 2 : m0 * K);
-  const auto fn = VectorIntShape(q4, w.group, K) ? kGemvIntVector : GemvIntScalar;
+  const auto fn = VectorIntShape(w.group, K) ? kGemvIntVector : GemvIntScalar;
   fn(q4, base, w.scales + m0 * groups, w.biases + m0 * groups, w.group, xq, xs, xsum, y, rows, K);
 }
 
@@ -689,7 +703,7 @@ void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
   for (int64_t m0 = r0; m0 < r1; m0 += kBlock) {
     const int64_t mb = std::min(kBlock, r1 - m0);
 #ifdef VOXSLAB_X86
-    if (quant && VectorIntShape(q4, t.w.group, t.K) && kGemvIntVector == GemvIntVnni) {
+    if (quant && VectorIntShape(t.w.group, t.K) && kGemvIntVector == GemvIntVnni) {
       const uint8_t* wsub = static_cast<const uint8_t*>(t.w.data) + (q4 ? m0 * t.K / 2 : m0 * t.K);
       for (int64_t i0 = 0; i0 < t.n; i0 += 4) {
         const int na = static_cast<int>(std::min<int64_t>(4, t.n - i0));
