@@ -76,31 +76,44 @@ export const CLOCK_TEXT = 3;
 export const CLOCK_AUDIO = 4;
 export const CLOCK_DEPTHFORMER = 5;
 
-/** One pass slot's backbone-side scratch: the staged rows, the hidden plane, the logits. */
+/**
+ * One pass slot's backbone-side scratch: the staged rows, the hidden plane, the logits. A slot
+ * of `rows` 2 can also run `Dialogue.stepPair`'s heads for two conversations.
+ */
 export interface StepSlot {
   backbone: Backbone;
   depthformer: Depthformer;
-  logits: Float32Array; // [vocab] text logits of a step
-  logitsScratch: Float32Array; // int8 activations of the text head
+  rows: number;
+  logits: Float32Array; // [rows][vocab] text logits of a step (row 0: this slot's)
+  logitsRow1: Float32Array; // row 1 of `logits` (a view made once; empty for one row)
+  logitsScratch: Float32Array; // int8 activations of the text head, per row
   audioLogits: Float32Array; // [codebooks][codes] Depthformer logits of a frame (inspection)
 }
 
-/** Carves a step slot's stage workspaces from `work` (ticket) and its tables from `derived` (model). */
+/**
+ * Carves a step slot's stage workspaces from `work` (ticket) and its tables from `derived`
+ * (model); `rows` 2 sizes the heads' planes for a pair step.
+ */
 export function buildStepSlot(
   c: ModelConfig,
   image: WeightsImage,
   work: Arena,
   derived: Workspace,
-  o: { chunk: number; context: number; planner: Planner },
+  o: { chunk: number; context: number; planner: Planner; rows?: number },
 ): StepSlot {
+  const rows = o.rows ?? 1;
   const backbone = new Backbone(c, image, work, derived, { chunk: o.chunk, context: o.context, planner: o.planner });
   const depthKv = work.carve('depth_kv', 'workspace.depthformer', Float32Array, depthformerStateFloats(c));
-  const depthformer = new Depthformer(c, image, work, derived, depthKv, o.planner);
+  const depthformer = new Depthformer(c, image, work, derived, depthKv, o.planner, rows);
+  const V = c.backbone.vocab;
+  const logits = work.carve('text.logits', 'workspace.sampler', Float32Array, rows * V);
   return {
     backbone,
     depthformer,
-    logits: work.carve('text.logits', 'workspace.sampler', Float32Array, c.backbone.vocab),
-    logitsScratch: work.carve('text.scratch', 'workspace.sampler', Float32Array, gemvScratchFloats(c.backbone.hidden)),
+    rows,
+    logits,
+    logitsRow1: logits.subarray(rows > 1 ? V : 0, rows > 1 ? 2 * V : 0),
+    logitsScratch: work.carve('text.scratch', 'workspace.sampler', Float32Array, rows * gemvScratchFloats(c.backbone.hidden)),
     audioLogits: work.carve('audio.logits', 'workspace.depthformer', Float32Array, c.audio.codebooks * c.audio.codes),
   };
 }
@@ -137,6 +150,11 @@ const CK_END_OF_AUDIO = 8;
 const CK_DROPPED = 9;
 const CK_FIELDS = 10;
 
+/** What a pair step's heads did: nothing (each runs its own), both text heads, both frames. */
+export const PAIR_HEADS_OWN = 0;
+export const PAIR_HEADS_TEXT = 1;
+export const PAIR_HEADS_AUDIO = 2;
+
 /** Inspection taps of a step (slower: set them only to dump stages). */
 export interface StepTaps {
   hidden?(row: Float32Array): void;
@@ -159,6 +177,9 @@ export class Dialogue {
   readonly #ckConv: Float32Array; // [checkpoints][short-conv layers][kernel − 1][hidden]
   readonly #ckCodes: Int32Array; // [checkpoints][codebooks]
   readonly #convFloats: number;
+  /** A pair step's samplers and options (caller-kept arrays: no allocation per step). */
+  readonly #samplerPair: Sampler[] = [];
+  readonly #optionsPair: SamplingOptions[] = [];
   /** Positions forgotten by the context policy so far, and how many times. */
   dropped = 0;
   compactions = 0;
@@ -343,9 +364,11 @@ export class Dialogue {
    * call (Lfm2Stack.forwardRows on `sa`'s plan: each weight block is read once for both
    * positions). Every bit is what `a.step(sa)` and `b.step(sb)` give one after the other.
    * `states` is a caller-kept array of two (no allocation per step); what each emitted goes to
-   * `emitted[0]` and `emitted[1]`.
+   * `emitted[0]` and `emitted[1]`. When both are at text, or both at audio, and `sa` has two
+   * rows, their heads run in one call too (`Backbone.logitsRows`, `Depthformer.framePair`).
+   * Returns what the heads did: PAIR_PAIR_HEADS_OWN, PAIR_PAIR_HEADS_TEXT or PAIR_PAIR_HEADS_AUDIO.
    */
-  static stepPair(a: Dialogue, sa: StepSlot, b: Dialogue, sb: StepSlot, states: BackboneState[], emitted: Int32Array): void {
+  static stepPair(a: Dialogue, sa: StepSlot, b: Dialogue, sb: StepSlot, states: BackboneState[], emitted: Int32Array): number {
     if (!a.batchable || !b.batchable || sa === sb) throw new InternalError('stepPair: two batchable dialogues on two slots');
     a.#tic();
     a.#makeRoom(sa, 1);
@@ -362,21 +385,44 @@ export class Dialogue {
     // b's hidden row into its own slot's plane, where its heads read it.
     const bHidden = sb.backbone.stack.hiddenRows;
     for (let i = 0; i < D; i++) bHidden[i] = hidden[D + i]!;
-    // The shared backbone call is on a's clock.
-    emitted[0] = a.#afterBackbone(sa, hidden, null);
+    // Both at text, or both at audio, with a slot of two rows: one batched head call too.
+    // The shared calls are on a's clock.
+    let heads = PAIR_HEADS_OWN;
+    if (sa.rows === 2 && a.#text === b.#text) {
+      if (a.#text) {
+        sa.backbone.logitsRows(hidden, sa.logits, 2, sa.logitsScratch);
+        native.copyF32(sa.logitsRow1, 0, sb.logits, 0, a.config.backbone.vocab);
+        heads = PAIR_HEADS_TEXT;
+      } else {
+        const samplers = a.#samplerPair;
+        samplers[0] = a.sampler;
+        samplers[1] = b.sampler;
+        const options = a.#optionsPair;
+        options[0] = a.options.audio;
+        options[1] = b.options.audio;
+        Depthformer.framePair(sa.depthformer, sb.depthformer, hidden, samplers, options, a.codes, b.codes);
+        heads = PAIR_HEADS_AUDIO;
+      }
+    }
+    emitted[0] = a.#afterBackbone(sa, hidden, null, heads);
     b.#tic();
-    emitted[1] = b.#afterBackbone(sb, bHidden, null);
+    emitted[1] = b.#afterBackbone(sb, bHidden, null, heads);
+    return heads;
   }
 
-  /** The rest of a step once the backbone has run: text head and sampling, or the Depthformer frame. */
-  #afterBackbone(slot: StepSlot, hidden: Float32Array, taps: StepTaps | null): number {
+  /**
+   * The rest of a step once the backbone has run: text head and sampling, or the Depthformer
+   * frame. `heads` says whether a pair step has already run this dialogue's text head (its
+   * logits are in `slot.logits`) or its frame (its codes are in `codes`).
+   */
+  #afterBackbone(slot: StepSlot, hidden: Float32Array, taps: StepTaps | null, heads = PAIR_HEADS_OWN): number {
     const c = this.config;
     const stack = slot.backbone.stack;
     const first = this.#step === 0;
     this.#step++;
     this.#left--;
     if (this.#text) {
-      slot.backbone.logits(hidden, slot.logits, slot.logitsScratch);
+      if (heads !== PAIR_HEADS_TEXT) slot.backbone.logits(hidden, slot.logits, slot.logitsScratch);
       this.#toc(first ? CLOCK_PREFILL : CLOCK_TEXT);
       if (taps !== null) {
         taps.hidden?.(hidden);
@@ -402,7 +448,7 @@ export class Dialogue {
     if (taps !== null) taps.hidden?.(hidden);
     this.#tic();
     const inspect = taps !== null && taps.audioLogits !== undefined;
-    slot.depthformer.frame(hidden, this.sampler, this.options.audio, this.codes, inspect ? slot.audioLogits : null);
+    if (heads !== PAIR_HEADS_AUDIO) slot.depthformer.frame(hidden, this.sampler, this.options.audio, this.codes, inspect ? slot.audioLogits : null);
     this.#toc(CLOCK_DEPTHFORMER);
     if (inspect) taps.audioLogits!(slot.audioLogits);
     this.frames++;

@@ -172,6 +172,8 @@ export function serveStage(expected: StageName): void {
         clocks: s.clockReport(),
         records: s.records,
         batchedSteps: s.batched,
+        batchedTextHeads: s.batchedText,
+        batchedFrames: s.batchedFrames,
         slots: s.slotStats(),
         allocationsAfterReady: trap?.count ?? 0,
         heapDelta: heapUsedNow() - heapAtReady,

@@ -183,6 +183,9 @@ export interface StageStats {
   records: number;
   /** Batched backbone calls: two conversations' positions read each weight block once. */
   batchedSteps: number;
+  /** Of those, the ones that also ran both text heads, or both Depthformer frames, in one call. */
+  batchedTextHeads: number;
+  batchedFrames: number;
   /** Pass slots: most held at once, passes that began while another slot was held. */
   slots: { count: number; maxBusy: number; overlapped: number };
   /** Constructor calls trapped after readiness (test mode), JS heap change over the run. */

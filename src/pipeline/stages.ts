@@ -26,9 +26,21 @@ import { Resampler } from '../dsp/resample.js';
 import type { ModelConfig } from '../model/format/config.js';
 import type { WeightsImage } from '../model/format/image.js';
 import { ConformerEncoder } from '../model/blocks/encoder.js';
-import { type BackboneState, backboneStateSizes } from '../model/blocks/backbone.js';
+import { type BackboneState, backboneStateSizes, STEP_BATCH } from '../model/blocks/backbone.js';
 import { Detokenizer, DetokenizerState } from '../model/blocks/detokenizer.js';
-import { buildStepSlot, checkpointsFor, Dialogue, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_TEXT, frameSamplesAt, type Prompts, type StepSlot } from './dialogue.js';
+import {
+  buildStepSlot,
+  checkpointsFor,
+  Dialogue,
+  EMIT_DONE,
+  EMIT_END_OF_AUDIO,
+  EMIT_TEXT,
+  frameSamplesAt,
+  PAIR_HEADS_AUDIO,
+  PAIR_HEADS_TEXT,
+  type Prompts,
+  type StepSlot,
+} from './dialogue.js';
 import { plannerFor } from './conversation.js';
 import { carveClocks, STAGES, Stopwatch, type StageClocks } from './clock.js';
 import type { Planner } from '../memory/planner.js';
@@ -149,8 +161,10 @@ export abstract class Stage<C> {
   /** How pass buffers are laid out (planned, or separate for comparison). */
   readonly planner: Planner;
   records = 0;
-  /** Batched backbone calls (two conversations' positions in one; Depthformer stage). */
+  /** Batched backbone calls (two conversations' positions in one; Depthformer stage), and of those, the ones whose text heads or frames were batched too. */
   batched = 0;
+  batchedText = 0;
+  batchedFrames = 0;
   nonFinite = 0;
   readonly #watch = new Stopwatch();
 
@@ -888,7 +902,8 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
           replyClose: meta('reply_close', ids.replyClose),
         };
       }
-      const step = buildStepSlot(c, env.image, work, derived, { chunk: o.prefillChunk, context: o.context, planner: s.planner });
+      // Two rows: a pair step runs both conversations' heads in one call.
+      const step = buildStepSlot(c, env.image, work, derived, { chunk: o.prefillChunk, context: o.context, planner: s.planner, rows: STEP_BATCH });
       return { ...step, rowsIn: work.carve('embed.in', 'workspace.prefill', Float32Array, EMBED_ROWS * c.backbone.hidden) };
     });
     this.prompts = prompts!;
@@ -977,8 +992,10 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
         continue;
       }
       const e = this.#emitted;
-      Dialogue.stepPair(c.dialogue, this.tickets.slots[c.slot]!, partner.dialogue, this.tickets.slots[partner.slot]!, this.#pair, e);
+      const heads = Dialogue.stepPair(c.dialogue, this.tickets.slots[c.slot]!, partner.dialogue, this.tickets.slots[partner.slot]!, this.#pair, e);
       this.batched++;
+      if (heads === PAIR_HEADS_TEXT) this.batchedText++;
+      else if (heads === PAIR_HEADS_AUDIO) this.batchedFrames++;
       this.#emit(c, e[0]!);
       this.#emit(partner, e[1]!);
     }

@@ -2,6 +2,7 @@ import t from 'tap';
 import { MemoryDomain, plan } from '../../src/memory/index.js';
 import { heapWorkspace } from '../../src/dsp/workspace.js';
 import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
+import { quantizeCheckpoint } from '../../src/io/quantize.js';
 import { Depthformer, depthformerPass, depthformerStateFloats, END_OF_AUDIO } from '../../src/model/blocks/depthformer.js';
 import { AUDIO_SAMPLING, Sampler, TEXT_SAMPLING } from '../../src/model/blocks/sampler.js';
 import { allocationProbe, prng, scratchDir } from '../helpers.js';
@@ -157,4 +158,49 @@ t.test('a draw allocates nothing even where V8 inlines nothing (a double returne
   const r = spawnSync(process.execPath, ['--max-inlined-bytecode-size=0', file], { encoding: 'utf8', timeout: 120_000 });
   const p = JSON.parse(r.stdout) as { heap: number; arrayBuffers: number; windows: number };
   t.ok(p.heap >= 0 && p.heap < 1024, `JS heap growth over 200 draws: ${p.heap} bytes (window ${p.windows})`);
+});
+
+t.test('a pair frame gives each conversation the codes and state of its own frame, bit for bit (f32 and q4)', async (t) => {
+  for (const dtype of ['f32', 'q4'] as const) {
+    let where = dir;
+    if (dtype === 'q4') {
+      where = scratchDir('voxslab-depth-q4-');
+      await quantizeCheckpoint({ input: dir, output: where, bits: 4, group: 32, threads: 1 });
+    }
+    const domain = MemoryDomain.create({ limit: '1GiB' });
+    const { config, image } = loadCheckpoint(where, domain);
+    const cb = config.audio.codebooks;
+    const D = config.backbone.hidden;
+    const make = (rows: number, i: number) => {
+      const work = domain.createArena(domain.owner('ticket', i), `pair ${rows} ${i}`, {
+        bytes: domain.policy.arenaBytes([plan(depthformerPass(config, rows).build()).highWater, depthformerStateFloats(config) * 4]),
+      });
+      const kv = work.carve('depth_kv', 'recurrence', Float32Array, depthformerStateFloats(config));
+      return new Depthformer(config, image, work, heapWorkspace, kv, plan, rows);
+    };
+    const pairA = make(2, 0);
+    const pairB = make(1, 1);
+    const solo = [make(1, 2), make(1, 3)];
+    const r = prng(9);
+    const samplers = [new Sampler(3), new Sampler(4)];
+    const own = [new Sampler(3), new Sampler(4)];
+    const options = [AUDIO_SAMPLING, { temperature: 0.7, topK: 16 }];
+    let same = true;
+    let differ = false;
+    for (let frame = 0; frame < 4; frame++) {
+      const hidden = Float32Array.from({ length: 2 * D }, () => r() * 2 - 1);
+      const codes = [new Int32Array(cb), new Int32Array(cb)];
+      Depthformer.framePair(pairA, pairB, hidden, samplers, options, codes[0]!, codes[1]!);
+      for (let c = 0; c < 2; c++) {
+        const want = new Int32Array(cb);
+        solo[c]!.frame(hidden.subarray(c * D, (c + 1) * D), own[c]!, options[c]!, want);
+        if (want.some((v, i) => v !== codes[c]![i])) same = false;
+        if (samplers[c]!.state !== own[c]!.state) same = false;
+      }
+      if (codes[0]!.some((v, i) => v !== codes[1]![i])) differ = true;
+    }
+    t.ok(same, `${dtype}: four pair frames give both conversations the codes and sampler state of their own frames`);
+    t.ok(differ, `${dtype}: the two conversations' codes differ (the comparison can fail)`);
+    t.throws(() => Depthformer.framePair(pairB, pairA, new Float32Array(2 * D), samplers, options, new Int32Array(cb), new Int32Array(cb)), /two-row/);
+  }
 });

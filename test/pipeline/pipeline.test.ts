@@ -48,6 +48,8 @@ interface Stage {
   canary: string | null;
   records: number;
   batchedSteps: number;
+  batchedTextHeads: number;
+  batchedFrames: number;
 }
 interface Report {
   engine?: string;
@@ -89,7 +91,10 @@ t.test('two conversations of different lengths at once give exactly the bytes ea
   for (const n of ['conformer', 'depthformer', 'playback']) {
     t.equal(stage(n).slots.count, 2, `${n}: two pass slots`);
   }
-  t.ok(stage('depthformer').batchedSteps > 0, `depthformer: ${stage('depthformer').batchedSteps} backbone calls served both conversations at once`);
+  const depth = stage('depthformer');
+  t.ok(depth.batchedSteps > 0, `depthformer: ${depth.batchedSteps} backbone calls served both conversations at once`);
+  t.ok(depth.batchedTextHeads > 0, `depthformer: ${depth.batchedTextHeads} of them ran both text heads in one call`);
+  t.ok(depth.batchedFrames > 0, `depthformer: ${depth.batchedFrames} of them ran both Depthformer frames in one call`);
   for (const n of ['depthformer', 'playback']) {
     t.equal(stage(n).slots.maxBusy, 2, `${n}: both pass slots held at once`);
     t.ok(stage(n).slots.overlapped >= 1, `${n}: ${stage(n).slots.overlapped} pass(es) began while the other slot was held`);

@@ -676,4 +676,12 @@ export class Backbone {
   logits(hidden: Float32Array, out: Float32Array, scratch: Float32Array): void {
     linear1(this.#embed, hidden, out, scratch);
   }
+
+  /**
+   * Text logits [n][vocab] for n hidden rows [n][hidden], the head's weights read once for all
+   * (each row's bits are what `logits` gives it). `scratch` holds n rows of `logits`'s scratch.
+   */
+  logitsRows(hidden: Float32Array, out: Float32Array, n: number, scratch: Float32Array): void {
+    linearRows(this.#embed, hidden, out, n, scratch);
+  }
 }

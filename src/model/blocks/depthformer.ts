@@ -11,7 +11,19 @@ import { PassBuilder, plan, type Planner } from '../../memory/index.js';
 import type { Workspace } from '../../dsp/workspace.js';
 import type { ModelConfig } from '../format/config.js';
 import type { WeightsImage } from '../format/image.js';
-import { attentionScratchFloats, gemvScratchFloats, linear1, rmsNorm, rope, ropeTables, rowInto, swiglu, weightRows, type Weights } from './kernels.js';
+import {
+  attentionScratchFloats,
+  gemvScratchFloats,
+  linear1,
+  linearRows,
+  rmsNorm,
+  rope,
+  ropeTables,
+  rowInto,
+  swiglu,
+  weightRows,
+  type Weights,
+} from './kernels.js';
 import type { Sampler, SamplingOptions } from './sampler.js';
 import { ArgumentError } from '../../errors.js';
 import { ATTENTION_MASK, native } from '../../native.js';
@@ -21,14 +33,17 @@ const EPS = 1e-5;
 const F32 = 4;
 export const END_OF_AUDIO = 2048;
 
-/** Workspace of one codebook step (all small; every buffer lives for the step). */
-export function depthformerPass(config: ModelConfig): PassBuilder {
+/**
+ * Workspace of one codebook step (all small; every buffer lives for the step), for `rows`
+ * conversations at once (`framePair` takes 2).
+ */
+export function depthformerPass(config: ModelConfig, rows = 1): PassBuilder {
   const f = config.depthformer;
   const cb = config.audio.codebooks;
   const kd = f.kvHeads * f.headDim;
   const widest = Math.max(config.backbone.hidden, f.dim, f.ffn);
   const p = new PassBuilder().external('hidden', 'depth_kv');
-  const s = (name: string, floats: number) => p.state(name, floats * F32);
+  const s = (name: string, floats: number) => p.state(name, floats * F32 * (name === 'scratch' ? 1 : rows));
   s('slices', cb * f.dim);
   s('x', f.dim);
   s('ln', f.dim);
@@ -66,9 +81,15 @@ interface DepthLayer {
   w3: Weights;
 }
 
+/** Per row of a pair frame: views of the plan's planes, made once. */
+type RowViews = Readonly<Record<'x' | 'q' | 'k' | 'v' | 'ctx' | 'logits', Float32Array>>;
+
 export class Depthformer {
   readonly config: ModelConfig;
   readonly region: PlannedRegion;
+  /** Conversations one call can serve: 1, or 2 for `framePair`. */
+  readonly rows: number;
+  readonly #rowViews: RowViews[];
   readonly #v: Readonly<Record<string, Float32Array>>;
   readonly #linear: Weights;
   readonly #linearBias: Float32Array;
@@ -79,14 +100,27 @@ export class Depthformer {
   readonly #cos: Float32Array;
   readonly #sin: Float32Array;
   readonly #kv: Float32Array; // [layers][k|v][codebooks][kv heads × head dim]
+  readonly #kvViews: Float32Array[]; // [layers × 2] views of #kv's k and v planes, made once
   readonly #scale: number; // 1/√head dim, made once: a double computed per call would be boxed
 
-  constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, state: Float32Array, planner: Planner = plan) {
+  constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, state: Float32Array, planner: Planner = plan, rows = 1) {
     const f = config.depthformer;
     const cb = config.audio.codebooks;
+    if (rows !== 1 && rows !== 2) throw new ArgumentError(`depthformer rows must be 1 or 2, got ${rows}`);
     this.config = config;
-    this.region = arena.carvePlan('depthformer', 'workspace.depthformer', planner(depthformerPass(config).build()));
+    this.rows = rows;
+    this.region = arena.carvePlan('depthformer', 'workspace.depthformer', planner(depthformerPass(config, rows).build()));
     this.#v = this.region.views as Record<string, Float32Array>;
+    const kd = f.kvHeads * f.headDim;
+    const row = (name: string, r: number, n: number): Float32Array => (this.#v[name] as Float32Array).subarray(r * n, (r + 1) * n);
+    this.#rowViews = Array.from({ length: rows }, (_, r) => ({
+      x: row('x', r, f.dim),
+      q: row('q', r, f.dim),
+      k: row('k', r, kd),
+      v: row('v', r, kd),
+      ctx: row('ctx', r, f.dim),
+      logits: row('logits', r, config.audio.codes),
+    }));
     const f32 = (name: string): Float32Array =>
       image.toF32(
         name,
@@ -98,7 +132,6 @@ export class Depthformer {
       );
     this.#linear = image.weights('depth_linear.weight');
     this.#linearBias = f32('depth_linear.bias');
-    const kd = f.kvHeads * f.headDim;
     this.#layers = Array.from({ length: f.layers }, (_, l) => {
       const p = `depthformer.layers.${l}`;
       const qkv = image.weights(`${p}.operator.qkv_proj.weight`);
@@ -125,7 +158,117 @@ export class Depthformer {
     ropeTables(cb, f.headDim, config.backbone.ropeTheta, this.#cos, this.#sin);
     if (state.length < depthformerStateFloats(config)) throw new ArgumentError('depthformer state is too small');
     this.#kv = state;
+    const span = cb * kd;
+    this.#kvViews = Array.from({ length: 2 * f.layers }, (_, j) => state.subarray(j * span, (j + 1) * span));
     this.#scale = 1 / Math.sqrt(f.headDim);
+  }
+
+  /** One codebook step's attention for a query row `q` over the frame's cache `kv` (position i). */
+  #attend(kv: Depthformer, l: number, i: number, q: Float32Array, ctx: Float32Array): void {
+    const f = this.config.depthformer;
+    const cb = this.config.audio.codebooks;
+    native.attention(
+      q,
+      kv.#kvViews[2 * l]!,
+      kv.#kvViews[2 * l + 1]!,
+      ctx,
+      null,
+      null,
+      null,
+      this.#v.scratch as Float32Array,
+      1,
+      i + 1,
+      f.heads,
+      f.kvHeads,
+      f.headDim,
+      i,
+      0,
+      0,
+      ATTENTION_MASK.causal,
+      this.#scale,
+      1,
+      cb,
+    );
+  }
+
+  /** Keys and values of codebook step i, layer l, into `kv`'s frame cache. */
+  static #cache(kv: Depthformer, l: number, i: number, k: Float32Array, v: Float32Array): void {
+    const f = kv.config.depthformer;
+    const cb = kv.config.audio.codebooks;
+    const kd = f.kvHeads * f.headDim;
+    const K = l * 2 * cb * kd;
+    const V = K + cb * kd;
+    for (let j = 0; j < kd; j++) {
+      kv.#kv[K + i * kd + j] = k[j]!;
+      kv.#kv[V + i * kd + j] = v[j]!;
+    }
+  }
+
+  /**
+   * One frame of two conversations at once: row 0 of `hidden` ([2][hidden]) is `a`'s, row 1
+   * `b`'s. Every linear layer runs over both rows (`linearRows`: each weight block is read once
+   * for both, and each row gets the bits `frame` gives it); RoPE, the frame caches (`a`'s own
+   * and `b`'s), attention and sampling run per row. Runs on `a`'s planes (`a.rows` must be 2);
+   * `b` lends only its frame cache. Every bit equals `a.frame(...)` then `b.frame(...)`.
+   */
+  static framePair(
+    a: Depthformer,
+    b: Depthformer,
+    hidden: Float32Array,
+    samplers: readonly [Sampler, Sampler] | Sampler[],
+    options: readonly [SamplingOptions, SamplingOptions] | SamplingOptions[],
+    codesA: Int32Array,
+    codesB: Int32Array,
+  ): void {
+    if (a.rows !== 2 || a === b) throw new ArgumentError('depthformer: a pair frame needs a two-row depthformer and a second one');
+    const f = a.config.depthformer;
+    const cb = a.config.audio.codebooks;
+    const codes = a.config.audio.codes;
+    const v = a.#v;
+    const hd = f.headDim;
+    const scratch = v['gemv.scratch'] as Float32Array;
+    const slices = v.slices as Float32Array;
+    const x = v.x as Float32Array;
+    const ln = v.ln as Float32Array;
+    const o = v.o as Float32Array;
+    const rows = a.#rowViews;
+    linearRows(a.#linear, hidden, slices, 2, scratch);
+    const width = cb * f.dim;
+    for (let r = 0; r < 2; r++) for (let j = 0; j < width; j++) slices[r * width + j] = slices[r * width + j]! + a.#linearBias[j]!;
+    for (let i = 0; i < cb; i++) {
+      for (let r = 0; r < 2; r++) {
+        for (let j = 0; j < f.dim; j++) x[r * f.dim + j] = slices[r * width + i * f.dim + j]!;
+        if (i > 0) rowInto(a.#embed[i - 1]!, (r === 0 ? codesA : codesB)[i - 1]!, x, r * f.dim, 1, true);
+      }
+      for (let l = 0; l < a.#layers.length; l++) {
+        const L = a.#layers[l]!;
+        rmsNorm(x, L.opNorm, ln, 2, f.dim, EPS);
+        linearRows(L.q, ln, v.q as Float32Array, 2, scratch);
+        linearRows(L.k, ln, v.k as Float32Array, 2, scratch);
+        linearRows(L.v, ln, v.v as Float32Array, 2, scratch);
+        rmsNorm(v.q as Float32Array, L.qNorm, v.q as Float32Array, 2 * f.heads, hd, EPS);
+        rmsNorm(v.k as Float32Array, L.kNorm, v.k as Float32Array, 2 * f.kvHeads, hd, EPS);
+        for (let r = 0; r < 2; r++) {
+          const rv = rows[r]!;
+          rope(rv.q, a.#cos, a.#sin, 1, f.heads, hd, i, true);
+          rope(rv.k, a.#cos, a.#sin, 1, f.kvHeads, hd, i, true);
+          Depthformer.#cache(r === 0 ? a : b, l, i, rv.k, rv.v);
+          a.#attend(r === 0 ? a : b, l, i, rv.q, rv.ctx);
+        }
+        linearRows(L.out, v.ctx as Float32Array, o, 2, scratch);
+        for (let j = 0; j < 2 * f.dim; j++) x[j] = x[j]! + o[j]!;
+        rmsNorm(x, L.ffnNorm, ln, 2, f.dim, EPS);
+        linearRows(L.w1, ln, v.gate as Float32Array, 2, scratch);
+        linearRows(L.w3, ln, v.up as Float32Array, 2, scratch);
+        swiglu(v.gate as Float32Array, v.up as Float32Array, v.act as Float32Array, 2 * f.ffn);
+        linearRows(L.w2, v.act as Float32Array, o, 2, scratch);
+        for (let j = 0; j < 2 * f.dim; j++) x[j] = x[j]! + o[j]!;
+      }
+      rmsNorm(x, a.#norm[i]!, ln, 2, f.dim, EPS);
+      linearRows(a.#logits[i]!, ln, v.logits as Float32Array, 2, scratch);
+      codesA[i] = samplers[0]!.sample(rows[0]!.logits, codes, options[0]!, i > 0 ? END_OF_AUDIO : -1);
+      codesB[i] = samplers[1]!.sample(rows[1]!.logits, codes, options[1]!, i > 0 ? END_OF_AUDIO : -1);
+    }
   }
 
   /**
@@ -145,7 +288,6 @@ export class Depthformer {
     const cb = this.config.audio.codebooks;
     const v = this.#v;
     const hd = f.headDim;
-    const kd = f.kvHeads * hd;
     const scratch = v['gemv.scratch'] as Float32Array;
     const slices = v.slices as Float32Array;
     linear1(this.#linear, hidden, slices, scratch);
@@ -171,34 +313,8 @@ export class Depthformer {
         rmsNorm(k, L.kNorm, k, f.kvHeads, hd, EPS);
         rope(q, this.#cos, this.#sin, 1, f.heads, hd, i, true);
         rope(k, this.#cos, this.#sin, 1, f.kvHeads, hd, i, true);
-        const K = l * 2 * cb * kd;
-        const V = K + cb * kd;
-        for (let j = 0; j < kd; j++) {
-          this.#kv[K + i * kd + j] = k[j]!;
-          this.#kv[V + i * kd + j] = vv[j]!;
-        }
-        native.attention(
-          q,
-          this.#kvView(K),
-          this.#kvView(V),
-          ctx,
-          null,
-          null,
-          null,
-          v.scratch as Float32Array,
-          1,
-          i + 1,
-          f.heads,
-          f.kvHeads,
-          hd,
-          i,
-          0,
-          0,
-          ATTENTION_MASK.causal,
-          this.#scale,
-          1,
-          cb,
-        );
+        Depthformer.#cache(this, l, i, k, vv);
+        this.#attend(this, l, i, q, ctx);
         linear1(L.out, ctx, o, scratch);
         for (let j = 0; j < f.dim; j++) x[j] = x[j]! + o[j]!;
         rmsNorm(x, L.ffnNorm, ln, 1, f.dim, EPS);
@@ -213,17 +329,5 @@ export class Depthformer {
       if (logitsOut !== null) for (let j = 0; j < this.config.audio.codes; j++) logitsOut[i * this.config.audio.codes + j] = logits[j]!;
       codes[i] = sampler.sample(logits, this.config.audio.codes, options, i > 0 ? END_OF_AUDIO : -1);
     }
-  }
-
-  readonly #views = new Map<number, Float32Array>();
-
-  /** Cache view from an offset (made once per offset, then reused). */
-  #kvView(at: number): Float32Array {
-    let view = this.#views.get(at);
-    if (view === undefined) {
-      view = this.#kv.subarray(at, at + this.config.audio.codebooks * this.config.depthformer.kvHeads * this.config.depthformer.headDim);
-      this.#views.set(at, view);
-    }
-    return view;
   }
 }
