@@ -8,7 +8,8 @@
  * detokenizer + 6/12 of a text step, as a real-time factor; and the same cost measured inside
  * a real reply (the conversation's own stage clocks). Two conversations: one batched backbone
  * call for both (what the pipeline's Depthformer stage does) against one conversation's step,
- * and the stage's frame for two over one. The fastest of several runs is reported.
+ * both text heads in one call and both Depthformer frames in one call against one's, and the
+ * stage's frame for two over one. The fastest of several runs is reported.
  *
  * Default: `tiny` and `small` (f32). `--production` adds `lfm2-audio-1.5b` at q4 and q8
  * (generated once into the checkpoint cache, several minutes each); `--model DIR` adds any
@@ -16,14 +17,16 @@
  */
 import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { MemoryDomain } from '../src/memory/index.js';
+import { MemoryDomain, plan } from '../src/memory/index.js';
+import { heapWorkspace } from '../src/dsp/workspace.js';
+import { Depthformer, depthformerPass, depthformerStateFloats } from '../src/model/blocks/depthformer.js';
 import { makeCheckpoint } from '../src/io/checkpoint.js';
 import { quantizeCheckpoint } from '../src/io/quantize.js';
 import { checkpointCache, resolveModel } from '../src/io/checkpoint.js';
 import { Conversation, SpeechModel } from '../src/pipeline/conversation.js';
 import { STAGES } from '../src/pipeline/clock.js';
 import { AUDIO_SAMPLING, Sampler } from '../src/model/blocks/sampler.js';
-import { setComputeThreads } from '../src/model/blocks/kernels.js';
+import { gemvScratchFloats, setComputeThreads } from '../src/model/blocks/kernels.js';
 import { fastestSeconds as best, round } from './util.js';
 
 export interface ModelBenchRow {
@@ -41,11 +44,17 @@ export interface ModelBenchRow {
   batchedDecodePositionsPerSecond: number;
   /** One batched call for two conversations over one conversation's single step (2.0 = no gain). */
   pairStepOverOne: number;
+  /** Both conversations' text heads in one call, and both Depthformer frames, over one's. */
+  pairHeadOverOne: number;
+  pairDepthformerOverOne: number;
   /**
    * The Depthformer stage's work per generated frame (backbone steps with 6/12 of a text head,
-   * the Depthformer) for two conversations at once over one: steps batched, heads not.
+   * the Depthformer) for two conversations at once over one: everything batched, as when both
+   * replies are at text or at audio together (`InPhase`), and heads per conversation, as when
+   * one is at text and the other at audio (`OwnHeads`).
    */
-  pairFrameOverOne: number;
+  pairFrameOverOneInPhase: number;
+  pairFrameOverOneOwnHeads: number;
   depthformerMsPerFrame: number;
   detokenizerMsPerFrame: number;
   frameMs: number;
@@ -62,7 +71,8 @@ export const PEER = Object.freeze({
   q8_0: { decode1: 14.6, decode2: 24.9 },
 });
 
-async function production(dtype: 'q4' | 'q8', log: (l: string) => void): Promise<string> {
+/** The 1.5B shape at q4 or q8 (group 64), generated once into the checkpoint cache. */
+export async function production(dtype: 'q4' | 'q8', log: (l: string) => void): Promise<string> {
   const dir = join(checkpointCache(), `lfm2-audio-1.5b-seed1-${dtype}`);
   if (existsSync(join(dir, 'config.json'))) return dir;
   mkdirSync(checkpointCache(), { recursive: true });
@@ -78,6 +88,22 @@ async function production(dtype: 'q4' | 'q8', log: (l: string) => void): Promise
     rmSync(tmp, { recursive: true, force: true });
   }
   return dir;
+}
+
+/** Two-row heads beside a model's own slot, as the pipeline's Depthformer stage carves them. */
+function pairHeads(model: SpeechModel, domain: MemoryDomain): { depthformer: Depthformer; logits: Float32Array; scratch: Float32Array } {
+  const c = model.config;
+  const V = c.backbone.vocab;
+  const scratchFloats = 2 * gemvScratchFloats(c.backbone.hidden);
+  const work = domain.createArena(domain.owner('ticket', 1), 'bench pair heads', {
+    bytes: domain.policy.arenaBytes([plan(depthformerPass(c, 2).build()).highWater, depthformerStateFloats(c) * 4, 2 * V * 4, scratchFloats * 4]),
+  });
+  const kv = work.carve('depth_kv', 'workspace.depthformer', Float32Array, depthformerStateFloats(c));
+  const depthformer = new Depthformer(c, model.image, work, heapWorkspace, kv, plan, 2);
+  const logits = work.carve('text.logits', 'workspace.sampler', Float32Array, 2 * V);
+  const scratch = work.carve('text.scratch', 'workspace.sampler', Float32Array, scratchFloats);
+  work.seal();
+  return { depthformer, logits, scratch };
 }
 
 function measure(label: string, dir: string, quick: boolean, threads: number): ModelBenchRow {
@@ -148,6 +174,21 @@ function measure(label: string, dir: string, quick: boolean, threads: number): M
   const depthS = best(runs, () => {
     for (let i = 0; i < frames; i++) s.depthformer.frame(hidden, sampler, AUDIO_SAMPLING, codes);
   });
+  const headS = best(runs, () => {
+    for (let i = 0; i < steps; i++) s.backbone.logits(hidden, s.logits, s.logitsScratch);
+  });
+  // The pipeline's Depthformer stage carves two-row heads: both conversations' in one call.
+  const pairSlot = pairHeads(model, domain);
+  const hidden2 = new Float32Array(2 * D).map((_, i) => Math.cos(i * 0.7));
+  const samplers = [sampler, new Sampler(2)];
+  const audioOptions = [AUDIO_SAMPLING, AUDIO_SAMPLING];
+  const codes2 = new Int32Array(8);
+  const depthPairS = best(runs, () => {
+    for (let i = 0; i < frames; i++) Depthformer.framePair(pairSlot.depthformer, s.depthformer, hidden2, samplers, audioOptions, codes, codes2);
+  });
+  const headPairS = best(runs, () => {
+    for (let i = 0; i < steps; i++) s.backbone.logitsRows(hidden2, pairSlot.logits, 2, pairSlot.scratch);
+  });
   const out = new Float32Array(s.detokenizer.maxSamples(conv.detokenizer));
   const detS = best(runs, () => {
     conv.detokenizer.startTurn();
@@ -172,9 +213,12 @@ function measure(label: string, dir: string, quick: boolean, threads: number): M
   const frameMs = stepMs + depthMs + detMs + (c.interleave.text / c.interleave.audio) * textMs;
   const pairMs = (pairS / steps) * 1000;
   const textShare = c.interleave.text / c.interleave.audio;
-  const headMs = textMs - stepMs;
-  const stageOne = stepMs + depthMs + textShare * textMs;
-  const stagePair = pairMs + 2 * depthMs + textShare * (pairMs + 2 * headMs);
+  const headMs = (headS / steps) * 1000;
+  const headPairMs = (headPairS / steps) * 1000;
+  const depthPairMs = (depthPairS / frames) * 1000;
+  const stageOne = stepMs + depthMs + textShare * (stepMs + headMs);
+  const stagePair = pairMs + depthPairMs + textShare * (pairMs + headPairMs);
+  const stagePairOwn = pairMs + 2 * depthMs + textShare * (pairMs + 2 * headMs);
   const prefillMs = conv.stageMs[STAGES.indexOf('prefill')] as number;
   const replyMsPerFrame = r.audioFrames > 0 ? (replyMs - prefillMs) / r.audioFrames : 0;
   const weightBytes = model.report.weightBytes;
@@ -198,7 +242,10 @@ function measure(label: string, dir: string, quick: boolean, threads: number): M
     decodeWithTextHeadTokensPerSecond: round(steps / decodeTextS, 1),
     batchedDecodePositionsPerSecond: round((2 * steps) / pairS, 1),
     pairStepOverOne: round(pairMs / stepMs, 3),
-    pairFrameOverOne: round(stagePair / stageOne, 3),
+    pairHeadOverOne: round(headPairMs / headMs, 3),
+    pairDepthformerOverOne: round(depthPairMs / depthMs, 3),
+    pairFrameOverOneInPhase: round(stagePair / stageOne, 3),
+    pairFrameOverOneOwnHeads: round(stagePairOwn / stageOne, 3),
     depthformerMsPerFrame: round(depthMs, 3),
     detokenizerMsPerFrame: round(detMs, 3),
     frameMs: round(frameMs, 3),
@@ -244,7 +291,9 @@ export function format(r: ModelBenchResult): string {
       `  ${m.checkpoint} (${m.weights}, ${m.weightMiB} MiB of weights), ${m.threads} thread${m.threads > 1 ? 's' : ''}: encoder ` +
         `${m.encoderMsPerSecondOfAudio} ms per s of audio; prefill ${m.prefillTokensPerSecond} tok/s; decode ${m.decodeTokensPerSecond} tok/s ` +
         `(${m.decodeWithTextHeadTokensPerSecond} with the text head); two conversations batched ${m.batchedDecodePositionsPerSecond} ` +
-        `positions/s: a pair step ×${m.pairStepOverOne} of one, the Depthformer stage's frame for two ×${m.pairFrameOverOne} of one`,
+        `positions/s: a pair step ×${m.pairStepOverOne} of one, both text heads ×${m.pairHeadOverOne}, both Depthformer frames ` +
+        `×${m.pairDepthformerOverOne}; the Depthformer stage's frame for two ×${m.pairFrameOverOneInPhase} of one in phase ` +
+        `(×${m.pairFrameOverOneOwnHeads} with a head each)`,
       `      Depthformer ${m.depthformerMsPerFrame} ms/frame, detokenizer ${m.detokenizerMsPerFrame} ms/frame → ${m.frameMs} ms per 80 ms frame ` +
         `(real-time factor ${m.realTimeFactor}); in a real reply ${m.replyMsPerFrame} ms per frame (${m.replyRealTimeFactor})`,
     );

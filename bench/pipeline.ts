@@ -2,9 +2,11 @@
  * `voxslab bench pipeline`: the five-stage pipeline as `voxslab run` runs it, beside the
  * single-thread engine in the same run.
  *
- * - Per checkpoint (tiny, small): one conversation on one thread (the peer) and through the
- *   pipeline, then two at once through the pipeline: wall time per generated frame, the ratio
- *   of two conversations to one, real-time factor, first audio after the end of speech (fed
+ * - Per checkpoint (tiny, small; `--production` adds the 1.5B shape at q4): one conversation on
+ *   one thread (the peer) and through the pipeline, then two at once through the pipeline (the
+ *   same input, so both replies are at text or at audio together; and inputs of different
+ *   lengths, whose replies are not): wall time per generated frame, the ratio of two
+ *   conversations to one, real-time factor, first audio after the end of speech (fed
  *   at device pace with --realtime), gaps between reply frames at the main thread (p50, p99),
  *   per-stage ms per call, ring occupancy, each worker's busy time, and the process RSS next
  *   to the accounted bytes.
@@ -14,12 +16,15 @@
  * - Wake latency: a record answered across two threads through rings and doorbells
  *   (Atomics.wait), p50/p99 of one way, beside postMessage in the same run.
  */
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { runCommand } from '../src/cli/run.js';
+import { encodeWav, WavReader } from '../src/dsp/wav.js';
+import { openFileSource } from '../src/io/files.js';
+import { production } from './model.js';
 import { resolveModel } from '../src/io/checkpoint.js';
 import { Doorbells, RecordRing, ringBytes } from '../src/pipeline/ring.js';
 import { round } from './util.js';
@@ -37,14 +42,17 @@ interface RunConv {
 }
 interface RunReport {
   conversations: RunConv[];
-  pipeline?: { stages: { stage: string; busyMs: number }[]; rings: Record<string, { capacity: number; maxUsed: number }>[] };
+  pipeline?: {
+    stages: { stage: string; busyMs: number; batchedSteps: number; batchedTextHeads: number; batchedFrames: number }[];
+    rings: Record<string, { capacity: number; maxUsed: number }>[];
+  };
   manifest: { totals: { slab: number; resident: number } };
 }
 
 async function runOnce(
   model: string,
   n: number,
-  o: { engine?: string; realtime?: boolean; slots?: number; reply?: string },
+  o: { engine?: string; realtime?: boolean; slots?: number; reply?: string; inputs?: string[] },
 ): Promise<{ report: RunReport; rssMiB: number; wallMs: number }> {
   const dir = mkdtempSync(join(tmpdir(), 'voxslab-bench-'));
   try {
@@ -53,7 +61,7 @@ async function runOnce(
     await runCommand(
       {
         model,
-        inputs: Array.from({ length: n }, () => FIXTURE),
+        inputs: o.inputs ?? Array.from({ length: n }, () => FIXTURE),
         outputs: Array.from({ length: n }, (_, i) => join(dir, `${i}.wav`)),
         reply: o.reply ?? '4',
         report: rep,
@@ -105,6 +113,13 @@ export interface PipelineBenchRow {
   twoMsPerFrame: number;
   /** Wall time of two conversations at once over one conversation's (2.0 = no overlap at all). */
   twoOverOne: number;
+  /**
+   * Two conversations whose inputs differ in length (the fixture, and its first 1.2 s): wall ms
+   * per generated frame over one conversation's, and the share of their batched steps whose
+   * heads were batched too (both at text or both at audio).
+   */
+  mixedOverOne: number;
+  mixedHeadsBatched: number;
   realTimeFactor: number;
   realtimeFirstAudioMs: number | null;
   frameGapMs: { p50: number; p99: number } | null;
@@ -159,46 +174,77 @@ async function wake(rounds: number): Promise<{ ring: { p50: number; p99: number 
   return { ring: { p50: q(ringUs, 0.5), p99: q(ringUs, 0.99) }, message: { p50: q(msgUs, 0.5), p99: q(msgUs, 0.99) } };
 }
 
-export async function run(o: { quick: boolean }): Promise<{ rows: PipelineBenchRow[]; wakeMicros: Awaited<ReturnType<typeof wake>> }> {
-  const names = o.quick ? ['tiny'] : ['tiny', 'small'];
-  const repeats = o.quick ? 1 : 2;
+export async function run(o: { quick: boolean; production?: boolean }): Promise<{ rows: PipelineBenchRow[]; wakeMicros: Awaited<ReturnType<typeof wake>> }> {
+  const log = (l: string) => process.stderr.write(`${l}\n`);
+  const models: [string, string][] = (o.quick ? ['tiny'] : ['tiny', 'small']).map((n) => [n, resolveModel(n, log)]);
+  if (o.production === true) models.push(['lfm2-audio-1.5b q4', await production('q4', log)]);
   const rows: PipelineBenchRow[] = [];
-  for (const name of names) {
-    const model = resolveModel(name, (l) => process.stderr.write(`${l}\n`));
-    const single = await best(repeats, () => runOnce(model, 1, { engine: 'single' }));
-    const one = await best(repeats, () => runOnce(model, 1, {}));
-    const two = await best(repeats, () => runOnce(model, 2, {}));
-    const rt = await runOnce(model, 1, { realtime: true, reply: '1' });
-    const capacity: { conversations: number; p99GapMs: number; underrunMs: number }[] = [];
-    for (const n of o.quick ? [1, 2] : [1, 2, 4, 8]) {
-      const r = await runOnce(model, n, { slots: n, reply: '4' });
-      const p99 = Math.max(...r.report.conversations.map((c) => c.frameIntervalMs?.p99 ?? Number.POSITIVE_INFINITY));
-      const late = Math.max(...r.report.conversations.map((c) => c.underrunMs));
-      capacity.push({ conversations: n, p99GapMs: round(p99, 2), underrunMs: round(late, 2) });
-      if (late > 0) break;
-    }
-    const c0 = one.report.conversations[0]!;
-    const stages = one.report.pipeline!.stages;
-    rows.push({
-      checkpoint: name,
-      singleMsPerFrame: round(msPerFrame(single.report), 3),
-      pipelineMsPerFrame: round(msPerFrame(one.report), 3),
-      pipelineOverSingle: round(msPerFrame(one.report) / msPerFrame(single.report), 3),
-      twoMsPerFrame: round(msPerFrame(two.report), 3),
-      twoOverOne: round(Math.max(...two.report.conversations.map((c) => c.wallMs)) / c0.wallMs, 3),
-      realTimeFactor: round(c0.realTimeFactor ?? 0, 4),
-      realtimeFirstAudioMs: rt.report.conversations[0]!.firstAudioMs,
-      frameGapMs: c0.frameIntervalMs === null ? null : { p50: c0.frameIntervalMs.p50, p99: c0.frameIntervalMs.p99 },
-      stageMsPerCall: perCall(c0.timings),
-      busyMs: Object.fromEntries(stages.map((s) => [s.stage, round(s.busyMs, 1)])),
-      ringMaxUsed: Object.fromEntries(Object.entries(one.report.pipeline!.rings[0]!).map(([k, v]) => [k, `${v.maxUsed}/${v.capacity}`])),
-      rssMiB: round(one.rssMiB, 1),
-      accountedMiB: round(one.report.manifest.totals.slab / 2 ** 20, 1),
-      capacity,
-      capacityRealTime: Math.max(0, ...capacity.filter((c) => c.underrunMs === 0).map((c) => c.conversations)),
-    });
+  const scratch = mkdtempSync(join(tmpdir(), 'voxslab-bench-'));
+  const short = join(scratch, 'short.wav');
+  writeFileSync(short, encodeWav({ sampleRate: 16000, channels: 1, format: 'pcm16', extensible: false }, readFixture().subarray(0, 19200)));
+  try {
+    for (const [name, model] of models) rows.push(await measure(name, model, o, short));
+  } finally {
+    rmSync(scratch, { recursive: true, force: true });
   }
   return { rows, wakeMicros: await wake(o.quick ? 2000 : 20000) };
+}
+
+/** The fixture's samples at 16 kHz, mono. */
+function readFixture(): Float32Array {
+  const src = openFileSource(FIXTURE);
+  try {
+    const r = new WavReader(src, 4096);
+    if (r.info.sampleRate !== 16000) throw new Error(`bench: ${FIXTURE} is not 16 kHz`);
+    const all = new Float32Array(r.info.frames);
+    let n = 0;
+    for (let k = r.readMono(all.subarray(n), 4096); k > 0; k = r.readMono(all.subarray(n), 4096)) n += k;
+    return all.subarray(0, n);
+  } finally {
+    src.close();
+  }
+}
+
+async function measure(name: string, model: string, o: { quick: boolean }, short: string): Promise<PipelineBenchRow> {
+  // The 1.5B shape takes seconds per run: once each, and no capacity search past two.
+  const big = name.startsWith('lfm2');
+  const repeats = o.quick || big ? 1 : 2;
+  const single = await best(repeats, () => runOnce(model, 1, { engine: 'single' }));
+  const one = await best(repeats, () => runOnce(model, 1, {}));
+  const two = await best(repeats, () => runOnce(model, 2, {}));
+  const mixed = await best(repeats, () => runOnce(model, 2, { inputs: [FIXTURE, short] }));
+  const rt = await runOnce(model, 1, { realtime: true, reply: '1' });
+  const capacity: { conversations: number; p99GapMs: number; underrunMs: number }[] = [];
+  for (const n of o.quick || big ? [1, 2] : [1, 2, 4, 8]) {
+    const r = await runOnce(model, n, { slots: n, reply: '4' });
+    const p99 = Math.max(...r.report.conversations.map((c) => c.frameIntervalMs?.p99 ?? Number.POSITIVE_INFINITY));
+    const late = Math.max(...r.report.conversations.map((c) => c.underrunMs));
+    capacity.push({ conversations: n, p99GapMs: round(p99, 2), underrunMs: round(late, 2) });
+    if (late > 0) break;
+  }
+  const c0 = one.report.conversations[0]!;
+  const stages = one.report.pipeline!.stages;
+  const depth = mixed.report.pipeline!.stages.find((s) => s.stage === 'depthformer')!;
+  return {
+    checkpoint: name,
+    singleMsPerFrame: round(msPerFrame(single.report), 3),
+    pipelineMsPerFrame: round(msPerFrame(one.report), 3),
+    pipelineOverSingle: round(msPerFrame(one.report) / msPerFrame(single.report), 3),
+    twoMsPerFrame: round(msPerFrame(two.report), 3),
+    twoOverOne: round(Math.max(...two.report.conversations.map((c) => c.wallMs)) / c0.wallMs, 3),
+    mixedOverOne: round((2 * msPerFrame(mixed.report)) / msPerFrame(one.report), 3),
+    mixedHeadsBatched: depth.batchedSteps > 0 ? round((depth.batchedTextHeads + depth.batchedFrames) / depth.batchedSteps, 3) : 0,
+    realTimeFactor: round(c0.realTimeFactor ?? 0, 4),
+    realtimeFirstAudioMs: rt.report.conversations[0]!.firstAudioMs,
+    frameGapMs: c0.frameIntervalMs === null ? null : { p50: c0.frameIntervalMs.p50, p99: c0.frameIntervalMs.p99 },
+    stageMsPerCall: perCall(c0.timings),
+    busyMs: Object.fromEntries(stages.map((s) => [s.stage, round(s.busyMs, 1)])),
+    ringMaxUsed: Object.fromEntries(Object.entries(one.report.pipeline!.rings[0]!).map(([k, v]) => [k, `${v.maxUsed}/${v.capacity}`])),
+    rssMiB: round(one.rssMiB, 1),
+    accountedMiB: round(one.report.manifest.totals.slab / 2 ** 20, 1),
+    capacity,
+    capacityRealTime: Math.max(0, ...capacity.filter((c) => c.underrunMs === 0).map((c) => c.conversations)),
+  };
 }
 
 export function format(r: Awaited<ReturnType<typeof run>>): string {
@@ -206,7 +252,8 @@ export function format(r: Awaited<ReturnType<typeof run>>): string {
   for (const x of r.rows) {
     lines.push(
       `${x.checkpoint}: ${x.singleMsPerFrame} ms/frame single, ${x.pipelineMsPerFrame} pipeline (×${x.pipelineOverSingle}); two at once ` +
-        `${x.twoMsPerFrame} ms/frame, wall ×${x.twoOverOne} of one; RTF ${x.realTimeFactor}`,
+        `${x.twoMsPerFrame} ms/frame, wall ×${x.twoOverOne} of one; two of different lengths: frame time ×${x.mixedOverOne} of one ` +
+        `(heads batched in ${Math.round(x.mixedHeadsBatched * 100)}% of batched steps); RTF ${x.realTimeFactor}`,
       `  first audio after end of speech (device pace): ${x.realtimeFirstAudioMs ?? '-'} ms; frame gaps p50 ${x.frameGapMs?.p50 ?? '-'} / p99 ` +
         `${x.frameGapMs?.p99 ?? '-'} ms`,
       `  per call (ms): ${Object.entries(x.stageMsPerCall)

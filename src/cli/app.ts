@@ -294,7 +294,7 @@ const COMMANDS: Record<string, Command> = {
     },
   },
   bench: {
-    usage: 'voxslab bench <name> [--json] [--quick]   (bench model also takes --production and --model DIR, repeatable)',
+    usage: 'voxslab bench <name> [--json] [--quick]   (bench model and pipeline take --production; bench model --model DIR, repeatable)',
     summary: 'benchmarks, measured as ratios against a peer or the machine in the same run',
     keys: ['json', 'quick', 'production', 'benchModels'],
     positionals: 1,
@@ -305,8 +305,8 @@ const COMMANDS: Record<string, Command> = {
       if (name === undefined) throw new UsageError(`bench: name one benchmark (${names})`);
       const b = benches.get(name);
       if (b === undefined) throw new UsageError(`bench: unknown benchmark '${name}' (available: ${names})`);
-      if (name !== 'model' && (v.production === true || v.model !== undefined))
-        throw new UsageError('bench: --production and --model are options of bench model');
+      if (name !== 'model' && v.model !== undefined) throw new UsageError('bench: --model is an option of bench model');
+      if (name !== 'model' && name !== 'pipeline' && v.production === true) throw new UsageError('bench: --production is an option of bench model and bench pipeline');
       const models = (v.model as string[] | undefined) ?? [];
       const result = await b.run({ quick: v.quick === true, production: v.production === true, models });
       process.stdout.write(v.json === true ? `${JSON.stringify(result, null, 2)}\n` : `${b.format(result as never)}\n`);
