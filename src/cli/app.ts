@@ -306,7 +306,8 @@ const COMMANDS: Record<string, Command> = {
       const b = benches.get(name);
       if (b === undefined) throw new UsageError(`bench: unknown benchmark '${name}' (available: ${names})`);
       if (name !== 'model' && v.model !== undefined) throw new UsageError('bench: --model is an option of bench model');
-      if (name !== 'model' && name !== 'pipeline' && v.production === true) throw new UsageError('bench: --production is an option of bench model and bench pipeline');
+      if (name !== 'model' && name !== 'pipeline' && v.production === true)
+        throw new UsageError('bench: --production is an option of bench model and bench pipeline');
       const models = (v.model as string[] | undefined) ?? [];
       const result = await b.run({ quick: v.quick === true, production: v.production === true, models });
       process.stdout.write(v.json === true ? `${JSON.stringify(result, null, 2)}\n` : `${b.format(result as never)}\n`);
