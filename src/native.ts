@@ -64,6 +64,8 @@ export interface NativeAddon {
   /** Pins the calling thread to `cpus`. Throws TypeError/RangeError on bad CPU lists. */
   pinThread(cpus: number[]): PinResult;
   allowedCpus(): number[];
+  /** Per native compute helper of the calling thread (setComputeThreads), the CPUs it may run on. */
+  computeHelperCpus(): number[][];
   currentCpu(): number;
   /** Writes monotonic milliseconds (any origin) into out[index]; nothing is left on the JS heap. */
   clockInto(out: Float64Array, index: number): void;

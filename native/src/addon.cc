@@ -232,6 +232,19 @@ Napi::Value AllowedCpus(const Napi::CallbackInfo& info) {
   return out;
 }
 
+// computeHelperCpus(): per helper thread of the calling thread, the CPUs it may run on.
+Napi::Value ComputeHelperCpus(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 0, "computeHelperCpus");
+  const std::vector<std::vector<int>> helpers = voxslab::ComputeHelperCpus();
+  Napi::Array out = Napi::Array::New(info.Env(), helpers.size());
+  for (size_t h = 0; h < helpers.size(); ++h) {
+    Napi::Array cpus = Napi::Array::New(info.Env(), helpers[h].size());
+    for (size_t i = 0; i < helpers[h].size(); ++i) cpus.Set(static_cast<uint32_t>(i), Napi::Number::New(info.Env(), helpers[h][i]));
+    out.Set(static_cast<uint32_t>(h), cpus);
+  }
+  return out;
+}
+
 // Monotonic milliseconds written into out[index]: a clock read that leaves nothing on the JS
 // heap (a returned double would be boxed when the call is not inlined).
 Napi::Value ClockInto(const Napi::CallbackInfo& info) {
@@ -897,6 +910,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("resamplerSlots", slots);
   Export<PinThread>(env, exports, "pinThread");
   Export<AllowedCpus>(env, exports, "allowedCpus");
+  Export<ComputeHelperCpus>(env, exports, "computeHelperCpus");
   Export<NoArgs<voxslab::CurrentCpu>>(env, exports, "currentCpu");
   Export<ClockInto>(env, exports, "clockInto");
   Export<CopyF32Value>(env, exports, "copyF32");

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace voxslab {
 
@@ -35,6 +36,8 @@ int64_t GemvIntScratchBytes(int64_t K, int group);
 // depend on the count. Set it during setup: it starts or stops the helper threads.
 void SetComputeThreads(int n);
 int ComputeThreads();
+// The CPUs each of the calling thread's helpers may run on.
+std::vector<std::vector<int>> ComputeHelperCpus();
 // Float-weight GEMV (f32/f16/bf16) with its rows split among the compute threads.
 void GemvSplit(WeightType type, const void* w, const float* x, float* y, int64_t M, int64_t K);
 void GemvInt(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* x, float* y,

@@ -5,6 +5,7 @@
 
 #include "kernels.h"
 #include "simd.h"
+#include "system.h"
 
 namespace voxslab {
 
@@ -80,6 +81,14 @@ RowPool& Pool() {
   static thread_local RowPool pool;
   return pool;
 }
+
+std::vector<std::vector<int>> RowPool::HelperCpus() {
+  std::vector<std::vector<int>> out;
+  for (auto& t : helpers_) out.push_back(ThreadCpus(t.native_handle()));
+  return out;
+}
+
+std::vector<std::vector<int>> ComputeHelperCpus() { return Pool().HelperCpus(); }
 
 void SetComputeThreads(int n) { Pool().Resize(std::max(1, std::min(n, RowPool::kMaxThreads))); }
 int ComputeThreads() { return Pool().threads(); }

@@ -23,6 +23,9 @@ class RowPool {
 
   int threads() const { return static_cast<int>(helpers_.size()) + 1; }
 
+  // The CPUs each helper may run on (Linux; empty lists elsewhere). Only the owning thread calls it.
+  std::vector<std::vector<int>> HelperCpus();
+
   // Only the owning thread resizes; holding `busy_` meanwhile keeps a Run from starting on a
   // pool whose helpers are being replaced (such a Run computes alone).
   void Resize(int n);

@@ -56,17 +56,27 @@ int PinCallingThread(const std::vector<int>& cpus) {
 #endif
 }
 
-std::vector<int> AllowedCpus() {
+std::vector<int> ThreadCpus(std::thread::native_handle_type thread) {
   std::vector<int> out;
 #if defined(__linux__)
   cpu_set_t set;
   CPU_ZERO(&set);
-  if (pthread_getaffinity_np(pthread_self(), sizeof(set), &set) != 0) return out;
+  if (pthread_getaffinity_np(thread, sizeof(set), &set) != 0) return out;
   for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
     if (CPU_ISSET(cpu, &set)) out.push_back(cpu);
   }
+#else
+  (void)thread;
 #endif
   return out;
+}
+
+std::vector<int> AllowedCpus() {
+#if defined(__linux__)
+  return ThreadCpus(pthread_self());
+#else
+  return {};
+#endif
 }
 
 int CurrentCpu() {

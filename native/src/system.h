@@ -4,6 +4,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <thread>
 #include <vector>
 
 namespace voxslab {
@@ -17,6 +18,8 @@ bool AffinitySupported();
 int PinCallingThread(const std::vector<int>& cpus);
 // CPUs the calling thread may run on; empty when unsupported.
 std::vector<int> AllowedCpus();
+// The CPUs a thread of this process may run on (Linux; empty elsewhere or on failure).
+std::vector<int> ThreadCpus(std::thread::native_handle_type thread);
 // CPU the calling thread is running on now, or -1 when unknown.
 int CurrentCpu();
 // Number of CPUs the system has configured.

@@ -54,6 +54,11 @@ export interface RunRequest {
   hooks?: { domain?: MemoryDomain; trapAllocations?: boolean; exitAfterRecords?: Partial<Record<StageName, number>>; gateReplies?: number };
 }
 
+/** A stage's compute helpers in the run line: ` (helpers @1, @0+1)`, or nothing without any. */
+function helperText(helpers: number[][]): string {
+  return helpers.length === 0 ? '' : ` (helpers ${helpers.map((h) => `@${h.join('+')}`).join(', ')})`;
+}
+
 /** `--pin none` or `stage=cpu[+cpu],…` (unnamed stages keep the default placement). */
 export function parsePin(text: string | undefined): PinMap | 'none' | undefined {
   if (text === undefined) return undefined;
@@ -584,7 +589,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
     }
     p.log(
       `pipeline: ${flows.length} conversation(s) in ${(wallMs / 1000).toFixed(2)} s wall; ` +
-        `${pipeline.placement.map((w) => `${w.stage}@${w.affinity.join('+')}${w.pinError === null ? '' : ` (pin failed: ${w.pinError})`}`).join(', ')}`,
+        `${pipeline.placement.map((w) => `${w.stage}@${w.affinity.join('+')}${helperText(w.helpers)}${w.pinError === null ? '' : ` (pin failed: ${w.pinError})`}`).join(', ')}`,
     );
     if (p.report !== undefined) {
       const rings = flows.map(({ conv: v }) =>

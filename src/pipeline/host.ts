@@ -131,7 +131,14 @@ export function serveStage(expected: StageName): void {
       }
       domain = MemoryDomain.attach(i.domain, i.failAllocationAt > 0 ? { allocator: failingAllocator(i.failAllocationAt) } : {});
       stage = createStage({ domain, image: WeightsImage.attach(i.image), init: i, bells });
-      return { stage: expected, affinity: native.allowedCpus(), cpu: native.currentCpu(), pinError, slabs: stage.arenas.map((a) => a.slab.record()) };
+      return {
+        stage: expected,
+        affinity: native.allowedCpus(),
+        cpu: native.currentCpu(),
+        pinError,
+        helpers: native.computeHelperCpus(),
+        slabs: stage.arenas.map((a) => a.slab.record()),
+      };
     },
     size(o: StageConversation): number {
       attended();

@@ -152,6 +152,8 @@ export interface StageReady {
   affinity: number[];
   cpu: number;
   pinError: string | null;
+  /** The worker's own native compute helpers (`threads` − 1 of them): the CPUs each may run on. */
+  helpers: number[][];
   /** The slabs the worker created (returned to the cap by the coordinator if it dies). */
   slabs: SlabRecord[];
 }

@@ -54,7 +54,7 @@ interface Stage {
 interface Report {
   engine?: string;
   conversations: Conv[];
-  pipeline: { stages: Stage[]; placement: { stage: string; affinity: number[]; pinError: string | null }[] };
+  pipeline: { stages: Stage[]; placement: { stage: string; affinity: number[]; pinError: string | null; helpers: number[][] }[] };
   allocations: { afterReadinessAttempts: number; atReadiness: { beforeReadiness: number }; atEnd: { beforeReadiness: number } };
   manifest: { owners: Record<string, { held: number; sealed: boolean }>; totals: { slab: number } };
 }
@@ -211,11 +211,23 @@ t.test('outputs: an output that is an input is refused before anything is writte
   );
 });
 
-t.test('--threads 2: each heavy stage computes with helpers of its own, and the bytes do not change', async (t) => {
+t.test('--threads 2: each heavy stage computes with helpers of its own, pinned with it, and the bytes do not change', async (t) => {
   const a = join(work, 'th1.wav');
   const b = join(work, 'th2.wav');
-  await runCommand({ model, inputs: [fixture, shortWav], outputs: [a, join(work, 'th1b.wav')], reply: '2', threads: '1' }, quiet);
-  await runCommand({ model, inputs: [fixture, shortWav], outputs: [b, join(work, 'th2b.wav')], reply: '2', threads: '2' }, quiet);
+  const r1 = join(work, 'th1.json');
+  const r2 = join(work, 'th2.json');
+  await runCommand({ model, inputs: [fixture, shortWav], outputs: [a, join(work, 'th1b.wav')], reply: '2', threads: '1', report: r1 }, quiet);
+  await runCommand({ model, inputs: [fixture, shortWav], outputs: [b, join(work, 'th2b.wav')], reply: '2', threads: '2', report: r2 }, quiet);
+  t.ok(
+    readReport(r1).pipeline.placement.every((w) => w.helpers.length === 0),
+    'one thread per stage: no helpers',
+  );
+  for (const w of readReport(r2).pipeline.placement) {
+    const heavy = ['conformer', 'depthformer', 'playback'].includes(w.stage);
+    t.equal(w.helpers.length, heavy ? 1 : 0, `${w.stage}: ${heavy ? 'one helper of its own' : 'no helpers (no row-by-row layers)'}`);
+    if (heavy && native.affinitySupported())
+      t.same(w.helpers[0], w.affinity, `${w.stage}: its helper runs where the stage is pinned (${w.affinity.join('+')})`);
+  }
   t.ok(readFileSync(a).equals(readFileSync(b)), 'conversation A: the same WAV bytes with 1 and 2 threads per stage');
   t.ok(readFileSync(join(work, 'th1b.wav')).equals(readFileSync(join(work, 'th2b.wav'))), 'conversation B: the same WAV bytes');
 });
