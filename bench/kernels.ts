@@ -1,8 +1,9 @@
 /**
  * `voxslab bench kernels`: the machine's own limits, measured in the same run — peak
- * single-core f32 FMA throughput (a register-only native loop) and streaming read bandwidth —
+ * single-core f32 FMA throughput (a register-only native loop) and streaming read bandwidth on one
+ * and on two threads —
  * and every kernel as a ratio to them: GEMM on the Conformer's shapes against peak FLOP/s,
- * GEMV on the backbone's shape (f32 / q8 / q4) against read bandwidth, both with one matrix
+ * GEMV on the backbone's shape (f32 / q8 / q4) against the read bandwidth of as many threads, both with one matrix
  * repeated (it stays in the last-level cache) and streamed through copies at least 4× that
  * cache, as a model step reads its weights. numpy's GEMM on the
  * same shapes is reported beside it when python3 with numpy is available.
@@ -29,6 +30,8 @@ export interface KernelsBenchResult {
   isa: string;
   peakGflops: number;
   readGBps: number;
+  /** The read probe split between two threads: what the two-thread GEMV rows are compared with. */
+  readTwoThreadsGBps: number;
   gemm: { T: number; K: number; N: number; gflops: number; ofPeak: number; numpyGflops: number | null }[];
   gemv: { kind: string; rows: number; cols: number; bytes: number; GBps: number; ofBandwidth: number }[];
   /** The last-level cache (from the OS) and the working set the streamed GEMV cycles through. */
@@ -89,6 +92,11 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
   big.fill(1);
   native.readProbe(big);
   const read = big.byteLength / best(repeats, () => native.readProbe(big)) / 1e9;
+  // Two threads (this one and one helper) reading halves: the bound of the two-thread rows.
+  setComputeThreads(2);
+  native.readProbe(big);
+  const read2 = big.byteLength / best(repeats, () => native.readProbe(big)) / 1e9;
+  setComputeThreads(1);
 
   const pack = new Float32Array(GEMM_PACK_FLOATS);
   const shapes: [number, number, number][] = (options.quick === true ? [64, 256] : [64, 128, 256, 512, 1024]).map((T) => [T, 512, 2048]);
@@ -158,7 +166,7 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
         linear1(weights, x, y, scratchInt);
         const s = best(repeats * 3, () => linear1(weights, x, y, scratchInt));
         const GBps = bytes / s / 1e9;
-        gemvRows.push({ kind, rows, cols, bytes, GBps: round(GBps, 2), ofBandwidth: round(GBps / read, 3) });
+        gemvRows.push({ kind, rows, cols, bytes, GBps: round(GBps, 2), ofBandwidth: round(GBps / (threads > 1 ? read2 : read), 3) });
       }
     }
     // Streamed as a model step reads: distinct copies of the matrix, at least 4× the last-level
@@ -193,7 +201,7 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
           cols,
           bytes: copies * one,
           GBps: round(GBps, 2),
-          ofBandwidth: round(GBps / read, 3),
+          ofBandwidth: round(GBps / (threads > 1 ? read2 : read), 3),
         });
       }
     }
@@ -217,6 +225,7 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
     isa: kernelIsa(),
     peakGflops: round(peak, 1),
     readGBps: round(read, 2),
+    readTwoThreadsGBps: round(read2, 2),
     gemm: gemmRows,
     gemv: gemvRows,
     lastLevelCacheBytes: llc,
@@ -228,7 +237,8 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
 
 export function format(r: KernelsBenchResult): string {
   const lines = [
-    `kernels (${r.isa}); this machine, measured now: peak f32 FMA ${r.peakGflops} GFLOP/s on one core, streaming read ${r.readGBps} GB/s`,
+    `kernels (${r.isa}); this machine, measured now: peak f32 FMA ${r.peakGflops} GFLOP/s on one core, streaming read ${r.readGBps} GB/s ` +
+      `(${r.readTwoThreadsGBps} GB/s on two threads: the bound of the two-thread rows)`,
     `GEMM [T×512]·[512×2048] (target ≥ ${r.targets.gemmOfPeak * 100}% of peak):`,
   ];
   for (const g of r.gemm)

@@ -241,6 +241,7 @@ export interface NativeAddon {
   fmaProbe(iterations: number): number;
   /** f32 lanes per FMA in the probe of the chosen path. */
   fmaLanes(): number;
+  /** Reads every float of x (streams per thread), split among setComputeThreads threads. */
   readProbe(x: Float32Array): number;
   /** Instruction set of the compute kernels chosen at load: 'avx512f', 'avx2+fma' or 'scalar' (VOXSLAB_KERNELS may force a lower one). */
   kernelIsa(): string;

@@ -1,10 +1,13 @@
 // Probes of the machine's limits (peak FMA rate, streaming read bandwidth) for the benchmarks'
 // ratios, on the kernels' chosen instruction set.
+#include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 
 #include "cpu.h"
 #include "kernels.h"
+#include "pool.h"
 #include "simd.h"
 #include "vec.h"
 
@@ -74,7 +77,32 @@ const Probes kProbes = Choose();
 
 float FmaProbe(int64_t iterations) { return kProbes.fma(iterations); }
 int FmaLanes() { return kProbes.fmaLanes; }
-float ReadProbe(const float* x, int64_t n) { return kProbes.read(x, n); }
+namespace {
+
+struct ReadTask {
+  const float* x;
+  int64_t n;
+  std::atomic<float>* sum;
+};
+
+constexpr int64_t kReadChunk = 1 << 16;  // floats per unit of the split
+
+void RunReadParts(const void* c, int64_t r0, int64_t r1) {
+  const ReadTask& t = *static_cast<const ReadTask*>(c);
+  const int64_t a = r0 * kReadChunk, b = std::min(t.n, r1 * kReadChunk);
+  if (b > a) t.sum->store(kProbes.read(t.x + a, b - a), std::memory_order_relaxed);
+}
+
+}  // namespace
+
+// Split among the calling thread's helpers (setComputeThreads), each part read as four streams.
+float ReadProbe(const float* x, int64_t n) {
+  if (Pool().threads() == 1) return kProbes.read(x, n);
+  std::atomic<float> sum{0};
+  const ReadTask task{x, n, &sum};
+  Pool().Run(RunReadParts, &task, (n + kReadChunk - 1) / kReadChunk, 1, n);
+  return sum.load(std::memory_order_relaxed);
+}
 const char* KernelIsa() { return kProbes.isa; }
 
 }  // namespace voxslab
