@@ -17,6 +17,7 @@ import { LoopbackDevice } from '../src/io/loopback.js';
 import { defaultOf } from '../src/options.js';
 import { corpusTools, f1, labelFrames, NOISES, noise as makeNoise, rms, scene, utterance, RATE, SENTENCES, SPEEDS, VOICES } from './corpus.js';
 import { prng } from '../src/memory/prng.js';
+import { setTimeout as delay } from 'node:timers/promises';
 import { round } from './util.js';
 import { resolveModel } from '../src/io/checkpoint.js';
 import { MemoryDomain } from '../src/memory/index.js';
@@ -60,6 +61,11 @@ export interface DuplexBenchResult {
     /** Busy time of each stage worker per second of device audio, %. */
     cpuPercent: Record<string, number>;
     realtime: number;
+    /**
+     * Speech onsets the capture and frontend stages took from the assistant's own voice (real
+     * speech) heard back at equal level in a quiet room, no user: each would be a false barge-in.
+     */
+    falseOnsets: { seconds: number; count: number; userHeard: boolean };
   };
 }
 
@@ -442,13 +448,56 @@ async function pipelineLoop(quick: boolean): Promise<DuplexBenchResult['pipeline
     { outputRate: RATE, replySeconds: 12 },
   );
   try {
-    return await pipelineRuns(engine, quick);
+    const runs = await pipelineRuns(engine, quick);
+    return { ...runs, falseOnsets: await pipelineFalseOnsets(engine, quick ? 60 : 300) };
   } finally {
     await engine.close();
   }
 }
 
-async function pipelineRuns(engine: Engine, quick: boolean): Promise<DuplexBenchResult['pipeline']> {
+/**
+ * `seconds` of the assistant's voice (real speech, as the session's false barge-in run plays
+ * it) through a 60 ms echo path at equal level over pink noise 30 dB down, written as duplex
+ * audio through the capture stage's echo canceller and the frontend's VAD; then the user, alone,
+ * whose turn marks the end. Every speech onset before the user's is a false one.
+ */
+async function pipelineFalseOnsets(engine: Engine, seconds: number): Promise<{ seconds: number; count: number; userHeard: boolean }> {
+  const far = assistant(seconds, 77);
+  const mic = new Float32Array(far.length);
+  new EchoPath({ rate: RATE, delayMs: 60, gain: 1, seed: 4 }).push(far, mic, 0, far.length);
+  const floor = makeNoise('pink', seconds + 1);
+  const level = rms(far) / 31.6;
+  for (let i = 0; i < mic.length; i++) mic[i] = mic[i]! + level * floor[i]!;
+  const conv = await engine.open({ inputRate: RATE, seed: 3, vad: true, echoDelayMs: 60 });
+  let onsets = 0;
+  let turns = 0;
+  conv.on('speech_start', () => onsets++);
+  conv.on('turn_end', () => turns++);
+  const block = RATE / 5;
+  const feed = async (m: Float32Array, f: Float32Array): Promise<void> => {
+    for (let at = 0; at < m.length; at += block) {
+      // Queued either way; false asks the writer to slow down (more than a second waits).
+      if (!conv.writeDuplex(m.subarray(at, at + block), f.subarray(at, at + block))) await delay(100);
+    }
+  };
+  await feed(mic, far);
+  // Three quiet seconds, and time for the stages to take them: every onset of the echo is in.
+  const room = Float32Array.from({ length: 3 * RATE }, (_, i) => level * floor[i]!);
+  await feed(room, new Float32Array(room.length));
+  await delay(1500);
+  const count = onsets;
+  // Then the user alone: the run only counts if the user is still heard.
+  const said = new Float32Array(2 * RATE + RATE / 2);
+  said.set(utterance(SENTENCES[0]!, VOICES[0]!, 170).subarray(0, 2 * RATE));
+  const before = turns;
+  await feed(said, new Float32Array(said.length));
+  for (let waited = 0; turns === before && waited < 60_000; waited += 100) await delay(100);
+  const userHeard = onsets > count && turns > before;
+  await conv.close();
+  return { seconds, count, userHeard };
+}
+
+async function pipelineRuns(engine: Engine, quick: boolean): Promise<Omit<DuplexBenchResult['pipeline'], 'falseOnsets'>> {
   const want = quick ? 10 : 50;
   const rand = prng(606);
   const latencies: number[] = [];
@@ -613,6 +662,10 @@ export function format(r: DuplexBenchResult | { available: false; reason: string
   lines.push(
     `  five-stage pipeline, last word → first reply sample: p50 ${pp.reply.firstSampleP50Ms} ms, p95 ${pp.reply.firstSampleP95Ms} ms ` +
       `(decision p50 ${pp.reply.endOfSpeechP50Ms} ms + compute p50 ${pp.reply.computeP50Ms} ms + 20 ms device queue)`,
+  );
+  lines.push(
+    `  five-stage pipeline, false onsets: ${pp.falseOnsets.count} in ${pp.falseOnsets.seconds} s of the assistant's voice (real speech) ` +
+      `heard back at equal level, no user (the user after it ${pp.falseOnsets.userHeard ? 'was' : 'was NOT'} heard)`,
   );
   lines.push(
     `  five-stage pipeline, stage busy time (% of one core per second of audio): ${Object.entries(pp.cpuPercent)
