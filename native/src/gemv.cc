@@ -442,7 +442,8 @@ struct Int512 {
     if constexpr (n == 1) {
       return _mm512_set1_ps(*p);
     } else {
-      const __m128 v = n == 2 ? _mm_castpd_ps(_mm_load_sd(reinterpret_cast<const double*>(p))) : _mm_loadu_ps(p);
+      // Two floats through an unaligned 64-bit load (a double load would need 8-byte alignment).
+      const __m128 v = n == 2 ? _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))) : _mm_loadu_ps(p);
       const __m512i idx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
                                             __builtin_ctz(static_cast<unsigned>(kLanesPerGroup)));
       return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
