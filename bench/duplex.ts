@@ -470,9 +470,11 @@ async function pipelineFalseOnsets(engine: Engine, seconds: number): Promise<{ s
   for (let i = 0; i < mic.length; i++) mic[i] = mic[i]! + level * floor[i]!;
   const conv = await engine.open({ inputRate: RATE, seed: 3, vad: true, echoDelayMs: 60 });
   let onsets = 0;
-  let turns = 0;
+  let ends = 0;
   conv.on('speech_start', () => onsets++);
-  conv.on('turn_end', () => turns++);
+  conv.on('speech_end', (e) => {
+    if (e.reason === 'vad') ends++;
+  });
   const block = RATE / 5;
   const feed = async (m: Float32Array, f: Float32Array): Promise<void> => {
     for (let at = 0; at < m.length; at += block) {
@@ -486,13 +488,14 @@ async function pipelineFalseOnsets(engine: Engine, seconds: number): Promise<{ s
   await feed(room, new Float32Array(room.length));
   await delay(1500);
   const count = onsets;
-  // Then the user alone: the run only counts if the user is still heard.
-  const said = new Float32Array(2 * RATE + RATE / 2);
-  said.set(utterance(SENTENCES[0]!, VOICES[0]!, 170).subarray(0, 2 * RATE));
-  const before = turns;
+  const before = ends;
+  // Then the user alone, and the silence that ends their turn: the run counts only if they are heard.
+  const user = utterance(SENTENCES[0]!, VOICES[0]!, 170);
+  const said = new Float32Array(user.length + 2 * RATE);
+  said.set(user);
   await feed(said, new Float32Array(said.length));
-  for (let waited = 0; turns === before && waited < 60_000; waited += 100) await delay(100);
-  const userHeard = onsets > count && turns > before;
+  for (let waited = 0; ends === before && waited < 60_000; waited += 100) await delay(100);
+  const userHeard = onsets > count && ends > before;
   await conv.close();
   return { seconds, count, userHeard };
 }
