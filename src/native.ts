@@ -241,6 +241,12 @@ export interface NativeAddon {
   fmaProbe(iterations: number): number;
   /** f32 lanes per FMA in the probe of the chosen path. */
   fmaLanes(): number;
+  /** `bytes` (a page multiple) of shared memory mapped twice, back to back (Linux); `address` names it. */
+  mirrorCreate(bytes: number): { ok: boolean; errno: number; message: string; address?: bigint };
+  /** This thread's view of both halves of a mirrored mapping (2 × its bytes). */
+  mirrorView(address: bigint): ArrayBuffer;
+  /** The creator's reference back: the mapping goes when the last view is collected too. */
+  mirrorRelease(address: bigint): void;
   /** Reads every float of x (streams per thread), split among setComputeThreads threads. */
   readProbe(x: Float32Array): number;
   /** Instruction set of the compute kernels chosen at load: 'avx512f', 'avx2+fma' or 'scalar' (VOXSLAB_KERNELS may force a lower one). */

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 #include <initializer_list>
 #include <string>
 
@@ -793,6 +795,82 @@ Napi::Value FmaProbeValue(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), voxslab::FmaProbe(CountArg(info, 0, "fmaProbe", "iterations")));
 }
 
+// ---- mirrored rings ----
+// A mapping lives while its owner holds it or any thread has a view of it: the owner's release
+// and each view's finalizer (on whichever thread collects the view) give a reference back, and
+// the last one unmaps. A view is never touched after its finalizer runs, so none outlives it.
+struct MirrorMap {
+  size_t bytes;
+  int refs;
+};
+
+std::mutex& MirrorMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+std::unordered_map<uintptr_t, MirrorMap>& Mirrors() {
+  static std::unordered_map<uintptr_t, MirrorMap> maps;
+  return maps;
+}
+
+void DropMirror(uintptr_t at) {
+  std::lock_guard<std::mutex> lock(MirrorMutex());
+  auto it = Mirrors().find(at);
+  if (it == Mirrors().end()) return;
+  if (--it->second.refs == 0) {
+    voxslab::UnmapMirror(reinterpret_cast<void*>(at), it->second.bytes);
+    Mirrors().erase(it);
+  }
+}
+
+uintptr_t MirrorAddressArg(const Napi::CallbackInfo& info, const char* fn) {
+  if (!info[0].IsBigInt()) ThrowType(info.Env(), std::string(fn) + ": address must be a bigint from mirrorCreate");
+  bool lossless = false;
+  const uint64_t at = info[0].As<Napi::BigInt>().Uint64Value(&lossless);
+  if (!lossless) ThrowRange(info.Env(), std::string(fn) + ": address out of range");
+  return static_cast<uintptr_t>(at);
+}
+
+// mirrorCreate(bytes): { ok, errno, message, address? } — `bytes` mapped twice, back to back.
+Napi::Value MirrorCreate(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 1, "mirrorCreate");
+  const int64_t bytes = CountArg(info, 0, "mirrorCreate", "bytes");
+  if (bytes < 1 || bytes > (int64_t{1} << 32)) ThrowRange(info.Env(), "mirrorCreate: bytes must be from 1 to 2^32");
+  int err = 0;
+  void* base = voxslab::MapMirror(static_cast<size_t>(bytes), &err);
+  Napi::Object out = Result(info.Env(), base == nullptr ? err : 0);
+  if (base != nullptr) {
+    std::lock_guard<std::mutex> lock(MirrorMutex());
+    Mirrors()[reinterpret_cast<uintptr_t>(base)] = MirrorMap{static_cast<size_t>(bytes), 1};
+    out.Set("address", Napi::BigInt::New(info.Env(), static_cast<uint64_t>(reinterpret_cast<uintptr_t>(base))));
+  }
+  return out;
+}
+
+// mirrorView(address): this thread's ArrayBuffer over both halves (2 × bytes).
+Napi::Value MirrorView(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 1, "mirrorView");
+  const uintptr_t at = MirrorAddressArg(info, "mirrorView");
+  size_t bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(MirrorMutex());
+    auto it = Mirrors().find(at);
+    if (it == Mirrors().end()) ThrowRange(info.Env(), "mirrorView: no mirrored mapping at that address (released?)");
+    it->second.refs++;
+    bytes = it->second.bytes;
+  }
+  return Napi::ArrayBuffer::New(info.Env(), reinterpret_cast<void*>(at), 2 * bytes,
+                                [](Napi::Env, void* data) { DropMirror(reinterpret_cast<uintptr_t>(data)); });
+}
+
+// mirrorRelease(address): the owner's reference back (the mapping goes with the last view).
+Napi::Value MirrorRelease(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 1, "mirrorRelease");
+  DropMirror(MirrorAddressArg(info, "mirrorRelease"));
+  return info.Env().Undefined();
+}
+
 Napi::Value ReadProbeValue(const Napi::CallbackInfo& info) {
   ExpectArgs(info, 1, "readProbe");
   auto x = TypedArg<float>(info, 0, napi_float32_array, "readProbe", "x");
@@ -895,6 +973,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   Export<PointwiseValue>(env, exports, "pointwise");
   Export<FmaProbeValue>(env, exports, "fmaProbe");
   Export<ReadProbeValue>(env, exports, "readProbe");
+  Export<MirrorCreate>(env, exports, "mirrorCreate");
+  Export<MirrorView>(env, exports, "mirrorView");
+  Export<MirrorRelease>(env, exports, "mirrorRelease");
   Export<NoArgs<voxslab::FmaLanes>>(env, exports, "fmaLanes");
   Export<NoArgs<voxslab::KernelIsa>>(env, exports, "kernelIsa");
   Export<NoArgs<voxslab::DotPath>>(env, exports, "kernelPath");

@@ -10,6 +10,7 @@
 #if defined(__linux__)
 #include <pthread.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #endif
 #if defined(__unix__) || defined(__APPLE__)
 #include <sys/mman.h>
@@ -138,6 +139,56 @@ int64_t ResidentBytes(const uint8_t* data, size_t length) {
 #else
   (void)data;
   return -ENOSYS;
+#endif
+}
+
+void* MapMirror(size_t bytes, int* error) {
+#if defined(__linux__)
+  const size_t page = PageSize();
+  if (bytes == 0 || bytes % page != 0) {
+    *error = EINVAL;
+    return nullptr;
+  }
+  const int fd = static_cast<int>(syscall(SYS_memfd_create, "voxslab-capture", 1u /* MFD_CLOEXEC */));
+  if (fd < 0) {
+    *error = errno;
+    return nullptr;
+  }
+  void* base = MAP_FAILED;
+  if (ftruncate(fd, static_cast<off_t>(bytes)) == 0) {
+    // Reserve both halves first so the two mappings land back to back.
+    base = mmap(nullptr, 2 * bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base != MAP_FAILED) {
+      auto* at = static_cast<uint8_t*>(base);
+      if (mmap(at, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED ||
+          mmap(at + bytes, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) == MAP_FAILED) {
+        const int e = errno;
+        munmap(base, 2 * bytes);
+        base = MAP_FAILED;
+        errno = e;
+      }
+    }
+  }
+  const int e = errno;
+  close(fd);
+  if (base == MAP_FAILED) {
+    *error = e;
+    return nullptr;
+  }
+  return base;
+#else
+  (void)bytes;
+  *error = ENOSYS;
+  return nullptr;
+#endif
+}
+
+void UnmapMirror(void* base, size_t bytes) {
+#if defined(__linux__)
+  if (base != nullptr) munmap(base, 2 * bytes);
+#else
+  (void)base;
+  (void)bytes;
 #endif
 }
 

@@ -32,6 +32,13 @@ int64_t ResidentBytes(const uint8_t* data, size_t length);
 int LockRange(const uint8_t* data, size_t length);
 int UnlockRange(const uint8_t* data, size_t length);
 
+// A mirrored mapping (Linux: one memfd mapped twice, back to back): [base, base + 2·bytes) reads
+// and writes the same `bytes` of memory twice, so a window that runs past the end continues at
+// the start. `bytes` must be a multiple of the page size. Null on failure (errno in *error) or
+// where it is not implemented (ENOSYS).
+void* MapMirror(size_t bytes, int* error);
+void UnmapMirror(void* base, size_t bytes);
+
 // Routes alsa-lib's error messages (about sound cards a machine does not have, printed to
 // stderr while PortAudio scans) to a no-op; false when the addon was built without ALSA.
 bool QuietAlsaErrors();

@@ -587,8 +587,10 @@ async function runPipeline(p: PipelineRun): Promise<string> {
           `first audio ${f.firstAudioAt < 0 ? '-' : `${(f.firstAudioAt - f.endAt).toFixed(1)} ms`} after the end of speech`,
       );
     }
+    // The capture ring: mirrored (a window never wraps) or copied where it wraps.
+    const captureRing = flows.every((f) => f.conv.mirror !== null) ? 'mirrored' : 'copy-on-wrap';
     p.log(
-      `pipeline: ${flows.length} conversation(s) in ${(wallMs / 1000).toFixed(2)} s wall; ` +
+      `pipeline: ${flows.length} conversation(s) in ${(wallMs / 1000).toFixed(2)} s wall; capture ring ${captureRing}; ` +
         `${pipeline.placement.map((w) => `${w.stage}@${w.affinity.join('+')}${helperText(w.helpers)}${w.pinError === null ? '' : ` (pin failed: ${w.pinError})`}`).join(', ')}`,
     );
     if (p.report !== undefined) {
@@ -608,7 +610,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
           atEnd,
           manifest: p.domain.manifest(),
         },
-        { engine: 'pipeline', pipeline: { slots: pipeline.slots, placement: pipeline.placement, stages: stats, rings } },
+        { engine: 'pipeline', pipeline: { slots: pipeline.slots, placement: pipeline.placement, captureRing, stages: stats, rings } },
       );
     }
     return lines.join('\n');

@@ -19,7 +19,7 @@ import type { Arena } from '../memory/arena.js';
 import type { MemoryDomain } from '../memory/domain.js';
 import type { Owner } from '../memory/ledger.js';
 import type { SlabRecord } from '../memory/slab.js';
-import { ArgumentError, ControlTimeoutError, MemoryLimitError, WorkerError } from '../errors.js';
+import { AllocationError, ArgumentError, ControlTimeoutError, MemoryLimitError, WorkerError } from '../errors.js';
 import { optionValue } from '../options.js';
 import { loadCheckpoint } from '../io/checkpoint.js';
 import type { ModelConfig } from '../model/format/config.js';
@@ -29,7 +29,7 @@ import { resolveSpeechOptions, speechSetup, type SpeechModelOptions, type Speech
 import { native } from '../native.js';
 import { nodeEndpoint } from './endpoint.js';
 import { withWorkerOptions } from '../threads.js';
-import { Doorbells, RecordRing, ringBytes, type SharedRing } from './ring.js';
+import { Doorbells, RecordRing, RING_HEADER_BYTES, ringBytes, type SharedRing } from './ring.js';
 import {
   CONTROL_WORDS,
   DUPLEX_WORDS,
@@ -91,30 +91,92 @@ export function carveControl(domain: MemoryDomain): { arena: Arena; control: Int
 }
 
 /** Bytes of one conversation's ring arena (its barge-in words too). */
-function ringArenaBytes(capacities: Readonly<Record<RingName, number>>): number {
-  return RING_NAMES.reduce((s, n) => s + ringBytes(capacities[n]) + 64, 4 * DUPLEX_WORDS + 64);
+function ringArenaBytes(capacities: Readonly<Record<RingName, number>>, mirrored: boolean): number {
+  return RING_NAMES.reduce((s, n) => s + (mirrored && n === 'input' ? RING_HEADER_BYTES : ringBytes(capacities[n])) + 64, 4 * DUPLEX_WORDS + 64);
+}
+
+/** The capture ring's data words in a mirrored mapping, held under the cap by its session. */
+export interface CaptureMirror {
+  /** The mapping (native mirrorCreate); null in a planning domain, which maps nothing. */
+  readonly address: bigint | null;
+  readonly bytes: number;
+  /** Refunds the hold and the virtual alias and gives the creator's reference back (once). */
+  release(): void;
+}
+
+let mirrorProbe: boolean | null = null;
+
+/**
+ * Whether the capture ring is mirrored in this process: Linux's memfd can map it twice (probed
+ * once with one page), unless VOXSLAB_CAPTURE_MIRROR=off asks for the copy-on-wrap ring.
+ */
+export function captureMirrored(): boolean {
+  if (process.env.VOXSLAB_CAPTURE_MIRROR === 'off') return false;
+  if (mirrorProbe === null) {
+    const r = native.mirrorCreate(native.pageSize());
+    mirrorProbe = r.ok;
+    if (r.address !== undefined) native.mirrorRelease(r.address);
+  }
+  return mirrorProbe;
 }
 
 /**
  * One conversation's rings and barge-in words (protocol.ts, kVoice…), carved in one arena of
- * owner `session/<index>` (categories `ring` and `metadata`).
+ * owner `session/<index>` (categories `ring` and `metadata`). With `mirrored`, the capture
+ * (`input`) ring keeps only its header there: its data words are a mirrored mapping of
+ * 4 · capacity bytes (a page multiple: ringCapacities), charged once to the session (`ring`)
+ * and counted again as virtual alias bytes.
  */
 export function carveRings(
   domain: MemoryDomain,
   index: number,
   capacities: Readonly<Record<RingName, number>>,
-): { arena: Arena; views: Record<RingName, Int32Array>; duplex: Int32Array } {
-  const arena = domain.createArena(domain.owner('session', index), `conversation ${index} rings`, { bytes: ringArenaBytes(capacities) });
+  mirrored = captureMirrored(),
+): { arena: Arena; views: Record<RingName, Int32Array>; duplex: Int32Array; mirror: CaptureMirror | null } {
+  const arena = domain.createArena(domain.owner('session', index), `conversation ${index} rings`, { bytes: ringArenaBytes(capacities, mirrored) });
   const views = {} as Record<RingName, Int32Array>;
   let duplex: Int32Array;
+  let mirror: CaptureMirror | null = null;
   try {
-    for (const name of RING_NAMES) views[name] = arena.carve(`ring.${name}`, 'ring', Int32Array, ringBytes(capacities[name]) / 4);
+    for (const name of RING_NAMES) {
+      const bytes = mirrored && name === 'input' ? RING_HEADER_BYTES : ringBytes(capacities[name]);
+      views[name] = arena.carve(`ring.${name}`, 'ring', Int32Array, bytes / 4);
+    }
     duplex = arena.carve('duplex', 'metadata', Int32Array, DUPLEX_WORDS);
+    if (mirrored) mirror = holdMirror(domain, index, 4 * capacities.input);
   } catch (error) {
     domain.releaseSlab(arena.slab);
     throw error;
   }
-  return { arena, views, duplex };
+  return { arena, views, duplex, mirror };
+}
+
+function holdMirror(domain: MemoryDomain, index: number, bytes: number): CaptureMirror {
+  const hold = domain.holdNative(
+    domain.owner('session', index),
+    'ring',
+    bytes,
+    () => {
+      const r = native.mirrorCreate(bytes);
+      if (!r.ok || r.address === undefined) throw new AllocationError(`the capture ring's mirrored mapping of ${bytes} bytes failed: ${r.message}`);
+      return r.address;
+    },
+    () => bytes,
+    'the capture ring',
+  );
+  domain.ledger.addVirtualAlias(bytes);
+  let held = true;
+  return {
+    address: hold.value,
+    bytes,
+    release: () => {
+      if (!held) return;
+      held = false;
+      domain.ledger.addVirtualAlias(-bytes);
+      hold.release();
+      if (hold.value !== null) native.mirrorRelease(hold.value);
+    },
+  };
 }
 
 /**
@@ -224,6 +286,8 @@ export class PipelineConversation {
   readonly echo: boolean;
   /** Barge-in words (protocol.ts, kVoice…): this thread writes kOnsetsSeen, kHeard*, kPlayed*. */
   readonly duplex: Int32Array;
+  /** The capture ring's mirrored data (null: the copy-on-wrap ring). */
+  readonly mirror: CaptureMirror | null;
 
   constructor(
     index: number,
@@ -235,8 +299,10 @@ export class PipelineConversation {
     duplex: Int32Array,
     arena: Arena,
     plannedBytes: number,
+    mirror: CaptureMirror | null = null,
   ) {
     this.index = index;
+    this.mirror = mirror;
     this.vad = vad;
     this.echo = echo;
     this.duplex = duplex;
@@ -363,7 +429,10 @@ export class Pipeline {
     optionValue('inputRate', inputRate);
     const spec = { index, seed: 0, inputRate, vad, echoDelayMs, capacities: ringCapacities(this.config, this.setup.options.outputRate) };
     const stages = await Promise.all(this.workers.map((w) => w.call('size', spec)));
-    return stages.reduce((s, b) => s + b, this.domain.policy.slabFootprint(ringArenaBytes(spec.capacities), 'conversation rings'));
+    const mirrored = captureMirrored();
+    const rings =
+      this.domain.policy.slabFootprint(ringArenaBytes(spec.capacities, mirrored), 'conversation rings') + (mirrored ? 4 * spec.capacities.input : 0);
+    return stages.reduce((s, b) => s + b, rings);
   }
 
   #freeIndex(): number {
@@ -397,14 +466,19 @@ export class Pipeline {
     const inUse = snap.held.total + snap.reserved;
     if (inUse + planned > snap.limit) throw new MemoryLimitError(planned, inUse, snap.limit, `conversation/${index}`);
     const session = this.domain.owner('session', index);
-    const { arena, views, duplex } = carveRings(this.domain, index, capacities);
+    const { arena, views, duplex, mirror } = carveRings(this.domain, index, capacities);
     const opened: StageWorker[] = [];
     try {
       const shared = {} as Record<RingName, SharedRing>;
       const rings = {} as Record<RingName, RecordRing>;
       for (const name of RING_NAMES) {
         const view = views[name];
-        const s: SharedRing = { buffer: view.buffer as unknown as SharedArrayBuffer, byteOffset: view.byteOffset, capacity: capacities[name] };
+        const s: SharedRing = {
+          buffer: view.buffer as unknown as SharedArrayBuffer,
+          byteOffset: view.byteOffset,
+          capacity: capacities[name],
+          mirror: name === 'input' && mirror !== null ? (mirror.address ?? undefined) : undefined,
+        };
         const [producer, consumer] = RING_ENDS[name];
         rings[name] = RecordRing.init(s, this.bells, producer, consumer);
         shared[name] = s;
@@ -414,7 +488,7 @@ export class Pipeline {
         const words = { buffer: duplex.buffer as unknown as SharedArrayBuffer, byteOffset: duplex.byteOffset };
         w.slabs.push(...(await w.call('open', { index, seed: o.seed, inputRate: o.inputRate, vad, echoDelayMs, capacities, rings: shared, duplex: words })));
       }
-      const conv = new PipelineConversation(index, o.seed, o.inputRate, vad, echoDelayMs >= 0, rings, duplex, arena, planned);
+      const conv = new PipelineConversation(index, o.seed, o.inputRate, vad, echoDelayMs >= 0, rings, duplex, arena, planned, mirror);
       this.conversations.set(index, conv);
       borrowModel(this.domain, index, true);
       if (this.#ready) {
@@ -426,6 +500,7 @@ export class Pipeline {
     } catch (error) {
       await this.#closeIn(opened, index);
       this.domain.releaseSlab(arena.slab);
+      mirror?.release();
       throw error;
     }
   }
@@ -456,6 +531,8 @@ export class Pipeline {
       this.conversations.delete(conv.index);
       borrowModel(this.domain, conv.index, false);
       await this.#closeIn(this.workers, conv.index);
+      // The mapping itself goes when the last thread's view of it is collected.
+      conv.mirror?.release();
       if (this.workers.some((w) => w.exited || w.failure !== null)) {
         // Its slabs in a dead worker are returned by close(); the arena and owners then too.
         this.#arenas.push(conv.arena);
@@ -534,6 +611,7 @@ export class Pipeline {
     for (const a of this.#arenas) this.domain.releaseSlab(a.slab);
     for (const c of this.conversations.values()) {
       this.domain.releaseSlab(c.arena.slab);
+      c.mirror?.release();
       borrowModel(this.domain, c.index, false);
     }
     this.#releaseImage();

@@ -11,11 +11,20 @@
  * releases the space with one `Atomics.store` of `kRead`. Seq-cst atomics make the plain
  * stores before a publish visible to a reader that has loaded the published index.
  *
+ * Mirrored data (`SharedRing.mirror`, the capture ring on Linux): the data words live in a
+ * mapping the addon makes twice, back to back (native mirrorCreate), and each thread opens its
+ * own view of both halves (mirrorView): a record that runs past the end continues at the start
+ * of the same memory, so it is copied in one run and never wraps. Only the header stays in the
+ * SharedArrayBuffer (its atomics and doorbells need one); the data views are plain
+ * ArrayBuffers over shared pages, their plain stores published by the same seq-cst store of
+ * `kWrite` (and released by that of `kRead`).
+ *
  * Thread contract: exactly one producer thread calls `write*`/`close`; exactly one consumer
  * thread calls `peek*`/`read*`/`skip`. `available*` may be called from either side and can
  * be stale (late) by the time it returns. Nothing here allocates or throws after construction.
  */
 import { ArgumentError } from '../errors.js';
+import { native } from '../native.js';
 
 /** Header slots (Int32 indices). */
 export const kWrite = 0; // next word the producer writes (0 ≤ kWrite < capacity)
@@ -36,6 +45,9 @@ export function ringBytes(capacity: number): number {
   return 4 * (kHeaderWords + capacity);
 }
 
+/** Bytes of a mirrored ring's header (its data words live in the mirrored mapping). */
+export const RING_HEADER_BYTES = 4 * kHeaderWords;
+
 /** The largest record payload a ring of `capacity` data words takes. */
 export function maxPayloadOf(capacity: number): number {
   return capacity - 1 - RECORD_OVERHEAD;
@@ -46,6 +58,8 @@ export interface SharedRing {
   readonly buffer: SharedArrayBuffer;
   readonly byteOffset: number;
   readonly capacity: number;
+  /** The mirrored mapping holding the data words (native mirrorCreate), when there is one. */
+  readonly mirror?: bigint | undefined;
 }
 
 /**
@@ -107,9 +121,12 @@ function copyOutInts(src: Int32Array, r: number, dst: Int32Array, at: number, n:
 
 export class RecordRing {
   readonly header: Int32Array; // [kHeaderWords]
-  readonly i32: Int32Array; // [capacity] data words
+  readonly i32: Int32Array; // [capacity] data words ([2][capacity], the same words twice, when mirrored)
   readonly f32: Float32Array; // the same words as floats
   readonly capacity: number;
+  readonly mirror: bigint | undefined;
+  /** Where a payload copy wraps: the capacity, or twice it when mirrored (a copy never wraps). */
+  readonly #span: number;
   readonly bells: Doorbells;
   readonly #producerBell: number;
   readonly #consumerBell: number;
@@ -124,15 +141,26 @@ export class RecordRing {
   }
 
   constructor(shared: SharedRing, bells: Doorbells) {
-    const { buffer, byteOffset, capacity } = shared;
+    const { buffer, byteOffset, capacity, mirror } = shared;
     if (!(buffer instanceof SharedArrayBuffer)) throw new ArgumentError('ring: buffer must be a SharedArrayBuffer');
-    if (!Number.isSafeInteger(capacity) || capacity < 4 || byteOffset % 4 !== 0 || byteOffset + ringBytes(capacity) > buffer.byteLength) {
+    const bytes = mirror === undefined ? ringBytes(capacity) : RING_HEADER_BYTES;
+    if (!Number.isSafeInteger(capacity) || capacity < 4 || byteOffset % 4 !== 0 || byteOffset + bytes > buffer.byteLength) {
       throw new ArgumentError(`ring: ${capacity} words at byte ${byteOffset} do not fit a ${buffer.byteLength}-byte buffer`);
     }
     this.header = new Int32Array(buffer, byteOffset, kHeaderWords);
     if (this.header[kCapacity] !== capacity) throw new ArgumentError(`ring: header says ${this.header[kCapacity]} words, expected ${capacity}`);
-    this.i32 = new Int32Array(buffer, byteOffset + 4 * kHeaderWords, capacity);
-    this.f32 = new Float32Array(buffer, byteOffset + 4 * kHeaderWords, capacity);
+    if (mirror === undefined) {
+      this.i32 = new Int32Array(buffer, byteOffset + 4 * kHeaderWords, capacity);
+      this.f32 = new Float32Array(buffer, byteOffset + 4 * kHeaderWords, capacity);
+      this.#span = capacity;
+    } else {
+      const data = native.mirrorView(mirror);
+      if (data.byteLength !== 8 * capacity) throw new ArgumentError(`ring: the mirrored mapping holds ${data.byteLength / 8} words, expected ${capacity}`);
+      this.i32 = new Int32Array(data);
+      this.f32 = new Float32Array(data);
+      this.#span = 2 * capacity;
+    }
+    this.mirror = mirror;
     this.capacity = capacity;
     this.bells = bells;
     this.#producerBell = this.header[kProducerBell] as number;
@@ -140,7 +168,7 @@ export class RecordRing {
   }
 
   share(): SharedRing {
-    return { buffer: this.header.buffer as SharedArrayBuffer, byteOffset: this.header.byteOffset, capacity: this.capacity };
+    return { buffer: this.header.buffer as SharedArrayBuffer, byteOffset: this.header.byteOffset, capacity: this.capacity, mirror: this.mirror };
   }
 
   /** Words in use (either side; may be stale). One word always stays free. */
@@ -177,8 +205,10 @@ export class RecordRing {
     i32[w] = n;
     w = w + 1 === cap ? 0 : w + 1;
     if (n > 0 && src !== null) {
-      if (src instanceof Float32Array) copyFloats(src, at, this.f32, w, n, cap);
-      else copyInts(src, at, i32, w, n, cap);
+      // Mirrored: one contiguous run (native memmove).
+      if (src instanceof Float32Array && this.mirror !== undefined) native.copyF32(src, at, this.f32, w, n);
+      else if (src instanceof Float32Array) copyFloats(src, at, this.f32, w, n, this.#span);
+      else copyInts(src, at, i32, w, n, this.#span);
     }
     w = (w + n) % cap;
     this.#publish(w);
@@ -244,8 +274,9 @@ export class RecordRing {
     let r = Atomics.load(this.header, kRead);
     const n = this.i32[r + 1 === cap ? 0 : r + 1] as number;
     r = (r + RECORD_OVERHEAD) % cap;
-    if (dst instanceof Float32Array) copyOutFloats(this.f32, r, dst, at, n, cap);
-    else copyOutInts(this.i32, r, dst, at, n, cap);
+    if (dst instanceof Float32Array && this.mirror !== undefined) native.copyF32(this.f32, r, dst, at, n);
+    else if (dst instanceof Float32Array) copyOutFloats(this.f32, r, dst, at, n, this.#span);
+    else copyOutInts(this.i32, r, dst, at, n, this.#span);
     this.#release((r + n) % cap);
     return n;
   }

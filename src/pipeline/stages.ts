@@ -117,10 +117,17 @@ export const CAPTURE_RECORD_MAX = 4096;
 export const EMBED_ROWS = 4;
 
 /** Data words of each ring of a conversation, from the configuration and options. */
+/** `words` rounded up to whole pages of this machine. */
+function pageWords(words: number): number {
+  const page = native.pageSize() / 4;
+  return Math.ceil(words / page) * page;
+}
+
 export function ringCapacities(c: ModelConfig, outputRate: number): Record<RingName, number> {
   const frameSamples = frameSamplesAt(c, outputRate);
   return {
-    input: 4 * (4096 + RECORD_OVERHEAD) + 4,
+    // Whole pages: the capture ring's data may be a mirrored mapping (coordinator.carveRings).
+    input: pageWords(4 * (4096 + RECORD_OVERHEAD) + 4),
     pcm16: 16384,
     mel: 16384,
     embed: 4 * EMBED_ROWS * (c.backbone.hidden + RECORD_OVERHEAD) + 4,

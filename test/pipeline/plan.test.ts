@@ -10,6 +10,7 @@ import { encodeWav } from '../../src/dsp/wav.js';
 import { runCommand } from '../../src/cli/run.js';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { planPipeline, type PipelinePlanOptions } from '../../src/pipeline/plan.js';
+import { ringCapacities } from '../../src/pipeline/stages.js';
 import { scratchDir } from '../helpers.js';
 
 const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
@@ -33,12 +34,18 @@ interface Owner {
 }
 interface Manifest {
   owners: Record<string, Owner>;
-  totals: { slab: number; native: number };
+  totals: { slab: number; native: number; virtualAlias: number };
 }
 const view = (m: Manifest) =>
   Object.fromEntries(Object.entries(m.owners).map(([k, o]) => [k, { held: o.held, borrowers: o.borrowers, categories: o.categories }]));
 
-async function compare(t: Test, model: string, inputs: string[], rates: number[], extra: { reply: string; kv?: 'f16'; slots?: string }): Promise<void> {
+async function compare(
+  t: Test,
+  model: string,
+  inputs: string[],
+  rates: number[],
+  extra: { reply: string; kv?: 'f16'; slots?: string },
+): Promise<{ live: Manifest; report: { pipeline: { captureRing: string } } }> {
   const rep = join(work, 'report.json');
   const domain = MemoryDomain.create();
   await runCommand(
@@ -54,7 +61,8 @@ async function compare(t: Test, model: string, inputs: string[], rates: number[]
     },
     quiet,
   );
-  const live = (JSON.parse(readFileSync(rep, 'utf8')) as { manifest: Manifest }).manifest;
+  const report = JSON.parse(readFileSync(rep, 'utf8')) as { manifest: Manifest; pipeline: { captureRing: string } };
+  const live = report.manifest;
   const o: PipelinePlanOptions = { conversations: inputs.length, inputRate: rates, replySeconds: Number(extra.reply) };
   if (extra.kv !== undefined) o.kv = extra.kv;
   if (extra.slots !== undefined) o.slots = Number(extra.slots);
@@ -70,15 +78,37 @@ async function compare(t: Test, model: string, inputs: string[], rates: number[]
   t.notSame(view(longer), view(live), 'a plan for other options differs');
   t.equal(planned.totals.slab, live.totals.slab, `slab total ${live.totals.slab} bytes`);
   t.equal(planned.totals.native, live.totals.native);
+  t.equal(planned.totals.virtualAlias, live.totals.virtualAlias, `virtual alias ${live.totals.virtualAlias} bytes`);
   t.equal(domain.snapshot().held.total, 0, 'the live pipeline gave every byte back');
+  t.equal(domain.snapshot().virtualAlias, 0, 'and its virtual alias bytes');
   t.same(domain.manifest({ measureResident: false }).owners['model/0']?.borrowers ?? [], [], 'and its conversations no longer borrow');
+  return { live, report };
 }
+
+const linux = process.platform === 'linux';
 
 t.test('tiny: two conversations at 16 and 22.05 kHz: plan = the pipeline’s manifest', async (t) => {
   const model = join(work, 'tiny');
   makeCheckpoint({ config: 'tiny', seed: 3, out: model, dtype: 'f32' });
-  await compare(t, model, [fixture, other], [16000, 22050], { reply: '1' });
+  const { live, report } = await compare(t, model, [fixture, other], [16000, 22050], { reply: '1' });
+  const input = ringCapacities(loadConfig('tiny'), 24000).input;
+  if (linux) {
+    // The capture ring's data is a mirrored mapping: its pages charged once, the alias reported.
+    t.equal(report.pipeline.captureRing, 'mirrored', 'the capture rings are mirrored');
+    t.equal(live.totals.virtualAlias, 2 * 4 * input, `virtual alias: two capture rings of ${4 * input} bytes`);
+    t.equal(live.owners['session/0']!.categories.ring!.regions, 7 + 1, 'session/0: seven ring headers and one mapping in category ring');
+  }
   await compare(t, model, [other], [22050], { reply: '2', kv: 'f16', slots: '3' });
+  // Where mapping is unavailable (here: asked off), the copy-on-wrap ring, and the report says so.
+  process.env.VOXSLAB_CAPTURE_MIRROR = 'off';
+  try {
+    const off = await compare(t, model, [other], [22050], { reply: '1' });
+    t.equal(off.report.pipeline.captureRing, 'copy-on-wrap', 'the report says copy-on-wrap');
+    t.equal(off.live.totals.virtualAlias, 0, 'no virtual alias');
+    t.equal(off.live.owners['session/0']!.categories.ring!.regions, 7, 'seven rings, data and all, in the arena');
+  } finally {
+    delete process.env.VOXSLAB_CAPTURE_MIRROR;
+  }
 });
 
 t.test('small (bf16 weights): plan = the pipeline’s manifest', async (t) => {

@@ -1,19 +1,25 @@
 import t from 'tap';
-import { Doorbells, RecordRing, ringBytes, kMaxUsed } from '../../src/pipeline/ring.js';
+import { Doorbells, RecordRing, RING_HEADER_BYTES, ringBytes, kMaxUsed } from '../../src/pipeline/ring.js';
+import { native } from '../../src/native.js';
 import { runWorker } from '../helpers.js';
 import type { RingPeerData, RingPeerResult } from './workers/ring-peer.js';
 
 const peer = new URL('./workers/ring-peer.js', import.meta.url);
 
-function newRing(capacity: number) {
-  const buffer = new SharedArrayBuffer(ringBytes(capacity));
+function newRing(capacity: number, mirror?: bigint) {
+  const buffer = new SharedArrayBuffer(mirror === undefined ? ringBytes(capacity) : RING_HEADER_BYTES);
   const bells = new SharedArrayBuffer(8);
-  RecordRing.init({ buffer, byteOffset: 0, capacity }, new Doorbells(new Int32Array(bells)), 0, 1);
-  return { ring: { buffer, byteOffset: 0, capacity }, bells };
+  RecordRing.init({ buffer, byteOffset: 0, capacity, mirror }, new Doorbells(new Int32Array(bells)), 0, 1);
+  return { ring: { buffer, byteOffset: 0, capacity, mirror }, bells };
 }
 
-async function pair(capacity: number, o: Partial<RingPeerData> & { records: number; maxPayload: number }, slow: 'producer' | 'consumer' | null) {
-  const { ring, bells } = newRing(capacity);
+async function pair(
+  capacity: number,
+  o: Partial<RingPeerData> & { records: number; maxPayload: number },
+  slow: 'producer' | 'consumer' | null,
+  mirror?: bigint,
+) {
+  const { ring, bells } = newRing(capacity, mirror);
   const base = { ring, bells, seed: 7, pauseEvery: 0, pauseMicros: 0, corruptAt: -1, ...o };
   const pause = { pauseEvery: 997, pauseMicros: 300 };
   const [p, c] = await Promise.all([
@@ -69,4 +75,29 @@ t.test('all-or-nothing writes, wrap-around, close and drain on one thread', asyn
   t.notOk(r.drained);
   r.close();
   t.ok(r.drained);
+});
+
+const linux = process.platform === 'linux' ? false : 'mirrored mappings are made on Linux';
+
+t.test('a mirrored ring (the capture ring): both halves are the same memory, and a million records cross threads intact', { skip: linux }, async (t) => {
+  const capacity = native.pageSize() / 4;
+  const made = native.mirrorCreate(4 * capacity);
+  t.ok(made.ok && made.address !== undefined, `mirrorCreate: ${made.message || 'ok'}`);
+  const address = made.address!;
+  const view = new Int32Array(native.mirrorView(address));
+  t.equal(view.length, 2 * capacity, 'a view spans both halves');
+  view[capacity + 5] = 42;
+  view[3] = -7;
+  t.equal(view[5], 42, 'a word written past the end is the word at the start');
+  t.equal(view[capacity + 3], -7, 'and the other way');
+  // Records of up to 300 words in a ring of one page: most of them run past the end.
+  const { p, c, maxUsed } = await pair(capacity, { records: 1_000_000, maxPayload: 300 }, null, address);
+  t.equal(c.records, 1_000_000);
+  t.equal(c.words, p.words, `${c.words} payload words`);
+  t.equal(c.bad, 0, c.firstBad ?? 'every record verified');
+  t.ok(maxUsed > 0 && maxUsed < capacity, `occupancy high-water ${maxUsed} of ${capacity} words`);
+  const control = await pair(capacity, { records: 20_000, maxPayload: 300, corruptAt: 4_321 }, null, address);
+  t.equal(control.c.bad, 1, 'negative control: the verifier catches one corrupted word in the mirrored ring');
+  native.mirrorRelease(address);
+  t.throws(() => native.mirrorView(12345n), /no mirrored mapping/, 'a view of an unknown mapping is refused');
 });
