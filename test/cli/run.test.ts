@@ -37,7 +37,7 @@ interface Report {
   manifest: {
     plans: Record<string, { highWater: number; carved: number }>;
     owners: Record<string, { held: number; sealed: boolean; categories: Record<string, { footprint: number }> }>;
-    totals: { slab: number };
+    totals: { slab: number; native: number; pinned: number; current: number };
   };
 }
 
@@ -62,11 +62,13 @@ t.test('run answers a spoken question: reply WAV, text on stdout, a report with 
   t.equal(report.allocations.atEnd.beforeReadiness, report.allocations.atReadiness.beforeReadiness, 'no allocation at all during the run');
   for (const [name, p] of Object.entries(report.manifest.plans)) t.equal(p.carved, p.highWater, `${name}: carved = planned high-water (${p.highWater} B)`);
   const owners = Object.values(report.manifest.owners);
+  const tot = report.manifest.totals;
   t.equal(
     owners.reduce((a, o) => a + o.held, 0),
-    report.manifest.totals.slab,
-    'owners add up to the slab total',
+    tot.current,
+    'owners add up to the process total',
   );
+  t.equal(tot.slab + tot.native + tot.pinned, tot.current, 'slabs, native holds (the mirrored capture ring) and pinned bytes make the total');
   t.ok(
     owners.every((o) => o.sealed),
     'every owner is sealed (ready)',

@@ -56,7 +56,7 @@ interface Report {
   conversations: Conv[];
   pipeline: { stages: Stage[]; placement: { stage: string; affinity: number[]; pinError: string | null; helpers: number[][] }[] };
   allocations: { afterReadinessAttempts: number; atReadiness: { beforeReadiness: number }; atEnd: { beforeReadiness: number } };
-  manifest: { owners: Record<string, { held: number; sealed: boolean }>; totals: { slab: number } };
+  manifest: { owners: Record<string, { held: number; sealed: boolean }>; totals: { slab: number; native: number; pinned: number; current: number } };
 }
 const readReport = (f: string) => JSON.parse(readFileSync(f, 'utf8')) as Report;
 
@@ -107,11 +107,13 @@ t.test('two conversations of different lengths at once give exactly the bytes ea
   t.equal(p.allocations.afterReadinessAttempts, 0);
   t.equal(p.allocations.atEnd.beforeReadiness, p.allocations.atReadiness.beforeReadiness, 'no slab created during the run');
   const owners = Object.values(p.manifest.owners);
+  const tot = p.manifest.totals;
   t.equal(
     owners.reduce((a, o) => a + o.held, 0),
-    p.manifest.totals.slab,
-    'owners add up to the slab total (shared storage charged once)',
+    tot.current,
+    'owners add up to the process total (shared storage charged once)',
   );
+  t.equal(tot.slab + tot.native + tot.pinned, tot.current, 'slabs, native holds (the mirrored capture rings) and pinned bytes make the total');
   t.ok(
     owners.every((o) => o.sealed),
     'every owner sealed',
