@@ -839,12 +839,13 @@ Napi::Value MirrorCreate(const Napi::CallbackInfo& info) {
   if (bytes < 1 || bytes > (int64_t{1} << 32)) ThrowRange(info.Env(), "mirrorCreate: bytes must be from 1 to 2^32");
   int err = 0;
   void* base = voxslab::MapMirror(static_cast<size_t>(bytes), &err);
-  Napi::Object out = Result(info.Env(), base == nullptr ? err : 0);
   if (base != nullptr) {
     std::lock_guard<std::mutex> lock(MirrorMutex());
     Mirrors()[reinterpret_cast<uintptr_t>(base)] = MirrorMap{static_cast<size_t>(bytes), 1};
-    out.Set("address", Napi::BigInt::New(info.Env(), static_cast<uint64_t>(reinterpret_cast<uintptr_t>(base))));
   }
+  // JS objects only outside the lock: an allocation may collect a view, whose finalizer takes it.
+  Napi::Object out = Result(info.Env(), base == nullptr ? err : 0);
+  if (base != nullptr) out.Set("address", Napi::BigInt::New(info.Env(), static_cast<uint64_t>(reinterpret_cast<uintptr_t>(base))));
   return out;
 }
 
@@ -856,10 +857,13 @@ Napi::Value MirrorView(const Napi::CallbackInfo& info) {
   {
     std::lock_guard<std::mutex> lock(MirrorMutex());
     auto it = Mirrors().find(at);
-    if (it == Mirrors().end()) ThrowRange(info.Env(), "mirrorView: no mirrored mapping at that address (released?)");
-    it->second.refs++;
-    bytes = it->second.bytes;
+    if (it != Mirrors().end()) {
+      it->second.refs++;
+      bytes = it->second.bytes;
+    }
   }
+  // Thrown outside the lock (making the error allocates, and a collection may run a finalizer).
+  if (bytes == 0) ThrowRange(info.Env(), "mirrorView: no mirrored mapping at that address (released?)");
   return Napi::ArrayBuffer::New(info.Env(), reinterpret_cast<void*>(at), 2 * bytes,
                                 [](Napi::Env, void* data) { DropMirror(reinterpret_cast<uintptr_t>(data)); });
 }
