@@ -29,7 +29,7 @@ import { resolveSpeechOptions, speechSetup, type SpeechModelOptions, type Speech
 import { native } from '../native.js';
 import { nodeEndpoint } from './endpoint.js';
 import { withWorkerOptions } from '../threads.js';
-import { Doorbells, RecordRing, RING_HEADER_BYTES, ringBytes, type SharedRing } from './ring.js';
+import { captureMirrored, Doorbells, RecordRing, RING_HEADER_BYTES, ringBytes, type SharedRing } from './ring.js';
 import {
   CONTROL_WORDS,
   DUPLEX_WORDS,
@@ -102,22 +102,6 @@ export interface CaptureMirror {
   readonly bytes: number;
   /** Refunds the hold and the virtual alias and gives the creator's reference back (once). */
   release(): void;
-}
-
-let mirrorProbe: boolean | null = null;
-
-/**
- * Whether the capture ring is mirrored in this process: Linux's memfd can map it twice (probed
- * once with one page), unless VOXSLAB_CAPTURE_MIRROR=off asks for the copy-on-wrap ring.
- */
-export function captureMirrored(): boolean {
-  if (process.env.VOXSLAB_CAPTURE_MIRROR === 'off') return false;
-  if (mirrorProbe === null) {
-    const r = native.mirrorCreate(native.pageSize());
-    mirrorProbe = r.ok;
-    if (r.address !== undefined) native.mirrorRelease(r.address);
-  }
-  return mirrorProbe;
 }
 
 /**

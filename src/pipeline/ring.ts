@@ -53,6 +53,23 @@ export function maxPayloadOf(capacity: number): number {
   return capacity - 1 - RECORD_OVERHEAD;
 }
 
+let mirrorProbe: boolean | null = null;
+
+/**
+ * Whether the capture ring is mirrored in this process: asked for with VOXSLAB_CAPTURE_MIRROR=on
+ * (the copy-on-wrap ring is the default until the mirrored one has run long on real devices),
+ * and Linux's memfd can map it twice (probed once with one page).
+ */
+export function captureMirrored(): boolean {
+  if (process.env.VOXSLAB_CAPTURE_MIRROR !== 'on') return false;
+  if (mirrorProbe === null) {
+    const r = native.mirrorCreate(native.pageSize());
+    mirrorProbe = r.ok;
+    if (r.address !== undefined) native.mirrorRelease(r.address);
+  }
+  return mirrorProbe;
+}
+
 /** What a thread hands another to open the same ring. */
 export interface SharedRing {
   readonly buffer: SharedArrayBuffer;

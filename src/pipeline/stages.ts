@@ -46,7 +46,7 @@ import { carveClocks, STAGES, Stopwatch, type StageClocks } from './clock.js';
 import type { Planner } from '../memory/planner.js';
 import { DEFAULT_ENCODER_TILES, melRows, segmentSamples } from '../model/plan/plans.js';
 import { setComputeThreads } from '../model/blocks/kernels.js';
-import { type Doorbells, maxPayloadOf, RecordRing, RECORD_OVERHEAD, ringBytes } from './ring.js';
+import { captureMirrored, type Doorbells, maxPayloadOf, RecordRing, RECORD_OVERHEAD, ringBytes } from './ring.js';
 import {
   REC_CODES,
   REC_DISCARD,
@@ -117,6 +117,9 @@ export const CAPTURE_RECORD_MAX = 4096;
 export const EMBED_ROWS = 4;
 
 /** Data words of each ring of a conversation, from the configuration and options. */
+/** The capture ring: four of the largest input records. */
+const CAPTURE_RING_WORDS = 4 * (4096 + RECORD_OVERHEAD) + 4;
+
 /** `words` rounded up to whole pages of this machine. */
 function pageWords(words: number): number {
   const page = native.pageSize() / 4;
@@ -126,8 +129,8 @@ function pageWords(words: number): number {
 export function ringCapacities(c: ModelConfig, outputRate: number): Record<RingName, number> {
   const frameSamples = frameSamplesAt(c, outputRate);
   return {
-    // Whole pages: the capture ring's data may be a mirrored mapping (coordinator.carveRings).
-    input: pageWords(4 * (4096 + RECORD_OVERHEAD) + 4),
+    // Whole pages when the capture ring's data is a mirrored mapping (coordinator.carveRings).
+    input: captureMirrored() ? pageWords(CAPTURE_RING_WORDS) : CAPTURE_RING_WORDS,
     pcm16: 16384,
     mel: 16384,
     embed: 4 * EMBED_ROWS * (c.backbone.hidden + RECORD_OVERHEAD) + 4,

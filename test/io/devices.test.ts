@@ -26,17 +26,24 @@ function virtualDevices(input: Float32Array): { env: NodeJS.ProcessEnv; out: str
       `"voxslab virtual microphone" }\n}\n` +
       `pcm.voxspk {\n  type file\n  slave.pcm "null"\n  file "${out}"\n  format "raw"\n  hint { show on description "voxslab virtual speaker" }\n}\n`,
   );
-  return { env: { ...process.env, ALSA_CONFIG_PATH: `/usr/share/alsa/alsa.conf:${conf}` }, out };
+  // The CLI runs as a user runs it: without the test runner's module hooks (NODE_OPTIONS).
+  const env: NodeJS.ProcessEnv = { ...process.env, ALSA_CONFIG_PATH: `/usr/share/alsa/alsa.conf:${conf}` };
+  delete env.NODE_OPTIONS;
+  return { env, out };
 }
 
 const voxslab = (env: NodeJS.ProcessEnv, ...args: string[]) => spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', timeout: 120_000, env });
 
+/**
+ * Three seconds of silence, the question, sixteen seconds of silence. The virtual devices have
+ * no clock (they run as fast as the pipeline takes them), so the margins are in device time:
+ * the pipeline's start before the question, and the reply's compute after it.
+ */
 function speech48k(): Float32Array {
   const u = utterance('What is the weather going to be like in Paris tomorrow morning?', 'en-us', 165);
-  // A second of silence, the question, eight seconds of silence.
   const q = resampleSignal(u, 16000, RATE);
-  const x = new Float32Array(RATE + q.length + 8 * RATE);
-  x.set(q, RATE);
+  const x = new Float32Array(3 * RATE + q.length + 16 * RATE);
+  x.set(q, 3 * RATE);
   return x;
 }
 
@@ -57,15 +64,15 @@ t.test('voxslab devices lists the virtual ALSA devices', async (t) => {
 
 t.test('voxslab talk: a duplex session end to end through PortAudio on virtual devices', { skip }, async (t) => {
   const { env, out } = virtualDevices(speech48k());
-  const r = voxslab(env, 'talk', '--input-device', 'voxmic', '--output-device', 'voxspk', '--rate', String(RATE), '--seconds', '9');
+  const r = voxslab(env, 'talk', '--input-device', 'voxmic', '--output-device', 'voxspk', '--rate', String(RATE), '--seconds', '20');
   t.equal(r.status, 0, `exit 0 (${r.stderr.slice(-300)})`);
   t.match(r.stderr, /talk: voxmic → voxspk at 48000 Hz/, 'the devices it opened');
   t.match(
     r.stderr,
-    /talk: 9 s, 1 turns/,
+    /talk: 20 s, 1 turns/,
     `the spoken question made a turn: ${r.stderr
       .split('\n')
-      .filter((l) => l.startsWith('talk: 9'))
+      .filter((l) => l.startsWith('talk: 20'))
       .join('')}`,
   );
   t.match(r.stderr, /device library: \d+ buffers, \d+ bytes/, "the device library's buffers are counted");
