@@ -82,7 +82,7 @@ interface DepthLayer {
 }
 
 /** Per row of a pair frame: views of the plan's planes, made once. */
-type RowViews = Readonly<Record<'x' | 'q' | 'k' | 'v' | 'ctx' | 'logits', Float32Array>>;
+type RowViews = Readonly<Record<'q' | 'k' | 'v' | 'ctx' | 'logits', Float32Array>>;
 
 export class Depthformer {
   readonly config: ModelConfig;
@@ -99,8 +99,7 @@ export class Depthformer {
   readonly #logits: Weights[];
   readonly #cos: Float32Array;
   readonly #sin: Float32Array;
-  readonly #kv: Float32Array; // [layers][k|v][codebooks][kv heads × head dim]
-  readonly #kvViews: Float32Array[]; // [layers × 2] views of #kv's k and v planes, made once
+  readonly #kvViews: Float32Array[]; // [layers][k|v] views of the frame cache, [codebooks][kv heads × head dim] each, made once
   readonly #scale: number; // 1/√head dim, made once: a double computed per call would be boxed
 
   constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, state: Float32Array, planner: Planner = plan, rows = 1) {
@@ -114,7 +113,6 @@ export class Depthformer {
     const kd = f.kvHeads * f.headDim;
     const row = (name: string, r: number, n: number): Float32Array => (this.#v[name] as Float32Array).subarray(r * n, (r + 1) * n);
     this.#rowViews = Array.from({ length: rows }, (_, r) => ({
-      x: row('x', r, f.dim),
       q: row('q', r, f.dim),
       k: row('k', r, kd),
       v: row('v', r, kd),
@@ -157,7 +155,6 @@ export class Depthformer {
     this.#sin = derived('depth:rope.sin', Float32Array, cb * half);
     ropeTables(cb, f.headDim, config.backbone.ropeTheta, this.#cos, this.#sin);
     if (state.length < depthformerStateFloats(config)) throw new ArgumentError('depthformer state is too small');
-    this.#kv = state;
     const span = cb * kd;
     this.#kvViews = Array.from({ length: 2 * f.layers }, (_, j) => state.subarray(j * span, (j + 1) * span));
     this.#scale = 1 / Math.sqrt(f.headDim);
@@ -193,14 +190,12 @@ export class Depthformer {
 
   /** Keys and values of codebook step i, layer l, into `kv`'s frame cache. */
   static #cache(kv: Depthformer, l: number, i: number, k: Float32Array, v: Float32Array): void {
-    const f = kv.config.depthformer;
-    const cb = kv.config.audio.codebooks;
-    const kd = f.kvHeads * f.headDim;
-    const K = l * 2 * cb * kd;
-    const V = K + cb * kd;
+    const kd = kv.config.depthformer.kvHeads * kv.config.depthformer.headDim;
+    const K = kv.#kvViews[2 * l]!;
+    const V = kv.#kvViews[2 * l + 1]!;
     for (let j = 0; j < kd; j++) {
-      kv.#kv[K + i * kd + j] = k[j]!;
-      kv.#kv[V + i * kd + j] = v[j]!;
+      K[i * kd + j] = k[j]!;
+      V[i * kd + j] = v[j]!;
     }
   }
 
