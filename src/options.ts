@@ -131,6 +131,13 @@ export const OPTIONS = {
   benchModels: { kind: 'text', flag: 'model', value: 'DIR', multiple: true, doc: 'a checkpoint to bench besides the built-in ones' },
   production: { kind: 'flag', flag: 'production', doc: 'add lfm2-audio-1.5b at q4 and q8 (generated once into the checkpoint cache)' },
   dtype: { kind: 'choice', flag: 'dtype', choices: ['f32', 'f16', 'bf16', 'q8', 'q4'], default: 'f32', doc: 'weight encoding of the written checkpoint' },
+  ggufType: {
+    kind: 'choice',
+    flag: 'type',
+    choices: ['q4_0', 'q8_0', 'f16'],
+    default: 'q4_0',
+    doc: 'weight type of the GGUF file (norms and conv taps stay f32)',
+  },
   bits: { kind: 'choice', flag: 'bits', choices: ['4', '8'], doc: 'quantized weight bits' },
   group: { kind: 'choice', flag: 'group', choices: ['32', '64'], default: '64', doc: 'weights per quantization group' },
   inputRate: { kind: 'int', flag: 'input-rate', value: 'HZ', min: WAV_MIN_HZ, max: WAV_MAX_HZ, doc: 'sample rate of the audio a conversation is fed' },

@@ -18,6 +18,9 @@ import { devicesCommand, talkCommand } from './talk.js';
 import { registeredBenches, type Bench } from './benches.js';
 import { makeCheckpoint, type FloatDtype } from '../io/checkpoint.js';
 import { quantizeCheckpoint } from '../io/quantize.js';
+import { exportGguf } from '../io/gguf.js';
+import { resolveModel } from '../io/checkpoint.js';
+import type { GgufType } from '../model/format/gguf.js';
 
 type Values = Record<string, string | string[] | boolean | undefined>;
 
@@ -97,6 +100,19 @@ const COMMANDS: Record<string, Command> = {
       const [input, output] = [last(v, 'input'), last(v, 'output')];
       const r = await quantizeCheckpoint({ input, output, bits, group });
       log(`wrote ${output}: ${r.quantized} tensors quantized, ${r.kept} kept`);
+    },
+  },
+  'export-gguf': {
+    usage: 'voxslab export-gguf --model <DIR|tiny|small> --out X.gguf [--type q4_0|q8_0|f16]',
+    summary: 'the backbone as a GGUF file llama.cpp loads (architecture lfm2)',
+    keys: ['model', 'output', 'ggufType'],
+    required: ['model', 'output'],
+    async run(v) {
+      const type = flagValue<string>('ggufType', text(v, 'ggufType')) as GgufType;
+      const out = last(v, 'output');
+      const model = resolveModel(v.model as string, log);
+      const r = exportGguf({ model, out, type, progress: true });
+      log(`wrote ${out}: ${r.tensors} tensors, ${r.bytes} bytes (${type})`);
     },
   },
   run: {

@@ -35,7 +35,8 @@ import {
 } from './kernels.js';
 import '../categories.js';
 
-const EPS = 1e-5;
+/** RMSNorm epsilon of every LFM2 norm (MODEL.md). */
+export const EPS = 1e-5;
 const F32 = 4;
 const KEY_TILE = 64;
 /** Conversations one batched backbone step serves (Lfm2Stack.forwardRows). */
