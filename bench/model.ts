@@ -28,6 +28,8 @@ import { STAGES } from '../src/pipeline/clock.js';
 import { AUDIO_SAMPLING, Sampler } from '../src/model/blocks/sampler.js';
 import { gemvScratchFloats, setComputeThreads } from '../src/model/blocks/kernels.js';
 import { fastestSeconds as best, round } from './util.js';
+import { LlamaPeer, type PeerSpeed, peerGguf, peerType } from './peer.js';
+import type { BackboneState } from '../src/model/blocks/backbone.js';
 
 export interface ModelBenchRow {
   checkpoint: string;
@@ -64,12 +66,22 @@ export interface ModelBenchRow {
   replyRealTimeFactor: number;
 }
 
-/** llama.cpp on this machine class, LFM2-1.2B shape (from the issue). */
-export const PEER = Object.freeze({
-  engine: 'llama.cpp, LFM2-1.2B shape',
-  q4_0: { decode1: 27.9, decode2: 42.6, prefill1: 66, prefill2: 128 },
-  q8_0: { decode1: 14.6, decode2: 24.9 },
-});
+/**
+ * One checkpoint's backbone beside llama.cpp's on the same weights (exported to GGUF), measured
+ * alternately in the same run: prefill of `prefillTokens` positions, decode with the text head.
+ */
+export interface PeerRow {
+  checkpoint: string;
+  threads: number;
+  ggufType: string;
+  prefillTokens: number;
+  voxslabPrefillTokensPerSecond: number;
+  peerPrefillTokensPerSecond: number;
+  prefillRatio: number;
+  voxslabDecodeTokensPerSecond: number;
+  peerDecodeTokensPerSecond: number;
+  decodeRatio: number;
+}
 
 /** The 1.5B shape at q4 or q8 (group 64), generated once into the checkpoint cache. */
 export async function production(dtype: 'q4' | 'q8', log: (l: string) => void): Promise<string> {
@@ -106,6 +118,41 @@ function pairHeads(model: SpeechModel, domain: MemoryDomain): { depthformer: Dep
   return { depthformer, logits, scratch };
 }
 
+/**
+ * The backbone alone: prefill of `tokens` positions in the model's prefill chunks, and `steps`
+ * decode steps without and with the text head; fastest of `runs`, seconds.
+ */
+function backboneSeconds(
+  model: SpeechModel,
+  state: BackboneState,
+  tokens: number,
+  steps: number,
+  runs: number,
+): { prefillS: number; decodeS: number; decodeTextS: number } {
+  const s = model.slot;
+  const stack = s.backbone.stack;
+  const chunk = model.options.prefillChunk;
+  const D = model.config.backbone.hidden;
+  const prefillS = best(runs, () => {
+    state.reset();
+    for (let done = 0; done < tokens; done += chunk) {
+      const n = Math.min(chunk, tokens - done);
+      for (let i = 0; i < n * D; i++) stack.input[i] = Math.sin(i * 0.01) * 0.1;
+      stack.forward(state, n);
+    }
+  });
+  const decode = (head: boolean) =>
+    best(runs, () => {
+      state.reset();
+      for (let i = 0; i < steps; i++) {
+        s.backbone.embedText(i % 100, stack.input, 0);
+        const hidden = stack.forward(state, 1);
+        if (head) s.backbone.logits(hidden, s.logits, s.logitsScratch);
+      }
+    });
+  return { prefillS, decodeS: decode(false), decodeTextS: decode(true) };
+}
+
 function measure(label: string, dir: string, quick: boolean, threads: number): ModelBenchRow {
   const domain = MemoryDomain.create();
   const segment = 5;
@@ -131,32 +178,9 @@ function measure(label: string, dir: string, quick: boolean, threads: number): M
   const stack = s.backbone.stack;
   const state = conv.backbone;
   const chunk = model.options.prefillChunk;
-  const fill = () => {
-    for (let i = 0; i < chunk * D; i++) stack.input[i] = Math.sin(i * 0.01) * 0.1;
-  };
   const chunks = big ? 2 : 4;
-  const prefillS = best(runs, () => {
-    state.reset();
-    for (let i = 0; i < chunks; i++) {
-      fill();
-      stack.forward(state, chunk);
-    }
-  });
   const steps = quick ? 8 : big ? 16 : 100;
-  const decodeS = best(runs, () => {
-    state.reset();
-    for (let i = 0; i < steps; i++) {
-      s.backbone.embedText(i % 100, stack.input, 0);
-      stack.forward(state, 1);
-    }
-  });
-  const decodeTextS = best(runs, () => {
-    state.reset();
-    for (let i = 0; i < steps; i++) {
-      s.backbone.embedText(i % 100, stack.input, 0);
-      s.backbone.logits(stack.forward(state, 1), s.logits, s.logitsScratch);
-    }
-  });
+  const { prefillS, decodeS, decodeTextS } = backboneSeconds(model, state, chunks * chunk, steps, runs);
   const pair = [state, other.backbone];
   const pairS = best(runs, () => {
     state.reset();
@@ -255,14 +279,75 @@ function measure(label: string, dir: string, quick: boolean, threads: number): M
   };
 }
 
+/**
+ * voxslab's backbone against llama.cpp's on the same weights, alternating in one run: two rounds
+ * of (one thread, two threads) for each engine, the fastest of each kept.
+ */
+async function againstPeer(label: string, dir: string, quick: boolean, log: (l: string) => void): Promise<{ rows: PeerRow[]; engine: string }> {
+  const domain = MemoryDomain.create();
+  const model = SpeechModel.load(dir, domain, { context: 4096 });
+  const conv = model.conversation({ seed: 1, inputRate: 16000 });
+  model.ready();
+  conv.ready();
+  const kinds = new Set(model.image.names.map((n) => model.image.get(n)).map((t) => (t.quant === undefined ? t.dtype : `q${t.quant.bits}`)));
+  const type = peerType([...kinds].join('+'));
+  const peer = await LlamaPeer.open(peerGguf(dir, type, log));
+  const prefillTokens = quick ? 128 : 512;
+  const steps = quick ? 8 : 32;
+  const best = new Map<number, { ours: ReturnType<typeof backboneSeconds>; theirs: PeerSpeed }>();
+  try {
+    for (let round = 0; round < 2; round++) {
+      for (const threads of [1, 2]) {
+        setComputeThreads(threads);
+        const ours = backboneSeconds(model, conv.backbone, prefillTokens, steps, 1);
+        const theirs = await peer.speed(threads, prefillTokens, steps, 1);
+        const was = best.get(threads);
+        best.set(threads, {
+          ours: {
+            prefillS: Math.min(ours.prefillS, was?.ours.prefillS ?? Number.POSITIVE_INFINITY),
+            decodeS: Math.min(ours.decodeS, was?.ours.decodeS ?? Number.POSITIVE_INFINITY),
+            decodeTextS: Math.min(ours.decodeTextS, was?.ours.decodeTextS ?? Number.POSITIVE_INFINITY),
+          },
+          theirs: {
+            prefillTokensPerSecond: Math.max(theirs.prefillTokensPerSecond, was?.theirs.prefillTokensPerSecond ?? 0),
+            decodeTokensPerSecond: Math.max(theirs.decodeTokensPerSecond, was?.theirs.decodeTokensPerSecond ?? 0),
+          },
+        });
+      }
+    }
+  } finally {
+    await peer.close();
+    setComputeThreads(1);
+  }
+  const rows = [...best].map(([threads, { ours, theirs }]) => {
+    const prefill = prefillTokens / ours.prefillS;
+    const decode = steps / ours.decodeTextS;
+    return {
+      checkpoint: label,
+      threads,
+      ggufType: type,
+      prefillTokens,
+      voxslabPrefillTokensPerSecond: round(prefill, 1),
+      peerPrefillTokensPerSecond: round(theirs.prefillTokensPerSecond, 1),
+      prefillRatio: round(prefill / theirs.prefillTokensPerSecond, 2),
+      voxslabDecodeTokensPerSecond: round(decode, 1),
+      peerDecodeTokensPerSecond: round(theirs.decodeTokensPerSecond, 1),
+      decodeRatio: round(decode / theirs.decodeTokensPerSecond, 2),
+    };
+  });
+  return { rows, engine: peer.engine };
+}
+
 export interface ModelBenchResult {
   bench: 'model';
   rows: ModelBenchRow[];
-  peer: typeof PEER;
+  /** `--peer`: llama.cpp in the same run (empty without it). */
+  peer: PeerRow[];
+  peerEngine: string | null;
   notMeasured: string[];
 }
 
-export async function run(options: { quick?: boolean; models?: string[]; production?: boolean } = {}): Promise<ModelBenchResult> {
+export async function run(options: { quick?: boolean; models?: string[]; production?: boolean; peer?: boolean } = {}): Promise<ModelBenchResult> {
   const quick = options.quick === true;
   const log = (l: string): void => {
     process.stderr.write(`${l}\n`);
@@ -272,13 +357,24 @@ export async function run(options: { quick?: boolean; models?: string[]; product
   for (const m of options.models ?? []) targets.push([m, m]);
   const notMeasured = ['two threads for the encoder and prefill (GEMM): they run on one thread'];
   if (options.production !== true) notMeasured.push('lfm2-audio-1.5b q4/q8: run with --production (generates the checkpoints once)');
+  if (options.peer !== true) notMeasured.push('llama.cpp on the same backbones: run with --peer');
   const rows: ModelBenchRow[] = [];
+  const peer: PeerRow[] = [];
+  let peerEngine: string | null = null;
   try {
     for (const [label, dir] of targets) for (const threads of [1, 2]) rows.push(measure(label, dir, quick, threads));
+    // The peer: every checkpoint but tiny (too small for a rate to mean anything).
+    if (options.peer === true) {
+      for (const [label, dir] of targets.filter(([l]) => l !== 'tiny')) {
+        const r = await againstPeer(label, dir, quick, log);
+        peer.push(...r.rows);
+        peerEngine = r.engine;
+      }
+    }
   } finally {
     setComputeThreads(1);
   }
-  return { bench: 'model', rows, peer: PEER, notMeasured };
+  return { bench: 'model', rows, peer, peerEngine, notMeasured };
 }
 
 export function format(r: ModelBenchResult): string {
@@ -298,10 +394,13 @@ export function format(r: ModelBenchResult): string {
         `(real-time factor ${m.realTimeFactor}); in a real reply ${m.replyMsPerFrame} ms per frame (${m.replyRealTimeFactor})`,
     );
   }
-  lines.push(
-    `  peer (${r.peer.engine}): Q4_0 decode ${r.peer.q4_0.decode1} tok/s on one thread (${r.peer.q4_0.decode2} on two), prefill ` +
-      `${r.peer.q4_0.prefill1} (${r.peer.q4_0.prefill2}); Q8_0 decode ${r.peer.q8_0.decode1} (${r.peer.q8_0.decode2})`,
-  );
+  for (const p of r.peer) {
+    lines.push(
+      `  ${p.checkpoint} vs ${r.peerEngine} (${p.ggufType}), ${p.threads} thread${p.threads > 1 ? 's' : ''}: prefill ${p.prefillTokens} ` +
+        `${p.voxslabPrefillTokensPerSecond} vs ${p.peerPrefillTokensPerSecond} tok/s (×${p.prefillRatio}); decode with the text head ` +
+        `${p.voxslabDecodeTokensPerSecond} vs ${p.peerDecodeTokensPerSecond} tok/s (×${p.decodeRatio})`,
+    );
+  }
   for (const n of r.notMeasured) lines.push(`  not measured: ${n}`);
   return lines.join('\n');
 }

@@ -129,6 +129,7 @@ export const OPTIONS = {
   json: { kind: 'flag', flag: 'json', doc: 'print one JSON document on stdout' },
   quick: { kind: 'flag', flag: 'quick', doc: 'fewer rounds (a smoke run)' },
   benchModels: { kind: 'text', flag: 'model', value: 'DIR', multiple: true, doc: 'a checkpoint to bench besides the built-in ones' },
+  peer: { kind: 'flag', flag: 'peer', doc: 'bench model: llama.cpp (node-llama-cpp) on the same backbones, alternating in the same run' },
   production: { kind: 'flag', flag: 'production', doc: 'add lfm2-audio-1.5b at q4 and q8 (generated once into the checkpoint cache)' },
   dtype: { kind: 'choice', flag: 'dtype', choices: ['f32', 'f16', 'bf16', 'q8', 'q4'], default: 'f32', doc: 'weight encoding of the written checkpoint' },
   ggufType: {

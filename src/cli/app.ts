@@ -310,9 +310,9 @@ const COMMANDS: Record<string, Command> = {
     },
   },
   bench: {
-    usage: 'voxslab bench <name> [--json] [--quick]   (bench model and pipeline take --production; bench model --model DIR, repeatable)',
+    usage: 'voxslab bench <name> [--json] [--quick]   (bench model and pipeline take --production; bench model --model DIR, repeatable, and --peer)',
     summary: 'benchmarks, measured as ratios against a peer or the machine in the same run',
-    keys: ['json', 'quick', 'production', 'benchModels'],
+    keys: ['json', 'quick', 'production', 'benchModels', 'peer'],
     positionals: 1,
     async run(v, positionals) {
       const benches = await loadBenches();
@@ -324,8 +324,9 @@ const COMMANDS: Record<string, Command> = {
       if (name !== 'model' && v.model !== undefined) throw new UsageError('bench: --model is an option of bench model');
       if (name !== 'model' && name !== 'pipeline' && v.production === true)
         throw new UsageError('bench: --production is an option of bench model and bench pipeline');
+      if (name !== 'model' && v.peer === true) throw new UsageError('bench: --peer is an option of bench model');
       const models = (v.model as string[] | undefined) ?? [];
-      const result = await b.run({ quick: v.quick === true, production: v.production === true, models });
+      const result = await b.run({ quick: v.quick === true, production: v.production === true, peer: v.peer === true, models });
       process.stdout.write(v.json === true ? `${JSON.stringify(result, null, 2)}\n` : `${b.format(result as never)}\n`);
     },
   },

@@ -5,6 +5,8 @@
 export interface BenchOptions {
   quick: boolean;
   production: boolean;
+  /** bench model: llama.cpp in the same run. */
+  peer: boolean;
   models: string[];
 }
 
