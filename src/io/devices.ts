@@ -168,6 +168,8 @@ export class PortAudioDevice {
   overruns = 0;
   /** Periods written while the output still had the previous ones queued (back-pressure). */
   queued = 0;
+  /** Times PortAudio was asked to close the streams (once, however the stream ended). */
+  closeRequests = 0;
   /** The error that stopped the device, if one did. */
   failure: DeviceError | null = null;
   readonly #io: NaudiodonIO;
@@ -230,6 +232,19 @@ export class PortAudioDevice {
         cause: failure,
       });
     }
+    // naudiodon quits the streams itself when the duplex stream ends (its input finishes, and
+    // the stream is not half-open), and stop() quits them too. Two quits can close PortAudio's
+    // stream at once, and the second joins a thread the first already joined: a hang. Both
+    // share one quit.
+    const quit = io.quit.bind(io);
+    let quitting: Promise<void> | null = null;
+    io.quit = (cb?: () => void): void => {
+      if (quitting === null) {
+        this.closeRequests++;
+        quitting = new Promise((resolve) => quit(() => resolve()));
+      }
+      void quitting.then(() => cb?.());
+    };
     this.#io = io;
     this.#pool = [];
     this.#poolViews = [];

@@ -83,6 +83,27 @@ t.test('voxslab talk: a duplex session end to end through PortAudio on virtual d
   t.ok(loud > RATE / 10, `the reply reached the speaker (${loud} audible samples of ${played.length})`);
 });
 
+t.test('a duplex device is closed once however its stream ends (two closes at once can hang PortAudio)', async (t) => {
+  const { env } = virtualDevices(new Float32Array(RATE));
+  const devices = new URL('../../src/io/devices.js', import.meta.url).href;
+  const script = `
+    import { findDevice, PortAudioDevice } from ${JSON.stringify(devices)};
+    const d = new PortAudioDevice({ input: findDevice('voxmic', 'input'), output: findDevice('voxspk', 'output'), rate: ${RATE} });
+    const played = new Float32Array(d.period), mic = new Float32Array(d.period), far = new Float32Array(d.period);
+    let periods = 0;
+    await new Promise((resolve) => d.start(() => { d.tick(played, mic, far); if (++periods === 50) resolve(); }));
+    await d.stop();
+    // naudiodon's own end-of-stream handler runs after the stop; give it time to ask again.
+    await new Promise((resolve) => setTimeout(resolve, 1000));
+    process.stdout.write('result ' + JSON.stringify({ closeRequests: d.closeRequests, periods }) + '\\n');`;
+  const r = spawnSync(process.execPath, ['--input-type=module', '-e', script], { encoding: 'utf8', timeout: 60_000, env });
+  t.equal(r.status, 0, `the process ends (${r.stderr.trim().split('\n').at(-1) ?? ''})`);
+  // naudiodon prints on stdout too.
+  const out = JSON.parse(/^result (.*)$/m.exec(r.stdout)?.[1] ?? 'null') as { closeRequests: number; periods: number };
+  t.ok(out.periods >= 50, 'the device ran');
+  t.equal(out.closeRequests, 1, 'PortAudio is asked to close the streams once');
+});
+
 t.test('voxslab talk: a missing device is a clear error, exit 4', async (t) => {
   const { env } = virtualDevices(new Float32Array(RATE));
   const r = voxslab(env, 'talk', '--input-device', 'no-such-microphone', '--seconds', '1');
