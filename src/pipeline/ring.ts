@@ -56,12 +56,11 @@ export function maxPayloadOf(capacity: number): number {
 let mirrorProbe: boolean | null = null;
 
 /**
- * Whether the capture ring is mirrored in this process: asked for with VOXSLAB_CAPTURE_MIRROR=on
- * (the copy-on-wrap ring is the default until the mirrored one has run long on real devices),
- * and Linux's memfd can map it twice (probed once with one page).
+ * Whether the capture ring is mirrored in this process: where Linux's memfd can map it twice
+ * (probed once with one page), unless VOXSLAB_CAPTURE_MIRROR=off asks for the copy-on-wrap ring.
  */
 export function captureMirrored(): boolean {
-  if (process.env.VOXSLAB_CAPTURE_MIRROR !== 'on') return false;
+  if (process.env.VOXSLAB_CAPTURE_MIRROR === 'off') return false;
   if (mirrorProbe === null) {
     const r = native.mirrorCreate(native.pageSize());
     mirrorProbe = r.ok;
