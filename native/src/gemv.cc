@@ -524,8 +524,9 @@ struct Int512 {
     for (; m < mb; ++m) Pass<1, NA>(w + m * rowBytes, scales + m * groups, biases, xq, xs, xsum, y, m, K);
   }
 
-  // Weight rows per pass by activation count: the accumulators must stay in registers.
-  static constexpr int kRowsPerPass[5] = {0, 4, 4, 2, 2};
+  // Weight rows per pass by activation count: the R × NA accumulators, R weight vectors and
+  // the activation vectors must stay in the 32 registers.
+  static constexpr int kRowsPerPass[5] = {0, 4, 4, 4, 4};
 };
 
 // Up to four activation rows against `mb` weight rows (group 32 or 64).
@@ -552,8 +553,6 @@ VOXSLAB_VNNI void GemvIntVnni(bool q4, const uint8_t* w, const float* scales, co
                               const int8_t* xq, const float* xs, const float* xsum, float* y, int64_t M, int64_t K) {
   GemvIntVnniMulti(q4, w, scales, biases, group, &xq, &xs, &xsum, &y, 1, M, K);
 }
-
-#pragma GCC diagnostic pop
 
 // 16 float weights (f32, f16 or bf16) from element i, as f32.
 __attribute__((target("avx512f,avx2,f16c"))) inline __m512 Load16(WeightType type, const void* w, int64_t i) {
@@ -600,6 +599,8 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void GemvAvx512(WeightType type
     y[m] = Hsum512(a) + t;
   }
 }
+
+#pragma GCC diagnostic pop
 #endif
 
 using GemvFn = void (*)(WeightType, const void*, const float*, const float*, int, const float*, float*, int64_t, int64_t, float*);
