@@ -29,6 +29,11 @@ function splitNodeOptions(s: string): string[] {
   return (s.match(/"(?:[^"\\]|\\.)*"|\S+/g) ?? []).map((t) => (t.startsWith('"') ? t.slice(1, -1).replace(/\\(.)/g, '$1') : t));
 }
 
+/** The inverse of splitNodeOptions. */
+function joinNodeOptions(tokens: readonly string[]): string {
+  return tokens.map((t) => (/[\s"]/.test(t) ? JSON.stringify(t) : t)).join(' ');
+}
+
 /**
  * `execArgv` and `env` for a voxslab worker thread: empty when the host loads no module hook
  * (the worker then inherits as usual).
@@ -44,7 +49,7 @@ export function workerThreadOptions(): { execArgv?: string[]; env?: NodeJS.Proce
     if (kept.length !== tokens.length) {
       const env = { ...process.env };
       if (kept.length === 0) delete env.NODE_OPTIONS;
-      else env.NODE_OPTIONS = kept.map((t) => (/[\s"]/.test(t) ? JSON.stringify(t) : t)).join(' ');
+      else env.NODE_OPTIONS = joinNodeOptions(kept);
       out.env = env;
     }
   }
@@ -52,18 +57,44 @@ export function workerThreadOptions(): { execArgv?: string[]; env?: NodeJS.Proce
 }
 
 /**
- * Makes a worker (or a pool of them) with `workerThreadOptions()`. An explicit `execArgv` may
- * not carry process-wide flags (V8's, heap sizes: they apply to every thread anyway); Node
- * names those it refuses, and they are left out.
+ * The options without what Node refused in `message` (ERR_WORKER_INVALID_EXEC_ARGV), or null
+ * when there is nothing to drop.
+ */
+function withoutRefused(o: { execArgv?: string[]; env?: NodeJS.ProcessEnv }, message: string): typeof o | null {
+  const name = (t: string): string => t.slice(0, t.includes('=') ? t.indexOf('=') : t.length);
+  if (message.includes('NODE_OPTIONS') && o.env?.NODE_OPTIONS !== undefined) {
+    // "… NODE_OPTIONS env variable: --a is not allowed in NODE_OPTIONS"
+    const refused = new Set([...message.matchAll(/(-[-\w]+) is not allowed in NODE_OPTIONS/g)].map((m) => m[1]!));
+    const tokens = splitNodeOptions(o.env.NODE_OPTIONS);
+    const kept = tokens.filter((t) => !refused.has(name(t)));
+    if (kept.length === tokens.length) return null;
+    const env = { ...o.env };
+    if (kept.length === 0) delete env.NODE_OPTIONS;
+    else env.NODE_OPTIONS = joinNodeOptions(kept);
+    return { ...o, env };
+  }
+  if (o.execArgv === undefined) return null;
+  // "… invalid execArgv flags: --a, --b"
+  const refused = new Set(message.slice(message.lastIndexOf(': ') + 2).split(', '));
+  const execArgv = o.execArgv.filter((a) => !refused.has(a));
+  return execArgv.length === o.execArgv.length ? null : { ...o, execArgv };
+}
+
+/**
+ * Makes a worker (or a pool of them) with `workerThreadOptions()`. A worker's own `execArgv`
+ * and `NODE_OPTIONS` may not carry process-wide flags (V8's, heap sizes, trace events: they
+ * apply to every thread anyway); Node names those it refuses, and they are left out.
  */
 export function withWorkerOptions<T>(make: (o: { execArgv?: string[]; env?: NodeJS.ProcessEnv }) => T): T {
-  const o = workerThreadOptions();
-  try {
-    return make(o);
-  } catch (error) {
-    const e = error as { code?: string; message?: string };
-    if (o.execArgv === undefined || e.code !== 'ERR_WORKER_INVALID_EXEC_ARGV') throw error;
-    const refused = new Set((e.message ?? '').slice((e.message ?? '').lastIndexOf(': ') + 2).split(', '));
-    return make({ ...o, execArgv: o.execArgv.filter((a) => !refused.has(a)) });
+  let o = workerThreadOptions();
+  for (;;) {
+    try {
+      return make(o);
+    } catch (error) {
+      const e = error as { code?: string; message?: string };
+      const next = e.code === 'ERR_WORKER_INVALID_EXEC_ARGV' ? withoutRefused(o, e.message ?? '') : null;
+      if (next === null) throw error;
+      o = next;
+    }
   }
 }

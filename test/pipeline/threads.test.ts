@@ -52,6 +52,8 @@ t.test('a host --import hook (argument or NODE_OPTIONS) stays on the main thread
     ['--import', [`--import=${pathToFileURL(hook).href}`], process.env],
     // Process-wide flags beside a hook: a worker's own execArgv may not carry them.
     ['--import with V8 flags', ['--expose-gc', '--max-old-space-size=2048', `--import=${pathToFileURL(hook).href}`], process.env],
+    // What `clinic doctor` sets: a hook beside a process-wide option a worker's NODE_OPTIONS may not carry.
+    ['NODE_OPTIONS with --trace-events-enabled', [], { ...env, NODE_OPTIONS: `${env.NODE_OPTIONS} --trace-events-enabled --trace-event-categories v8` }],
   ] as const) {
     writeFileSync(log, '');
     const r = run([...args], e);
