@@ -90,6 +90,16 @@ function writeFile(path: string, specs: readonly TensorSpec[], seed: number, dty
   }
 }
 
+/** The files of a checkpoint folder, relative to it. */
+export const CHECKPOINT_FILES: readonly string[] = Object.freeze([
+  'config.json',
+  'model.safetensors',
+  'tokenizer.json',
+  'tokenizer_config.json',
+  'audio_detokenizer/config.json',
+  'audio_detokenizer/model.safetensors',
+]);
+
 /**
  * Writes `config.json`, `model.safetensors`, `tokenizer.json` (with `tokenizer_config.json`)
  * and `audio_detokenizer/` for a built-in
@@ -117,17 +127,7 @@ export function makeCheckpoint(o: MakeCheckpointOptions): { files: string[]; byt
     'audio_detokenizer/model.safetensors',
     o.progress,
   );
-  return {
-    files: [
-      'config.json',
-      'model.safetensors',
-      'tokenizer.json',
-      'tokenizer_config.json',
-      'audio_detokenizer/config.json',
-      'audio_detokenizer/model.safetensors',
-    ].map((f) => join(o.out, f)),
-    bytes,
-  };
+  return { files: CHECKPOINT_FILES.map((f) => join(o.out, f)), bytes };
 }
 
 /** Loads a checkpoint folder into a weights image in `domain` (see model/image.ts). */

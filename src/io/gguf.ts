@@ -2,7 +2,8 @@
  * `voxslab export-gguf`: writes a checkpoint's backbone as a GGUF file llama.cpp loads as an
  * `lfm2` model (model/format/gguf.ts has the layout). Every weight is read from the loaded
  * image as f32 (quantized checkpoints dequantized) and encoded in the chosen type, one tensor at
- * a time; the file appears under its name only when it is whole.
+ * a time; the file appears under its name only when it is whole, and never in place of one of
+ * the checkpoint's own files.
  */
 import { closeSync, openSync, writeSync } from 'node:fs';
 import { join } from 'node:path';
@@ -10,8 +11,8 @@ import { BadInputError } from '../errors.js';
 import { MemoryDomain } from '../memory/domain.js';
 import { EPS } from '../model/blocks/backbone.js';
 import { encodeGgufHeader, encodeTensor, ggmlBytes, type GgufType, lfm2GgufPlan, type TokenizerJson } from '../model/format/gguf.js';
-import { loadCheckpoint } from './checkpoint.js';
-import { readTextFile, staged } from './files.js';
+import { CHECKPOINT_FILES, loadCheckpoint } from './checkpoint.js';
+import { checkOutputs, readTextFile, staged } from './files.js';
 import { Progress } from './progress.js';
 
 export interface ExportGgufOptions {
@@ -25,6 +26,10 @@ export interface ExportGgufOptions {
 
 /** Writes the GGUF file; returns its tensor count and size in bytes. */
 export function exportGguf(o: ExportGgufOptions): { tensors: number; bytes: number } {
+  checkOutputs(
+    CHECKPOINT_FILES.map((f) => ['--model', join(o.model, f)]),
+    [['--out', o.out]],
+  );
   const tokenizerFile = join(o.model, 'tokenizer.json');
   let tokenizer: TokenizerJson;
   try {

@@ -242,6 +242,12 @@ t.test('export-gguf on the command line; bad input names the file', async (t) =>
   t.equal(r.status, 0, r.stderr);
   t.match(r.stderr, /wrote .*cli\.gguf: 40 tensors/);
   t.equal(voxslab('export-gguf', '--model', model, '--out', out, '--type', 'q5_k').status, 2, 'an unknown type is a usage error');
+  // An output that is one of the checkpoint's files is refused before anything is written.
+  const weights = readFileSync(join(model, 'model.safetensors'));
+  const over = voxslab('export-gguf', '--model', model, '--out', join(model, 'model.safetensors'));
+  t.equal(over.status, 2, 'the checkpoint as output: usage error');
+  t.match(over.stderr, /--out '.*model\.safetensors' is also --model/);
+  t.ok(readFileSync(join(model, 'model.safetensors')).equals(weights), 'the checkpoint is untouched');
   const broken = join(dir, 'broken');
   makeCheckpoint({ config: 'tiny', seed: 3, out: broken, dtype: 'f32' });
   writeFileSync(join(broken, 'tokenizer.json'), '{"model": {"type": "Unigram"}}');
