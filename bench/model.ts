@@ -118,22 +118,12 @@ function pairHeads(model: SpeechModel, domain: MemoryDomain): { depthformer: Dep
   return { depthformer, logits, scratch };
 }
 
-/**
- * The backbone alone: prefill of `tokens` positions in the model's prefill chunks, and `steps`
- * decode steps without and with the text head; fastest of `runs`, seconds.
- */
-function backboneSeconds(
-  model: SpeechModel,
-  state: BackboneState,
-  tokens: number,
-  steps: number,
-  runs: number,
-): { prefillS: number; decodeS: number; decodeTextS: number } {
-  const s = model.slot;
-  const stack = s.backbone.stack;
+/** Backbone prefill of `tokens` positions in the model's prefill chunks: fastest of `runs`, seconds. */
+function prefillSeconds(model: SpeechModel, state: BackboneState, tokens: number, runs: number): number {
+  const stack = model.slot.backbone.stack;
   const chunk = model.options.prefillChunk;
   const D = model.config.backbone.hidden;
-  const prefillS = best(runs, () => {
+  return best(runs, () => {
     state.reset();
     for (let done = 0; done < tokens; done += chunk) {
       const n = Math.min(chunk, tokens - done);
@@ -141,16 +131,33 @@ function backboneSeconds(
       stack.forward(state, n);
     }
   });
-  const decode = (head: boolean) =>
-    best(runs, () => {
-      state.reset();
-      for (let i = 0; i < steps; i++) {
-        s.backbone.embedText(i % 100, stack.input, 0);
-        const hidden = stack.forward(state, 1);
-        if (head) s.backbone.logits(hidden, s.logits, s.logitsScratch);
-      }
-    });
-  return { prefillS, decodeS: decode(false), decodeTextS: decode(true) };
+}
+
+/** `steps` backbone decode steps, with the text head or without: fastest of `runs`, seconds. */
+function decodeSeconds(model: SpeechModel, state: BackboneState, steps: number, head: boolean, runs: number): number {
+  const s = model.slot;
+  const stack = s.backbone.stack;
+  return best(runs, () => {
+    state.reset();
+    for (let i = 0; i < steps; i++) {
+      s.backbone.embedText(i % 100, stack.input, 0);
+      const hidden = stack.forward(state, 1);
+      if (head) s.backbone.logits(hidden, s.logits, s.logitsScratch);
+    }
+  });
+}
+
+/** The weight encodings of a loaded model's matrices, e.g. `F32` or `F32+q4`. */
+function weightKinds(model: SpeechModel): string {
+  const kinds = new Set(
+    model.image.names
+      .filter((n) => n.endsWith('.weight'))
+      .map((n) => {
+        const t = model.image.get(n);
+        return t.quant === undefined ? t.dtype : `q${t.quant.bits}`;
+      }),
+  );
+  return [...kinds].sort().join('+');
 }
 
 function measure(label: string, dir: string, quick: boolean, threads: number): ModelBenchRow {
@@ -180,7 +187,9 @@ function measure(label: string, dir: string, quick: boolean, threads: number): M
   const chunk = model.options.prefillChunk;
   const chunks = big ? 2 : 4;
   const steps = quick ? 8 : big ? 16 : 100;
-  const { prefillS, decodeS, decodeTextS } = backboneSeconds(model, state, chunks * chunk, steps, runs);
+  const prefillS = prefillSeconds(model, state, chunks * chunk, runs);
+  const decodeS = decodeSeconds(model, state, steps, false, runs);
+  const decodeTextS = decodeSeconds(model, state, steps, true, runs);
   const pair = [state, other.backbone];
   const pairS = best(runs, () => {
     state.reset();
@@ -246,19 +255,11 @@ function measure(label: string, dir: string, quick: boolean, threads: number): M
   const prefillMs = conv.stageMs[STAGES.indexOf('prefill')] as number;
   const replyMsPerFrame = r.audioFrames > 0 ? (replyMs - prefillMs) / r.audioFrames : 0;
   const weightBytes = model.report.weightBytes;
-  const kinds = new Set(
-    model.image.names
-      .filter((n) => n.endsWith('.weight'))
-      .map((n) => {
-        const t = model.image.get(n);
-        return t.quant === undefined ? t.dtype : `q${t.quant.bits}`;
-      }),
-  );
   return {
     checkpoint: label,
     threads,
     config: c.name.includes('/') ? label : c.name,
-    weights: [...kinds].sort().join('+'),
+    weights: weightKinds(model),
     weightMiB: round(weightBytes / 2 ** 20, 1),
     encoderMsPerSecondOfAudio: round((encS / segment) * 1000, 2),
     prefillTokensPerSecond: round((chunks * chunk) / prefillS, 1),
@@ -289,50 +290,43 @@ async function againstPeer(label: string, dir: string, quick: boolean, log: (l: 
   const conv = model.conversation({ seed: 1, inputRate: 16000 });
   model.ready();
   conv.ready();
-  const kinds = new Set(model.image.names.map((n) => model.image.get(n)).map((t) => (t.quant === undefined ? t.dtype : `q${t.quant.bits}`)));
-  const type = peerType([...kinds].join('+'));
+  const type = peerType(weightKinds(model));
   const peer = await LlamaPeer.open(peerGguf(dir, type, log));
   const prefillTokens = quick ? 128 : 512;
   const steps = quick ? 8 : 32;
-  const best = new Map<number, { ours: ReturnType<typeof backboneSeconds>; theirs: PeerSpeed }>();
+  const THREADS = [1, 2];
+  // Per thread count, every round's seconds (ours) and tokens/s (the peer's); the best is kept.
+  const ours = THREADS.map(() => ({ prefill: [] as number[], decode: [] as number[] }));
+  const theirs = THREADS.map(() => [] as PeerSpeed[]);
   try {
     for (let round = 0; round < 2; round++) {
-      for (const threads of [1, 2]) {
+      for (const [j, threads] of THREADS.entries()) {
         setComputeThreads(threads);
-        const ours = backboneSeconds(model, conv.backbone, prefillTokens, steps, 1);
-        const theirs = await peer.speed(threads, prefillTokens, steps, 1);
-        const was = best.get(threads);
-        best.set(threads, {
-          ours: {
-            prefillS: Math.min(ours.prefillS, was?.ours.prefillS ?? Number.POSITIVE_INFINITY),
-            decodeS: Math.min(ours.decodeS, was?.ours.decodeS ?? Number.POSITIVE_INFINITY),
-            decodeTextS: Math.min(ours.decodeTextS, was?.ours.decodeTextS ?? Number.POSITIVE_INFINITY),
-          },
-          theirs: {
-            prefillTokensPerSecond: Math.max(theirs.prefillTokensPerSecond, was?.theirs.prefillTokensPerSecond ?? 0),
-            decodeTokensPerSecond: Math.max(theirs.decodeTokensPerSecond, was?.theirs.decodeTokensPerSecond ?? 0),
-          },
-        });
+        ours[j]!.prefill.push(prefillSeconds(model, conv.backbone, prefillTokens, 1));
+        ours[j]!.decode.push(decodeSeconds(model, conv.backbone, steps, true, 1));
+        theirs[j]!.push(await peer.speed(threads, prefillTokens, steps));
       }
     }
   } finally {
     await peer.close();
     setComputeThreads(1);
   }
-  const rows = [...best].map(([threads, { ours, theirs }]) => {
-    const prefill = prefillTokens / ours.prefillS;
-    const decode = steps / ours.decodeTextS;
+  const rows = THREADS.map((threads, j) => {
+    const prefill = prefillTokens / Math.min(...ours[j]!.prefill);
+    const decode = steps / Math.min(...ours[j]!.decode);
+    const peerPrefill = Math.max(...theirs[j]!.map((p) => p.prefillTokensPerSecond));
+    const peerDecode = Math.max(...theirs[j]!.map((p) => p.decodeTokensPerSecond));
     return {
       checkpoint: label,
       threads,
       ggufType: type,
       prefillTokens,
       voxslabPrefillTokensPerSecond: round(prefill, 1),
-      peerPrefillTokensPerSecond: round(theirs.prefillTokensPerSecond, 1),
-      prefillRatio: round(prefill / theirs.prefillTokensPerSecond, 2),
+      peerPrefillTokensPerSecond: round(peerPrefill, 1),
+      prefillRatio: round(prefill / peerPrefill, 2),
       voxslabDecodeTokensPerSecond: round(decode, 1),
-      peerDecodeTokensPerSecond: round(theirs.decodeTokensPerSecond, 1),
-      decodeRatio: round(decode / theirs.decodeTokensPerSecond, 2),
+      peerDecodeTokensPerSecond: round(peerDecode, 1),
+      decodeRatio: round(decode / peerDecode, 2),
     };
   });
   return { rows, engine: peer.engine };

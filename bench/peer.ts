@@ -30,6 +30,7 @@ export interface PeerSpeed {
 }
 
 type NodeLlamaCpp = typeof import('node-llama-cpp');
+type Token = import('node-llama-cpp').Token;
 type Llama = Awaited<ReturnType<NodeLlamaCpp['getLlama']>>;
 type LlamaModel = Awaited<ReturnType<Llama['loadModel']>>;
 
@@ -57,31 +58,27 @@ export class LlamaPeer {
     return new LlamaPeer(llama, model, `llama.cpp ${llama.llamaCppRelease.release} via node-llama-cpp`);
   }
 
-  /** Fastest of `runs`: prefill of `prefill` tokens in one batch, then `decode` greedy steps. */
-  async speed(threads: number, prefill: number, decode: number, runs: number): Promise<PeerSpeed> {
+  /** One measurement: prefill of `prefill` tokens in one batch, then `decode` greedy steps. */
+  async speed(threads: number, prefill: number, decode: number): Promise<PeerSpeed> {
     const V = vocabOf(this.#model);
-    const ids = Array.from({ length: prefill }, (_, i) => (200 + ((i * 7919) % (V - 200))) as never);
+    const ids = Array.from({ length: prefill }, (_, i) => (200 + ((i * 7919) % (V - 200))) as Token);
     const ctx = await this.#model.createContext({ contextSize: prefill + decode + 64, batchSize: prefill, threads, sequences: 1 });
     try {
       const seq = ctx.getSequence();
-      let prefillS = Number.POSITIVE_INFINITY;
-      let decodeS = Number.POSITIVE_INFINITY;
       await seq.evaluateWithoutGeneratingNewTokens(ids.slice(0, 8)); // warm up
-      for (let r = 0; r < runs; r++) {
-        await seq.clearHistory();
-        let t0 = process.hrtime.bigint();
-        await seq.evaluateWithoutGeneratingNewTokens(ids);
-        prefillS = Math.min(prefillS, Number(process.hrtime.bigint() - t0) / 1e9);
-        await seq.clearHistory();
-        await seq.evaluateWithoutGeneratingNewTokens(ids.slice(0, 16));
-        let token = ids[16] as never;
-        t0 = process.hrtime.bigint();
-        for (let i = 0; i < decode; i++) {
-          const [out] = await seq.controlledEvaluate([[token, { generateNext: { token: true, options: { temperature: 0 } } }]]);
-          token = (out?.next?.token ?? token) as never;
-        }
-        decodeS = Math.min(decodeS, Number(process.hrtime.bigint() - t0) / 1e9);
+      await seq.clearHistory();
+      let t0 = process.hrtime.bigint();
+      await seq.evaluateWithoutGeneratingNewTokens(ids);
+      const prefillS = Number(process.hrtime.bigint() - t0) / 1e9;
+      await seq.clearHistory();
+      await seq.evaluateWithoutGeneratingNewTokens(ids.slice(0, 16));
+      let token = ids[16] as Token;
+      t0 = process.hrtime.bigint();
+      for (let i = 0; i < decode; i++) {
+        const [out] = await seq.controlledEvaluate([[token, { generateNext: { token: true, options: { temperature: 0 } } }]]);
+        token = out?.next?.token ?? token;
       }
+      const decodeS = Number(process.hrtime.bigint() - t0) / 1e9;
       return { prefillTokensPerSecond: prefill / prefillS, decodeTokensPerSecond: decode / decodeS };
     } finally {
       await ctx.dispose();

@@ -56,7 +56,6 @@ export function summarize(file: string, p: CpuProfile, topN = 8): ThreadSummary 
   const perFn = new Map<string, number>();
   let busy = 0;
   let gc = 0;
-  let entry: string;
   for (const [id, us] of self) {
     const n = byId.get(id);
     if (n === undefined) continue;
@@ -65,22 +64,23 @@ export function summarize(file: string, p: CpuProfile, topN = 8): ThreadSummary 
     if (IDLE.has(name)) continue;
     busy += us;
     const where = n.callFrame.url === '' ? '' : ` ${n.callFrame.url.replace(/^.*\/(dist|node_modules)\//, '$1/')}:${n.callFrame.lineNumber + 1}`;
-    perFn.set(`${name}${where}`, (perFn.get(`${name}${where}`) ?? 0) + us);
+    const key = `${name}${where}`;
+    perFn.set(key, (perFn.get(key) ?? 0) + us);
   }
   // The file name carries the thread id (0: the main thread); a worker is named by its entry
   // script or its stage where a sample caught one.
   const tid = /^CPU\.\d+\.\d+\.\d+\.(\d+)\./.exec(file)?.[1];
-  entry = tid === '0' ? 'main' : `thread ${tid ?? '?'}`;
+  let stage: string | undefined;
   for (const n of p.nodes) {
-    const stage = n.callFrame.url.endsWith('stages.js') ? n.callFrame.functionName : '';
-    const m = /\/workers\/([a-z]+)\.js$/.exec(n.callFrame.url) ?? /^(Capture|Frontend|Conformer|Depthformer|Playback)Stage$/.exec(stage);
-    if (m !== null && tid !== '0') entry = `${entry.split(' (')[0]} (${m[1]!.toLowerCase()})`;
+    const fn = n.callFrame.url.endsWith('stages.js') ? n.callFrame.functionName : '';
+    stage ??= (/\/workers\/([a-z]+)\.js$/.exec(n.callFrame.url) ?? /^(Capture|Frontend|Conformer|Depthformer|Playback)Stage$/.exec(fn))?.[1]?.toLowerCase();
   }
+  const thread = tid === '0' ? 'main' : `thread ${tid ?? '?'}${stage === undefined ? '' : ` (${stage})`}`;
   const top = [...perFn]
     .sort((a, b) => b[1] - a[1])
     .slice(0, topN)
     .map(([fn, us]) => ({ fn, ms: Math.round(us / 100) / 10 }));
-  return { file, thread: entry, wallMs: Math.round((p.endTime - p.startTime) / 1000), busyMs: Math.round(busy / 1000), gcMs: Math.round(gc / 1000), top };
+  return { file, thread, wallMs: Math.round((p.endTime - p.startTime) / 1000), busyMs: Math.round(busy / 1000), gcMs: Math.round(gc / 1000), top };
 }
 
 function main(argv: string[]): number {

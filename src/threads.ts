@@ -29,9 +29,12 @@ function splitNodeOptions(s: string): string[] {
   return (s.match(/"(?:[^"\\]|\\.)*"|\S+/g) ?? []).map((t) => (t.startsWith('"') ? t.slice(1, -1).replace(/\\(.)/g, '$1') : t));
 }
 
-/** The inverse of splitNodeOptions. */
-function joinNodeOptions(tokens: readonly string[]): string {
-  return tokens.map((t) => (/[\s"]/.test(t) ? JSON.stringify(t) : t)).join(' ');
+/** A copy of `env` whose NODE_OPTIONS holds `tokens` (joined as splitNodeOptions splits; none: unset). */
+function withNodeOptions(env: NodeJS.ProcessEnv, tokens: readonly string[]): NodeJS.ProcessEnv {
+  const out = { ...env };
+  if (tokens.length === 0) delete out.NODE_OPTIONS;
+  else out.NODE_OPTIONS = tokens.map((t) => (/[\s"]/.test(t) ? JSON.stringify(t) : t)).join(' ');
+  return out;
 }
 
 /**
@@ -46,12 +49,7 @@ export function workerThreadOptions(): { execArgv?: string[]; env?: NodeJS.Proce
   if (options !== undefined) {
     const tokens = splitNodeOptions(options);
     const kept = withoutModuleHooks(tokens);
-    if (kept.length !== tokens.length) {
-      const env = { ...process.env };
-      if (kept.length === 0) delete env.NODE_OPTIONS;
-      else env.NODE_OPTIONS = joinNodeOptions(kept);
-      out.env = env;
-    }
+    if (kept.length !== tokens.length) out.env = withNodeOptions(process.env, kept);
   }
   return out;
 }
@@ -67,11 +65,7 @@ function withoutRefused(o: { execArgv?: string[]; env?: NodeJS.ProcessEnv }, mes
     const refused = new Set([...message.matchAll(/(-[-\w]+) is not allowed in NODE_OPTIONS/g)].map((m) => m[1]!));
     const tokens = splitNodeOptions(o.env.NODE_OPTIONS);
     const kept = tokens.filter((t) => !refused.has(name(t)));
-    if (kept.length === tokens.length) return null;
-    const env = { ...o.env };
-    if (kept.length === 0) delete env.NODE_OPTIONS;
-    else env.NODE_OPTIONS = joinNodeOptions(kept);
-    return { ...o, env };
+    return kept.length === tokens.length ? null : { ...o, env: withNodeOptions(o.env, kept) };
   }
   if (o.execArgv === undefined) return null;
   // "… invalid execArgv flags: --a, --b"

@@ -16,10 +16,9 @@ import { runCommand } from './run.js';
 import { serveCommand } from './serve.js';
 import { devicesCommand, talkCommand } from './talk.js';
 import { registeredBenches, type Bench } from './benches.js';
-import { makeCheckpoint, type FloatDtype } from '../io/checkpoint.js';
+import { makeCheckpoint, resolveModel, type FloatDtype } from '../io/checkpoint.js';
 import { quantizeCheckpoint } from '../io/quantize.js';
 import { exportGguf } from '../io/gguf.js';
-import { resolveModel } from '../io/checkpoint.js';
 import type { GgufType } from '../model/format/gguf.js';
 
 type Values = Record<string, string | string[] | boolean | undefined>;

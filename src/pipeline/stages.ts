@@ -105,9 +105,12 @@ import { native, type ApmHandle } from '../native.js';
 const SIZING_ENGINE: ApmEngine = { handle: null as unknown as ApmHandle, heapBytes: 0 };
 import './categories.js';
 
+/** Most device-rate samples in one input record. */
+const INPUT_CHUNK_MAX = 4096;
+
 /** Samples per input record (the capture stage's unit), by input rate: about 64 ms of 16 kHz output. */
 export function inputChunk(inputRate: number): number {
-  return Math.max(1, Math.min(4096, Math.floor((1024 * inputRate) / 16000)));
+  return Math.max(1, Math.min(INPUT_CHUNK_MAX, Math.floor((1024 * inputRate) / 16000)));
 }
 
 /** Most 16 kHz samples in one capture record (the frontend sizes its VAD mode by it). */
@@ -116,9 +119,8 @@ export const CAPTURE_RECORD_MAX = 4096;
 /** Adapter rows per embedding record. */
 export const EMBED_ROWS = 4;
 
-/** Data words of each ring of a conversation, from the configuration and options. */
 /** The capture ring: four of the largest input records. */
-const CAPTURE_RING_WORDS = 4 * (4096 + RECORD_OVERHEAD) + 4;
+const CAPTURE_RING_WORDS = 4 * (INPUT_CHUNK_MAX + RECORD_OVERHEAD) + 4;
 
 /** `words` rounded up to whole pages of this machine. */
 function pageWords(words: number): number {
@@ -126,6 +128,7 @@ function pageWords(words: number): number {
   return Math.ceil(words / page) * page;
 }
 
+/** Data words of each ring of a conversation, from the configuration and options. */
 export function ringCapacities(c: ModelConfig, outputRate: number): Record<RingName, number> {
   const frameSamples = frameSamplesAt(c, outputRate);
   return {

@@ -16,17 +16,17 @@ import { f32ToF16 } from './dtype.js';
 import { TOKENS } from './tokenizer.js';
 
 /** ggml tensor types (ggml.h). */
-export const GGML_TYPE = Object.freeze({ F32: 0, F16: 1, Q4_0: 2, Q8_0: 8 });
+const GGML_TYPE = Object.freeze({ F32: 0, F16: 1, Q4_0: 2, Q8_0: 8 });
 /** `general.file_type` (llama.h `llama_ftype`). */
 const FILE_TYPE = Object.freeze({ f16: 1, q4_0: 2, q8_0: 7 });
 /** GGUF metadata value types. */
-export const GGUF_VALUE = Object.freeze({ U32: 4, I32: 5, F32: 6, BOOL: 7, STRING: 8, ARRAY: 9 });
+const GGUF_VALUE = Object.freeze({ U32: 4, I32: 5, F32: 6, BOOL: 7, STRING: 8, ARRAY: 9 });
 
-export const GGUF_MAGIC = 0x46554747; // "GGUF" read as a little-endian u32
-export const GGUF_VERSION = 3;
-export const GGUF_ALIGNMENT = 32;
+const GGUF_MAGIC = 0x46554747; // "GGUF" read as a little-endian u32
+const GGUF_VERSION = 3;
+const GGUF_ALIGNMENT = 32;
 /** Weights per Q4_0 / Q8_0 block. */
-export const QK = 32;
+const QK = 32;
 
 /** The weight encodings `export-gguf` writes for matrices (vectors and the conv taps stay f32). */
 export type GgufType = 'f16' | 'q4_0' | 'q8_0';
@@ -100,6 +100,12 @@ export function encodeGgufHeader(
     u64(b.length);
     push(b);
   };
+  const array = <T>(of: number, xs: readonly T[], each: (x: T) => void): void => {
+    u32(GGUF_VALUE.ARRAY);
+    u32(of);
+    u64(xs.length);
+    for (const x of xs) each(x);
+  };
   u32(GGUF_MAGIC);
   u32(GGUF_VERSION);
   u64(tensors.length);
@@ -131,16 +137,10 @@ export function encodeGgufHeader(
         str(v.value);
         break;
       case 'i32[]':
-        u32(GGUF_VALUE.ARRAY);
-        u32(GGUF_VALUE.I32);
-        u64(v.value.length);
-        for (const x of v.value) i32(x);
+        array(GGUF_VALUE.I32, v.value, i32);
         break;
       case 'string[]':
-        u32(GGUF_VALUE.ARRAY);
-        u32(GGUF_VALUE.STRING);
-        u64(v.value.length);
-        for (const x of v.value) str(x);
+        array(GGUF_VALUE.STRING, v.value, str);
         break;
     }
   }
