@@ -1,10 +1,12 @@
 // GEMM for linear layers over many positions: W decoded to f32 panels once per block, then an
-// AVX2 or AVX-512 micro-kernel (vec_kernels.h) per tile, or a scalar loop (cpu.h chooses).
+// AVX2 or AVX-512 micro-kernel (vec_kernels.h) per tile, or a scalar loop (cpu.h chooses). The
+// panels of a block are split among the calling thread's helpers (pool.h).
 #include <algorithm>
 #include <cstdint>
 
 #include "cpu.h"
 #include "kernels.h"
+#include "pool.h"
 #include "simd.h"
 #include "vec.h"
 
@@ -12,53 +14,96 @@ namespace voxslab {
 
 namespace {
 
-// Packs W[n0:n0+nc][k0:k0+kc], decoded to f32, into panels of NR outputs:
-// pack[panel][k][NR], zero-padded.
+// Decodes inputs [k0, k0 + kc) of weight row n to f32, at a stride of NR floats. Quantized rows
+// go a group at a time (k0 and kc are whole groups): the same s·q + b as WeightAt.
 template <int NR>
-void PackPanels(const WeightRef& W, int64_t n0, int64_t nc, int64_t k0, int64_t kc, int64_t K, float* pack) {
-  for (int64_t p = 0; p < nc; p += NR) {
-    float* dst = pack + p * kc;
-    for (int64_t j = 0; j < NR; ++j) {
-      if (p + j >= nc) {
-        for (int64_t k = 0; k < kc; ++k) dst[k * NR + j] = 0.0f;
-      } else if (W.type == WeightType::kF32) {
-        const float* row = static_cast<const float*>(W.data) + (n0 + p + j) * K + k0;
-        for (int64_t k = 0; k < kc; ++k) dst[k * NR + j] = row[k];
+void PackRow(const WeightRef& W, int64_t n, int64_t k0, int64_t kc, int64_t K, float* dst) {
+  if (W.type == WeightType::kF32) {
+    const float* row = static_cast<const float*>(W.data) + n * K + k0;
+    for (int64_t k = 0; k < kc; ++k) dst[k * NR] = row[k];
+  } else if (Quantized(W.type)) {
+    const int64_t group = W.group;
+    const int64_t groups = K / group;
+    const uint8_t* data = static_cast<const uint8_t*>(W.data);
+    for (int64_t k = 0; k < kc; k += group) {
+      const int64_t g = n * groups + (k0 + k) / group;
+      const float s = W.scales[g];
+      const float b = W.biases[g];
+      float* d = dst + k * NR;
+      if (W.type == WeightType::kQ8) {
+        const uint8_t* q = data + n * K + k0 + k;
+        for (int64_t i = 0; i < group; ++i) d[i * NR] = s * static_cast<float>(q[i]) + b;
       } else {
-        for (int64_t k = 0; k < kc; ++k) dst[k * NR + j] = WeightAt(W, n0 + p + j, k0 + k, K);
+        const uint8_t* q = data + (n * K + k0 + k) / 2;
+        for (int64_t i = 0; i < group / 2; ++i) {
+          d[2 * i * NR] = s * static_cast<float>(q[i] & 15) + b;
+          d[(2 * i + 1) * NR] = s * static_cast<float>(q[i] >> 4) + b;
+        }
+      }
+    }
+  } else {
+    for (int64_t k = 0; k < kc; ++k) dst[k * NR] = FloatAt(W.type, W.data, n * K + k0 + k);
+  }
+}
+
+struct GemmTask {
+  const float* A;
+  const WeightRef* W;
+  const float* bias;
+  float* C;
+  int64_t T, N, K;
+  float* pack;
+  int64_t n0, nc;  // the column block being computed
+};
+
+// Columns [p0, p1) of the task's block (whole panels of NR), over all of K: each panel is packed
+// at pack + p·kGemmKc, so parts running at once on other panels never touch its bytes, and
+// every output is computed exactly as on one thread. Micro<MR> families have panel width NR.
+template <int NR, template <int> class M>
+void GemmPanels(const void* ctx, int64_t p0, int64_t p1) {
+  const GemmTask& t = *static_cast<const GemmTask*>(ctx);
+  for (int64_t k0 = 0; k0 < t.K; k0 += kGemmKc) {
+    const int64_t kc = std::min(kGemmKc, t.K - k0);
+    for (int64_t p = p0; p < p1; p += NR) {
+      float* panel = t.pack + p * kGemmKc;
+      for (int64_t j = 0; j < NR; ++j) {
+        if (p + j < t.nc) {
+          PackRow<NR>(*t.W, t.n0 + p + j, k0, kc, t.K, panel + j);
+        } else {
+          for (int64_t k = 0; k < kc; ++k) panel[k * NR + j] = 0.0f;
+        }
+      }
+    }
+    const bool first = k0 == 0;
+    for (int64_t i = 0; i < t.T; i += 6) {
+      const int64_t mr = std::min<int64_t>(6, t.T - i);
+      const float* a = t.A + i * t.K + k0;
+      for (int64_t p = p0; p < p1; p += NR) {
+        const int64_t nr = std::min<int64_t>(NR, t.nc - p);
+        const float* panel = t.pack + p * kGemmKc;
+        float* c = t.C + i * t.N + t.n0 + p;
+        const float* bb = t.bias != nullptr ? t.bias + t.n0 + p : nullptr;
+        switch (mr) {
+          case 6: M<6>::Run(a, t.K, panel, kc, c, t.N, nr, first, bb); break;
+          case 5: M<5>::Run(a, t.K, panel, kc, c, t.N, nr, first, bb); break;
+          case 4: M<4>::Run(a, t.K, panel, kc, c, t.N, nr, first, bb); break;
+          case 3: M<3>::Run(a, t.K, panel, kc, c, t.N, nr, first, bb); break;
+          case 2: M<2>::Run(a, t.K, panel, kc, c, t.N, nr, first, bb); break;
+          default: M<1>::Run(a, t.K, panel, kc, c, t.N, nr, first, bb); break;
+        }
       }
     }
   }
 }
 
-// Blocked GEMM driver over a micro-kernel family Micro<MR> of panel width NR (MR ≤ 6).
+// Blocked GEMM: column blocks of kGemmNc, each split by panels among the calling thread's pool.
 template <int NR, template <int> class M>
 void GemmBlocked(const float* A, const WeightRef& W, const float* bias, float* C, int64_t T, int64_t N, int64_t K, float* pack) {
+  GemmTask task{A, &W, bias, C, T, N, K, pack, 0, 0};
   for (int64_t n0 = 0; n0 < N; n0 += kGemmNc) {
-    const int64_t nc = std::min(kGemmNc, N - n0);
-    for (int64_t k0 = 0; k0 < K; k0 += kGemmKc) {
-      const int64_t kc = std::min(kGemmKc, K - k0);
-      PackPanels<NR>(W, n0, nc, k0, kc, K, pack);
-      const bool first = k0 == 0;
-      for (int64_t t = 0; t < T; t += 6) {
-        const int64_t mr = std::min<int64_t>(6, T - t);
-        for (int64_t p = 0; p < nc; p += NR) {
-          const int64_t nr = std::min<int64_t>(NR, nc - p);
-          const float* a = A + t * K + k0;
-          const float* panel = pack + p * kc;
-          float* c = C + t * N + n0 + p;
-          const float* bb = bias != nullptr ? bias + n0 + p : nullptr;
-          switch (mr) {
-            case 6: M<6>::Run(a, K, panel, kc, c, N, nr, first, bb); break;
-            case 5: M<5>::Run(a, K, panel, kc, c, N, nr, first, bb); break;
-            case 4: M<4>::Run(a, K, panel, kc, c, N, nr, first, bb); break;
-            case 3: M<3>::Run(a, K, panel, kc, c, N, nr, first, bb); break;
-            case 2: M<2>::Run(a, K, panel, kc, c, N, nr, first, bb); break;
-            default: M<1>::Run(a, K, panel, kc, c, N, nr, first, bb); break;
-          }
-        }
-      }
-    }
+    task.n0 = n0;
+    task.nc = std::min(kGemmNc, N - n0);
+    Pool().Run(GemmPanels<NR, M>, &task, task.nc, NR, T * task.nc * K);
   }
 }
 

@@ -210,12 +210,23 @@ t.test('two compute threads give the same bits as one', async (t) => {
       linearRows(W, x, four, 4, new Float32Array(4 * gemvScratchFloats(cols)));
       return [one, four];
     });
+  // GEMM: columns past one block of 256, a partial last panel, K past one block of 256.
+  const q8 = quantize(w, rows, cols, 8, 32);
+  const gemmWeights: Weights[] = [...all, { kind: 'q8', data: q8.data, scales: q8.scales, biases: q8.biases, group: 32, rows, cols }];
+  const A = Float32Array.from({ length: 13 * cols }, () => r() - 0.5);
+  const bias = Float32Array.from({ length: rows }, () => r());
+  const runGemm = (): Float32Array[] =>
+    gemmWeights.map((W) => {
+      const C = new Float32Array(13 * rows);
+      gemm(A, W, bias, C, 13, rows, cols, new Float32Array(GEMM_PACK_FLOATS));
+      return C;
+    });
   t.equal(computeThreads(), 1);
-  const a = run();
+  const a = [...run(), ...runGemm()];
   t.equal(setComputeThreads(2), 2, 'two threads');
   let b: Float32Array[];
   try {
-    b = run();
+    b = [...run(), ...runGemm()];
   } finally {
     setComputeThreads(1);
   }
