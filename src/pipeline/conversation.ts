@@ -383,10 +383,11 @@ export class Conversation {
     return this.dialogue.compactions;
   }
 
-  /** Readiness: seals this conversation's arena and owner. */
+  /** Readiness: seals this conversation's arena and owner, then runs the system prompt. */
   ready(): void {
     this.arena.seal();
     this.model.domain.ledger.seal(this.model.domain.owner('conversation', this.index));
+    while (!this.dialogue.prefillSystem(this.model.slot));
   }
 
   /** Input samples the open segment can still take. */
@@ -430,8 +431,8 @@ export class Conversation {
   }
 
   /**
-   * Ends the user segment: encodes it, and prefills the user turn (with the system prompt
-   * first, on the first turn). Returns the encoder frames. `onMel` and `onEncoded` are taps.
+   * Ends the user segment: encodes it, and prefills the user turn (the system prompt ran at
+   * `ready()`). Returns the encoder frames. `onMel` and `onEncoded` are taps.
    */
   endSegment(
     taps: { mel?(rows: Float32Array, count: number): void; encoded?(encoder: Float32Array, adapter: Float32Array, frames: number): void } = {},

@@ -188,6 +188,7 @@ export class Dialogue {
   // Turn state.
   #staged = 0;
   #started = false;
+  #systemAt = 0; // system prompt positions already run
   #turns = 0;
   #pending = 0; // 1: `token`, 2: `codes` is fed first at the next turn
   #text = true;
@@ -241,7 +242,33 @@ export class Dialogue {
     this.#watch.toc(this.#clocks, clock);
   }
 
-  /** Opens a user turn on `slot`: the system prompt (first turn) or the close of the last reply, then `<|im_start|>user\n`. */
+  /** True once the whole system prompt has run (see `prefillSystem`). */
+  get systemDone(): boolean {
+    return this.#started;
+  }
+
+  /**
+   * Prefills the next positions of the system prompt on `slot`, at most one prefill chunk, so
+   * that a conversation runs its system prompt when it opens and its first user turn only
+   * prefills its own rows. Call it before the first `beginUser` until it returns true (what is
+   * left then runs with the first turn). The bits are those of prefilling it with the first
+   * turn: a position's prefill does not depend on how positions are grouped into chunks.
+   */
+  prefillSystem(slot: StepSlot): boolean {
+    if (this.#started) return true;
+    this.#tic();
+    const ids = this.prompts.system;
+    const end = Math.min(ids.length, this.#systemAt + this.options.prefillChunk);
+    this.#staged = 0;
+    this.#stageTokens(slot, ids, this.#systemAt, end);
+    if (this.#staged > 0) this.#flush(slot);
+    this.#systemAt = end;
+    this.#started = end === ids.length;
+    this.#toc(CLOCK_PREFILL);
+    return this.#started;
+  }
+
+  /** Opens a user turn on `slot`: the system prompt (what has not run of it) or the close of the last reply, then `<|im_start|>user\n`. */
   beginUser(slot: StepSlot): void {
     this.#tic();
     const bb = slot.backbone;
@@ -251,7 +278,8 @@ export class Dialogue {
     else if (this.#pending === 2) bb.embedAudio(this.codes, bb.stack.input, this.#staged++);
     this.#pending = 0;
     if (!this.#started) {
-      this.#stageTokens(slot, this.prompts.system);
+      this.#stageTokens(slot, this.prompts.system, this.#systemAt);
+      this.#systemAt = this.prompts.system.length;
       this.#started = true;
     } else if (this.#turns > 0) {
       this.#stageTokens(slot, this.prompts.replyClose);
@@ -296,9 +324,9 @@ export class Dialogue {
     for (let k = 0; k < this.options.checkpoints; k++) this.#ckMeta[k * CK_FIELDS + CK_FRAME] = -1;
   }
 
-  #stageTokens(slot: StepSlot, ids: Int32Array): void {
+  #stageTokens(slot: StepSlot, ids: Int32Array, from = 0, to = ids.length): void {
     const bb = slot.backbone;
-    for (let i = 0; i < ids.length; i++) {
+    for (let i = from; i < to; i++) {
       bb.embedText(ids[i]!, bb.stack.input, this.#staged);
       this.#staged++;
       if (this.#staged === this.options.prefillChunk) this.#flush(slot);

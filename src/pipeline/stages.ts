@@ -1021,6 +1021,16 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
    * embedding rows and the segment's end outside a reply. True if any was taken.
    */
   #prefill(c: DepthConv): boolean {
+    // A new conversation runs its system prompt before any turn, a chunk per poll (other
+    // conversations step in between), on a slot held for that chunk only.
+    if (!c.dialogue.systemDone && c.phase === PHASE_IDLE) {
+      const slot = this.tickets.acquire(c.index);
+      if (slot >= 0) {
+        c.dialogue.prefillSystem(this.tickets.slots[slot]!);
+        this.tickets.release(slot);
+        return true;
+      }
+    }
     let progress = false;
     for (;;) {
       const kind = c.input.peekKind();

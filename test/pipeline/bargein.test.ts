@@ -124,3 +124,68 @@ t.test('a user turn whose staged positions end exactly on a prefill chunk is ans
   const ref = turn(dialogue(8, 0, other), rows, undefined, undefined, other.slot);
   t.same(out, ref, 'the same reply as with another chunk size');
 });
+
+t.test('the system prompt runs when the conversation opens; the first turn prefills only its own rows, with the same bits', async (t) => {
+  // Chunks shorter than the system prompt: it runs over several calls (polls of the stage).
+  const m = SpeechModel.load(dir, domain, { prefillChunk: 8 });
+  const chunk = m.options.prefillChunk;
+  const p = m.prompts;
+  const system = p.system.length;
+  t.ok(system > chunk, `the system prompt (${system} positions) spans several chunks of ${chunk}`);
+  const rows = userRows(6, 5);
+  const own = p.userOpen.length + 5 + p.userClose.length;
+  /** A turn on `m`; what it emitted and the positions its prefill ran (the first step runs them). */
+  const first = (d: Dialogue): { out: number[]; prefilled: number } => {
+    const before = d.state.position;
+    let seen = 0;
+    let prefilled = -1;
+    const out = turn(
+      d,
+      rows,
+      (x) => {
+        if (seen++ === 1) prefilled = x.state.position - before;
+        return false;
+      },
+      undefined,
+      m.slot,
+    );
+    return { out, prefilled };
+  };
+
+  // Negative control: a dialogue that opens nothing prefills the system prompt with its first turn.
+  const late = dialogue(30, 0, m);
+  t.equal(late.systemDone, false);
+  const lateFirst = first(late);
+  t.equal(lateFirst.prefilled, system + own, `without it, the first turn runs ${lateFirst.prefilled} positions`);
+
+  const early = dialogue(30, 0, m);
+  let calls = 1;
+  while (!early.prefillSystem(m.slot)) calls++;
+  t.equal(calls, Math.ceil(system / chunk), 'a chunk per call');
+  t.equal(early.state.position, system, 'the system prompt has run');
+  t.equal(early.prefillSystem(m.slot), true, 'a further call does nothing');
+  t.equal(early.state.position, system);
+  const earlyFirst = first(early);
+  t.equal(earlyFirst.prefilled, own, `the first turn runs its own ${own} positions`);
+  t.same(earlyFirst.out, lateFirst.out, `the same reply (${earlyFirst.out.length} values)`);
+  t.equal(context(early).equals(context(late)), true, 'the same context, byte for byte');
+  const second = userRows(7, 4);
+  t.same(turn(early, second, undefined, undefined, m.slot), turn(late, second, undefined, undefined, m.slot), 'the same second reply');
+  t.equal(context(early).equals(context(late)), true, 'and the same context after it');
+
+  // Partly run at open: the first turn runs the rest.
+  const part = dialogue(30, 0, m);
+  t.equal(part.prefillSystem(m.slot), false);
+  const partFirst = first(part);
+  t.equal(partFirst.prefilled, system - chunk + own, 'the rest of the system prompt runs with the first turn');
+  t.same(partFirst.out, lateFirst.out, 'with the same reply');
+  t.equal(part.systemDone, true);
+});
+
+t.test('a conversation is ready with its system prompt run', async (t) => {
+  const conv = model.conversation({ seed: 1, inputRate: 16000 });
+  t.equal(conv.backbone.position, 0);
+  conv.ready();
+  t.equal(conv.backbone.position, model.prompts.system.length);
+  t.equal(conv.dialogue.systemDone, true);
+});
