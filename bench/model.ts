@@ -28,6 +28,7 @@ import { EMIT_DONE } from '../src/pipeline/dialogue.js';
 import { STAGES } from '../src/pipeline/clock.js';
 import { AUDIO_SAMPLING, Sampler } from '../src/model/blocks/sampler.js';
 import { gemvScratchFloats, setComputeThreads } from '../src/model/blocks/kernels.js';
+import { native } from '../src/native.js';
 import { fastestSeconds as best, round } from './util.js';
 import { LlamaPeer, type PeerSpeed, peerGguf, peerType } from './peer.js';
 import type { BackboneState } from '../src/model/blocks/backbone.js';
@@ -62,6 +63,17 @@ export interface ModelBenchRow {
   detokenizerMsPerFrame: number;
   frameMs: number;
   realTimeFactor: number;
+  /**
+   * The weight bytes a generated frame must read (the backbone's layers for the audio step, 6/12
+   * of a text step's layers and head, depth_linear, the Depthformer's layers 8 times and each
+   * codebook's logits matrix once, the detokenizer's layers once: the KV cache at the bench's
+   * short context adds little), the time that takes at the read probe's bandwidth with as many
+   * threads, measured in the same run, and the frame's time over it.
+   */
+  frameWeightMiB: number;
+  readGBps: number;
+  frameBoundMs: number;
+  frameOverBound: number;
   /** Inside a real reply: wall ms per generated audio frame (its text steps included). */
   replyMsPerFrame: number;
   /**
@@ -170,7 +182,36 @@ function weightKinds(model: SpeechModel): string {
   return [...kinds].sort().join('+');
 }
 
-function measure(label: string, dir: string, quick: boolean, threads: number): ModelBenchRow {
+/** Weight bytes one generated frame reads (ModelBenchRow.frameWeightMiB), from the image's own tensors. */
+function frameWeightBytes(model: SpeechModel): number {
+  const image = model.image;
+  const c = model.config;
+  const bytes = (prefix: string): number => image.names.filter((n) => n.startsWith(prefix)).reduce((sum, n) => sum + image.get(n).bytes, 0);
+  const layers = bytes('lfm.layers.') + bytes('lfm.embedding_norm.');
+  const head = bytes('lfm.embed_tokens.');
+  let logits = 0;
+  for (let i = 0; i < c.audio.codebooks; i++) {
+    const own = bytes(`depth_embeddings.${i}.to_logits.`);
+    logits += own > 0 ? own : bytes(`depth_embeddings.${i}.embedding.`);
+  }
+  const depth = bytes('depth_linear.') + c.audio.codebooks * bytes('depthformer.layers.') + logits;
+  const detokenizer = bytes('audio_detokenizer.lfm.') + bytes('audio_detokenizer.lin.');
+  return layers + (c.interleave.text / c.interleave.audio) * (layers + head) + depth + detokenizer;
+}
+
+/** Streaming read bandwidth, GB/s, on `threads` threads (as `bench kernels` measures it: 256 MiB, past the caches). */
+function readBandwidth(threads: number, repeats: number): number {
+  const big = new Float32Array(64 * 1024 * 1024).fill(1);
+  setComputeThreads(threads);
+  try {
+    native.readProbe(big);
+    return big.byteLength / best(repeats, () => native.readProbe(big)) / 1e9;
+  } finally {
+    setComputeThreads(1);
+  }
+}
+
+function measure(label: string, dir: string, quick: boolean, threads: number, readGBps: number): ModelBenchRow {
   const domain = MemoryDomain.create();
   const segment = 5;
   const model = SpeechModel.load(dir, domain, { segmentSeconds: segment, replySeconds: quick ? 2 : 4, context: 4096, threads });
@@ -250,6 +291,8 @@ function measure(label: string, dir: string, quick: boolean, threads: number): M
   const r = conv.reply({});
   const replyMs = performance.now() - t0;
   const first = firstReply(model, 2);
+  const frameBytes = frameWeightBytes(model);
+  const boundMs = (frameBytes / (readGBps * 1e9)) * 1000;
   const stepMs = (decodeS / steps) * 1000;
   const textMs = (decodeTextS / steps) * 1000;
   const depthMs = (depthS / frames) * 1000;
@@ -286,6 +329,10 @@ function measure(label: string, dir: string, quick: boolean, threads: number): M
     detokenizerMsPerFrame: round(detMs, 3),
     frameMs: round(frameMs, 3),
     realTimeFactor: round(frameMs / 80, 4),
+    frameWeightMiB: round(frameBytes / 2 ** 20, 1),
+    readGBps: round(readGBps, 2),
+    frameBoundMs: round(boundMs, 3),
+    frameOverBound: round(frameMs / boundMs, 3),
     replyMsPerFrame: round(replyMsPerFrame, 3),
     replyRealTimeFactor: round(replyMsPerFrame / 80, 4),
     firstReplyMs: round(first.ms, 1),
@@ -395,7 +442,8 @@ export async function run(options: { quick?: boolean; models?: string[]; product
   const peer: PeerRow[] = [];
   let peerEngine: string | null = null;
   try {
-    for (const [label, dir] of targets) for (const threads of [1, 2]) rows.push(measure(label, dir, quick, threads));
+    const read = [1, 2].map((threads) => readBandwidth(threads, quick ? 3 : 7));
+    for (const [label, dir] of targets) for (const threads of [1, 2]) rows.push(measure(label, dir, quick, threads, read[threads - 1]!));
     // The peer: every checkpoint but tiny (too small for a rate to mean anything).
     if (options.peer === true) {
       for (const [label, dir] of targets.filter(([l]) => l !== 'tiny')) {
@@ -424,7 +472,8 @@ export function format(r: ModelBenchResult): string {
         `×${m.pairDepthformerOverOne}; the Depthformer stage's frame for two ×${m.pairFrameOverOneInPhase} of one in phase ` +
         `(×${m.pairFrameOverOneOwnHeads} with a head each)`,
       `      Depthformer ${m.depthformerMsPerFrame} ms/frame, detokenizer ${m.detokenizerMsPerFrame} ms/frame → ${m.frameMs} ms per 80 ms frame ` +
-        `(real-time factor ${m.realTimeFactor}); in a real reply ${m.replyMsPerFrame} ms per frame (${m.replyRealTimeFactor}); first reply ` +
+        `(real-time factor ${m.realTimeFactor}; ${m.frameWeightMiB} MiB of weights at the read probe's ${m.readGBps} GB/s take ` +
+        `${m.frameBoundMs} ms: ×${m.frameOverBound} of that bound); in a real reply ${m.replyMsPerFrame} ms per frame (${m.replyRealTimeFactor}); first reply ` +
         `sample ${m.firstReplyMs} ms after a 3 s turn (encoder ${m.firstReplyEncoderMs}, prefill ${m.firstReplyPrefillMs})`,
     );
   }
