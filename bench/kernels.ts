@@ -23,7 +23,7 @@ import {
 } from '../src/model/blocks/kernels.js';
 import { quantize } from '../src/model/format/quant.js';
 import { native } from '../src/native.js';
-import { fastestSeconds as best, round } from './util.js';
+import { fastestSeconds as best, readBandwidth, round } from './util.js';
 
 export interface KernelsBenchResult {
   bench: 'kernels';
@@ -88,15 +88,9 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
   native.fmaProbe(1_000_000);
   const peak = (iterations * 12 * native.fmaLanes() * 2) / best(repeats, () => native.fmaProbe(iterations)) / 1e9;
 
-  const big = new Float32Array(64 * 1024 * 1024); // 256 MiB, well past the caches
-  big.fill(1);
-  native.readProbe(big);
-  const read = big.byteLength / best(repeats, () => native.readProbe(big)) / 1e9;
+  const read = readBandwidth(1, repeats) / 1e9;
   // Two threads (this one and one helper) reading halves: the bound of the two-thread rows.
-  setComputeThreads(2);
-  native.readProbe(big);
-  const read2 = big.byteLength / best(repeats, () => native.readProbe(big)) / 1e9;
-  setComputeThreads(1);
+  const read2 = readBandwidth(2, repeats) / 1e9;
 
   const pack = new Float32Array(GEMM_PACK_FLOATS);
   const shapes: [number, number, number][] = (options.quick === true ? [64, 256] : [64, 128, 256, 512, 1024]).map((T) => [T, 512, 2048]);

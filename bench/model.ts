@@ -28,8 +28,7 @@ import { EMIT_DONE } from '../src/pipeline/dialogue.js';
 import { STAGES } from '../src/pipeline/clock.js';
 import { AUDIO_SAMPLING, Sampler } from '../src/model/blocks/sampler.js';
 import { gemvScratchFloats, setComputeThreads } from '../src/model/blocks/kernels.js';
-import { native } from '../src/native.js';
-import { fastestSeconds as best, round } from './util.js';
+import { fastestSeconds as best, readBandwidth, round } from './util.js';
 import { LlamaPeer, type PeerSpeed, peerGguf, peerType } from './peer.js';
 import type { BackboneState } from '../src/model/blocks/backbone.js';
 
@@ -197,18 +196,6 @@ function frameWeightBytes(model: SpeechModel): number {
   const depth = bytes('depth_linear.') + c.audio.codebooks * bytes('depthformer.layers.') + logits;
   const detokenizer = bytes('audio_detokenizer.lfm.') + bytes('audio_detokenizer.lin.');
   return layers + (c.interleave.text / c.interleave.audio) * (layers + head) + depth + detokenizer;
-}
-
-/** Streaming read bandwidth, GB/s, on `threads` threads (as `bench kernels` measures it: 256 MiB, past the caches). */
-function readBandwidth(threads: number, repeats: number): number {
-  const big = new Float32Array(64 * 1024 * 1024).fill(1);
-  setComputeThreads(threads);
-  try {
-    native.readProbe(big);
-    return big.byteLength / best(repeats, () => native.readProbe(big)) / 1e9;
-  } finally {
-    setComputeThreads(1);
-  }
 }
 
 function measure(label: string, dir: string, quick: boolean, threads: number, readGBps: number): ModelBenchRow {
@@ -442,7 +429,7 @@ export async function run(options: { quick?: boolean; models?: string[]; product
   const peer: PeerRow[] = [];
   let peerEngine: string | null = null;
   try {
-    const read = [1, 2].map((threads) => readBandwidth(threads, quick ? 3 : 7));
+    const read = [1, 2].map((threads) => readBandwidth(threads, quick ? 3 : 7) / 1e9);
     for (const [label, dir] of targets) for (const threads of [1, 2]) rows.push(measure(label, dir, quick, threads, read[threads - 1]!));
     // The peer: every checkpoint but tiny (too small for a rate to mean anything).
     if (options.peer === true) {
