@@ -88,9 +88,8 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
   native.fmaProbe(1_000_000);
   const peak = (iterations * 12 * native.fmaLanes() * 2) / best(repeats, () => native.fmaProbe(iterations)) / 1e9;
 
-  const read = readBandwidth(1, repeats) / 1e9;
   // Two threads (this one and one helper) reading halves: the bound of the two-thread rows.
-  const read2 = readBandwidth(2, repeats) / 1e9;
+  const [read, read2] = readBandwidth([1, 2], repeats).map((b) => b / 1e9) as [number, number];
 
   const pack = new Float32Array(GEMM_PACK_FLOATS);
   const shapes: [number, number, number][] = (options.quick === true ? [64, 256] : [64, 128, 256, 512, 1024]).map((T) => [T, 512, 2048]);

@@ -270,8 +270,7 @@ function measure(label: string, dir: string, quick: boolean, threads: number, re
   });
   // A real turn: 2 s of input, then the reply; the conversation's clocks give each stage.
   state.reset();
-  const audio = Float32Array.from({ length: 32000 }, (_, i) => 0.2 * Math.sin(i * 0.06) * Math.sin(i * 0.0007));
-  for (let i = 0; i < audio.length; i += Conversation.INPUT_CHUNK) conv.listen(audio.subarray(i, i + Conversation.INPUT_CHUNK));
+  listenTo(conv, turnAudio(2));
   conv.endSegment();
   conv.stageMs.fill(0);
   const t0 = performance.now();
@@ -328,14 +327,24 @@ function measure(label: string, dir: string, quick: boolean, threads: number, re
   };
 }
 
+/** A user turn's 16 kHz input: `seconds` of a modulated tone. */
+function turnAudio(seconds: number): Float32Array {
+  return Float32Array.from({ length: seconds * 16000 }, (_, i) => 0.2 * Math.sin(i * 0.06) * Math.sin(i * 0.0007));
+}
+
+/** Feeds `audio` to `conv` in the largest chunks `listen` takes. */
+function listenTo(conv: Conversation, audio: Float32Array): void {
+  for (let i = 0; i < audio.length; i += Conversation.INPUT_CHUNK) conv.listen(audio.subarray(i, i + Conversation.INPUT_CHUNK));
+}
+
 /** The first reply sample of new conversations' first 3 s turns (see ModelBenchRow.firstReplyMs): the fastest of `runs`. */
 function firstReply(model: SpeechModel, runs: number): { ms: number; encoderMs: number; prefillMs: number } {
-  const audio = Float32Array.from({ length: 48000 }, (_, i) => 0.2 * Math.sin(i * 0.06) * Math.sin(i * 0.0007));
+  const audio = turnAudio(3);
   let best = { ms: Number.POSITIVE_INFINITY, encoderMs: 0, prefillMs: 0 };
   for (let r = 0; r < runs; r++) {
     const conv = model.conversation({ seed: 10 + r, inputRate: 16000 });
     conv.ready();
-    for (let i = 0; i < audio.length; i += Conversation.INPUT_CHUNK) conv.listen(audio.subarray(i, i + Conversation.INPUT_CHUNK));
+    listenTo(conv, audio);
     conv.stageMs.fill(0);
     let at = 0;
     const sink = {
@@ -429,7 +438,7 @@ export async function run(options: { quick?: boolean; models?: string[]; product
   const peer: PeerRow[] = [];
   let peerEngine: string | null = null;
   try {
-    const read = [1, 2].map((threads) => readBandwidth(threads, quick ? 3 : 7) / 1e9);
+    const read = readBandwidth([1, 2], quick ? 3 : 7).map((b) => b / 1e9);
     for (const [label, dir] of targets) for (const threads of [1, 2]) rows.push(measure(label, dir, quick, threads, read[threads - 1]!));
     // The peer: every checkpoint but tiny (too small for a rate to mean anything).
     if (options.peer === true) {

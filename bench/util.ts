@@ -45,15 +45,18 @@ export function fastestSeconds(runs: number, body: () => void): number {
 export const round = (x: number, digits = 1): number => Number(x.toFixed(digits));
 
 /**
- * Streaming read bandwidth in bytes/s on `threads` threads (this one and its compute helpers,
- * reading parts): the fastest of `repeats` passes over 256 MiB, well past the caches.
+ * Streaming read bandwidth in bytes/s for each thread count (this thread and its compute
+ * helpers, reading parts): the fastest of `repeats` passes over one 256 MiB array, well past the
+ * caches.
  */
-export function readBandwidth(threads: number, repeats: number): number {
+export function readBandwidth(threads: readonly number[], repeats: number): number[] {
   const big = new Float32Array(64 * 1024 * 1024).fill(1);
-  setComputeThreads(threads);
   try {
-    native.readProbe(big);
-    return big.byteLength / fastestSeconds(repeats, () => native.readProbe(big));
+    return threads.map((n) => {
+      setComputeThreads(n);
+      native.readProbe(big);
+      return big.byteLength / fastestSeconds(repeats, () => native.readProbe(big));
+    });
   } finally {
     setComputeThreads(1);
   }

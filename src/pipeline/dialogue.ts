@@ -187,7 +187,6 @@ export class Dialogue {
   token = 0;
   // Turn state.
   #staged = 0;
-  #started = false;
   #systemAt = 0; // system prompt positions already run
   #turns = 0;
   #pending = 0; // 1: `token`, 2: `codes` is fed first at the next turn
@@ -244,7 +243,7 @@ export class Dialogue {
 
   /** True once the whole system prompt has run (see `prefillSystem`). */
   get systemDone(): boolean {
-    return this.#started;
+    return this.#systemAt === this.prompts.system.length;
   }
 
   /**
@@ -255,7 +254,7 @@ export class Dialogue {
    * turn: a position's prefill does not depend on how positions are grouped into chunks.
    */
   prefillSystem(slot: StepSlot): boolean {
-    if (this.#started) return true;
+    if (this.systemDone) return true;
     this.#tic();
     const ids = this.prompts.system;
     const end = Math.min(ids.length, this.#systemAt + this.options.prefillChunk);
@@ -263,9 +262,8 @@ export class Dialogue {
     this.#stageTokens(slot, ids, this.#systemAt, end);
     if (this.#staged > 0) this.#flush(slot);
     this.#systemAt = end;
-    this.#started = end === ids.length;
     this.#toc(CLOCK_PREFILL);
-    return this.#started;
+    return this.systemDone;
   }
 
   /** Opens a user turn on `slot`: the system prompt (what has not run of it) or the close of the last reply, then `<|im_start|>user\n`. */
@@ -277,10 +275,9 @@ export class Dialogue {
     if (this.#pending === 1) bb.embedText(this.token, bb.stack.input, this.#staged++);
     else if (this.#pending === 2) bb.embedAudio(this.codes, bb.stack.input, this.#staged++);
     this.#pending = 0;
-    if (!this.#started) {
+    if (!this.systemDone) {
       this.#stageTokens(slot, this.prompts.system, this.#systemAt);
       this.#systemAt = this.prompts.system.length;
-      this.#started = true;
     } else if (this.#turns > 0) {
       this.#stageTokens(slot, this.prompts.replyClose);
     }

@@ -7,6 +7,8 @@ import { readWavSamples, scratchDir } from '../helpers.js';
 import { runCommand } from '../../src/cli/run.js';
 import { AbortedError, ClosedError, load, MemoryLimitError, type ConversationEvent, type Engine } from '../../src/index.js';
 import { apmAvailable } from '../../src/dsp/aec.js';
+import { MemoryDomain } from '../../src/memory/index.js';
+import { SpeechModel } from '../../src/pipeline/conversation.js';
 
 const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
 const work = scratchDir('voxslab-api-');
@@ -195,3 +197,21 @@ t.test(
     t.equal(engine.snapshot().held.native, 0);
   },
 );
+
+t.test('the Depthformer stage runs a new conversation’s system prompt before its first turn', async (t) => {
+  const ref = SpeechModel.load(model, MemoryDomain.create(), {});
+  const chunks = Math.ceil(ref.prompts.system.length / ref.options.prefillChunk);
+  const engine = await load(model, {});
+  try {
+    const conv = await engine.open({ inputRate: speech.rate, seed: 1 });
+    const prefill = async (): Promise<{ ms: number; count: number } | undefined> =>
+      (await engine.pipeline.stats()).find((s) => s.stage === 'depthformer')!.clocks[conv.index]?.prefill;
+    // No audio is written: only the system prompt can have been prefilled.
+    for (let i = 0; i < 500 && (await prefill())?.count !== chunks; i++) await new Promise((r) => setTimeout(r, 10));
+    const p = await prefill();
+    t.equal(p?.count, chunks, `${ref.prompts.system.length} system prompt positions prefilled in ${chunks} chunk(s) before any input`);
+    await conv.close();
+  } finally {
+    await engine.close();
+  }
+});
