@@ -124,12 +124,12 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
     [
       'q8 (group 64)',
       { kind: 'q8' as const, data: q8.data, scales: q8.scales, biases: q8.biases, group: 64, rows, cols },
-      q8.data.byteLength + 8 * q8.scales.length,
+      q8.data.byteLength + q8.scales.byteLength + q8.biases.byteLength,
     ],
     [
       'q4 (group 64)',
       { kind: 'q4' as const, data: q4.data, scales: q4.scales, biases: q4.biases, group: 64, rows, cols },
-      q4.data.byteLength + 8 * q4.scales.length,
+      q4.data.byteLength + q4.scales.byteLength + q4.biases.byteLength,
     ],
   ] as const) {
     gemv(weights, x, y, xsum);
@@ -148,12 +148,12 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
         [
           `q8 (int8 activations, ${threads} thread${threads > 1 ? 's' : ''})`,
           { kind: 'q8' as const, data: q8.data, scales: q8.scales, biases: q8.biases, group: 64, rows, cols },
-          q8.data.byteLength + 8 * q8.scales.length,
+          q8.data.byteLength + q8.scales.byteLength + q8.biases.byteLength,
         ],
         [
           `q4 (int8 activations, ${threads} thread${threads > 1 ? 's' : ''})`,
           { kind: 'q4' as const, data: q4.data, scales: q4.scales, biases: q4.biases, group: 64, rows, cols },
-          q4.data.byteLength + 8 * q4.scales.length,
+          q4.data.byteLength + q4.scales.byteLength + q4.biases.byteLength,
         ],
       ] as const) {
         linear1(weights, x, y, scratchInt);
@@ -170,7 +170,7 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
         ['q8', q8],
         ['q4', q4],
       ] as const) {
-        const one = q.data.byteLength + 8 * q.scales.length;
+        const one = q.data.byteLength + q.scales.byteLength + q.biases.byteLength;
         const copies = Math.max(2, Math.ceil((4 * llc) / one));
         const set = Array.from({ length: copies }, () => ({
           kind: name,

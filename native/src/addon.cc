@@ -424,6 +424,13 @@ View<float> F32Arg(const Napi::CallbackInfo& info, size_t i, const char* fn, con
   return v;
 }
 
+// f16 values (their bits in a Uint16Array).
+View<uint16_t> HalfArg(const Napi::CallbackInfo& info, size_t i, const char* fn, const char* what, size_t need) {
+  auto v = TypedArg<uint16_t>(info, i, napi_uint16_array, fn, what);
+  if (v.length < need) ThrowRange(info.Env(), std::string(fn) + ": " + what + " has " + std::to_string(v.length) + " values, needs " + std::to_string(need));
+  return v;
+}
+
 // copyF32(src, srcAt, dst, dstAt, n): a float copy that boxes nothing however cold the caller's
 // code is (an unoptimised JS loop over floats leaves a heap number per element).
 Napi::Value CopyF32Value(const Napi::CallbackInfo& info) {
@@ -478,8 +485,8 @@ voxslab::WeightRef WeightArg(const Napi::CallbackInfo& info, const char* fn, vox
     const int64_t group = CountArg(info, at + 3, fn, "group");
     if (group < 8 || group % 8 != 0 || K % group != 0) ThrowRange(info.Env(), std::string(fn) + ": group must be a multiple of 8 that divides K");
     const size_t g = Mul(info, fn, {M, (K / group)});
-    w.scales = F32Arg(info, at + 1, fn, "scales", g).data;
-    w.biases = F32Arg(info, at + 2, fn, "biases", g).data;
+    w.scales = HalfArg(info, at + 1, fn, "scales", g).data;
+    w.biases = HalfArg(info, at + 2, fn, "biases", g).data;
     w.group = static_cast<int>(group);
   }
   return w;

@@ -27,8 +27,8 @@ void PackRow(const WeightRef& W, int64_t n, int64_t k0, int64_t kc, int64_t K, f
     const uint8_t* data = static_cast<const uint8_t*>(W.data);
     for (int64_t k = 0; k < kc; k += group) {
       const int64_t g = n * groups + (k0 + k) / group;
-      const float s = W.scales[g];
-      const float b = W.biases[g];
+      const float s = F16(W.scales[g]);
+      const float b = F16(W.biases[g]);
       float* d = dst + k * NR;
       if (W.type == WeightType::kQ8) {
         const uint8_t* q = data + n * K + k0 + k;

@@ -36,7 +36,7 @@ void GroupSums(const float* x, int64_t K, int group, float* xsum) {
   }
 }
 
-void GemvScalar(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* x, float* y,
+void GemvScalar(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group, const float* x, float* y,
                 int64_t M, int64_t K, float* xsum) {
   if (Quantized(type)) GroupSums(x, K, group, xsum);
   for (int64_t m = 0; m < M; ++m) {
@@ -73,7 +73,7 @@ void GemvScalar(WeightType type, const void* w, const float* scales, const float
             }
             q += v * x[k];
           }
-          acc += scales[m * groups + g] * q + biases[m * groups + g] * xsum[g];
+          acc += F16(scales[m * groups + g]) * q + F16(biases[m * groups + g]) * xsum[g];
         }
         y[m] = acc;
         break;
@@ -117,7 +117,7 @@ void QuantizeActivations(const float* x, int64_t K, int group, bool q4, int8_t* 
 }
 
 // y[m] = Σ_g s_g·xs_g·(Σ q·xq) + Σ_g b_g·xsum_g, the integer sums exact.
-void GemvIntScalar(bool q4, const uint8_t* w, const float* scales, const float* biases, int group, const int8_t* xq,
+void GemvIntScalar(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group, const int8_t* xq,
                    const float* xs, const float* xsum, float* y, int64_t M, int64_t K) {
   const int64_t groups = K / group;
   const int64_t rowBytes = q4 ? K / 2 : K;
@@ -137,8 +137,8 @@ void GemvIntScalar(bool q4, const uint8_t* w, const float* scales, const float* 
       } else {
         for (int64_t k = g * group; k < (g + 1) * group; ++k) dot += r[k] * xq[k];
       }
-      acc += scales[m * groups + g] * xs[g] * static_cast<float>(dot);
-      bacc += biases[m * groups + g] * xsum[g];
+      acc += F16(scales[m * groups + g]) * xs[g] * static_cast<float>(dot);
+      bacc += F16(biases[m * groups + g]) * xsum[g];
     }
     y[m] = acc + bacc;
   }
@@ -177,8 +177,8 @@ __attribute__((target("avx2,fma"))) inline __m256 QuantChunk(bool q8, const uint
   return _mm256_mul_ps(QuantInts(q8, w, at), _mm256_loadu_ps(x));
 }
 
-__attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const void* w, const float* scales,
-                                                        const float* biases, int group, const float* x, float* y,
+__attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const void* w, const uint16_t* scales,
+                                                        const uint16_t* biases, int group, const float* x, float* y,
                                                         int64_t M, int64_t K, float* xsum) {
   if (Quantized(type)) {
     // Per-group input sums in f32 (8 lanes, then the lanes in a fixed order).
@@ -229,18 +229,18 @@ __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const vo
             q3 = _mm256_fmadd_ps(QuantInts(q8, wb, at + 3 * K), xv, q3);
           }
         }
-        acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(scales[m0 * groups + g]), q0, acc[0]);
-        acc[1] = _mm256_fmadd_ps(_mm256_set1_ps(scales[(m0 + 1) * groups + g]), q1, acc[1]);
-        acc[2] = _mm256_fmadd_ps(_mm256_set1_ps(scales[(m0 + 2) * groups + g]), q2, acc[2]);
-        acc[3] = _mm256_fmadd_ps(_mm256_set1_ps(scales[(m0 + 3) * groups + g]), q3, acc[3]);
+        acc[0] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(scales[m0 * groups + g])), q0, acc[0]);
+        acc[1] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(scales[(m0 + 1) * groups + g])), q1, acc[1]);
+        acc[2] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(scales[(m0 + 2) * groups + g])), q2, acc[2]);
+        acc[3] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(scales[(m0 + 3) * groups + g])), q3, acc[3]);
       }
       for (int r = 0; r < 4; ++r) {
-        const float* bi = biases + (m0 + r) * groups;
+        const uint16_t* bi = biases + (m0 + r) * groups;
         __m256 bacc = _mm256_setzero_ps();
         int64_t g = 0;
-        for (; g + 8 <= groups; g += 8) bacc = _mm256_fmadd_ps(_mm256_loadu_ps(bi + g), _mm256_loadu_ps(xsum + g), bacc);
+        for (; g + 8 <= groups; g += 8) bacc = _mm256_fmadd_ps(Half8(bi + g), _mm256_loadu_ps(xsum + g), bacc);
         float btail = 0;
-        for (; g < groups; ++g) btail += bi[g] * xsum[g];
+        for (; g < groups; ++g) btail += _cvtsh_ss(bi[g]) * xsum[g];
         y[m0 + r] = Hsum(acc[r]) + (Hsum(bacc) + btail);
       }
     }
@@ -311,8 +311,8 @@ __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const vo
         // Σ_g s_g·(Σ q·x) kept in 8 lanes across groups; the bias term Σ_g b_g·Σx_g as one
         // dot product with the f32 group sums.
         const int64_t groups = K / group;
-        const float* sc = scales + m * groups;
-        const float* bi = biases + m * groups;
+        const uint16_t* sc = scales + m * groups;
+        const uint16_t* bi = biases + m * groups;
         __m256 acc = _mm256_setzero_ps();
         for (int64_t g = 0; g < groups; ++g) {
           // Two independent chains (even and odd chunks of 8), so FMA latency is hidden.
@@ -327,13 +327,13 @@ __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const vo
             q1 = _mm256_add_ps(q1, QuantChunk(q8, wb, base + i + 8, xg + i + 8));
           }
           if (i < group) q0 = _mm256_add_ps(q0, QuantChunk(q8, wb, base + i, xg + i));
-          acc = _mm256_fmadd_ps(_mm256_set1_ps(sc[g]), _mm256_add_ps(q0, q1), acc);
+          acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(sc[g])), _mm256_add_ps(q0, q1), acc);
         }
         __m256 bacc = _mm256_setzero_ps();
         int64_t g = 0;
-        for (; g + 8 <= groups; g += 8) bacc = _mm256_fmadd_ps(_mm256_loadu_ps(bi + g), _mm256_loadu_ps(xsum + g), bacc);
+        for (; g + 8 <= groups; g += 8) bacc = _mm256_fmadd_ps(Half8(bi + g), _mm256_loadu_ps(xsum + g), bacc);
         float btail = 0;
-        for (; g < groups; ++g) btail += bi[g] * xsum[g];
+        for (; g < groups; ++g) btail += _cvtsh_ss(bi[g]) * xsum[g];
         const float acc_sum = Hsum(acc) + (Hsum(bacc) + btail);
         y[m] = acc_sum;
         break;
@@ -342,13 +342,13 @@ __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const vo
   }
 }
 
-#define VOXSLAB_VNNI __attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma")))
+#define VOXSLAB_VNNI __attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c")))
 
 // Lane scales s_g·xs_g of one 32-byte block: group g, or (q4, group 32) groups g and g + 1,
 // four lanes each.
-__attribute__((target("avx2,fma"))) inline __m256 VnniScale(const float* sc, const float* xs, int64_t g, bool two) {
-  if (!two) return _mm256_set1_ps(sc[g] * xs[g]);
-  return _mm256_setr_m128(_mm_set1_ps(sc[g] * xs[g]), _mm_set1_ps(sc[g + 1] * xs[g + 1]));
+__attribute__((target("avx2,fma,f16c"))) inline __m256 VnniScale(const uint16_t* sc, const float* xs, int64_t g, bool two) {
+  if (!two) return _mm256_set1_ps(_cvtsh_ss(sc[g]) * xs[g]);
+  return _mm256_setr_m128(_mm_set1_ps(_cvtsh_ss(sc[g]) * xs[g]), _mm_set1_ps(_cvtsh_ss(sc[g + 1]) * xs[g + 1]));
 }
 
 // Walks the groups of consecutive 32-byte blocks without dividing: `g` is the first group of
@@ -365,12 +365,12 @@ struct BlockGroups {
 };
 
 // Σ_g b_g·xsum_g of one row.
-__attribute__((target("avx2,fma"))) inline float VnniBias(const float* bi, const float* xsum, int64_t groups) {
+__attribute__((target("avx2,fma,f16c"))) inline float VnniBias(const uint16_t* bi, const float* xsum, int64_t groups) {
   __m256 bacc = _mm256_setzero_ps();
   int64_t g = 0;
-  for (; g + 8 <= groups; g += 8) bacc = _mm256_fmadd_ps(_mm256_loadu_ps(bi + g), _mm256_loadu_ps(xsum + g), bacc);
+  for (; g + 8 <= groups; g += 8) bacc = _mm256_fmadd_ps(Half8(bi + g), _mm256_loadu_ps(xsum + g), bacc);
   float t = 0;
-  for (; g < groups; ++g) t += bi[g] * xsum[g];
+  for (; g < groups; ++g) t += _cvtsh_ss(bi[g]) * xsum[g];
   return Hsum(bacc) + t;
 }
 
@@ -397,7 +397,7 @@ __attribute__((target("avx2,fma"))) inline __m256 Avx2IntDot(bool q4, const uint
 
 // Integer GEMV on AVX2 without VNNI, row by row, in 256-bit lanes (a machine without VNNI has
 // one integer path, so its rows agree across calls as the VNNI path's do).
-__attribute__((target("avx2,fma"))) void GemvIntAvx2(bool q4, const uint8_t* w, const float* scales, const float* biases,
+__attribute__((target("avx2,fma,f16c"))) void GemvIntAvx2(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases,
                                                      int group, const int8_t* xq, const float* xs, const float* xsum,
                                                      float* y, int64_t M, int64_t K) {
   const int64_t groups = K / group;
@@ -444,15 +444,33 @@ struct Int512 {
     } else {
       // Two floats through an unaligned 64-bit load (a double load would need 8-byte alignment).
       const __m128 v = n == 2 ? _mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))) : _mm_loadu_ps(p);
-      const __m512i idx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            __builtin_ctz(static_cast<unsigned>(kLanesPerGroup)));
-      return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
+      return Spread(v);
     }
+  }
+
+  // The same for f16 values (the weights' scales).
+  template <bool Half>
+  VOXSLAB_VNNI static inline __attribute__((always_inline)) __m512 Lanes(const uint16_t* p) {
+    constexpr int n = Half ? kGroupsPerStep / 2 : kGroupsPerStep;
+    if constexpr (n == 1) {
+      return _mm512_set1_ps(_cvtsh_ss(*p));
+    } else {
+      uint64_t bits = 0;
+      std::memcpy(&bits, p, n * 2);
+      return Spread(_mm_cvtph_ps(_mm_cvtsi64_si128(static_cast<long long>(bits))));
+    }
+  }
+
+  // Lane l of the result is v[l / kLanesPerGroup].
+  VOXSLAB_VNNI static inline __attribute__((always_inline)) __m512 Spread(__m128 v) {
+    const __m512i idx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                          __builtin_ctz(static_cast<unsigned>(kLanesPerGroup)));
+    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
   }
 
   template <int R, int NA, bool Half>
   VOXSLAB_VNNI static inline __attribute__((always_inline)) void Step(__m512 (&acc)[R][NA], const uint8_t* r0, int64_t rowBytes,
-                                                                      const float* s0, int64_t groups, const int8_t* const* xq,
+                                                                      const uint16_t* s0, int64_t groups, const int8_t* const* xq,
                                                                       const float* const* xs, int64_t z) {
     const int64_t g0 = z * kGroupsPerStep;
     const __m512i nib = _mm512_set1_epi8(15);
@@ -492,7 +510,7 @@ struct Int512 {
   }
 
   template <int R, int NA>
-  VOXSLAB_VNNI static void Pass(const uint8_t* r0, const float* s0, const float* biases, const int8_t* const* xq, const float* const* xs,
+  VOXSLAB_VNNI static void Pass(const uint8_t* r0, const uint16_t* s0, const uint16_t* biases, const int8_t* const* xq, const float* const* xs,
                                 const float* const* xsum, float* const* y, int64_t m, int64_t K) {
     const int64_t groups = K / G;
     const int64_t rowBytes = Q4 ? K / 2 : K;
@@ -514,7 +532,7 @@ struct Int512 {
 
   // Every weight row of a block against NA activations.
   template <int NA>
-  VOXSLAB_VNNI static void Rows(const uint8_t* w, const float* scales, const float* biases, const int8_t* const* xq, const float* const* xs,
+  VOXSLAB_VNNI static void Rows(const uint8_t* w, const uint16_t* scales, const uint16_t* biases, const int8_t* const* xq, const float* const* xs,
                                 const float* const* xsum, float* const* y, int64_t mb, int64_t K) {
     const int64_t groups = K / G;
     const int64_t rowBytes = Q4 ? K / 2 : K;
@@ -530,7 +548,7 @@ struct Int512 {
 };
 
 // Up to four activation rows against `mb` weight rows (group 32 or 64).
-VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const float* scales, const float* biases, int group,
+VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group,
                                    const int8_t* const* xq, const float* const* xs, const float* const* xsum,
                                    float* const* y, int na, int64_t mb, int64_t K) {
 #define VOXSLAB_ROWS(Q, G)                                          \
@@ -549,7 +567,7 @@ VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const float* scale
 }
 
 // Integer GEMV with AVX-512 VNNI on 512-bit vectors (Int512), one activation row.
-VOXSLAB_VNNI void GemvIntVnni(bool q4, const uint8_t* w, const float* scales, const float* biases, int group,
+VOXSLAB_VNNI void GemvIntVnni(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group,
                               const int8_t* xq, const float* xs, const float* xsum, float* y, int64_t M, int64_t K) {
   GemvIntVnniMulti(q4, w, scales, biases, group, &xq, &xs, &xsum, &y, 1, M, K);
 }
@@ -563,8 +581,8 @@ __attribute__((target("avx512f,avx2,f16c"))) inline __m512 Load16(WeightType typ
 }
 
 // AVX-512 GEMV for float weights (four rows per pass); quantized weights use the AVX2 path.
-__attribute__((target("avx512f,avx2,fma,f16c"))) void GemvAvx512(WeightType type, const void* w, const float* scales,
-                                                                  const float* biases, int group, const float* x, float* y,
+__attribute__((target("avx512f,avx2,fma,f16c"))) void GemvAvx512(WeightType type, const void* w, const uint16_t* scales,
+                                                                  const uint16_t* biases, int group, const float* x, float* y,
                                                                   int64_t M, int64_t K, float* xsum) {
   if (Quantized(type)) {
     GemvAvx2(type, w, scales, biases, group, x, y, M, K, xsum);
@@ -603,8 +621,8 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void GemvAvx512(WeightType type
 #pragma GCC diagnostic pop
 #endif
 
-using GemvFn = void (*)(WeightType, const void*, const float*, const float*, int, const float*, float*, int64_t, int64_t, float*);
-using GemvIntFn = void (*)(bool, const uint8_t*, const float*, const float*, int, const int8_t*, const float*, const float*, float*,
+using GemvFn = void (*)(WeightType, const void*, const uint16_t*, const uint16_t*, int, const float*, float*, int64_t, int64_t, float*);
+using GemvIntFn = void (*)(bool, const uint8_t*, const uint16_t*, const uint16_t*, int, const int8_t*, const float*, const float*, float*,
                            int64_t, int64_t);
 
 GemvFn ChooseGemv() {
@@ -676,7 +694,7 @@ void RunFloatRows(const void* c, int64_t r0, int64_t r1) {
 
 }  // namespace
 
-void Gemv(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* x, float* y,
+void Gemv(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group, const float* x, float* y,
           int64_t M, int64_t K, float* xsum) {
   kGemv(type, w, scales, biases, group, x, y, M, K, xsum);
 }
@@ -740,7 +758,7 @@ void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
 
 }  // namespace
 
-void GemvRows(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* X, float* Y,
+void GemvRows(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group, const float* X, float* Y,
               int64_t n, int64_t M, int64_t K, void* scratch) {
   const bool quant = Quantized(type);
   const int64_t per = quant ? GemvIntScratchBytes(K, group) : 0;
@@ -761,7 +779,7 @@ void GemvSplit(WeightType type, const void* w, const float* x, float* y, int64_t
   Pool().Run(RunFloatRows, &task, M, 4, M * K);
 }
 
-void GemvInt(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* x, float* y,
+void GemvInt(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group, const float* x, float* y,
              int64_t M, int64_t K, void* scratch) {
   const bool q4 = type == WeightType::kQ4;
   // Scratch: the group sums and activation scales (f32), then the int8 activations.

@@ -19,10 +19,10 @@ enum class AttentionMask : int { kFull = 0, kCausal = 1, kSliding = 2 };
 enum class ConvMode : int { kCausal = 0, kSame = 1 };
 
 // y[m] = Σ_k W[m][k]·x[k] for m < M, W row-major [M][K] of `type`. Quantized weights are
-// affine per group of `group` inputs: w = scale·q + bias, scales/biases f32 [M][K/group],
+// affine per group of `group` inputs: w = scale·q + bias, scales/biases f16 [M][K/group],
 // q4 two per byte (low nibble first). `xsum` (K/group floats) receives the per-group sums of
 // x, accumulated in f32 from f32 operands, which the bias term uses.
-void Gemv(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* x, float* y,
+void Gemv(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group, const float* x, float* y,
           int64_t M, int64_t K, float* xsum);
 
 // y = W·x for q8/q4 weights with x quantized to int8 per group (xs = max|x|/127, round to
@@ -40,7 +40,7 @@ int ComputeThreads();
 std::vector<std::vector<int>> ComputeHelperCpus();
 // Float-weight GEMV (f32/f16/bf16) with its rows split among the compute threads.
 void GemvSplit(WeightType type, const void* w, const float* x, float* y, int64_t M, int64_t K);
-void GemvInt(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* x, float* y,
+void GemvInt(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group, const float* x, float* y,
              int64_t M, int64_t K, void* scratch);
 
 // Y[t] = W·X[t] for t < n (X [n][K], Y [n][M]): the GEMV of each row — q8/q4 through int8
@@ -48,7 +48,7 @@ void GemvInt(WeightType type, const void* w, const float* scales, const float* b
 // in cache across the n rows. For a few rows, where packing a GEMM would cost more than it
 // saves. `scratch` holds GemvRowsScratchBytes(n, K, group) bytes (0 for float weights).
 int64_t GemvRowsScratchBytes(int64_t n, int64_t K, int group);
-void GemvRows(WeightType type, const void* w, const float* scales, const float* biases, int group, const float* X, float* Y,
+void GemvRows(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group, const float* X, float* Y,
               int64_t n, int64_t M, int64_t K, void* scratch);
 
 // C[t][n] = Σ_k A[t][k]·W[n][k] (+ bias[n] when non-null): A [T][K] f32 activations, W [N][K]
@@ -60,8 +60,8 @@ constexpr int64_t kGemmPackFloats = kGemmKc * kGemmNc;
 struct WeightRef {
   WeightType type;
   const void* data;
-  const float* scales;
-  const float* biases;
+  const uint16_t* scales;  // f16 bits
+  const uint16_t* biases;
   int group;
 };
 void Gemm(const float* A, const WeightRef& W, const float* bias, float* C, int64_t T, int64_t N, int64_t K, float* pack);

@@ -70,7 +70,7 @@ inline float WeightAt(const WeightRef& w, int64_t n, int64_t k, int64_t K) {
   const uint8_t* b = static_cast<const uint8_t*>(w.data);
   const float q = w.type == WeightType::kQ8 ? b[i] : ((b[i >> 1] >> ((i & 1) * 4)) & 15);
   const int64_t g = n * (K / w.group) + k / w.group;
-  return w.scales[g] * q + w.biases[g];
+  return F16(w.scales[g]) * q + F16(w.biases[g]);
 }
 
 // Σ a[i]·b[i] in four accumulators combined in a fixed order, so every call rounds the same way.
@@ -97,6 +97,11 @@ inline void CpuRelax() {
 }
 
 #ifdef VOXSLAB_X86
+// Eight f16 values from p, as f32.
+__attribute__((target("avx2,fma,f16c"))) inline __m256 Half8(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 __attribute__((target("avx2,fma"))) inline float Hsum(__m256 v) {
   alignas(32) float l[8];
   _mm256_store_ps(l, v);

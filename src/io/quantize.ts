@@ -1,7 +1,7 @@
 /**
  * `voxslab quantize`: rewrites a checkpoint folder with affine group-quantized weights. Every
  * float 2-D tensor whose inputs split into whole groups becomes three tensors — `name` (U8:
- * [rows, cols] for 8 bits, [rows, cols / 2] for 4), `name.scales` and `name.biases` (F32,
+ * [rows, cols] for 8 bits, [rows, cols / 2] for 4), `name.scales` and `name.biases` (F16,
  * [rows, cols / group]) — and everything else is copied as it is. Tensors are quantized in
  * parallel on a piscina pool and written in order; progress goes to stderr.
  */
@@ -44,8 +44,8 @@ async function quantizeFile(
       if (quant) {
         const [rows, cols] = e.shape as [number, number];
         out.push({ name: e.name, dtype: 'U8', shape: [rows, bits === 8 ? cols : cols / 2] });
-        out.push({ name: `${e.name}.scales`, dtype: 'F32', shape: [rows, cols / group] });
-        out.push({ name: `${e.name}.biases`, dtype: 'F32', shape: [rows, cols / group] });
+        out.push({ name: `${e.name}.scales`, dtype: 'F16', shape: [rows, cols / group] });
+        out.push({ name: `${e.name}.biases`, dtype: 'F16', shape: [rows, cols / group] });
       } else {
         out.push({ name: e.name, dtype: e.dtype, shape: [...e.shape] });
       }
@@ -91,7 +91,13 @@ async function quantizeFile(
       for (let i = 0; i < plan.length; i++) {
         const item = pending.shift() as { p: Promise<QuantResult> | Uint8Array };
         if (next < plan.length) submit();
-        const got = item.p instanceof Uint8Array ? item.p : await item.p;
+        const e = (plan[i] as { entry: TensorEntry }).entry;
+        let got: QuantResult | Uint8Array;
+        try {
+          got = item.p instanceof Uint8Array ? item.p : await item.p;
+        } catch (err) {
+          throw new BadInputError({ file: input, field: `tensor '${e.name}'` }, `cannot be quantized: ${(err as Error).message}`);
+        }
         if (got instanceof Uint8Array) {
           writeSync(fd, got);
         } else {
@@ -100,7 +106,6 @@ async function quantizeFile(
           writeSync(fd, new Uint8Array(got.biases.buffer, got.biases.byteOffset, got.biases.byteLength));
           quantized++;
         }
-        const e = (plan[i] as { entry: TensorEntry }).entry;
         done += e.end - e.begin;
         bar.update(done);
       }

@@ -48,7 +48,7 @@ t.test("the facade's scratch sizes are the addon's: gemvInt takes exactly gemvSc
   for (const K of [64, 512, 2048, 8192]) {
     const M = 4;
     const w = new Uint8Array(M * K);
-    const sc = new Float32Array((M * K) / 32).fill(1);
+    const sc = new Uint16Array((M * K) / 32).fill(0x3c00); // f16 1.0
     const x = new Float32Array(K).fill(0.5);
     const y = new Float32Array(M);
     const need = gemvScratchFloats(K);

@@ -108,7 +108,7 @@ t.test(`GEMV for every weight encoding matches a float64 reference (${kernelIsa(
     let ok = true;
     for (let i = 0; i < rows; i++) {
       let bound = 0;
-      for (let k = 0; k < cols; k++) bound += (q.scales[i * (cols / group) + Math.floor(k / group)]! / 2) * Math.abs(x[k]!);
+      for (let k = 0; k < cols; k++) bound += (f16ToF32(q.scales[i * (cols / group) + Math.floor(k / group)]!) / 2) * Math.abs(x[k]!);
       if (Math.abs(y[i]! - exact[i]!) > bound * 1.001 + 1e-6) ok = false;
     }
     t.ok(ok, `q${bits} g${group}: error within Σ (s/2)·|x|`, { diagnostic: false });
@@ -160,8 +160,8 @@ t.test(`int8-activation GEMV (q8/q4) matches its exact integer arithmetic, withi
           dot += qv * Math.max(-127, Math.min(127, rint(Math.fround(x[k]! * inv))));
           qsum += qv;
         }
-        const s = q.scales[i * groups + g]!;
-        const b = q.biases[i * groups + g]!;
+        const s = f16ToF32(q.scales[i * groups + g]!);
+        const b = f16ToF32(q.biases[i * groups + g]!);
         ref += Math.fround(s * xs) * dot + b * xsum;
         mag += Math.abs(Math.fround(s * xs) * dot) + Math.abs(b * xsum);
         bound += (s * qsum * xs) / 2;
@@ -264,7 +264,7 @@ t.test('bias sum in f32 vs narrow operands (negative control)', async (t) => {
         qx += v * x[k]!;
         xs = half(xs + half(x[k]!));
       }
-      acc += q.scales[i * (cols / group) + g]! * qx + q.biases[i * (cols / group) + g]! * xs;
+      acc += f16ToF32(q.scales[i * (cols / group) + g]!) * qx + f16ToF32(q.biases[i * (cols / group) + g]!) * xs;
     }
     narrow[i] = acc;
   }
@@ -482,11 +482,16 @@ t.test('kernels check their arguments', async (t) => {
   t.throws(() => native.gemv(9, f(4), null, null, 0, f(2), f(2), 2, 2, null), { name: 'RangeError', message: /type must be/ });
   t.throws(() => native.gemv(0, f(3), null, null, 0, f(2), f(2), 2, 2, null), { name: 'RangeError', message: /w has 3 elements, needs 4/ });
   t.throws(() => native.gemv(1, f(4), null, null, 0, f(2), f(2), 2, 2, null), { name: 'TypeError', message: /w must be a Uint16Array/ });
-  t.throws(() => native.gemv(3, new Uint8Array(64), f(2), f(2), 12, f(32), f(2), 2, 32, f(4)), {
+  const h = (n: number) => new Uint16Array(n);
+  t.throws(() => native.gemv(3, new Uint8Array(64), h(2), h(2), 12, f(32), f(2), 2, 32, f(4)), {
     name: 'RangeError',
     message: /group must be a multiple of 8/,
   });
-  t.throws(() => native.gemv(3, new Uint8Array(64), f(1), f(2), 32, f(32), f(2), 2, 32, f(1)), { name: 'RangeError', message: /scales has 1 values, needs 2/ });
+  t.throws(() => native.gemv(3, new Uint8Array(64), h(1), h(2), 32, f(32), f(2), 2, 32, f(1)), { name: 'RangeError', message: /scales has 1 values, needs 2/ });
+  t.throws(() => native.gemv(3, new Uint8Array(64), f(2) as unknown as Uint16Array, h(2), 32, f(32), f(2), 2, 32, f(2)), {
+    name: 'TypeError',
+    message: /scales must be a Uint16Array/,
+  });
   const shared = f(8);
   t.throws(() => native.gemv(0, f(4), null, null, 0, shared.subarray(0, 2), shared.subarray(1, 3), 2, 2, null), {
     name: 'RangeError',

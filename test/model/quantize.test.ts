@@ -13,6 +13,10 @@ import { buildWeightsImage } from '../../src/model/format/image.js';
 import { memorySource } from '../../src/dsp/wav.js';
 import { prng, scratchDir } from '../helpers.js';
 import { loadConfig } from '../../src/io/config.js';
+import { f16ToF32 } from '../../src/model/format/dtype.js';
+import type { Dtype } from '../../src/model/format/layout.js';
+import { quantize } from '../../src/model/format/quant.js';
+import { encodeSafetensorsHeader } from '../../src/model/format/safetensors.js';
 
 const dir = scratchDir('voxslab-quant-');
 const sha = (p: string) => createHash('sha256').update(readFileSync(p)).digest('hex');
@@ -58,7 +62,7 @@ for (const [bits, group] of [
     let ok = true;
     if (w.kind === 'q8' || w.kind === 'q4') {
       for (let i = 0; i < n; i++) {
-        const s = w.scales[Math.floor(i / w.cols) * (w.cols / w.group) + Math.floor((i % w.cols) / w.group)]!;
+        const s = f16ToF32(w.scales[Math.floor(i / w.cols) * (w.cols / w.group) + Math.floor((i % w.cols) / w.group)]!);
         if (Math.abs(deq[i]! - orig[i]!) > s / 2 + 1e-6) ok = false;
       }
     }
@@ -75,6 +79,15 @@ for (const [bits, group] of [
       worst = Math.max(worst, Math.abs(s - y[i]!));
     }
     t.ok(worst < 1e-4, `GEMV on the image matches (${worst.toExponential(2)})`);
+    // f16 scale and bias per group: q4 at group 64 is 4.5 bits per weight, q8 at 32 is 9.
+    let bpwOk = true;
+    for (const name of image.names.filter((n) => image.get(n).quant !== undefined)) {
+      const m = image.weights(name);
+      if (m.kind !== 'q8' && m.kind !== 'q4') continue;
+      const stored = m.data.byteLength + m.scales.byteLength + m.biases.byteLength;
+      if ((8 * stored) / (m.rows * m.cols) !== bits + 32 / group) bpwOk = false;
+    }
+    t.ok(bpwOk, `every quantized matrix stores ${bits + 32 / group} bits per weight`);
     const held = domain.snapshot().owners[0]!.categories.weights!.requested;
     t.ok(held < readFileSync(join(dir, 'f32', 'model.safetensors')).length * (bits === 8 ? 0.45 : 0.3), `image ${held} bytes`);
   });
@@ -109,4 +122,83 @@ t.test('a quantized tensor without its scales is refused by name', async (t) => 
     name: 'BadInputError',
     message: /missing\/model\.safetensors: cannot open/,
   });
+});
+
+/** The file with every quantization scale and bias tensor rewritten by `f` (F16 bits → F32 values). */
+function withF32Scales(bytes: Uint8Array, f: (name: string, i: number, v: number) => number = (_n, _i, v) => v): Uint8Array {
+  const n = Number(new DataView(bytes.buffer, bytes.byteOffset).getBigUint64(0, true));
+  const header = JSON.parse(new TextDecoder().decode(bytes.subarray(8, 8 + n))) as Record<string, any>;
+  const { __metadata__: metadata, ...entries } = header;
+  const list = Object.entries(entries).sort((a, b) => a[1].data_offsets[0] - b[1].data_offsets[0]);
+  const parts: Uint8Array[] = [];
+  const out: { name: string; dtype: Dtype; shape: number[] }[] = [];
+  for (const [name, e] of list) {
+    const data = bytes.subarray(8 + n + e.data_offsets[0], 8 + n + e.data_offsets[1]);
+    if (/\.(scales|biases)$/.test(name)) {
+      const h = new Uint16Array(new Uint8Array(data).buffer);
+      parts.push(new Uint8Array(Float32Array.from(h, (v, i) => f(name, i, f16ToF32(v))).buffer));
+      out.push({ name, dtype: 'F32', shape: e.shape });
+    } else {
+      parts.push(data);
+      out.push({ name, dtype: e.dtype, shape: e.shape });
+    }
+  }
+  const { header: head } = encodeSafetensorsHeader(out, metadata);
+  const file = new Uint8Array(head.length + parts.reduce((a, p) => a + p.length, 0));
+  file.set(head, 0);
+  let at = head.length;
+  for (const p of parts) {
+    file.set(p, at);
+    at += p.length;
+  }
+  return file;
+}
+
+t.test('an older file with F32 scales and biases loads as F16, the same values; one outside f16 is refused by name', async (t) => {
+  const main = readFileSync(join(dir, 'q4', 'model.safetensors'));
+  const detok = readFileSync(join(dir, 'q4', 'audio_detokenizer', 'model.safetensors'));
+  const config = loadConfig('tiny');
+  const load = (m: Uint8Array, d: Uint8Array) =>
+    buildWeightsImage(MemoryDomain.create({ limit: '1GiB' }), config, {
+      main: memorySource(m, 'q.safetensors'),
+      detokenizer: memorySource(d, 'd.safetensors'),
+    });
+  const now = load(main, detok);
+  const old = load(withF32Scales(main), withF32Scales(detok));
+  t.equal(old.report.weightBytes, now.report.weightBytes, 'the same image size');
+  let same = 0;
+  let differ = 0;
+  for (const name of now.image.names) {
+    if (!/\.(scales|biases)$/.test(name)) continue;
+    t.equal(old.image.get(name).dtype, 'F16');
+    if (Buffer.compare(old.image.bytes(name), now.image.bytes(name)) === 0) same++;
+    else differ++;
+  }
+  t.ok(same > 100 && differ === 0, `${same} scale and bias tensors, byte for byte`);
+  const q = 'lfm.layers.1.feed_forward.w1.weight.biases';
+  t.throws(
+    () =>
+      load(
+        withF32Scales(main, (name, i, v) => (name === q && i === 3 ? -1e6 : v)),
+        detok,
+      ),
+    {
+      name: 'BadInputError',
+      message: new RegExp(`q\\.safetensors, field tensor '${q.replace(/\./g, '\\.')}', offset \\d+: value 3 \\(-1000000\\) is outside the f16 range`),
+    },
+  );
+  t.throws(
+    () =>
+      quantize(
+        Float32Array.from({ length: 64 }, (_, i) => i - 1e5),
+        1,
+        64,
+        4,
+        64,
+      ),
+    {
+      name: 'ArgumentError',
+      message: /row 0, group 0: values from -100000 to -99937 are outside the f16 range/,
+    },
+  );
 });

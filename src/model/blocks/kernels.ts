@@ -15,7 +15,7 @@ const TYPE = WEIGHT_TYPE;
 export type Weights =
   | { kind: 'f32'; data: Float32Array; rows: number; cols: number }
   | { kind: 'f16' | 'bf16'; data: Uint16Array; rows: number; cols: number }
-  | { kind: 'q8' | 'q4'; data: Uint8Array; scales: Float32Array; biases: Float32Array; group: number; rows: number; cols: number };
+  | { kind: 'q8' | 'q4'; data: Uint8Array; scales: Uint16Array; biases: Uint16Array; group: number; rows: number; cols: number };
 
 /** Floats of GEMM packing scratch a caller provides (the addon's size). */
 export const GEMM_PACK_FLOATS = native.gemmPackFloats;
@@ -253,11 +253,14 @@ export function rowInto(w: Weights, r: number, out: Float32Array, at = 0, scale 
   }
   if (w.kind !== 'q8' && w.kind !== 'q4') return;
   const groups = cols / w.group;
-  for (let k = 0; k < cols; k++) {
-    const i = base + k;
-    const q = w.kind === 'q8' ? w.data[i]! : (w.data[i >> 1]! >> (i & 1 ? 4 : 0)) & 15;
-    const g = r * groups + Math.floor(k / w.group);
-    out[at + k] = (accumulate ? out[at + k]! : 0) + scale * (w.scales[g]! * q + w.biases[g]!);
+  for (let k0 = 0, g = r * groups; k0 < cols; k0 += w.group, g++) {
+    const s = f16ToF32(w.scales[g]!);
+    const b = f16ToF32(w.biases[g]!);
+    for (let k = k0; k < k0 + w.group; k++) {
+      const i = base + k;
+      const q = w.kind === 'q8' ? w.data[i]! : (w.data[i >> 1]! >> (i & 1 ? 4 : 0)) & 15;
+      out[at + k] = (accumulate ? out[at + k]! : 0) + scale * (s * q + b);
+    }
   }
 }
 

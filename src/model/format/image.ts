@@ -16,7 +16,7 @@ import type { MemoryDomain } from '../../memory/domain.js';
 import type { Arena } from '../../memory/arena.js';
 import type { Category } from '../../memory/layout.js';
 import type { ModelConfig } from './config.js';
-import { bf16ToF32, f16ToF32 } from './dtype.js';
+import { bf16ToF32, f16ToF32, f32ToF16 } from './dtype.js';
 import { checkpointLayout, DTYPE_BYTES, type Dtype, type TensorSpec } from './layout.js';
 import { readSafetensorsHeader, type TensorEntry } from './safetensors.js';
 import type { Weights } from '../blocks/kernels.js';
@@ -108,8 +108,8 @@ export class WeightsImage {
       return {
         kind: t.quant.bits === 8 ? 'q8' : 'q4',
         data: b,
-        scales: new Float32Array(sb.buffer, sb.byteOffset, sb.byteLength / 4),
-        biases: new Float32Array(bb.buffer, bb.byteOffset, bb.byteLength / 4),
+        scales: new Uint16Array(sb.buffer, sb.byteOffset, sb.byteLength / 2),
+        biases: new Uint16Array(bb.buffer, bb.byteOffset, bb.byteLength / 2),
         group: t.quant.group,
         rows,
         cols,
@@ -140,7 +140,7 @@ export class WeightsImage {
           const i = r * w.cols + k;
           const q = w.kind === 'q8' ? (w.data[i] as number) : ((w.data[i >> 1] as number) >> (i & 1 ? 4 : 0)) & 15;
           const g = r * groups + Math.floor(k / w.group);
-          out[i] = (w.scales[g] as number) * q + (w.biases[g] as number);
+          out[i] = f16ToF32(w.scales[g] as number) * q + f16ToF32(w.biases[g] as number);
         }
       return out;
     }
@@ -177,6 +177,11 @@ interface Accepted {
   quant?: { bits: 4 | 8; group: number; scales: TensorEntry; biases: TensorEntry };
 }
 
+/** Converts f32 bytes read at load to f16 bits, the image's layout of quantization scales and biases. */
+interface Convert {
+  readonly from: 'F32';
+}
+
 function check(
   entries: ReadonlyMap<string, TensorEntry>,
   specs: readonly TensorSpec[],
@@ -198,7 +203,8 @@ function check(
       throw new BadInputError({ file, field: `tensor '${s.name}'` }, `missing (required by configuration '${config}')`);
     }
     if (e.dtype === 'U8' && s.kind === 'float' && s.shape.length === 2) {
-      // Affine group-quantized: U8 payload plus F32 scales and biases [rows, cols / group].
+      // Affine group-quantized: U8 payload plus F16 scales and biases [rows, cols / group]
+      // (F32 ones, an older layout, are converted to F16 as they are read).
       const [rows, cols] = s.shape as [number, number];
       const sc = entries.get(`${s.name}.scales`);
       const bi = entries.get(`${s.name}.biases`);
@@ -215,8 +221,8 @@ function check(
         );
       }
       for (const t of [sc, bi]) {
-        if (t.dtype !== 'F32' || !sameShape(t.shape, [rows, groups]))
-          throw new BadInputError({ file, field: `tensor '${t.name}'` }, `must be F32 [${rows}, ${groups}]`);
+        if ((t.dtype !== 'F16' && t.dtype !== 'F32') || !sameShape(t.shape, [rows, groups]) || t.dtype !== sc.dtype)
+          throw new BadInputError({ file, field: `tensor '${t.name}'` }, `must be F16 [${rows}, ${groups}] (or F32, an older layout, for both)`);
       }
       load.push({ spec: s, entry: e, quant: { bits: bits as 4 | 8, group, scales: sc, biases: bi } });
       continue;
@@ -239,6 +245,30 @@ function check(
   }
   const unexpected = [...entries.keys()].filter((n) => !known.has(n));
   return { load, alias, unexpected };
+}
+
+/** Reads an F32 tensor into `out` as f16 bits; a value outside f16's range is refused by name. */
+function readF32AsF16(src: ByteSource, entry: TensorEntry, out: Uint8Array): void {
+  const halves = new Uint16Array(out.buffer, out.byteOffset, out.byteLength / 2);
+  const chunk = new Float32Array(Math.min(halves.length, 16384));
+  const bytes = new Uint8Array(chunk.buffer);
+  for (let at = 0; at < halves.length; at += chunk.length) {
+    const n = Math.min(chunk.length, halves.length - at);
+    const offset = entry.begin + 4 * at;
+    const got = src.read(bytes, 0, 4 * n, offset);
+    if (got !== 4 * n)
+      throw new BadInputError({ file: src.name, field: `tensor '${entry.name}'`, offset: offset + got }, 'the file ended while the tensor was read');
+    for (let i = 0; i < n; i++) {
+      const h = f32ToF16(chunk[i] as number);
+      if ((h & 0x7c00) === 0x7c00 && Number.isFinite(chunk[i] as number)) {
+        throw new BadInputError(
+          { file: src.name, field: `tensor '${entry.name}'`, offset: offset + 4 * i },
+          `value ${i + at} (${chunk[i]}) is outside the f16 range the image stores scales and biases in`,
+        );
+      }
+      halves[at + i] = h;
+    }
+  }
 }
 
 /**
@@ -267,7 +297,7 @@ export function buildWeightsImage(
     shape: readonly number[];
     bytes: number;
     category: Category;
-    from?: { src: ByteSource; entry: TensorEntry };
+    from?: { src: ByteSource; entry: TensorEntry; convert?: Convert };
     quant?: { bits: 4 | 8; group: number };
   }
   const items: Item[] = [];
@@ -285,8 +315,11 @@ export function buildWeightsImage(
       if (a.quant !== undefined) {
         item.quant = { bits: a.quant.bits, group: a.quant.group };
         items.push(item);
-        for (const t of [a.quant.scales, a.quant.biases])
-          items.push({ name: prefix + t.name, dtype: t.dtype, shape: t.shape, bytes: t.end - t.begin, category: 'weights', from: { src, entry: t } });
+        for (const t of [a.quant.scales, a.quant.biases]) {
+          const n = (t.shape[0] as number) * (t.shape[1] as number);
+          const from = t.dtype === 'F32' ? { src, entry: t, convert: { from: 'F32' } as const } : { src, entry: t };
+          items.push({ name: prefix + t.name, dtype: 'F16', shape: t.shape, bytes: 2 * n, category: 'weights', from });
+        }
       } else {
         items.push(item);
       }
@@ -332,12 +365,15 @@ export function buildWeightsImage(
         // A planning domain's arenas are unbacked: charged as real, nothing read.
         if (!arena.backed) planned.set(it.name, view);
         else if (it.from !== undefined) {
-          const got = it.from.src.read(view, 0, it.bytes, it.from.entry.begin);
-          if (got !== it.bytes)
-            throw new BadInputError(
-              { file: it.from.src.name, field: `tensor '${it.from.entry.name}'`, offset: it.from.entry.begin + got },
-              'the file ended while the tensor was read',
-            );
+          if (it.from.convert !== undefined) readF32AsF16(it.from.src, it.from.entry, view);
+          else {
+            const got = it.from.src.read(view, 0, it.bytes, it.from.entry.begin);
+            if (got !== it.bytes)
+              throw new BadInputError(
+                { file: it.from.src.name, field: `tensor '${it.from.entry.name}'`, offset: it.from.entry.begin + got },
+                'the file ended while the tensor was read',
+              );
+          }
           // Weights must be finite: one NaN makes every reply NaN, and the run would still exit 0.
           const type = FLOAT_TYPES[it.dtype];
           if (type !== undefined) {

@@ -1,12 +1,14 @@
 /**
  * Affine group quantization: each group of `group` consecutive inputs of a weight row is stored
- * as unsigned integers q with one f32 scale s and bias b, w ≈ s·q + b (b is the group's
- * minimum, s its range over 2^bits − 1). int4 packs two values per byte, low nibble first.
+ * as unsigned integers q with one f16 scale s and bias b, w ≈ s·q + b (b is the group's
+ * minimum, s its range over 2^bits − 1, both rounded to f16 before q is chosen, so q fits the
+ * stored values). int4 packs two values per byte, low nibble first: at group 64 that is 4.5
+ * bits per weight, q8 8.5.
  * The matrix–vector product computes Σ_g s_g·Σ q_i x_i + b_g·Σ x_i; the Σ x_i of the bias term
  * is accumulated in f32 from f32 operands (summing narrow operands first loses precision).
  */
 import { ArgumentError } from '../../errors.js';
-import { bf16ToF32, f16ToF32 } from './dtype.js';
+import { bf16ToF32, f16ToF32, f32ToF16 } from './dtype.js';
 
 export type Bits = 4 | 8;
 
@@ -17,8 +19,10 @@ export interface Quantized {
   cols: number;
   /** q8: rows × cols bytes; q4: rows × cols / 2 bytes. */
   data: Uint8Array;
-  scales: Float32Array; // [rows][cols / group]
-  biases: Float32Array; // [rows][cols / group]
+  /** f16 bits [rows][cols / group]. */
+  scales: Uint16Array;
+  /** f16 bits [rows][cols / group]. */
+  biases: Uint16Array;
 }
 
 export function checkQuantShape(rows: number, cols: number, bits: number, group: number, what = 'matrix'): void {
@@ -45,10 +49,15 @@ export function quantizeInto(w: ArrayLike<number>, rows: number, cols: number, b
         if (v < lo) lo = v;
         if (v > hi) hi = v;
       }
-      const scale = Math.fround(hi > lo ? (hi - lo) / levels : 0);
-      const bias = Math.fround(lo);
-      out.scales[r * groups + g] = scale;
-      out.biases[r * groups + g] = bias;
+      const b16 = f32ToF16(lo);
+      const bias = f16ToF32(b16);
+      const s16 = f32ToF16(hi > bias ? (hi - bias) / levels : 0);
+      const scale = f16ToF32(s16);
+      if (!Number.isFinite(bias) || !Number.isFinite(scale)) {
+        throw new ArgumentError(`row ${r}, group ${g}: values from ${lo} to ${hi} are outside the f16 range of the scales and biases`);
+      }
+      out.scales[r * groups + g] = s16;
+      out.biases[r * groups + g] = b16;
       for (let i = 0; i < group; i++) {
         const q = scale > 0 ? Math.max(0, Math.min(levels, Math.round(((w[base + i] as number) - bias) / scale))) : 0;
         const k = base + i;
@@ -74,8 +83,8 @@ export function quantize(w: ArrayLike<number>, rows: number, cols: number, bits:
     rows,
     cols,
     data: new Uint8Array(s.data),
-    scales: new Float32Array(s.groups),
-    biases: new Float32Array(s.groups),
+    scales: new Uint16Array(s.groups),
+    biases: new Uint16Array(s.groups),
   });
 }
 
@@ -85,7 +94,7 @@ export function dequantizedAt(q: Quantized, r: number, k: number): number {
   const i = r * q.cols + k;
   const v = q.bits === 8 ? (q.data[i] as number) : ((q.data[i >> 1] as number) >> (i & 1 ? 4 : 0)) & 15;
   const g = r * groups + Math.floor(k / q.group);
-  return (q.scales[g] as number) * v + (q.biases[g] as number);
+  return f16ToF32(q.scales[g] as number) * v + f16ToF32(q.biases[g] as number);
 }
 
 /** Float 2-D tensors whose inputs split into whole groups are quantized; the rest are kept. */
@@ -108,8 +117,8 @@ export interface QuantTask {
 
 export interface QuantResult {
   data: Uint8Array;
-  scales: Float32Array;
-  biases: Float32Array;
+  scales: Uint16Array;
+  biases: Uint16Array;
 }
 
 /** Quantizes one stored tensor (its raw bytes in their dtype). */
