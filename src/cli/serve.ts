@@ -68,7 +68,7 @@ export async function serveCommand(r: ServeRequest, log: (line: string) => void 
     silenceMs: flagValue<number>('silenceMs', r.silence),
     onsetMs: flagValue<number>('onsetMs', r.onset),
     minSpeechMs: flagValue<number>('minSpeechMs', r.minSpeech),
-    vad: flagValue<'very-low' | 'low' | 'moderate' | 'high'>('vad', r.vad),
+    vad: flagValue<'silero' | 'very-low' | 'low' | 'moderate' | 'high'>('vad', r.vad),
     lookaheadMs: flagValue<number>('lookaheadMs', r.lookahead),
     log,
   };

@@ -45,6 +45,16 @@ export interface EndpointOptions {
   warmup?: number;
 }
 
+/**
+ * A voice detector: one decision per 10 ms frame of the audio pushed, in order. A frame may be
+ * decided some frames after its audio was pushed (Silero decides a 32 ms window at a time).
+ */
+export interface FrameDecider {
+  /** Takes `pcm[at, at + n)`; writes the frames decided to `decisions` from `dAt`; returns their count. */
+  push(pcm: Float32Array, at: number, n: number, decisions: Uint8Array, dAt: number): number;
+  close(): void;
+}
+
 /** Frames from milliseconds (10 ms per frame, at least one). */
 export function framesOf(ms: number): number {
   return Math.max(1, Math.round(ms / 10));

@@ -63,7 +63,7 @@ export interface SpeechModelOptions {
   threads?: number;
   layout?: 'planned' | 'separate';
   /** Endpointing, for conversations whose turns the frontend finds (VAD). */
-  vad?: 'very-low' | 'low' | 'moderate' | 'high';
+  vad?: 'silero' | 'very-low' | 'low' | 'moderate' | 'high';
   onsetMs?: number;
   silenceMs?: number;
   minSpeechMs?: number;

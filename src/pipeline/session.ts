@@ -20,7 +20,9 @@
 import { ArgumentError } from '../errors.js';
 import { defaultOf, optionValue } from '../options.js';
 import { Resampler } from '../dsp/resample.js';
-import { APM_FRAME, APM_HEAP_BOUND, APM_RATE, EchoCanceller, VoiceDetector, type ApmEngine, type VadLikelihood } from '../dsp/aec.js';
+import { APM_FRAME, APM_HEAP_BOUND, APM_RATE, EchoCanceller, type ApmEngine } from '../dsp/aec.js';
+import type { FrameDecider } from '../dsp/vad.js';
+import { lagFrames, makeVoice, maxDecisions, prepareVoice, type VadChoice } from './voice.js';
 import { arenaWorkspace } from '../dsp/workspace.js';
 import { sizedArenas } from '../memory/sizing.js';
 import type { Arena } from '../memory/arena.js';
@@ -47,7 +49,7 @@ export interface DuplexOptions {
   silenceMs?: number;
   onsetMs?: number;
   minSpeechMs?: number;
-  vad?: VadLikelihood;
+  vad?: VadChoice;
   lookaheadMs?: number;
   /** Fade length when playback pauses or stops, ms. Default 20. */
   fadeMs?: number;
@@ -74,7 +76,7 @@ export class DuplexSession {
   readonly conversation: Conversation;
   readonly device: DuplexDevice;
   readonly aec: EchoCanceller;
-  readonly vad: VoiceDetector;
+  readonly vad: FrameDecider;
   readonly endpointer: Endpointer;
   /** Counters. */
   pauses = 0;
@@ -105,6 +107,9 @@ export class DuplexSession {
   readonly #one: Float32Array; // [APM_FRAME] the frame handed to the conversation
   #preRollAt = 0;
   #preRollFill = 0;
+  readonly #lag: Float32Array; // ring of cleaned samples, whole frames
+  #cleanAt = 0; // cleaned samples so far
+  #decided = 0; // frames decided so far
   readonly #queue: Float32Array; // ring of device-rate reply samples
   #qHead = 0;
   #qCount = 0;
@@ -137,14 +142,12 @@ export class DuplexSession {
     const domain = conversation.model.domain;
     const owner = domain.owner('session', conversation.index);
     const aecOptions = { delayMs: Math.min(500, Math.round(device.latencyMs)) };
-    const likelihood = optionValue<string>('vad', o.vad) as VadLikelihood;
+    const voice = prepareVoice(optionValue<string>('vad', o.vad));
     const holds: NativeHold<ApmEngine>[] = [];
     try {
       // Each engine is held under the cap at its bound before it is made.
-      const engines: [number, () => ApmEngine, string][] = [
-        [APM_HEAP_BOUND.echo, () => EchoCanceller.engine(aecOptions), 'the echo canceller'],
-        [APM_HEAP_BOUND.voice, () => VoiceDetector.engine(likelihood), 'the VAD'],
-      ];
+      const engines: [number, () => ApmEngine, string][] = [[APM_HEAP_BOUND.echo, () => EchoCanceller.engine(aecOptions), 'the echo canceller']];
+      if (voice.kind === 'webrtc') engines.push([voice.bound, voice.engine, 'the VAD']);
       for (const [bound, make, what] of engines) holds.push(domain.holdNative(owner, 'native.audio', bound, make, () => bound, what));
       this.#holds = holds;
       const frameSamples = frameSamplesAt(c, device.rate);
@@ -153,7 +156,7 @@ export class DuplexSession {
         const a = arena!;
         const capture = arenaWorkspace(a, 'capture', 'duplex');
         const aec = new EchoCanceller(aecOptions, capture, holds[0]!.value);
-        const vad = new VoiceDetector(likelihood, capture, holds[1]!.value);
+        const vad = makeVoice(voice, capture, holds[1]?.value ?? null);
         const endpointer = new Endpointer(
           {
             onset: framesOf(onset),
@@ -179,8 +182,15 @@ export class DuplexSession {
             mic16: a.carve('duplex.mic16', 'capture', Float32Array, m16),
             far16: a.carve('duplex.far16', 'capture', Float32Array, m16),
             clean: a.carve('duplex.clean', 'capture', Float32Array, aec.maxOutput(m16)),
-            decisions: a.carve('duplex.decisions', 'metadata', Uint8Array, Math.ceil(aec.maxOutput(m16) / APM_FRAME)),
+            decisions: a.carve('duplex.decisions', 'metadata', Uint8Array, maxDecisions(voice, aec.maxOutput(m16))),
           },
+          // The cleaned audio of the frames not yet decided, a ring of whole frames.
+          lag: a.carve(
+            'duplex.lag',
+            'capture',
+            Float32Array,
+            (lagFrames(voice, aec.maxOutput(m16)) + Math.ceil(aec.maxOutput(m16) / APM_FRAME) + 1) * APM_FRAME,
+          ),
           preRoll: a.carve('duplex.pre_roll', 'capture', Float32Array, PRE_ROLL_FRAMES * APM_FRAME),
           one: a.carve('duplex.frame', 'capture', Float32Array, APM_FRAME),
           queue: a.carve('duplex.queue', 'playback.payload', Float32Array, lookahead + 4 * frameSamples + device.period),
@@ -194,6 +204,7 @@ export class DuplexSession {
       this.#farIn = value.farIn;
       this.#buf = value.buf;
       this.#preRoll = value.preRoll;
+      this.#lag = value.lag;
       this.#one = value.one;
       this.#queue = value.queue;
       this.#frameSamples = frameSamples;
@@ -261,10 +272,13 @@ export class DuplexSession {
     const n16 = this.#micIn.push(b.mic, b.mic16, 0, dev.period);
     this.#farIn.push(b.far, b.far16, 0, dev.period);
     const clean = this.aec.push(b.mic16, 0, b.far16, 0, n16, b.clean, 0);
+    const lag = this.#lag;
+    for (let i = 0; i < clean; i++) lag[(this.#cleanAt + i) % lag.length] = b.clean[i]!;
+    this.#cleanAt += clean;
     const frames = this.vad.push(b.clean, 0, clean, b.decisions, 0);
     // Until the canceller has converged, what it leaves of the echo is not the user.
     const trusted = this.aec.converged || !this.aec.farActive;
-    for (let f = 0; f < frames; f++) this.#frame(b.clean, f * APM_FRAME, b.decisions[f] === 1 && trusted, clock);
+    for (let f = 0; f < frames; f++) this.#frame(lag, (this.#decided++ * APM_FRAME) % lag.length, b.decisions[f] === 1 && trusted, clock);
     this.#generate();
   }
 

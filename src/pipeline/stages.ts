@@ -97,7 +97,9 @@ import {
   type StageOpen,
 } from './protocol.js';
 import { TicketPool } from './tickets.js';
-import { APM_FRAME, APM_HEAP_BOUND, EchoCanceller, VoiceDetector, type ApmEngine, type VadLikelihood } from '../dsp/aec.js';
+import { APM_HEAP_BOUND, EchoCanceller, type ApmEngine } from '../dsp/aec.js';
+import type { FrameDecider } from '../dsp/vad.js';
+import { makeVoice, maxDecisions, prepareVoice } from './voice.js';
 import { Endpointer, framesOf, VAD_SPEECH_DROP, VAD_SPEECH_END, VAD_SPEECH_MAYBE, VAD_SPEECH_NOT, VAD_SPEECH_START } from '../dsp/vad.js';
 import { native, type ApmHandle } from '../native.js';
 
@@ -576,7 +578,7 @@ interface FrontendConv extends RoomConv {
   maxRows: number; // rows of the longest segment
   rowsPer: number; // rows `rows` holds
   /** VAD mode: the turns are found here (null: the host ends them). */
-  vad: VoiceDetector | null;
+  vad: FrameDecider | null;
   ep: Endpointer | null;
   decisions: Uint8Array; // one per 10 ms frame of a record
   preRoll: Float32Array; // [PRE_ROLL_ROWS][nMels] the last rows before speech, a ring
@@ -603,20 +605,14 @@ export class FrontendStage extends StreamStage<FrontendConv> {
     const maxIn = o.vad ? Math.min(CAPTURE_RECORD_MAX, maxPayloadOf(o.capacities.pcm16)) : maxPayloadOf(o.capacities.pcm16);
     const rowsPer = Math.min(Math.floor(maxPayloadOf(o.capacities.mel) / f.nMels), Math.ceil(maxIn / f.hop) + 4);
     const maxRows = melRows(c, segmentSamples(c, so.segmentSeconds));
-    const engine = o.vad
-      ? this.holdNative(
-          o.index,
-          APM_HEAP_BOUND.voice,
-          () => VoiceDetector.engine(so.vad as VadLikelihood),
-          (e) => native.apmDestroy(e.handle),
-        )
-      : null;
+    const voice = o.vad ? prepareVoice(so.vad) : null;
+    const engine = voice?.kind === 'webrtc' ? this.holdNative(o.index, voice.bound, voice.engine, (e) => native.apmDestroy(e.handle)) : null;
     const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} frontend` }], 1 << 24, ([a]) => {
       this.clocksFor(o.index, a!);
       const ws = arenaWorkspace(a!, 'workspace.frontend', 'frontend');
       const mel = new MelFrontend({ sampleRate: f.sampleRate, nFft: f.nFft, winLength: f.winLength, hop: f.hop, nMels: f.nMels }, ws);
       const vadWs = arenaWorkspace(a!, 'capture', 'frontend');
-      const vad = o.vad ? new VoiceDetector(so.vad as VadLikelihood, vadWs, engine ?? SIZING_ENGINE) : null;
+      const vad = voice !== null ? makeVoice(voice, vadWs, engine ?? SIZING_ENGINE) : null;
       // The longest segment, less the pre-roll and a record's rows, so the rows never overflow it.
       const ep = o.vad
         ? new Endpointer(
@@ -638,7 +634,7 @@ export class FrontendStage extends StreamStage<FrontendConv> {
         maxRows,
         vad,
         ep,
-        decisions: a!.carve('frontend.vad', 'metadata', Uint8Array, o.vad ? Math.ceil(maxIn / APM_FRAME) + 1 : 0),
+        decisions: a!.carve('frontend.vad', 'metadata', Uint8Array, voice !== null ? maxDecisions(voice, maxIn) : 0),
         preRoll: a!.carve('frontend.pre_roll', 'workspace.frontend', Float32Array, o.vad ? PRE_ROLL_ROWS * f.nMels : 0),
         preAt: 0,
         preCount: 0,

@@ -164,7 +164,7 @@ t.test('an AbortSignal ends a conversation mid-reply: the waiter rejects and eve
 });
 
 t.test(
-  'VAD mode: the pipeline finds the turns itself; a short burst is dropped; the bytes are held and given back',
+  'VAD mode (WebRTC VAD, the default): the pipeline finds the turns itself; a short burst is dropped; the bytes are held and given back',
   { skip: apmAvailable() ? false : 'no WebRTC audio processing' },
   async (t) => {
     const engine = await load(model, { replySeconds: REPLY });
@@ -197,6 +197,31 @@ t.test(
     t.equal(engine.snapshot().held.native, 0);
   },
 );
+
+t.test('VAD mode with Silero: a click is not speech, the question is a turn; its weights are held in the arena and given back', async (t) => {
+  const engine = await load(model, { replySeconds: REPLY, vad: 'silero' });
+  t.teardown(() => engine.close());
+  const base = engine.snapshot().held.total;
+  const plain = (await engine.admission(speech.rate)).planned;
+  const planned = (await engine.admission(speech.rate, true)).planned;
+  t.ok(planned - plain > 1_200_000, `admission counts the Silero weights (${planned} against ${plain} bytes)`);
+  const conv = await engine.open({ inputRate: speech.rate, seed: 5, vad: true });
+  const audio = engine.snapshot().owners.reduce((sum, o) => sum + (o.categories['native.audio']?.footprint ?? 0), 0);
+  t.equal(audio, 0, 'no native audio engine');
+  t.equal(engine.snapshot().held.total - base, planned, 'planned bytes = charged bytes');
+  const seen: string[] = [];
+  conv.on('speech_start', (e) => seen.push(`start ${e.turn}`));
+  conv.on('speech_end', (e) => seen.push(`end ${e.turn} ${e.reason}`));
+  const rate = speech.rate;
+  const silence = (s: number): Float32Array => new Float32Array(Math.round(s * rate));
+  const click = Float32Array.from({ length: Math.round(0.1 * rate) }, (_, i) => 0.4 * Math.sin((2 * Math.PI * 220 * i) / rate));
+  for (const part of [silence(1), click, silence(1.2), speech.samples, silence(1.5)]) conv.write(part);
+  const turn = await conv.nextTurn();
+  t.same(seen, ['start 0', 'end 0 vad'], `one turn, the question (${seen.join(', ')})`);
+  t.ok(turn.frames > 0, `the reply came (${turn.frames} frames)`);
+  await conv.close();
+  t.equal(engine.snapshot().held.total, base, 'every byte back');
+});
 
 t.test('the Depthformer stage runs a new conversation’s system prompt before its first turn', async (t) => {
   const ref = SpeechModel.load(model, MemoryDomain.create(), {});

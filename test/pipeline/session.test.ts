@@ -138,6 +138,38 @@ t.test('duplex session: listening allocates nothing', { skip }, async (t) => {
   session.close();
 });
 
+t.test('duplex session with Silero VAD: the user is heard, their words are the turn, and listening allocates nothing', { skip }, async (t) => {
+  const { conv } = ready(RATE);
+  const ask = utterance('What is the weather like tomorrow?', 'en-us', 165);
+  const user16 = new Float32Array(16000 * 5);
+  user16.set(ask, 16000);
+  const device = new LoopbackDevice({ rate: RATE, echo: null, user: up(user16) });
+  const heard: number[] = [];
+  const session = new DuplexSession(conv, device, { vad: 'silero' }, { speechStart: (c) => heard.push(c), speechEnd: (c) => heard.push(c) });
+  t.equal(session.vad.constructor.name, 'SileroVad');
+  // The turn the conversation gets holds the words: its segment starts within the pre-roll of the speech.
+  let listened = 0;
+  const listen = conv.listen.bind(conv);
+  conv.listen = (pcm: Float32Array, n: number) => {
+    listened += n;
+    return listen(pcm, n);
+  };
+  while (device.clock + device.period <= 4.5 * RATE) session.tick();
+  t.equal(heard.length, 2, `speech began and ended (${heard.map((c) => (c / RATE).toFixed(2)).join(', ')} s)`);
+  t.ok(heard[0]! > 1 * RATE && heard[0]! < 1.4 * RATE, 'the start heard near the first word');
+  t.equal(session.turns, 1, 'one turn');
+  t.ok(listened >= ask.length * 0.9, `the turn holds the utterance (${listened} of ${ask.length} samples)`);
+  session.close();
+  const quiet = new Float32Array(RATE * 600);
+  for (let i = 0; i < quiet.length; i++) quiet[i] = 0.001 * Math.sin(i * 0.37);
+  const { conv: c2 } = ready(RATE);
+  const idle = new DuplexSession(c2, new LoopbackDevice({ rate: RATE, echo: { delayMs: 40, gain: 0.5 }, user: quiet }), { vad: 'silero' });
+  const probe = allocationProbe(200, () => idle.tick());
+  t.equal(probe.arrayBuffers, 0, 'no ArrayBuffer');
+  t.ok(probe.heap < 1024, `JS heap growth ${probe.heap} bytes over 200 periods`);
+  idle.close();
+});
+
 /** The assistant's speech at the device rate. */
 const assistantSpeech = (seconds: number, rate = RATE): Float32Array => {
   const x = assistantVoice(seconds);

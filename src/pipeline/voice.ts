@@ -1,0 +1,42 @@
+/**
+ * The voice detector a duplex conversation runs (option `vad`): Silero VAD v5 on the project's
+ * arithmetic (`silero`, the default: the most accurate on the labelled set) or WebRTC's GMM
+ * detector at a voice likelihood. Both give one decision per 10 ms frame; Silero's trail the
+ * audio by up to a 32 ms window, so a caller that needs a frame's audio with its decision keeps
+ * `lagFrames` frames of it.
+ */
+import { APM_FRAME, APM_HEAP_BOUND, VoiceDetector, type ApmEngine, type VadLikelihood } from '../dsp/aec.js';
+import { SileroModel, SileroVad } from '../dsp/silero.js';
+import type { FrameDecider } from '../dsp/vad.js';
+import type { Workspace } from '../dsp/workspace.js';
+import { loadSileroWeights } from '../io/silero.js';
+
+export type VadChoice = 'silero' | VadLikelihood;
+
+/** What making the detector needs beside its workspace: Silero's weights, or the WebRTC engine's bound and maker. */
+export type VoicePrep =
+  | { kind: 'silero'; weights: Map<string, Float32Array> }
+  | { kind: 'webrtc'; likelihood: VadLikelihood; bound: number; engine: () => ApmEngine };
+
+/** Reads what `choice` needs (Silero's model file; nothing for WebRTC until its engine is made). */
+export function prepareVoice(choice: string): VoicePrep {
+  if (choice === 'silero') return { kind: 'silero', weights: loadSileroWeights() };
+  const likelihood = choice as VadLikelihood;
+  return { kind: 'webrtc', likelihood, bound: APM_HEAP_BOUND.voice, engine: () => VoiceDetector.engine(likelihood) };
+}
+
+/** The detector, its buffers (and Silero's weights) carved from `ws`; `engine` is the held WebRTC engine. */
+export function makeVoice(prep: VoicePrep, ws: Workspace, engine: ApmEngine | null): FrameDecider {
+  if (prep.kind === 'silero') return new SileroVad(new SileroModel(prep.weights, ws), ws);
+  return new VoiceDetector(prep.likelihood, ws, engine as ApmEngine);
+}
+
+/** Decisions one push of `n` samples may give. */
+export function maxDecisions(prep: VoicePrep, n: number): number {
+  return prep.kind === 'silero' ? SileroVad.maxFrames(n) : Math.ceil(n / APM_FRAME) + 1;
+}
+
+/** Frames a decision may come after its audio, pushes of at most `n` samples. */
+export function lagFrames(prep: VoicePrep, n: number): number {
+  return prep.kind === 'silero' ? SileroVad.lagFrames(n) : 1;
+}
