@@ -11,7 +11,7 @@
  * labelled speech onset to the first period playback ends silent (its pause and fade), counted
  * for interruptions the session then confirms.
  */
-import { APM_FRAME, EchoCanceller, VoiceDetector, apmAvailable } from '../src/dsp/aec.js';
+import { APM_FRAME, EchoCanceller, VoiceDetector, apmAvailable, type VadLikelihood } from '../src/dsp/aec.js';
 import { Endpointer, framesOf, VAD_SPEECH_END } from '../src/dsp/vad.js';
 import { LoopbackDevice } from '../src/io/loopback.js';
 import { defaultOf } from '../src/options.js';
@@ -27,7 +27,10 @@ import { STAGES } from '../src/pipeline/clock.js';
 import { resampleSignal } from '../src/dsp/resample.js';
 import { EchoPath } from '../src/dsp/echo.js';
 import { load, type Engine } from '../src/api/engine.js';
-import { loadSilero, sileroDecisions } from './silero.js';
+import { SileroModel, SileroVad } from '../src/dsp/silero.js';
+import type { FrameDecider } from '../src/dsp/vad.js';
+import { loadSileroWeights, sileroModelPath } from '../src/io/silero.js';
+import type { VadChoice } from '../src/pipeline/voice.js';
 
 const PERIOD = RATE / 100;
 
@@ -36,7 +39,9 @@ export interface DuplexBenchResult {
   erle: { delayMs: number; erleDb: number }[];
   doubleTalk: { micDb: number; afterDb: number; gatedDb: number };
   vad: { snrDb: number; noise: string; f1: number; precision: number; recall: number }[];
-  /** The candidate: Silero VAD (onnxruntime-node) on the same scenes, or why it was not run. */
+  /** The detector the sessions, the end of speech and the pipeline ran (option `vad`). */
+  vadEngine: string;
+  /** Silero VAD (the project's arithmetic) on the same scenes as `vad` (WebRTC's), or why it was not run. */
   silero: { vad: DuplexBenchResult['vad']; realtime: number } | { reason: string };
   endOfSpeech: { silenceMs: number; p50Ms: number; p95Ms: number; maxMs: number; turns: number };
   bargeIn: { interruptions: number; detected: number; stoppedEarly: number; missed: number; p50Ms: number; p95Ms: number; maxMs: number };
@@ -128,7 +133,7 @@ function frontEnd(speech: Float32Array, user: Float32Array, delayMs: number, gat
 }
 
 /** A DuplexSession at 16 kHz on the tiny model, for assistant speech played with `say`. */
-function duplexModel(): {
+function duplexModel(vad: string): {
   model: SpeechModel;
   open(user: Float32Array, delayMs: number, echoGain: number): { session: DuplexSession; device: LoopbackDevice; events: { starts: number[] } };
 } {
@@ -145,16 +150,20 @@ function duplexModel(): {
     open(user, delayMs, echoGain) {
       const device = new LoopbackDevice({ rate: RATE, echo: { delayMs, gain: echoGain, seed: 9 }, user });
       const events = { starts: [] as number[] };
-      const session = new DuplexSession(conv, device, {}, { bargeIn: (c) => events.starts.push(c) });
+      const session = new DuplexSession(conv, device, { vad: vad as VadChoice }, { bargeIn: (c) => events.starts.push(c) });
       return { session, device, events };
     },
   };
 }
 
-export async function run(options: { quick?: boolean } = {}): Promise<DuplexBenchResult | { available: false; reason: string }> {
+export async function run(options: { quick?: boolean; vad?: string } = {}): Promise<DuplexBenchResult | { available: false; reason: string }> {
   if (!apmAvailable()) return { available: false, reason: 'the native addon was built without WebRTC audio processing' };
   if (!corpusTools()) return { available: false, reason: 'espeak-ng and sox are needed to make the speech set' };
   const quick = options.quick === true;
+  const vadEngine = options.vad ?? (defaultOf('vad') as string);
+  const sileroWeights = sileroModelPath() === null ? null : loadSileroWeights();
+  const sileroModel = sileroWeights === null ? null : new SileroModel(sileroWeights);
+  const detector = (): FrameDecider => (vadEngine === 'silero' ? new SileroVad(sileroModel as SileroModel) : new VoiceDetector(vadEngine as VadLikelihood));
 
   // ERLE: assistant speech alone through the echo path.
   const speech = assistant(quick ? 12 : 20, 1);
@@ -208,18 +217,19 @@ export async function run(options: { quick?: boolean } = {}): Promise<DuplexBenc
   // VAD F1 per SNR and noise, WebRTC's (the frontend's) and Silero's (the candidate).
   const vad: DuplexBenchResult['vad'] = [];
   const sileroVad: DuplexBenchResult['vad'] = [];
-  const silero = await loadSilero();
   let sileroMs = 0;
   let vadSeconds = 0;
   let vadMs = 0;
   for (const snrDb of [20, 10, 5]) {
     for (const kind of NOISES) {
       const s = scene({ seed: 11, utterances: quick ? 6 : 12, snrDb, noise: kind });
-      if ('session' in silero) {
+      if (sileroModel !== null) {
+        const sv = new SileroVad(sileroModel);
+        const d = new Uint8Array(s.labels.length + 8);
         const t0 = performance.now();
-        const d = await sileroDecisions(silero, s.signal, s.labels.length);
+        sv.push(s.signal, 0, s.signal.length, d, 0);
         sileroMs += performance.now() - t0;
-        const r = f1(d, s.labels);
+        const r = f1(d.subarray(0, s.labels.length), s.labels);
         sileroVad.push({ snrDb, noise: kind, f1: round(r.f1, 3), precision: round(r.precision, 3), recall: round(r.recall, 3) });
       }
       const v = new VoiceDetector();
@@ -234,14 +244,12 @@ export async function run(options: { quick?: boolean } = {}): Promise<DuplexBenc
     }
   }
 
-  if ('session' in silero) await silero.session.release();
-
   // End of speech at 10 dB.
   const lags: number[] = [];
   for (const kind of NOISES) {
     const s = scene({ seed: 21, utterances: quick ? 4 : 10, snrDb: 10, noise: kind, gap: [1.2, 2] });
-    const v = new VoiceDetector();
-    const dec = new Uint8Array(s.labels.length);
+    const v = detector();
+    const dec = new Uint8Array(s.labels.length + 8);
     v.push(s.signal, 0, s.signal.length, dec, 0);
     v.close();
     const ep = endpointer();
@@ -326,7 +334,7 @@ export async function run(options: { quick?: boolean } = {}): Promise<DuplexBenc
   };
   let loopMs = 0;
   let loopSeconds = 0;
-  const duplex = duplexModel();
+  const duplex = duplexModel(vadEngine);
   const bargeIn = interruptions(false);
   const bargeInNoisy = interruptions(true);
 
@@ -348,14 +356,15 @@ export async function run(options: { quick?: boolean } = {}): Promise<DuplexBenc
     available: true,
     erle,
     doubleTalk,
+    vadEngine,
     vad,
-    silero: 'session' in silero ? { vad: sileroVad, realtime: round(vadSeconds / (sileroMs / 1000), 1) } : { reason: silero.reason },
+    silero: sileroModel !== null ? { vad: sileroVad, realtime: round(vadSeconds / (sileroMs / 1000), 1) } : { reason: 'the Silero model is not installed' },
     endOfSpeech,
     bargeIn,
     bargeInNoisy,
     falseBargeIns,
-    reply: replyLoop(quick),
-    pipeline: await pipelineLoop(quick),
+    reply: replyLoop(quick, vadEngine),
+    pipeline: await pipelineLoop(quick, vadEngine),
     cpu: { loopRealtime: round(loopSeconds / (loopMs / 1000), 1), vadRealtime: round(vadSeconds / (vadMs / 1000), 1) },
   };
 }
@@ -367,7 +376,7 @@ export async function run(options: { quick?: boolean } = {}): Promise<DuplexBenc
  * wall time from that decision to the first reply sample leaving the session, plus the two
  * periods a real device queues.
  */
-function replyLoop(quick: boolean): DuplexBenchResult['reply'] {
+function replyLoop(quick: boolean, vad: string): DuplexBenchResult['reply'] {
   const rate = 48000;
   const dir = resolveModel('tiny', () => undefined);
   const model = SpeechModel.load(dir, MemoryDomain.create({}), { outputRate: rate, replySeconds: 2 });
@@ -396,7 +405,7 @@ function replyLoop(quick: boolean): DuplexBenchResult['reply'] {
   const session = new DuplexSession(
     conv,
     device,
-    {},
+    { vad: vad as VadChoice },
     {
       speechEnd: (c) => {
         turn = parts.findIndex((p) => p.last <= c && c < p.last + 2 * rate);
@@ -442,10 +451,10 @@ function replyLoop(quick: boolean): DuplexBenchResult['reply'] {
  * plus the wall time from the decision to the first reply audio (lockstep keeps compute off
  * the device clock) plus the two periods a real device queues.
  */
-async function pipelineLoop(quick: boolean): Promise<DuplexBenchResult['pipeline']> {
+async function pipelineLoop(quick: boolean, vad: string): Promise<DuplexBenchResult['pipeline']> {
   const engine = await load(
     resolveModel('tiny', () => undefined),
-    { outputRate: RATE, replySeconds: 12 },
+    { outputRate: RATE, replySeconds: 12, vad: vad as VadChoice },
   );
   try {
     const runs = await pipelineRuns(engine, quick);
@@ -611,7 +620,7 @@ async function pipelineRuns(engine: Engine, quick: boolean): Promise<Omit<Duplex
 export function format(r: DuplexBenchResult | { available: false; reason: string }): string {
   if (!r.available) return `duplex bench skipped: ${(r as { reason: string }).reason}`;
   const x = r as DuplexBenchResult;
-  const lines = ['full-duplex front end on the loopback device (16 kHz, 10 ms periods; WebRTC echo cancellation and VAD)'];
+  const lines = [`full-duplex front end on the loopback device (16 kHz, 10 ms periods; WebRTC echo cancellation; VAD: ${x.vadEngine})`];
   lines.push(`  ERLE after convergence:   ${x.erle.map((e) => `${e.delayMs} ms ${e.erleDb} dB`).join(', ')}`);
   lines.push(
     `  double talk:              user-to-echo ${x.doubleTalk.micDb} dB in the microphone → ${x.doubleTalk.afterDb} dB after cancellation ` +
@@ -628,7 +637,7 @@ export function format(r: DuplexBenchResult | { available: false; reason: string
   }
   lines.push(
     'vad' in x.silero
-      ? `  Silero VAD (onnxruntime-node, one thread) takes ${round(x.cpu.vadRealtime / x.silero.realtime, 1)}× the time of WebRTC's VAD on the same audio`
+      ? `  Silero VAD (the project's arithmetic, one thread) takes ${round(x.cpu.vadRealtime / x.silero.realtime, 1)}× the time of WebRTC's VAD on the same audio`
       : `  Silero VAD not measured: ${x.silero.reason}`,
   );
   lines.push(

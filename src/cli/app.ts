@@ -309,9 +309,10 @@ const COMMANDS: Record<string, Command> = {
     },
   },
   bench: {
-    usage: 'voxslab bench <name> [--json] [--quick]   (bench model and pipeline take --production; bench model --model DIR, repeatable, and --peer)',
+    usage:
+      'voxslab bench <name> [--json] [--quick]   (bench model and pipeline take --production; bench model --model DIR, repeatable, and --peer; bench duplex --vad)',
     summary: 'benchmarks, measured as ratios against a peer or the machine in the same run',
-    keys: ['json', 'quick', 'production', 'benchModels', 'peer'],
+    keys: ['json', 'quick', 'production', 'benchModels', 'peer', 'vad'],
     positionals: 1,
     async run(v, positionals) {
       const benches = await loadBenches();
@@ -324,8 +325,10 @@ const COMMANDS: Record<string, Command> = {
       if (name !== 'model' && name !== 'pipeline' && v.production === true)
         throw new UsageError('bench: --production is an option of bench model and bench pipeline');
       if (name !== 'model' && v.peer === true) throw new UsageError('bench: --peer is an option of bench model');
+      if (name !== 'duplex' && v.vad !== undefined) throw new UsageError('bench: --vad is an option of bench duplex');
       const models = (v.model as string[] | undefined) ?? [];
-      const result = await b.run({ quick: v.quick === true, production: v.production === true, peer: v.peer === true, models });
+      const options = { quick: v.quick === true, production: v.production === true, peer: v.peer === true, models };
+      const result = await b.run(v.vad === undefined ? options : { ...options, vad: v.vad as string });
       process.stdout.write(v.json === true ? `${JSON.stringify(result, null, 2)}\n` : `${b.format(result as never)}\n`);
     },
   },

@@ -8,6 +8,8 @@ export interface BenchOptions {
   /** bench model: llama.cpp in the same run. */
   peer: boolean;
   models: string[];
+  /** bench duplex: the voice detector its sessions and pipeline run (default: option `vad`'s). */
+  vad?: string;
 }
 
 export interface Bench {
