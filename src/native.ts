@@ -156,6 +156,15 @@ export interface NativeAddon {
     K: number,
     scratch: Float32Array,
   ): void;
+  /** gemvIntMany(type, x, K, scratch, count, then per matrix: w, scales, biases, group, y, M). */
+  gemvIntMany(
+    type: number,
+    x: Float32Array,
+    K: number,
+    scratch: Float32Array,
+    count: number,
+    ...matrices: (Uint8Array | Uint16Array | Float32Array | number)[]
+  ): void;
   gemvRows(
     type: number,
     w: Float32Array | Uint16Array | Uint8Array,

@@ -579,6 +579,42 @@ Napi::Value GemvIntValue(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// gemvIntMany(type, x, K, scratch, count, then per matrix: w, scales, biases, group, y, M): q8/q4
+// matrices of one type and group reading the same x, in one call.
+Napi::Value GemvIntManyValue(const Napi::CallbackInfo& info) {
+  const char* fn = "gemvIntMany";
+  if (info.Length() < 5) ThrowType(info.Env(), "gemvIntMany: expected at least 5 arguments");
+  const voxslab::WeightType type = WeightTypeArg(info, 0, fn);
+  if (!voxslab::Quantized(type)) ThrowRange(info.Env(), "gemvIntMany: type must be 3 (q8) or 4 (q4)");
+  const int64_t K = CountArg(info, 2, fn, "K");
+  const int64_t count = CountArg(info, 4, fn, "count");
+  if (count < 1 || count > voxslab::kGemvManyMax) ThrowRange(info.Env(), "gemvIntMany: count must be 1 to " + std::to_string(voxslab::kGemvManyMax));
+  if (info.Length() != static_cast<size_t>(5 + 6 * count)) ThrowType(info.Env(), "gemvIntMany: expected " + std::to_string(5 + 6 * count) + " arguments");
+  auto x = F32Arg(info, 1, fn, "x", static_cast<size_t>(K));
+  voxslab::WeightRef w[voxslab::kGemvManyMax];
+  float* y[voxslab::kGemvManyMax];
+  int64_t M[voxslab::kGemvManyMax];
+  View<float> ys[voxslab::kGemvManyMax];
+  for (int64_t i = 0; i < count; ++i) {
+    const size_t at = static_cast<size_t>(5 + 6 * i);
+    M[i] = CountArg(info, at + 5, fn, "M");
+    w[i] = WeightArg(info, fn, type, at, M[i], K);
+    if (w[i].group < 32 || w[i].group != w[0].group) ThrowRange(info.Env(), "gemvIntMany: every matrix needs the same group, at least 32");
+    ys[i] = F32Arg(info, at + 4, fn, "y", static_cast<size_t>(M[i]));
+    y[i] = ys[i].data;
+  }
+  const int64_t need = voxslab::GemvIntScratchBytes(K, w[0].group);
+  auto scratch = F32Arg(info, 3, fn, "scratch", static_cast<size_t>((need + 3) / 4));
+  for (int64_t i = 0; i < count; ++i) {
+    bool bad = Overlap(x, ys[i]) || Overlap(scratch, ys[i]);
+    for (int64_t j = 0; j < i; ++j) bad = bad || Overlap(ys[i], ys[j]);
+    if (bad) ThrowRange(info.Env(), "gemvIntMany: the outputs must not overlap each other, x or scratch");
+  }
+  if (Overlap(x, scratch)) ThrowRange(info.Env(), "gemvIntMany: x and scratch must not overlap");
+  voxslab::GemvIntMany(w, y, M, static_cast<int>(count), x.data, K, scratch.data);
+  return info.Env().Undefined();
+}
+
 // gemm(A, type, W, scales | null, biases | null, group, bias | null, C, T, N, K, pack)
 Napi::Value GemmValue(const Napi::CallbackInfo& info) {
   const char* fn = "gemm";
@@ -972,6 +1008,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   Export<GemvValue>(env, exports, "gemv");
   Export<GemmValue>(env, exports, "gemm");
   Export<GemvIntValue>(env, exports, "gemvInt");
+  Export<GemvIntManyValue>(env, exports, "gemvIntMany");
   Export<GemvRowsValue>(env, exports, "gemvRows");
   Export<SetComputeThreadsValue>(env, exports, "setComputeThreads");
   Export<NoArgs<voxslab::ComputeThreads>>(env, exports, "computeThreads");

@@ -791,4 +791,42 @@ void GemvInt(WeightType type, const void* w, const uint16_t* scales, const uint1
   Pool().Run(RunIntRows, &task, M, 4, M * K);
 }
 
+namespace {
+
+struct ManyTask {
+  const WeightRef* w;
+  float* const* y;
+  const int64_t* start;  // [count + 1] the first global row of each matrix
+  int count;
+  const int8_t* xq;
+  const float* xs;
+  const float* xsum;
+  int64_t K;
+};
+
+// Global rows [r0, r1) of the stacked matrices: each part of each matrix as GemvInt computes it.
+void RunManyRows(const void* c, int64_t r0, int64_t r1) {
+  const ManyTask& t = *static_cast<const ManyTask*>(c);
+  for (int i = 0; i < t.count; ++i) {
+    const int64_t a = std::max(r0, t.start[i]);
+    const int64_t b = std::min(r1, t.start[i + 1]);
+    if (a < b) IntRows(t.w[i], a - t.start[i], b - a, t.K, t.xq, t.xs, t.xsum, t.y[i] + (a - t.start[i]));
+  }
+}
+
+}  // namespace
+
+void GemvIntMany(const WeightRef* w, float* const* y, const int64_t* M, int count, const float* x, int64_t K, void* scratch) {
+  const int group = w[0].group;
+  const bool q4 = w[0].type == WeightType::kQ4;
+  float* xsum = static_cast<float*>(scratch);
+  float* xs = xsum + K / group;
+  int8_t* xq = reinterpret_cast<int8_t*>(xs + K / group);
+  QuantizeActivations(x, K, group, q4, xq, xs, xsum);
+  int64_t start[kGemvManyMax + 1] = {0};
+  for (int i = 0; i < count; ++i) start[i + 1] = start[i] + M[i];
+  const ManyTask task{w, y, start, count, xq, xs, xsum, K};
+  Pool().Run(RunManyRows, &task, start[count], 4, start[count] * K);
+}
+
 }  // namespace voxslab

@@ -66,6 +66,12 @@ struct WeightRef {
 };
 void Gemm(const float* A, const WeightRef& W, const float* bias, float* C, int64_t T, int64_t N, int64_t K, float* pack);
 
+// y_i = W_i·x for up to kGemvManyMax q8/q4 matrices of one type and group that read the same x
+// (K inputs): x is quantized once and the matrices' rows are split among the compute threads as
+// one call's; every row gets the bits GemvInt gives it. `scratch` as GemvInt's.
+constexpr int kGemvManyMax = 4;
+void GemvIntMany(const WeightRef* w, float* const* y, const int64_t* M, int count, const float* x, int64_t K, void* scratch);
+
 void RmsNorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps);
 void LayerNorm(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t dim, float eps);
 void GeluExact(const float* x, float* y, int64_t n);

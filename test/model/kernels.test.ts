@@ -10,7 +10,9 @@ import {
   glu,
   kernelIsa,
   linear1,
+  linearMany,
   linearRows,
+  linearSet,
   setComputeThreads,
   layerNorm,
   rmsNorm,
@@ -238,6 +240,61 @@ t.test('two compute threads give the same bits as one', async (t) => {
     );
   });
 });
+
+t.test('linearMany gives each matrix the bits linear1 gives it, on one and two threads', async (t) => {
+  const r = prng(23);
+  const cols = 512;
+  const x = Float32Array.from({ length: cols }, () => r() * 2 - 1);
+  for (const [bits, group] of [
+    [4, 64],
+    [8, 32],
+    [4, 32],
+  ] as const) {
+    // Row counts that are not multiples of the split's alignment, so parts straddle matrices.
+    const mats = [37, 130, 9].map((rows) => {
+      const q = quantize(
+        Float32Array.from({ length: rows * cols }, () => r() - 0.5),
+        rows,
+        cols,
+        bits,
+        group,
+      );
+      return { kind: bits === 8 ? 'q8' : 'q4', data: q.data, scales: q.scales, biases: q.biases, group, rows, cols } as Weights;
+    });
+    const scratch = new Float32Array(gemvScratchFloats(cols));
+    for (const n of [2, 3]) {
+      const ws = mats.slice(0, n);
+      const set = linearSet(
+        ws,
+        ws.map((m) => new Float32Array(m.rows)),
+      );
+      t.ok(set.fused, `q${bits} g${group}: ${n} matrices in one call`);
+      for (const threads of [1, 2]) {
+        setComputeThreads(threads);
+        try {
+          for (const y of set.y) y.fill(Number.NaN);
+          linearMany(set, x, scratch);
+          const same = ws.every((m, i) => {
+            const one = new Float32Array(m.rows);
+            linear1(m, x, one, scratch);
+            return one.every((v, j) => Object.is(v, set.y[i]![j]));
+          });
+          t.ok(same, `q${bits} g${group}, ${n} matrices, ${threads} thread(s): every row's bits`);
+        } finally {
+          setComputeThreads(1);
+        }
+      }
+    }
+  }
+  const f = { kind: 'f32', data: new Float32Array(4 * cols), rows: 4, cols } as Weights;
+  t.notOk(linearSet([f, f], [new Float32Array(4), new Float32Array(4)]).fused, 'float matrices run one call each');
+  t.throws(() => native.gemvIntMany(4, x, cols, scratch0(cols), 1, new Uint8Array(2), new Uint16Array(1), new Uint16Array(1), 64, new Float32Array(4), 4), {
+    name: 'RangeError',
+    message: /w has 2 elements, needs/,
+  });
+});
+
+const scratch0 = (cols: number): Float32Array => new Float32Array(gemvScratchFloats(cols));
 
 t.test('bias sum in f32 vs narrow operands (negative control)', async (t) => {
   const r = prng(5);

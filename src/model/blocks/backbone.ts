@@ -25,6 +25,9 @@ import {
   gemm,
   gemvScratchFloats,
   linear1,
+  linearMany,
+  linearSet,
+  type LinearSet,
   linearRows,
   rmsNorm,
   rope,
@@ -205,6 +208,9 @@ interface StackLayer {
   w1: Weights;
   w2: Weights;
   w3: Weights;
+  /** One row's gate and up projections in one call; an attention layer's q, k and v in another. */
+  gateUp: LinearSet;
+  qkv?: LinearSet;
 }
 
 /**
@@ -273,12 +279,17 @@ export class Lfm2Stack {
       );
     this.#layers = dims.layers.map((kind, l) => {
       const p = `${o.tensors}.layers.${l}`;
+      const v = this.#v;
+      const first = (name: string, n: number): Float32Array => (v[name] as Float32Array).subarray(0, n);
+      const w1 = image.weights(`${p}.feed_forward.w1.weight`);
+      const w3 = image.weights(`${p}.feed_forward.w3.weight`);
       const common = {
         opNorm: f32(`${p}.operator_norm.weight`),
         ffnNorm: f32(`${p}.ffn_norm.weight`),
-        w1: image.weights(`${p}.feed_forward.w1.weight`),
+        w1,
         w2: image.weights(`${p}.feed_forward.w2.weight`),
-        w3: image.weights(`${p}.feed_forward.w3.weight`),
+        w3,
+        gateUp: linearSet([w1, w3], [first('ffn.gate', dims.ffn), first('ffn.up', dims.ffn)]),
       };
       if (kind === 'conv') {
         return {
@@ -289,12 +300,17 @@ export class Lfm2Stack {
           outProj: image.weights(`${p}.conv.out_proj.weight`),
         };
       }
+      const q = image.weights(`${p}.self_attn.q_proj.weight`);
+      const k = image.weights(`${p}.self_attn.k_proj.weight`);
+      const vw = image.weights(`${p}.self_attn.v_proj.weight`);
+      const kd = dims.kvHeads * dims.headDim;
       return {
         kind,
         ...common,
-        q: image.weights(`${p}.self_attn.q_proj.weight`),
-        k: image.weights(`${p}.self_attn.k_proj.weight`),
-        v: image.weights(`${p}.self_attn.v_proj.weight`),
+        q,
+        k,
+        v: vw,
+        qkv: linearSet([q, k, vw], [first('att.q', dims.heads * dims.headDim), first('att.k', kd), first('att.v', kd)]),
         outProj: image.weights(`${p}.self_attn.out_proj.weight`),
         qNorm: f32(`${p}.self_attn.q_layernorm.weight`),
         kNorm: f32(`${p}.self_attn.k_layernorm.weight`),
@@ -425,9 +441,12 @@ export class Lfm2Stack {
     rmsNorm(v.h as Float32Array, L.opNorm, ln, n, D, EPS);
     const q = v['att.q'] as Float32Array;
     const k = v['att.k'] as Float32Array;
-    this.#linear(ln, L.q!, q, n, b.heads * b.headDim, D, rowwise);
-    this.#linear(ln, L.k!, k, n, b.kvHeads * b.headDim, D, rowwise);
-    this.#linear(ln, L.v!, v['att.v'] as Float32Array, n, b.kvHeads * b.headDim, D, rowwise);
+    if (n === 1) linearMany(L.qkv!, ln, v['gemv.scratch'] as Float32Array);
+    else {
+      this.#linear(ln, L.q!, q, n, b.heads * b.headDim, D, rowwise);
+      this.#linear(ln, L.k!, k, n, b.kvHeads * b.headDim, D, rowwise);
+      this.#linear(ln, L.v!, v['att.v'] as Float32Array, n, b.kvHeads * b.headDim, D, rowwise);
+    }
     rmsNorm(q, L.qNorm!, q, n * b.heads, b.headDim, EPS);
     rmsNorm(k, L.kNorm!, k, n * b.kvHeads, b.headDim, EPS);
   }
@@ -442,8 +461,11 @@ export class Lfm2Stack {
     rmsNorm(h, L.ffnNorm, fl, n, D, EPS);
     const gate = v['ffn.gate'] as Float32Array;
     const up = v['ffn.up'] as Float32Array;
-    this.#linear(fl, L.w1, gate, n, b.ffn, D, rowwise);
-    this.#linear(fl, L.w3, up, n, b.ffn, D, rowwise);
+    if (n === 1) linearMany(L.gateUp, fl, v['gemv.scratch'] as Float32Array);
+    else {
+      this.#linear(fl, L.w1, gate, n, b.ffn, D, rowwise);
+      this.#linear(fl, L.w3, up, n, b.ffn, D, rowwise);
+    }
     const act = v['ffn.act'] as Float32Array;
     swiglu(gate, up, act, n * b.ffn);
     const o = v['ffn.o'] as Float32Array;

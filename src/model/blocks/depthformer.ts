@@ -15,6 +15,9 @@ import {
   attentionScratchFloats,
   gemvScratchFloats,
   linear1,
+  linearMany,
+  linearSet,
+  type LinearSet,
   linearRows,
   rmsNorm,
   rope,
@@ -79,6 +82,9 @@ interface DepthLayer {
   w1: Weights;
   w2: Weights;
   w3: Weights;
+  /** q, k and v of one row in one call, and the gate and up projections in another. */
+  qkv: LinearSet;
+  gateUp: LinearSet;
 }
 
 /** Per row of a pair frame: views of the plan's planes, made once. */
@@ -133,18 +139,26 @@ export class Depthformer {
     this.#layers = Array.from({ length: f.layers }, (_, l) => {
       const p = `depthformer.layers.${l}`;
       const qkv = image.weights(`${p}.operator.qkv_proj.weight`);
+      const q = weightRows(qkv, 0, f.dim);
+      const k = weightRows(qkv, f.dim, f.dim + kd);
+      const v = weightRows(qkv, f.dim + kd, f.dim + 2 * kd);
+      const w1 = image.weights(`${p}.feed_forward.w1.weight`);
+      const w3 = image.weights(`${p}.feed_forward.w3.weight`);
+      const one = this.#rowViews[0] as RowViews;
       return {
         opNorm: f32(`${p}.operator_norm.weight`),
         ffnNorm: f32(`${p}.ffn_norm.weight`),
-        q: weightRows(qkv, 0, f.dim),
-        k: weightRows(qkv, f.dim, f.dim + kd),
-        v: weightRows(qkv, f.dim + kd, f.dim + 2 * kd),
+        q,
+        k,
+        v,
         qNorm: f32(`${p}.operator.bounded_attention.q_layernorm.weight`),
         kNorm: f32(`${p}.operator.bounded_attention.k_layernorm.weight`),
         out: image.weights(`${p}.operator.out_proj.weight`),
-        w1: image.weights(`${p}.feed_forward.w1.weight`),
+        w1,
         w2: image.weights(`${p}.feed_forward.w2.weight`),
-        w3: image.weights(`${p}.feed_forward.w3.weight`),
+        w3,
+        qkv: linearSet([q, k, v], [one.q, one.k, one.v]),
+        gateUp: linearSet([w1, w3], [(this.#v.gate as Float32Array).subarray(0, f.ffn), (this.#v.up as Float32Array).subarray(0, f.ffn)]),
       };
     });
     this.#embed = Array.from({ length: cb }, (_, i) => image.weights(`depth_embeddings.${i}.embedding.weight`));
@@ -301,9 +315,7 @@ export class Depthformer {
       for (let l = 0; l < this.#layers.length; l++) {
         const L = this.#layers[l]!;
         rmsNorm(x, L.opNorm, ln, 1, f.dim, EPS);
-        linear1(L.q, ln, q, scratch);
-        linear1(L.k, ln, k, scratch);
-        linear1(L.v, ln, vv, scratch);
+        linearMany(L.qkv, ln, scratch);
         rmsNorm(q, L.qNorm, q, f.heads, hd, EPS);
         rmsNorm(k, L.kNorm, k, f.kvHeads, hd, EPS);
         rope(q, this.#cos, this.#sin, 1, f.heads, hd, i, true);
@@ -313,8 +325,7 @@ export class Depthformer {
         linear1(L.out, ctx, o, scratch);
         for (let j = 0; j < f.dim; j++) x[j] = x[j]! + o[j]!;
         rmsNorm(x, L.ffnNorm, ln, 1, f.dim, EPS);
-        linear1(L.w1, ln, v.gate as Float32Array, scratch);
-        linear1(L.w3, ln, v.up as Float32Array, scratch);
+        linearMany(L.gateUp, ln, scratch);
         swiglu(v.gate as Float32Array, v.up as Float32Array, v.act as Float32Array, f.ffn);
         linear1(L.w2, v.act as Float32Array, o, scratch);
         for (let j = 0; j < f.dim; j++) x[j] = x[j]! + o[j]!;

@@ -60,6 +60,70 @@ export function linear1(w: Weights, x: Float32Array, y: Float32Array, scratch: F
   else native.gemv(TYPE[w.kind], w.data, null, null, 0, x, y, w.rows, w.cols, null);
 }
 
+/** Two or three matrices that read the same input, with their outputs: made once, at setup. */
+export interface LinearSet {
+  readonly w: readonly Weights[];
+  readonly y: readonly Float32Array[];
+  /** One native call serves the set: every matrix q8/q4 of one kind and group, with as many inputs. */
+  readonly fused: boolean;
+}
+
+export function linearSet(w: readonly Weights[], y: readonly Float32Array[]): LinearSet {
+  if (w.length < 2 || w.length > 3 || y.length !== w.length) throw new ArgumentError('a linear set takes two or three matrices and as many outputs');
+  const first = w[0] as Weights;
+  const fused = w.every(
+    (m) => (m.kind === 'q8' || m.kind === 'q4') && m.kind === first.kind && m.cols === first.cols && m.group === (first as { group: number }).group,
+  );
+  return { w, y, fused };
+}
+
+/**
+ * y_i = W_i·x for every matrix of the set, each as `linear1` computes it (the same bits): a
+ * quantized set quantizes x once and shares one split of all the rows among the compute
+ * threads, so small matrices do not each pay a call and a wake-up.
+ */
+export function linearMany(set: LinearSet, x: Float32Array, scratch: Float32Array): void {
+  const w = set.w;
+  const y = set.y;
+  if (!set.fused) {
+    for (let i = 0; i < w.length; i++) linear1(w[i]!, x, y[i]!, scratch);
+    return;
+  }
+  const a = w[0] as Extract<Weights, { kind: 'q8' | 'q4' }>;
+  const b = w[1] as Extract<Weights, { kind: 'q8' | 'q4' }>;
+  const t = TYPE[a.kind];
+  if (w.length === 2) {
+    native.gemvIntMany(t, x, a.cols, scratch, 2, a.data, a.scales, a.biases, a.group, y[0]!, a.rows, b.data, b.scales, b.biases, b.group, y[1]!, b.rows);
+    return;
+  }
+  const c = w[2] as Extract<Weights, { kind: 'q8' | 'q4' }>;
+  native.gemvIntMany(
+    t,
+    x,
+    a.cols,
+    scratch,
+    3,
+    a.data,
+    a.scales,
+    a.biases,
+    a.group,
+    y[0]!,
+    a.rows,
+    b.data,
+    b.scales,
+    b.biases,
+    b.group,
+    y[1]!,
+    b.rows,
+    c.data,
+    c.scales,
+    c.biases,
+    c.group,
+    y[2]!,
+    c.rows,
+  );
+}
+
 /**
  * Y[t] = W·X[t] for t < n, each row as `linear1` computes it, with blocks of weight rows kept
  * in cache across the rows: for a few positions, where packing a GEMM costs more than it
