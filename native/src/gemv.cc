@@ -177,6 +177,16 @@ __attribute__((target("avx2,fma"))) inline __m256 QuantChunk(bool q8, const uint
   return _mm256_mul_ps(QuantInts(q8, w, at), _mm256_loadu_ps(x));
 }
 
+// Σ_g b_g·xsum_g of one row: the bias term, in 8 lanes and then a tail, combined in a fixed order.
+__attribute__((target("avx2,fma,f16c"))) inline float BiasDot(const uint16_t* bi, const float* xsum, int64_t groups) {
+  __m256 bacc = _mm256_setzero_ps();
+  int64_t g = 0;
+  for (; g + 8 <= groups; g += 8) bacc = _mm256_fmadd_ps(Half8(bi + g), _mm256_loadu_ps(xsum + g), bacc);
+  float t = 0;
+  for (; g < groups; ++g) t += _cvtsh_ss(bi[g]) * xsum[g];
+  return Hsum(bacc) + t;
+}
+
 __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const void* w, const uint16_t* scales,
                                                         const uint16_t* biases, int group, const float* x, float* y,
                                                         int64_t M, int64_t K, float* xsum) {
@@ -234,15 +244,7 @@ __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const vo
         acc[2] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(scales[(m0 + 2) * groups + g])), q2, acc[2]);
         acc[3] = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(scales[(m0 + 3) * groups + g])), q3, acc[3]);
       }
-      for (int r = 0; r < 4; ++r) {
-        const uint16_t* bi = biases + (m0 + r) * groups;
-        __m256 bacc = _mm256_setzero_ps();
-        int64_t g = 0;
-        for (; g + 8 <= groups; g += 8) bacc = _mm256_fmadd_ps(Half8(bi + g), _mm256_loadu_ps(xsum + g), bacc);
-        float btail = 0;
-        for (; g < groups; ++g) btail += _cvtsh_ss(bi[g]) * xsum[g];
-        y[m0 + r] = Hsum(acc[r]) + (Hsum(bacc) + btail);
-      }
+      for (int r = 0; r < 4; ++r) y[m0 + r] = Hsum(acc[r]) + BiasDot(biases + (m0 + r) * groups, xsum, groups);
     }
   }
   if (type == WeightType::kF32) {
@@ -312,7 +314,6 @@ __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const vo
         // dot product with the f32 group sums.
         const int64_t groups = K / group;
         const uint16_t* sc = scales + m * groups;
-        const uint16_t* bi = biases + m * groups;
         __m256 acc = _mm256_setzero_ps();
         for (int64_t g = 0; g < groups; ++g) {
           // Two independent chains (even and odd chunks of 8), so FMA latency is hidden.
@@ -329,13 +330,7 @@ __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const vo
           if (i < group) q0 = _mm256_add_ps(q0, QuantChunk(q8, wb, base + i, xg + i));
           acc = _mm256_fmadd_ps(_mm256_set1_ps(_cvtsh_ss(sc[g])), _mm256_add_ps(q0, q1), acc);
         }
-        __m256 bacc = _mm256_setzero_ps();
-        int64_t g = 0;
-        for (; g + 8 <= groups; g += 8) bacc = _mm256_fmadd_ps(Half8(bi + g), _mm256_loadu_ps(xsum + g), bacc);
-        float btail = 0;
-        for (; g < groups; ++g) btail += _cvtsh_ss(bi[g]) * xsum[g];
-        const float acc_sum = Hsum(acc) + (Hsum(bacc) + btail);
-        y[m] = acc_sum;
+        y[m] = Hsum(acc) + BiasDot(biases + m * groups, xsum, groups);
         break;
       }
     }
@@ -363,16 +358,6 @@ struct BlockGroups {
     else if (++k == perGroup) k = 0, ++g;
   }
 };
-
-// Σ_g b_g·xsum_g of one row.
-__attribute__((target("avx2,fma,f16c"))) inline float VnniBias(const uint16_t* bi, const float* xsum, int64_t groups) {
-  __m256 bacc = _mm256_setzero_ps();
-  int64_t g = 0;
-  for (; g + 8 <= groups; g += 8) bacc = _mm256_fmadd_ps(Half8(bi + g), _mm256_loadu_ps(xsum + g), bacc);
-  float t = 0;
-  for (; g < groups; ++g) t += _cvtsh_ss(bi[g]) * xsum[g];
-  return Hsum(bacc) + t;
-}
 
 // The same integer lanes without VNNI: vpmaddubsw pairs bytes into 16 bits and vpmaddwd pairs
 // those into 32, so each int32 lane holds the same four products as vpdpbusd. q4 nibbles (≤ 15)
@@ -413,7 +398,7 @@ __attribute__((target("avx2,fma,f16c"))) void GemvIntAvx2(bool q4, const uint8_t
       const __m256i xh = q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
       a = _mm256_fmadd_ps(Avx2IntDot(q4, r + b * 32, xa, xh), VnniScale(scales + m * groups, xs, bg.g, bg.two), a);
     }
-    y[m] = Hsum(a) + VnniBias(biases + m * groups, xsum, groups);
+    y[m] = Hsum(a) + BiasDot(biases + m * groups, xsum, groups);
   }
 }
 
@@ -527,7 +512,7 @@ struct Int512 {
     }
     if (rowBytes % 64 != 0) Step<R, NA, true>(acc, r0, rowBytes, s0, groups, xq, xs, steps);
     for (int r = 0; r < R; ++r)
-      for (int a = 0; a < NA; ++a) y[a][m + r] = Hsum512(acc[r][a]) + VnniBias(biases + (m + r) * groups, xsum[a], groups);
+      for (int a = 0; a < NA; ++a) y[a][m + r] = Hsum512(acc[r][a]) + BiasDot(biases + (m + r) * groups, xsum[a], groups);
   }
 
   // Every weight row of a block against NA activations.
@@ -664,20 +649,6 @@ void IntRows(const WeightRef& w, int64_t m0, int64_t rows, int64_t K, const int8
   fn(q4, base, w.scales + m0 * groups, w.biases + m0 * groups, w.group, xq, xs, xsum, y, rows, K);
 }
 
-struct IntTask {
-  WeightRef w;
-  const int8_t* xq;
-  const float* xs;
-  const float* xsum;
-  float* y;
-  int64_t K;
-};
-
-void RunIntRows(const void* c, int64_t r0, int64_t r1) {
-  const IntTask& t = *static_cast<const IntTask*>(c);
-  IntRows(t.w, r0, r1 - r0, t.K, t.xq, t.xs, t.xsum, t.y + r0);
-}
-
 struct FloatTask {
   WeightType type;
   const uint8_t* w;
@@ -779,18 +750,6 @@ void GemvSplit(WeightType type, const void* w, const float* x, float* y, int64_t
   Pool().Run(RunFloatRows, &task, M, 4, M * K);
 }
 
-void GemvInt(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group, const float* x, float* y,
-             int64_t M, int64_t K, void* scratch) {
-  const bool q4 = type == WeightType::kQ4;
-  // Scratch: the group sums and activation scales (f32), then the int8 activations.
-  float* xsum = static_cast<float*>(scratch);
-  float* xs = xsum + K / group;
-  int8_t* xq = reinterpret_cast<int8_t*>(xs + K / group);
-  QuantizeActivations(x, K, group, q4, xq, xs, xsum);
-  const IntTask task{{type, w, scales, biases, group}, xq, xs, xsum, y, K};
-  Pool().Run(RunIntRows, &task, M, 4, M * K);
-}
-
 namespace {
 
 struct ManyTask {
@@ -819,6 +778,7 @@ void RunManyRows(const void* c, int64_t r0, int64_t r1) {
 void GemvIntMany(const WeightRef* w, float* const* y, const int64_t* M, int count, const float* x, int64_t K, void* scratch) {
   const int group = w[0].group;
   const bool q4 = w[0].type == WeightType::kQ4;
+  // Scratch: the group sums and activation scales (f32), then the int8 activations.
   float* xsum = static_cast<float*>(scratch);
   float* xs = xsum + K / group;
   int8_t* xq = reinterpret_cast<int8_t*>(xs + K / group);
@@ -827,6 +787,12 @@ void GemvIntMany(const WeightRef* w, float* const* y, const int64_t* M, int coun
   for (int i = 0; i < count; ++i) start[i + 1] = start[i] + M[i];
   const ManyTask task{w, y, start, count, xq, xs, xsum, K};
   Pool().Run(RunManyRows, &task, start[count], 4, start[count] * K);
+}
+
+void GemvInt(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group, const float* x, float* y,
+             int64_t M, int64_t K, void* scratch) {
+  const WeightRef ref{type, w, scales, biases, group};
+  GemvIntMany(&ref, &y, &M, 1, x, K, scratch);
 }
 
 }  // namespace voxslab

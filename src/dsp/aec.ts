@@ -12,6 +12,7 @@
  */
 import { ArgumentError, InternalError, UnsupportedError } from '../errors.js';
 import { native, type ApmHandle } from '../native.js';
+import { defaultOf } from '../options.js';
 import { heapWorkspace, type Workspace } from './workspace.js';
 
 /** Samples per engine frame (10 ms at 16 kHz). */
@@ -199,8 +200,6 @@ export class EchoCanceller {
 /** Voice likelihood thresholds of the WebRTC VAD, least to most eager to say "no voice". */
 export const VAD_LIKELIHOOD = { 'very-low': 1, low: 2, moderate: 3, high: 4 } as const;
 export type VadLikelihood = keyof typeof VAD_LIKELIHOOD;
-/** The likelihood `VoiceDetector` uses unless told (option `vad` names it when WebRTC's VAD is chosen). */
-export const WEBRTC_DEFAULT_LIKELIHOOD: VadLikelihood = 'low';
 
 /** WebRTC's VAD (the GMM detector inside the audio processing module), one decision per 10 ms. */
 export class VoiceDetector {
@@ -211,13 +210,17 @@ export class VoiceDetector {
   #fill = 0;
 
   /** The engine for `likelihood`, to be held before the detector is built around it. */
-  static engine(likelihood: VadLikelihood = WEBRTC_DEFAULT_LIKELIHOOD): ApmEngine {
+  static engine(likelihood: VadLikelihood = defaultOf('vad') as VadLikelihood): ApmEngine {
     const level = VAD_LIKELIHOOD[likelihood];
     if (level === undefined) throw new InternalError(`unknown VAD likelihood '${likelihood}'`);
     return create(0, false, 0, level, false);
   }
 
-  constructor(likelihood: VadLikelihood = WEBRTC_DEFAULT_LIKELIHOOD, ws: Workspace = heapWorkspace, made: ApmEngine = VoiceDetector.engine(likelihood)) {
+  constructor(
+    likelihood: VadLikelihood = defaultOf('vad') as VadLikelihood,
+    ws: Workspace = heapWorkspace,
+    made: ApmEngine = VoiceDetector.engine(likelihood),
+  ) {
     this.#handle = made.handle;
     this.heapBytes = made.heapBytes;
     this.#frame = ws('vad.frame', Float32Array, APM_FRAME);

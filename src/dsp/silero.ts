@@ -81,14 +81,12 @@ export function readSileroWeights(bytes: Uint8Array, file: string): Map<string, 
 /** The weights, copied once into buffers of `ws` (accounted where the workspace is an arena). */
 export class SileroModel {
   readonly #w = new Map<string, Float32Array>();
-  readonly bytes: number;
   /** The encoder's convolution weights [oc][ic·3 + k] and biases, by layer. */
   readonly encoderWeights: readonly Float32Array[];
   readonly encoderBiases: readonly Float32Array[];
 
   /** `weights` null: carve only (a sizing dry run). */
   constructor(weights: ReadonlyMap<string, Float32Array> | null, ws: Workspace = heapWorkspace) {
-    let bytes = 0;
     for (const [name, shape] of Object.entries(SILERO_TENSORS)) {
       const src = weights?.get(name);
       const n = shape.reduce((a, b) => a * b, 1);
@@ -96,9 +94,7 @@ export class SileroModel {
       const dst = ws(`silero.${name}`, Float32Array, n);
       if (src !== undefined) dst.set(src);
       this.#w.set(name, dst);
-      bytes += 4 * n;
     }
-    this.bytes = bytes;
     this.encoderWeights = ENCODER.map((_, i) => this.get(`model.encoder.${i}.reparam_conv.weight`));
     this.encoderBiases = ENCODER.map((_, i) => this.get(`model.encoder.${i}.reparam_conv.bias`));
   }
@@ -199,11 +195,6 @@ export class SileroVad implements FrameDecider {
   /** Frames (10 ms) at most one push of `n` samples decides. */
   static maxFrames(n: number): number {
     return Math.ceil((n + SILERO_WINDOW) / FRAME) + 1;
-  }
-
-  /** Frames (10 ms) a frame's decision may trail its last sample by, pushes of at most `n` samples. */
-  static lagFrames(n: number): number {
-    return Math.ceil((SILERO_WINDOW + n) / FRAME) + 1;
   }
 
   close(): void {}

