@@ -15,6 +15,90 @@ namespace voxslab {
 
 namespace {
 
+// For q4 each 64-element block of xq is stored evens first, then odds.
+void SplitEvensOdds(int8_t* xq, int64_t K) {
+  int8_t tmp[64];
+  for (int64_t b = 0; b + 64 <= K; b += 64) {
+    for (int i = 0; i < 32; ++i) {
+      tmp[i] = xq[b + 2 * i];
+      tmp[32 + i] = xq[b + 2 * i + 1];
+    }
+    std::memcpy(xq + b, tmp, 64);
+  }
+}
+
+void QuantizeScalar(const float* x, int64_t K, int group, int8_t* xq, float* xs, float* xsum) {
+  for (int64_t g = 0; g < K / group; ++g) {
+    const float* xg = x + g * group;
+    float amax = 0, sum = 0;
+    for (int i = 0; i < group; ++i) {
+      amax = std::max(amax, std::fabs(xg[i]));
+      sum += xg[i];
+    }
+    xsum[g] = sum;
+    const float d = amax / 127.0f;
+    xs[g] = d;
+    const float inv = d > 0 ? 1.0f / d : 0.0f;
+    for (int i = 0; i < group; ++i) {
+      const float v = std::nearbyint(xg[i] * inv);
+      xq[g * group + i] = static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, v)));
+    }
+  }
+}
+
+#ifdef VOXSLAB_X86
+// GCC 12 reports the intrinsics' own undefined pass-through operands as uninitialized.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// The same values as QuantizeScalar, bit for bit: each group's sum still adds its elements one
+// after another from 0, but sixteen groups go at once, one per lane (gathered at the group
+// stride); the maximum and the rounding are exact in any order. min/max take their operands in
+// the order std::min/std::max do, so a NaN input gives 127 as there.
+__attribute__((target("avx512f,avx2,fma"))) void QuantizeAvx512(const float* x, int64_t K, int group, int8_t* xq, float* xs, float* xsum) {
+  const int64_t groups = K / group;
+  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(group));
+  for (int64_t g0 = 0; g0 < groups; g0 += 16) {
+    const __mmask16 live = groups - g0 >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (groups - g0)) - 1);
+    __m512 sum = _mm512_setzero_ps();
+    const float* base = x + g0 * group;
+    for (int i = 0; i < group; ++i) sum = _mm512_add_ps(sum, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, idx, base + i, 4));
+    _mm512_mask_storeu_ps(xsum + g0, live, sum);
+  }
+  const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
+  for (int64_t g = 0; g < groups; ++g) {
+    const float* xg = x + g * group;
+    __m512 m = _mm512_setzero_ps();
+    for (int i = 0; i < group; i += 16) m = _mm512_max_ps(_mm512_abs_ps(_mm512_loadu_ps(xg + i)), m);
+    const float amax = _mm512_reduce_max_ps(m);
+    const float d = amax / 127.0f;
+    xs[g] = d;
+    const __m512 inv = _mm512_set1_ps(d > 0 ? 1.0f / d : 0.0f);
+    for (int i = 0; i < group; i += 16) {
+      __m512 v = _mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(xg + i), inv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      v = _mm512_max_ps(_mm512_min_ps(v, hi), lo);
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(xq + g * group + i), _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(v)));
+    }
+  }
+}
+#pragma GCC diagnostic pop
+#endif
+
+}  // namespace
+
+void QuantizeActivations(const float* x, int64_t K, int group, bool q4, int8_t* xq, float* xs, float* xsum) {
+#ifdef VOXSLAB_X86
+  // The vector path takes groups of whole 16-float vectors; others (and scalar kernels) the loop.
+  if (ChosenIsa() == Isa::kAvx512 && group % 16 == 0) QuantizeAvx512(x, K, group, xq, xs, xsum);
+  else QuantizeScalar(x, K, group, xq, xs, xsum);
+#else
+  QuantizeScalar(x, K, group, xq, xs, xsum);
+#endif
+  if (q4) SplitEvensOdds(xq, K);
+}
+
+namespace {
+
 // ---- scalar paths (fixed order: 8 partial sums, combined pairwise) -------------------------
 
 template <typename Load>
@@ -84,37 +168,6 @@ void GemvScalar(WeightType type, const void* w, const uint16_t* scales, const ui
 
 // ---- integer dot products with int8 activations (q8/q4 weights) ---------------------------
 
-// Per group g: xs[g] = max|x|/127, xq = x/xs rounded to nearest (ties to even) as int8,
-// xsum[g] = Σ x in f32. For q4 each 64-element block of xq is stored evens first, then odds:
-// the order of the low and high nibbles of its 32 packed bytes.
-void QuantizeActivations(const float* x, int64_t K, int group, bool q4, int8_t* xq, float* xs, float* xsum) {
-  for (int64_t g = 0; g < K / group; ++g) {
-    const float* xg = x + g * group;
-    float amax = 0, sum = 0;
-    for (int i = 0; i < group; ++i) {
-      amax = std::max(amax, std::fabs(xg[i]));
-      sum += xg[i];
-    }
-    xsum[g] = sum;
-    const float d = amax / 127.0f;
-    xs[g] = d;
-    const float inv = d > 0 ? 1.0f / d : 0.0f;
-    for (int i = 0; i < group; ++i) {
-      const float v = std::nearbyint(xg[i] * inv);
-      xq[g * group + i] = static_cast<int8_t>(std::max(-127.0f, std::min(127.0f, v)));
-    }
-  }
-  if (q4) {
-    int8_t tmp[64];
-    for (int64_t b = 0; b + 64 <= K; b += 64) {
-      for (int i = 0; i < 32; ++i) {
-        tmp[i] = xq[b + 2 * i];
-        tmp[32 + i] = xq[b + 2 * i + 1];
-      }
-      std::memcpy(xq + b, tmp, 64);
-    }
-  }
-}
 
 // y[m] = Σ_g s_g·xs_g·(Σ q·xq) + Σ_g b_g·xsum_g, the integer sums exact.
 void GemvIntScalar(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group, const int8_t* xq,

@@ -30,6 +30,10 @@ void Gemv(WeightType type, const void* w, const uint16_t* scales, const uint16_t
 // the CPU has it). The error against the f32-activation product is at most Σ|w|·xs/2 per row.
 // `scratch` holds GemvIntScratchBytes(K, group) bytes, 4-byte aligned.
 int64_t GemvIntScratchBytes(int64_t K, int group);
+// The activation side of GemvInt: per group g, xs[g] = max|x|/127, xq = x/xs rounded to nearest
+// (ties to even) as int8, xsum[g] = Σ x in f32. For q4 each 64-element block of xq is stored
+// evens first, then odds: the order of the low and high nibbles of its 32 packed bytes.
+void QuantizeActivations(const float* x, int64_t K, int group, bool q4, int8_t* xq, float* xs, float* xsum);
 
 // Threads (the caller plus helpers) that GemvInt, GemvRows and float GemvSplit share a call's
 // output rows among; 1 by default. Each row is computed as on one thread: results do not

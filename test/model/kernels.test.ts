@@ -193,6 +193,62 @@ t.test(`int8-activation GEMV (q8/q4) matches its exact integer arithmetic, withi
   t.ok(checked > 100, `${checked} rows checked`);
 });
 
+t.test(`activation quantization: each group's sum, scale and int8 values, bit for bit (${kernelIsa()})`, async (t) => {
+  // What linear1 leaves in its scratch: Σx per group (added in order from 0), xs = max|x|/127,
+  // xq = rint(x/xs) clamped to ±127 (a NaN gives 127, as std::min/max order it), q4 blocks as
+  // 32 evens then 32 odds. Group counts that are not multiples of 16 and odd values included.
+  const r = prng(33);
+  let mismatches = 0;
+  let groupsChecked = 0;
+  for (let trial = 0; trial < 30; trial++) {
+    const group = trial % 2 === 0 ? 32 : 64;
+    const q4 = trial % 3 !== 0;
+    const groups = randInt(r, 1, 40);
+    const cols = groups * group;
+    if (q4 && cols % 64 !== 0) continue;
+    const x = Float32Array.from({ length: cols }, () => (r() * 2 - 1) * 10 ** randInt(r, -3, 3));
+    if (trial % 4 === 1) x[randInt(r, 0, cols - 1)] = Number.NaN;
+    if (trial % 5 === 2) x[randInt(r, 0, cols - 1)] = trial % 2 ? Number.POSITIVE_INFINITY : Number.NEGATIVE_INFINITY;
+    if (trial % 3 === 1) x.fill(0, 0, group);
+    x[randInt(r, 0, cols - 1)] = -0;
+    const q = quantize(new Float32Array(cols), 1, cols, q4 ? 4 : 8, group);
+    const W: Weights = { kind: q4 ? 'q4' : 'q8', data: q.data, scales: q.scales, biases: q.biases, group, rows: 1, cols };
+    const scratch = new Float32Array(gemvScratchFloats(cols));
+    linear1(W, x, new Float32Array(1), scratch);
+    const xsum = scratch.subarray(0, groups);
+    const xs = scratch.subarray(groups, 2 * groups);
+    const xq = new Int8Array(scratch.buffer, scratch.byteOffset + 8 * groups, cols);
+    const want = new Int8Array(cols);
+    for (let g = 0; g < groups; g++) {
+      let amax = 0;
+      let sum = 0;
+      for (let k = g * group; k < (g + 1) * group; k++) {
+        if (Math.abs(x[k]!) > amax) amax = Math.abs(x[k]!);
+        sum = Math.fround(sum + x[k]!);
+      }
+      const d = Math.fround(amax / 127);
+      const inv = d > 0 ? Math.fround(1 / d) : 0;
+      for (let k = g * group; k < (g + 1) * group; k++) {
+        const v = rint(Math.fround(x[k]! * inv));
+        want[k] = Number.isNaN(v) ? 127 : Math.max(-127, Math.min(127, v));
+      }
+      if (!Object.is(xsum[g], sum) || !Object.is(xs[g], d)) mismatches++;
+      groupsChecked++;
+    }
+    if (q4) {
+      for (let b = 0; b < cols; b += 64) {
+        const block = want.slice(b, b + 64);
+        for (let i = 0; i < 32; i++) {
+          want[b + i] = block[2 * i]!;
+          want[b + 32 + i] = block[2 * i + 1]!;
+        }
+      }
+    }
+    for (let k = 0; k < cols; k++) if (xq[k] !== want[k]) mismatches++;
+  }
+  t.equal(mismatches, 0, `${groupsChecked} groups: sums, scales and int8 values as the scalar definition gives them`);
+});
+
 t.test('two compute threads give the same bits as one', async (t) => {
   const r = prng(22);
   const rows = 300;
