@@ -149,7 +149,7 @@ function prefillSeconds(model: SpeechModel, state: BackboneState, tokens: number
     for (let done = 0; done < tokens; done += chunk) {
       const n = Math.min(chunk, tokens - done);
       for (let i = 0; i < n * D; i++) stack.input[i] = Math.sin(i * 0.01) * 0.1;
-      stack.forward(state, n);
+      stack.forward(state, n, null, true);
     }
   });
 }

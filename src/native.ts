@@ -178,6 +178,20 @@ export interface NativeAddon {
     K: number,
     scratch: Float32Array | null,
   ): void;
+  /** gemmInt(type, w, scales, biases, group, X, Y, n, M, K, scratch): q8/q4, the prefill kernel. */
+  gemmInt(
+    type: number,
+    w: Uint8Array,
+    scales: Uint16Array,
+    biases: Uint16Array,
+    group: number,
+    X: Float32Array,
+    Y: Float32Array,
+    n: number,
+    M: number,
+    K: number,
+    scratch: Float32Array,
+  ): void;
   gemm(
     A: Float32Array,
     type: number,
@@ -266,6 +280,7 @@ export interface NativeAddon {
   kernelsRequestError(): string;
   /** Bytes of scratch gemvInt needs for K inputs quantized in groups of `group`. */
   gemvScratchBytes(K: number, group: number): number;
+  gemmIntScratchBytes(n: number, K: number, group: number): number;
   /** Floats of scratch the tiled attention needs (never a function of the sequence length). */
   attentionScratchFloats(tq: number, tk: number, hd: number, group: number): number;
   /** Floats of packing scratch gemm needs. */

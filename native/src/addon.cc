@@ -527,6 +527,18 @@ Napi::Value GemvScratchBytesValue(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(voxslab::GemvIntScratchBytes(K, static_cast<int>(group))));
 }
 
+// gemmIntScratchBytes(n, K, group): the scratch gemmInt needs for n rows of K values.
+Napi::Value GemmIntScratchBytesValue(const Napi::CallbackInfo& info) {
+  const char* fn = "gemmIntScratchBytes";
+  ExpectArgs(info, 3, fn);
+  const int64_t n = CountArg(info, 0, fn, "n");
+  const int64_t K = CountArg(info, 1, fn, "K");
+  const int64_t group = CountArg(info, 2, fn, "group");
+  if (group == 0 || K > (int64_t{1} << 40) || n > (int64_t{1} << 20))
+    ThrowRange(info.Env(), "gemmIntScratchBytes: group must be positive, K below 2^40 and n below 2^20");
+  return Napi::Number::New(info.Env(), static_cast<double>(voxslab::GemmIntScratchBytes(n, K, static_cast<int>(group))));
+}
+
 // attentionScratchFloats(tq, tk, hd, group)
 Napi::Value AttentionScratchFloatsValue(const Napi::CallbackInfo& info) {
   const char* fn = "attentionScratchFloats";
@@ -539,28 +551,32 @@ Napi::Value AttentionScratchFloatsValue(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(voxslab::AttentionScratchFloats(tq, tk, hd, group)));
 }
 
-// gemvRows(type, w, scales, biases, group, X, Y, n, M, K, scratch | null)
-Napi::Value GemvRowsValue(const Napi::CallbackInfo& info) {
-  const char* fn = "gemvRows";
+// Y[t] = W·X[t] over n rows: gemvRows(type, w, scales, biases, group, X, Y, n, M, K, scratch | null)
+// (any weights), or gemmInt(…) (q8/q4 only, the prefill kernel); the scratch as each one's size.
+template <bool Prefill>
+Napi::Value RowsValue(const Napi::CallbackInfo& info) {
+  const char* fn = Prefill ? "gemmInt" : "gemvRows";
   ExpectArgs(info, 11, fn);
   const voxslab::WeightType type = WeightTypeArg(info, 0, fn);
   const int64_t n = CountArg(info, 7, fn, "n");
   const int64_t M = CountArg(info, 8, fn, "M");
   const int64_t K = CountArg(info, 9, fn, "K");
-  const voxslab::WeightRef w = WeightArg(info, fn, type, 1, M, K);
   const bool quant = voxslab::Quantized(type);
-  if (quant && w.group < 32) ThrowRange(info.Env(), "gemvRows: group must be at least 32");
+  if (Prefill && !quant) ThrowRange(info.Env(), std::string(fn) + ": type must be 3 (q8) or 4 (q4)");
+  const voxslab::WeightRef w = WeightArg(info, fn, type, 1, M, K);
+  if (quant && w.group < 32) ThrowRange(info.Env(), std::string(fn) + ": group must be at least 32");
   auto X = F32Arg(info, 5, fn, "X", Mul(info, fn, {n, K}));
   auto Y = F32Arg(info, 6, fn, "Y", Mul(info, fn, {n, M}));
-  if (Overlap(X, Y)) ThrowRange(info.Env(), "gemvRows: X and Y must not overlap");
+  if (Overlap(X, Y)) ThrowRange(info.Env(), std::string(fn) + ": X and Y must not overlap");
   void* scratch = nullptr;
   if (quant) {
-    const int64_t need = voxslab::GemvRowsScratchBytes(n, K, w.group);
+    const int64_t need = Prefill ? voxslab::GemmIntScratchBytes(n, K, w.group) : voxslab::GemvRowsScratchBytes(n, K, w.group);
     auto sc = F32Arg(info, 10, fn, "scratch", static_cast<size_t>((need + 3) / 4));
-    if (Overlap(X, sc) || Overlap(Y, sc)) ThrowRange(info.Env(), "gemvRows: scratch must not overlap X or Y");
+    if (Overlap(X, sc) || Overlap(Y, sc)) ThrowRange(info.Env(), std::string(fn) + ": scratch must not overlap X or Y");
     scratch = sc.data;
   }
-  voxslab::GemvRows(w.type, w.data, w.scales, w.biases, w.group, X.data, Y.data, n, M, K, scratch);
+  if (Prefill) voxslab::GemmInt(w.type, w.data, w.scales, w.biases, w.group, X.data, Y.data, n, M, K, scratch);
+  else voxslab::GemvRows(w.type, w.data, w.scales, w.biases, w.group, X.data, Y.data, n, M, K, scratch);
   return info.Env().Undefined();
 }
 
@@ -1013,7 +1029,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   Export<GemmValue>(env, exports, "gemm");
   Export<GemvIntValue>(env, exports, "gemvInt");
   Export<GemvIntManyValue>(env, exports, "gemvIntMany");
-  Export<GemvRowsValue>(env, exports, "gemvRows");
+  Export<RowsValue<false>>(env, exports, "gemvRows");
+  Export<RowsValue<true>>(env, exports, "gemmInt");
   Export<SetComputeThreadsValue>(env, exports, "setComputeThreads");
   Export<NoArgs<voxslab::ComputeThreads>>(env, exports, "computeThreads");
   Export<NormValue>(env, exports, "norm");
@@ -1033,6 +1050,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   Export<NoArgs<voxslab::DotPath>>(env, exports, "kernelPath");
   Export<NoArgs<voxslab::KernelsRequestError>>(env, exports, "kernelsRequestError");
   Export<GemvScratchBytesValue>(env, exports, "gemvScratchBytes");
+  Export<GemmIntScratchBytesValue>(env, exports, "gemmIntScratchBytes");
   Export<AttentionScratchFloatsValue>(env, exports, "attentionScratchFloats");
   exports.Set("gemmPackFloats", Napi::Number::New(env, static_cast<double>(voxslab::kGemmPackFloats)));
   Napi::Object slots = Napi::Object::New(env);

@@ -1,7 +1,7 @@
 // Compute kernels over caller-owned buffers: no allocation, deterministic (a fixed reduction
 // order per output, whatever the thread). Each family dispatches on the one instruction-set
 // choice in cpu.h (AVX-512, else AVX2+FMA, else portable scalar code; VOXSLAB_KERNELS=scalar|avx2
-// forces a lower path). Plain C++, no Node-API types. Implemented by concern: gemv.cc, gemm.cc,
+// forces a lower path). Plain C++, no Node-API types. Implemented by concern: gemv.cc, gemm.cc, gemm_int.cc,
 // attention.cc, ops.cc, probes.cc, pool.cc.
 //
 // The enums' values are the addon's argument codes; src/native.ts names the same values.
@@ -54,6 +54,16 @@ void GemvInt(WeightType type, const void* w, const uint16_t* scales, const uint1
 int64_t GemvRowsScratchBytes(int64_t n, int64_t K, int group);
 void GemvRows(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group, const float* X, float* Y,
               int64_t n, int64_t M, int64_t K, void* scratch);
+
+// Y[t] = W·X[t] for t < n, q8/q4 weights and int8 activations quantized as GemvInt's, for
+// prefill: per (row, activation) y = Σ_g (float(D_g)·s_g·xs_g + b_g·Σx_g) in group order, D_g
+// the group's exact integer dot product, computed with activations in the vector lanes (AVX-512
+// VNNI). Each row's bits do not depend on n, on the other rows or on the thread count, but they
+// differ from GemvInt's, whose lanes sum within a group in f32. Without VNNI (or for K not a
+// multiple of 64, group not 32 or 64) it is GemvRows. `scratch` holds GemmIntScratchBytes.
+int64_t GemmIntScratchBytes(int64_t n, int64_t K, int group);
+void GemmInt(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group, const float* X, float* Y,
+             int64_t n, int64_t M, int64_t K, void* scratch);
 
 // C[t][n] = Σ_k A[t][k]·W[n][k] (+ bias[n] when non-null): A [T][K] f32 activations, W [N][K]
 // weights of `type` (a linear layer; quantized as in Gemv), decoded to f32 while packed.

@@ -335,7 +335,7 @@ export class Dialogue {
     const n = this.#staged;
     const stack = slot.backbone.stack;
     this.#makeRoom(slot, n);
-    const hidden = stack.forward(this.state, n);
+    const hidden = stack.forward(this.state, n, null, true);
     const D = this.config.backbone.hidden;
     if (n > 1) hidden.copyWithin(0, (n - 1) * D, n * D);
     this.#staged = 0;

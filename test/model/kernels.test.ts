@@ -11,8 +11,10 @@ import {
   kernelIsa,
   linear1,
   linearMany,
+  linearPrefill,
   linearRows,
   linearSet,
+  prefillScratchFloats,
   setComputeThreads,
   layerNorm,
   rmsNorm,
@@ -124,6 +126,29 @@ const rint = (v: number): number => {
   return d > 0.5 || (d === 0.5 && f % 2 !== 0) ? f + 1 : f;
 };
 
+/**
+ * Group g of weight row i against x in the integer arithmetic, in float64: xs = max|x|/127
+ * (f32), xq = rint(x/xs) clamped to ±127, Σx in f32 in order; the exact integer dot and Σq.
+ */
+function intGroup(data: Uint8Array, bits: number, cols: number, group: number, x: Float32Array, i: number, g: number) {
+  let amax = 0;
+  let xsum = 0;
+  for (let k = g * group; k < (g + 1) * group; k++) {
+    amax = Math.max(amax, Math.abs(x[k]!));
+    xsum = Math.fround(xsum + x[k]!);
+  }
+  const xs = Math.fround(amax / 127);
+  const inv = xs > 0 ? Math.fround(1 / xs) : 0;
+  let dot = 0;
+  let qsum = 0;
+  for (let k = g * group; k < (g + 1) * group; k++) {
+    const qv = bits === 8 ? data[i * cols + k]! : (data[(i * cols + k) >> 1]! >> ((k & 1) * 4)) & 15;
+    dot += qv * Math.max(-127, Math.min(127, rint(Math.fround(x[k]! * inv))));
+    qsum += qv;
+  }
+  return { xs, xsum, dot, qsum };
+}
+
 t.test(`int8-activation GEMV (q8/q4) matches its exact integer arithmetic, within the activation rounding bound (${kernelIsa()})`, async (t) => {
   const r = prng(21);
   let checked = 0;
@@ -147,21 +172,7 @@ t.test(`int8-activation GEMV (q8/q4) matches its exact integer arithmetic, withi
       let mag = 0;
       let bound = 0;
       for (let g = 0; g < groups; g++) {
-        let amax = 0;
-        let xsum = 0;
-        for (let k = g * group; k < (g + 1) * group; k++) {
-          amax = Math.max(amax, Math.abs(x[k]!));
-          xsum = Math.fround(xsum + x[k]!);
-        }
-        const xs = Math.fround(amax / 127);
-        const inv = xs > 0 ? Math.fround(1 / xs) : 0;
-        let dot = 0;
-        let qsum = 0;
-        for (let k = g * group; k < (g + 1) * group; k++) {
-          const qv = bits === 8 ? q.data[i * cols + k]! : (q.data[(i * cols + k) >> 1]! >> ((k & 1) * 4)) & 15;
-          dot += qv * Math.max(-127, Math.min(127, rint(Math.fround(x[k]! * inv))));
-          qsum += qv;
-        }
+        const { xs, xsum, dot, qsum } = intGroup(q.data, bits, cols, group, x, i, g);
         const s = f16ToF32(q.scales[i * groups + g]!);
         const b = f16ToF32(q.biases[i * groups + g]!);
         ref += Math.fround(s * xs) * dot + b * xsum;
@@ -248,6 +259,80 @@ t.test(`activation quantization: each group's sum, scale and int8 values, bit fo
   }
   t.equal(mismatches, 0, `${groupsChecked} groups: sums, scales and int8 values as the scalar definition gives them`);
 });
+
+t.test(
+  `prefill kernel (linearPrefill): its exact integer arithmetic, the same bits whatever n, the rows around it or the threads (${kernelIsa()})`,
+  async (t) => {
+    const r = prng(34);
+    const vnni = kernelIsa() === 'avx512f+vnni';
+    let checked = 0;
+    for (let trial = 0; trial < 12; trial++) {
+      const group = trial % 2 === 0 ? 32 : 64;
+      const bits = trial % 3 === 0 ? 8 : 4;
+      const rows = randInt(r, 1, 45);
+      const cols = 64 * randInt(r, 1, 9); // past one 256-input block for some
+      const n = [1, 3, 16, 17, 33, 70][trial % 6]!;
+      const w = Float32Array.from({ length: rows * cols }, () => r() - 0.5);
+      const q = quantize(w, rows, cols, bits, group);
+      const W: Weights = { kind: bits === 8 ? 'q8' : 'q4', data: q.data, scales: q.scales, biases: q.biases, group, rows, cols };
+      const X = Float32Array.from({ length: n * cols }, () => (r() * 2 - 1) * (trial % 4 === 0 ? 30 : 1));
+      const Y = new Float32Array(n * rows);
+      linearPrefill(W, X, Y, n, new Float32Array(prefillScratchFloats(n, cols)));
+      // Per row and input: y = Σ_g (D_g·fround(s·xs) + b·Σx) in float64, D_g the exact integer dot.
+      const groups = cols / group;
+      let exact = true;
+      for (let a = 0; a < n; a++) {
+        const x = X.subarray(a * cols, (a + 1) * cols);
+        for (let i = 0; i < rows; i++) {
+          let ref = 0;
+          let mag = 0;
+          for (let g = 0; g < groups; g++) {
+            const { xs, xsum, dot } = intGroup(q.data, bits, cols, group, x, i, g);
+            const term = Math.fround(f16ToF32(q.scales[i * groups + g]!) * xs) * dot + f16ToF32(q.biases[i * groups + g]!) * xsum;
+            ref += term;
+            mag += Math.abs(term);
+          }
+          if (Math.abs(Y[a * rows + i]! - ref) > 1e-5 * mag + 1e-6) exact = false;
+          checked++;
+        }
+      }
+      t.ok(exact, `q${bits} g${group} ${rows}×${cols}, ${n} inputs: equals Σ_g (D_g·s·xs + b·Σx)`, { diagnostic: false });
+      // Each input alone, and the inputs in the other order: the same bits.
+      let alone = true;
+      for (let a = 0; a < n; a++) {
+        const one = new Float32Array(rows);
+        linearPrefill(W, X.subarray(a * cols, (a + 1) * cols), one, 1, new Float32Array(prefillScratchFloats(1, cols)));
+        for (let i = 0; i < rows; i++) if (!Object.is(one[i], Y[a * rows + i])) alone = false;
+      }
+      t.ok(alone, `q${bits} g${group}: each of ${n} inputs alone gives its bits`, { diagnostic: false });
+      const rev = new Float32Array(n * cols);
+      for (let a = 0; a < n; a++) rev.set(X.subarray(a * cols, (a + 1) * cols), (n - 1 - a) * cols);
+      const Yr = new Float32Array(n * rows);
+      setComputeThreads(2);
+      try {
+        linearPrefill(W, rev, Yr, n, new Float32Array(prefillScratchFloats(n, cols)));
+      } finally {
+        setComputeThreads(1);
+      }
+      let swapped = true;
+      for (let a = 0; a < n; a++) for (let i = 0; i < rows; i++) if (!Object.is(Yr[(n - 1 - a) * rows + i], Y[a * rows + i])) swapped = false;
+      t.ok(swapped, `q${bits} g${group}: reversed inputs on two threads give the same bits`, { diagnostic: false });
+      if (!vnni) {
+        // Without VNNI the prefill kernel is linearRows.
+        const R = new Float32Array(n * rows);
+        linearRows(W, X, R, n, new Float32Array(n * gemvScratchFloats(cols)));
+        t.ok(
+          R.every((v, i) => Object.is(v, Y[i])),
+          `q${bits} g${group}: linearRows' bits without VNNI`,
+          { diagnostic: false },
+        );
+      }
+    }
+    t.ok(checked > 300, `${checked} outputs checked`);
+    const f32: Weights = { kind: 'f32', data: new Float32Array(64), rows: 1, cols: 64 };
+    t.throws(() => linearPrefill(f32, new Float32Array(64), new Float32Array(1), 1, new Float32Array(prefillScratchFloats(1, 64))), /q8 or q4 weights/);
+  },
+);
 
 t.test('two compute threads give the same bits as one', async (t) => {
   const r = prng(22);

@@ -24,11 +24,13 @@ import {
   GEMM_PACK_FLOATS,
   gemm,
   gemvScratchFloats,
+  linearPrefill,
   linear1,
   linearMany,
   linearSet,
   type LinearSet,
   linearRows,
+  prefillScratchFloats,
   rmsNorm,
   rope,
   ropeTables,
@@ -63,11 +65,14 @@ export function detokenizerDims(config: ModelConfig): Lfm2Dims {
 
 /** The backbone's workspace for a chunk of `chunk` positions. */
 export function backbonePass(config: ModelConfig, chunk: number): PassBuilder {
-  return lfm2Pass(backboneDims(config), chunk);
+  return lfm2Pass(backboneDims(config), chunk, true);
 }
 
-/** An LFM2 stack's workspace for a chunk of `chunk` positions. */
-export function lfm2Pass(b: Lfm2Dims, chunk: number): PassBuilder {
+/**
+ * An LFM2 stack's workspace for a chunk of `chunk` positions; with `prefill`, its row scratch
+ * also holds the prefill kernel's (linearPrefill) for a whole chunk.
+ */
+export function lfm2Pass(b: Lfm2Dims, chunk: number, prefill = false): PassBuilder {
   const D = b.hidden;
   const qd = b.heads * b.headDim;
   const kd = b.kvHeads * b.headDim;
@@ -76,8 +81,10 @@ export function lfm2Pass(b: Lfm2Dims, chunk: number): PassBuilder {
   p.state('h', n * D * F32, `f32[${n}][${D}]`);
   p.state('gemm.pack', GEMM_PACK_FLOATS * F32);
   // Row-by-row linear layers (steps; calls of at most `rows` positions; every call when the
-  // weights are quantized): int8 activations with their scales and sums, per row.
-  p.state('gemv.scratch', n * gemvScratchFloats(Math.max(D, qd, b.ffn)) * F32);
+  // weights are quantized): int8 activations with their scales and sums, per row; a prefill's
+  // quantized layers lay the same out by lanes.
+  const widest = Math.max(D, qd, b.ffn);
+  p.state('gemv.scratch', (prefill ? prefillScratchFloats(n, widest) : n * gemvScratchFloats(widest)) * F32);
   p.op('embed', ['input', 'h']);
   p.op('op.norm', ['h'], [{ name: 'op.ln', bytes: n * D * F32 }]);
   // Short-conv body (conv layers).
@@ -248,6 +255,10 @@ export class Lfm2Stack {
   readonly #shiftRow: Float32Array; // one f16 cache row widened for the rotation
   /** Per row of a batched step (forwardRows): views of the plan's row planes, made once. */
   readonly #rowViews: Readonly<Record<'bx' | 'y' | 'q' | 'k' | 'v' | 'ctx', Float32Array>>[];
+  /** True while `forward` runs a prefill chunk: its quantized layers take linearPrefill. */
+  #prefill = false;
+  /** Whether the plan's row scratch holds linearPrefill's (the backbone's prefill workspace). */
+  readonly #prefillPlanned: boolean;
 
   constructor(
     dims: Lfm2Dims,
@@ -266,7 +277,8 @@ export class Lfm2Stack {
     if (!Number.isSafeInteger(o.chunk) || o.chunk < 1) throw new ArgumentError(`${o.name}: chunk must be a positive integer, got ${o.chunk}`);
     this.dims = dims;
     this.chunk = o.chunk;
-    this.region = arena.carvePlan(o.name, o.category, (o.planner ?? plan)(lfm2Pass(dims, o.chunk).build()));
+    this.#prefillPlanned = o.category === 'workspace.prefill';
+    this.region = arena.carvePlan(o.name, o.category, (o.planner ?? plan)(lfm2Pass(dims, o.chunk, this.#prefillPlanned).build()));
     this.#v = this.region.views as Record<string, Float32Array>;
     const f32 = (name: string): Float32Array =>
       image.toF32(
@@ -392,16 +404,18 @@ export class Lfm2Stack {
   }
 
   /**
-   * out[n][N] = x[n][K]·Wᵀ. Quantized weights: always row by row with int8 activations
-   * (integer dot products beat decoding the weights into a GEMM's f32 panels), so every
-   * position gets the same bits whatever the chunking, steps included. Float weights: row by
+   * out[n][N] = x[n][K]·Wᵀ. Quantized weights: int8 activations (integer dot products beat
+   * decoding the weights into a GEMM's f32 panels); a prefill chunk through linearPrefill,
+   * anything else row by row, so every position gets the same bits whatever the chunking, and
+   * steps (single or batched) the same bits as each other. Float weights: row by
    * row (GEMV) for at most `dims.rows` positions, else GEMM; the two sum in different orders,
    * so a step equals a one-row GEMM chunk only to rounding, while calls on the same side of
    * `rows` are bit-identical per row.
    */
   #linear(x: Float32Array, w: Weights, out: Float32Array, n: number, N: number, K: number, rowwise = false): void {
     const scratch = this.#v['gemv.scratch'] as Float32Array;
-    if (n === 1) linear1(w, x, out, scratch);
+    if (this.#prefill && (w.kind === 'q8' || w.kind === 'q4')) linearPrefill(w, x, out, n, scratch);
+    else if (n === 1) linear1(w, x, out, scratch);
     else if (rowwise || n <= this.dims.rows || w.kind === 'q8' || w.kind === 'q4') linearRows(w, x, out, n, scratch);
     else gemm(x, w, null, out, n, N, K, this.#v['gemm.pack'] as Float32Array);
   }
@@ -441,7 +455,7 @@ export class Lfm2Stack {
     rmsNorm(v.h as Float32Array, L.opNorm, ln, n, D, EPS);
     const q = v['att.q'] as Float32Array;
     const k = v['att.k'] as Float32Array;
-    if (n === 1) linearMany(L.qkv!, ln, v['gemv.scratch'] as Float32Array);
+    if (n === 1 && !this.#prefill) linearMany(L.qkv!, ln, v['gemv.scratch'] as Float32Array);
     else {
       this.#linear(ln, L.q!, q, n, b.heads * b.headDim, D, rowwise);
       this.#linear(ln, L.k!, k, n, b.kvHeads * b.headDim, D, rowwise);
@@ -461,7 +475,7 @@ export class Lfm2Stack {
     rmsNorm(h, L.ffnNorm, fl, n, D, EPS);
     const gate = v['ffn.gate'] as Float32Array;
     const up = v['ffn.up'] as Float32Array;
-    if (n === 1) linearMany(L.gateUp, fl, v['gemv.scratch'] as Float32Array);
+    if (n === 1 && !this.#prefill) linearMany(L.gateUp, fl, v['gemv.scratch'] as Float32Array);
     else {
       this.#linear(fl, L.w1, gate, n, b.ffn, D, rowwise);
       this.#linear(fl, L.w3, up, n, b.ffn, D, rowwise);
@@ -518,13 +532,17 @@ export class Lfm2Stack {
   /**
    * Runs `n` ≤ chunk positions whose input rows are in `input` (the plan's own `h` when
    * omitted) at the state's position; appends them to its caches and returns the final-normed
-   * hidden states [n][hidden] (a view of the plan).
+   * hidden states [n][hidden] (a view of the plan). A `prefill` chunk (a prompt's positions,
+   * on a stack planned for it) runs its quantized layers through linearPrefill, whatever n:
+   * its rows' bits do not depend on the chunking, but differ from a step's to rounding.
    */
-  forward(state: BackboneState, n: number, input: Float32Array | null = null): Float32Array {
+  forward(state: BackboneState, n: number, input: Float32Array | null = null, prefill = false): Float32Array {
     const b = this.dims;
     const D = b.hidden;
     if (n < 1 || n > this.chunk) throw new ArgumentError(`LFM2: ${n} positions per call, the chunk is ${this.chunk}`);
     if (state.position + n > state.context) throw new ArgumentError(`LFM2: position ${state.position + n} exceeds the context of ${state.context}`);
+    if (prefill && !this.#prefillPlanned) throw new ArgumentError('LFM2: this stack is not planned for prefill');
+    this.#prefill = prefill;
     const v = this.#v;
     const h = v.h as Float32Array;
     if (input !== null && input !== h) for (let i = 0; i < n * D; i++) h[i] = input[i]!;
@@ -586,6 +604,7 @@ export class Lfm2Stack {
     const b = this.dims;
     const D = b.hidden;
     if (m < 1 || m > this.#rowViews.length || m > states.length) throw new ArgumentError(`LFM2: ${m} rows in a batched step, at most ${this.#rowViews.length}`);
+    this.#prefill = false;
     for (let r = 0; r < m; r++) {
       const st = states[r]!;
       if (st.position + 1 > st.context) throw new ArgumentError(`LFM2: position ${st.position + 1} exceeds the context of ${st.context}`);
@@ -690,9 +709,9 @@ export class Backbone {
     for (let i = 0; i < codebooks; i++) rowInto(this.#audio, i * per + (codes[i] as number), out, at, 1, i > 0);
   }
 
-  /** Runs n ≤ chunk input rows [n][hidden] (see Lfm2Stack.forward). */
+  /** Prefills n ≤ chunk input rows [n][hidden] (see Lfm2Stack.forward). */
   forward(state: BackboneState, input: Float32Array, n: number): Float32Array {
-    return this.stack.forward(state, n, input);
+    return this.stack.forward(state, n, input, true);
   }
 
   /** Text logits (vocab) for one hidden row, through the tied embedding. */

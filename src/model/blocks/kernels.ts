@@ -50,6 +50,14 @@ export function gemvScratchFloats(K: number): number {
 }
 
 /**
+ * Floats of scratch `linearPrefill` needs for n rows of K values (any group of at least 32),
+ * and `linearRows` and `linear1` too: the addon's own size, rounded up to floats.
+ */
+export function prefillScratchFloats(n: number, K: number): number {
+  return Math.max(Math.ceil(native.gemmIntScratchBytes(n, K, MIN_INT_GROUP) / 4), n * gemvScratchFloats(K));
+}
+
+/**
  * y = W·x for one position, the model's path: q8/q4 weights multiply int8 activations
  * (quantized per group, xs = max|x|/127; integer sums, AVX-512 VNNI when present; the error
  * against f32 activations is at most Σ|w|·xs/2), the float encodings are exact as `gemv`.
@@ -132,6 +140,18 @@ export function linearMany(set: LinearSet, x: Float32Array, scratch: Float32Arra
 export function linearRows(w: Weights, X: Float32Array, Y: Float32Array, n: number, scratch: Float32Array): void {
   if (w.kind === 'q8' || w.kind === 'q4') native.gemvRows(TYPE[w.kind], w.data, w.scales, w.biases, w.group, X, Y, n, w.rows, w.cols, scratch);
   else native.gemvRows(TYPE[w.kind], w.data, null, null, 0, X, Y, n, w.rows, w.cols, null);
+}
+
+/**
+ * Y[t] = W·X[t] for t < n positions of a prefill, q8/q4 weights: int8 activations quantized as
+ * `linear1` quantizes them, with the activations in the vector lanes (AVX-512 VNNI), so a
+ * group's integer sum is converted once. Each row's bits do not depend on n or the other rows,
+ * but differ from `linear1`'s (which sums a group's lanes in f32); without VNNI it is
+ * `linearRows`. `scratch` holds prefillScratchFloats(n, cols) floats.
+ */
+export function linearPrefill(w: Weights, X: Float32Array, Y: Float32Array, n: number, scratch: Float32Array): void {
+  if (w.kind !== 'q8' && w.kind !== 'q4') throw new ArgumentError(`linearPrefill: q8 or q4 weights, not ${w.kind}`);
+  native.gemmInt(TYPE[w.kind], w.data, w.scales, w.biases, w.group, X, Y, n, w.rows, w.cols, scratch);
 }
 
 /**
