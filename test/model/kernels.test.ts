@@ -556,6 +556,27 @@ t.test('kernels give the same bits on another thread', async (t) => {
   );
 });
 
+t.test(`SiLU and SwiGLU: the f32 of g / (1 + e^−g) in double (times up in f32), bit for bit, specials included (${kernelIsa()})`, async (t) => {
+  const r = prng(35);
+  const n = 100_003; // not a multiple of a vector
+  const g = Float32Array.from({ length: n }, () => (r() - 0.5) * 2 ** (r() * 14 - 4));
+  g.set([Number.NaN, Number.POSITIVE_INFINITY, Number.NEGATIVE_INFINITY, -0, 0, 800, -800, 1e-40, -750, 90, -104, 709.5, -745.5], 0);
+  const up = Float32Array.from({ length: n }, () => r() - 0.5);
+  const y = new Float32Array(n);
+  const z = new Float32Array(n);
+  silu(g, y);
+  swiglu(g, up, z);
+  let a = 0;
+  let b = 0;
+  for (let i = 0; i < n; i++) {
+    const s = Math.fround(g[i]! / (1 + Math.exp(-g[i]!)));
+    if (!Object.is(y[i], s)) a++;
+    if (!Object.is(z[i], Math.fround(s * up[i]!))) b++;
+  }
+  t.equal(a, 0, `SiLU: ${n} values`);
+  t.equal(b, 0, `SwiGLU: ${n} values`);
+});
+
 t.test('norms, activations and RoPE match references', async (t) => {
   const r = prng(4);
   const rows = 5;
