@@ -1,6 +1,6 @@
 // Row-wise operations of the model's blocks: norms, activations, RoPE, convolutions. Scalar
-// code in a fixed order (the compiler vectorises what it can without changing the result); SiLU
-// and SwiGLU also on AVX-512, with the same values.
+// code in a fixed order (the compiler vectorises what it can without changing the result); SiLU,
+// SwiGLU and GLU also on AVX-512, with the same values.
 #include <cmath>
 #include <cstdint>
 
@@ -33,18 +33,20 @@ __attribute__((target("avx512f"))) inline __m512d Exp8(__m512d x) {
   return _mm512_scalef_pd(p, k);
 }
 
-// y = f32(g / (1 + e^−g)) (· up), sixteen at a time in double as the scalar loops compute it.
+// y = f32(a / (1 + e^−g)) (· up), eight at a time in double as the scalar loops compute it; a is
+// g itself for SiLU and SwiGLU, the other half of the row for GLU.
 template <bool Up>
-__attribute__((target("avx512f"))) void SiluAvx512(const float* gate, const float* up, float* y, int64_t n) {
+__attribute__((target("avx512f"))) void SigmoidMulAvx512(const float* a, const float* gate, const float* up, float* y, int64_t n) {
   int64_t i = 0;
   const __m512d one = _mm512_set1_pd(1.0);
   for (; i + 8 <= n; i += 8) {
     const __m512d g = _mm512_cvtps_pd(_mm256_loadu_ps(gate + i));
-    const __m256 s = _mm512_cvtpd_ps(_mm512_div_pd(g, _mm512_add_pd(one, Exp8(_mm512_sub_pd(_mm512_setzero_pd(), g)))));
+    const __m512d num = a == gate ? g : _mm512_cvtps_pd(_mm256_loadu_ps(a + i));
+    const __m256 s = _mm512_cvtpd_ps(_mm512_div_pd(num, _mm512_add_pd(one, Exp8(_mm512_sub_pd(_mm512_setzero_pd(), g)))));
     _mm256_storeu_ps(y + i, Up ? _mm256_mul_ps(s, _mm256_loadu_ps(up + i)) : s);
   }
   for (; i < n; ++i) {
-    const float s = static_cast<float>(gate[i] / (1.0 + std::exp(-static_cast<double>(gate[i]))));
+    const float s = static_cast<float>(a[i] / (1.0 + std::exp(-static_cast<double>(gate[i]))));
     y[i] = Up ? s * up[i] : s;
   }
 }
@@ -82,19 +84,25 @@ void GeluExact(const float* x, float* y, int64_t n) {
 
 void Silu(const float* x, float* y, int64_t n) {
 #ifdef VOXSLAB_X86
-  if (ChosenIsa() == Isa::kAvx512) return SiluAvx512<false>(x, nullptr, y, n);
+  if (ChosenIsa() == Isa::kAvx512) return SigmoidMulAvx512<false>(x, x, nullptr, y, n);
 #endif
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i] / (1.0 + std::exp(-static_cast<double>(x[i]))));
 }
 
 void SwiGlu(const float* gate, const float* up, float* y, int64_t n) {
 #ifdef VOXSLAB_X86
-  if (ChosenIsa() == Isa::kAvx512) return SiluAvx512<true>(gate, up, y, n);
+  if (ChosenIsa() == Isa::kAvx512) return SigmoidMulAvx512<true>(gate, gate, up, y, n);
 #endif
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(gate[i] / (1.0 + std::exp(-static_cast<double>(gate[i])))) * up[i];
 }
 
 void Glu(const float* x, float* y, int64_t rows, int64_t dim) {
+#ifdef VOXSLAB_X86
+  if (ChosenIsa() == Isa::kAvx512) {
+    for (int64_t r = 0; r < rows; ++r) SigmoidMulAvx512<false>(x + r * 2 * dim, x + r * 2 * dim + dim, nullptr, y + r * dim, dim);
+    return;
+  }
+#endif
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t i = 0; i < dim; ++i) {
       const double g = x[r * 2 * dim + dim + i];

@@ -556,7 +556,7 @@ t.test('kernels give the same bits on another thread', async (t) => {
   );
 });
 
-t.test(`SiLU and SwiGLU: the f32 of g / (1 + e^−g) in double (times up in f32), bit for bit, specials included (${kernelIsa()})`, async (t) => {
+t.test(`SiLU, SwiGLU and GLU: the f32 of a / (1 + e^−g) in double (times up in f32), bit for bit, specials included (${kernelIsa()})`, async (t) => {
   const r = prng(35);
   const n = 100_003; // not a multiple of a vector
   const g = Float32Array.from({ length: n }, () => (r() - 0.5) * 2 ** (r() * 14 - 4));
@@ -575,6 +575,14 @@ t.test(`SiLU and SwiGLU: the f32 of g / (1 + e^−g) in double (times up in f32)
   }
   t.equal(a, 0, `SiLU: ${n} values`);
   t.equal(b, 0, `SwiGLU: ${n} values`);
+  // GLU over rows [a | g] of 2·37 values: f32(a / (1 + e^−g)).
+  const rows = Math.floor(n / 74);
+  const out = new Float32Array(rows * 37);
+  glu(g.subarray(0, rows * 74), out, rows, 37);
+  let c = 0;
+  for (let row = 0; row < rows; row++)
+    for (let i = 0; i < 37; i++) if (!Object.is(out[row * 37 + i], Math.fround(g[row * 74 + i]! / (1 + Math.exp(-g[row * 74 + 37 + i]!))))) c++;
+  t.equal(c, 0, `GLU: ${rows} rows of 37`);
 });
 
 t.test('norms, activations and RoPE match references', async (t) => {
