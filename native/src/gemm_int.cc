@@ -131,6 +131,9 @@ struct VnniGemm {
           d[r] = _mm512_dpbusd_epi32(d[r], _mm512_set1_epi32(v), xe);
           e[r] = _mm512_dpbusd_epi32(e[r], _mm512_set1_epi32(u), xo);
         }
+        // Each sum stays in its own register from one dword to the next (without this GCC copies
+        // and spills them every iteration).
+        for (int r = 0; r < R; ++r) __asm__("" : "+v"(d[r]), "+v"(e[r]));
       }
       for (int r = 0; r < R; ++r) {
         const __m512 s = _mm512_set1_ps(sbuf[r][g - gk]);
