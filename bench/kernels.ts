@@ -5,7 +5,8 @@
  * and every kernel as a ratio to them: GEMM on the Conformer's shapes against peak FLOP/s,
  * GEMV on the backbone's shape (f32 / q8 / q4) against the read bandwidth of as many threads, both with one matrix
  * repeated (it stays in the last-level cache) and streamed through copies at least 4× that
- * cache, as a model step reads its weights. numpy's GEMM on the
+ * cache, as a model step reads its weights; a prefill chunk's quantized layer through the prefill
+ * kernel against the row-by-row GEMV pass on the same streamed set. numpy's GEMM on the
  * same shapes is reported beside it when python3 with numpy is available.
  */
 import { spawnSync } from 'node:child_process';
@@ -19,7 +20,11 @@ import {
   gemvScratchFloats,
   kernelIsa,
   linear1,
+  linearPrefill,
+  linearRows,
+  prefillScratchFloats,
   setComputeThreads,
+  type Weights,
 } from '../src/model/blocks/kernels.js';
 import { quantize } from '../src/model/format/quant.js';
 import { native } from '../src/native.js';
@@ -38,6 +43,12 @@ export interface KernelsBenchResult {
   lastLevelCacheBytes: number;
   streamedBytes: number;
   attention: { context: number; tokensPerSecond: number; gflops: number }[];
+  /**
+   * A prefill chunk's quantized layer: 64 positions through streamed copies of the 2048×8192
+   * matrix, the prefill kernel (linearPrefill) against the row-by-row GEMV pass (linearRows),
+   * alternating, in multiply-adds a second.
+   */
+  prefill: { kind: string; threads: number; positions: number; gemmGmacs: number; rowsGmacs: number; ratio: number }[];
   targets: { gemmOfPeak: number; gemvOfBandwidth: number };
 }
 
@@ -140,6 +151,25 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
   // The model's path for quantized weights: int8 activations (linear1), on one and two threads.
   const scratchInt = new Float32Array(gemvScratchFloats(cols));
   const llc = lastLevelCache();
+  const streamedSets = (
+    [
+      ['q8', q8],
+      ['q4', q4],
+    ] as const
+  ).map(([name, q]) => {
+    const one = q.data.byteLength + q.scales.byteLength + q.biases.byteLength;
+    const copies = Math.max(2, Math.ceil((4 * llc) / one));
+    const set: Weights[] = Array.from({ length: copies }, () => ({
+      kind: name,
+      data: q.data.slice(),
+      scales: q.scales.slice(),
+      biases: q.biases.slice(),
+      group: 64,
+      rows,
+      cols,
+    }));
+    return { name, set, copies, one };
+  });
   let streamed = 0;
   try {
     for (const threads of [1, 2]) {
@@ -166,21 +196,7 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
     // cache in all, each read once per pass (the cached rows above re-read one matrix from L3).
     for (const threads of [1, 2]) {
       setComputeThreads(threads);
-      for (const [name, q] of [
-        ['q8', q8],
-        ['q4', q4],
-      ] as const) {
-        const one = q.data.byteLength + q.scales.byteLength + q.biases.byteLength;
-        const copies = Math.max(2, Math.ceil((4 * llc) / one));
-        const set = Array.from({ length: copies }, () => ({
-          kind: name,
-          data: q.data.slice(),
-          scales: q.scales.slice(),
-          biases: q.biases.slice(),
-          group: 64,
-          rows,
-          cols,
-        }));
+      for (const { name, set, copies, one } of streamedSets) {
         const pass = (): void => {
           for (const m of set) linear1(m, x, y, scratchInt);
         };
@@ -195,6 +211,42 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
           bytes: copies * one,
           GBps: round(GBps, 2),
           ofBandwidth: round(GBps / (threads > 1 ? read2 : read), 3),
+        });
+      }
+    }
+  } finally {
+    setComputeThreads(1);
+  }
+  // Prefill: 64 positions through the same streamed copies, the two integer paths alternating.
+  const prefillRows: KernelsBenchResult['prefill'] = [];
+  const positions = 64;
+  const X = Float32Array.from({ length: positions * cols }, (_, j) => Math.sin(j * 0.37));
+  const Y = new Float32Array(positions * rows);
+  const scratchRows = new Float32Array(prefillScratchFloats(positions, cols));
+  try {
+    for (const threads of [1, 2]) {
+      setComputeThreads(threads);
+      for (const { name, set, copies } of streamedSets) {
+        const gemmPass = (): void => {
+          for (const m of set) linearPrefill(m, X, Y, positions, scratchRows);
+        };
+        const rowsPass = (): void => {
+          for (const m of set) linearRows(m, X, Y, positions, scratchRows);
+        };
+        let gemmS = Number.POSITIVE_INFINITY;
+        let rowsS = Number.POSITIVE_INFINITY;
+        for (let round = 0; round < (options.quick === true ? 1 : 3); round++) {
+          gemmS = Math.min(gemmS, best(1, gemmPass));
+          rowsS = Math.min(rowsS, best(1, rowsPass));
+        }
+        const macs = copies * rows * cols * positions;
+        prefillRows.push({
+          kind: name,
+          threads,
+          positions,
+          gemmGmacs: round(macs / gemmS / 1e9, 1),
+          rowsGmacs: round(macs / rowsS / 1e9, 1),
+          ratio: round(rowsS / gemmS, 2),
         });
       }
     }
@@ -224,6 +276,7 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
     lastLevelCacheBytes: llc,
     streamedBytes: streamed,
     attention: attentionRows,
+    prefill: prefillRows,
     targets: { gemmOfPeak: 0.6, gemvOfBandwidth: 0.7 },
   };
 }
@@ -245,6 +298,12 @@ export function format(r: KernelsBenchResult): string {
   );
   for (const g of r.gemv)
     lines.push(`  ${g.kind.padEnd(40)} ${String(g.GBps).padStart(7)} GB/s  ${(g.ofBandwidth * 100).toFixed(1).padStart(5)}% of bandwidth`);
+  lines.push('prefill chunk, 64 positions through streamed copies of the 2048×8192 matrix (multiply-adds a second):');
+  for (const p of r.prefill)
+    lines.push(
+      `  ${p.kind} ${p.threads} thread${p.threads > 1 ? 's' : ' '}  linearPrefill ${String(p.gemmGmacs).padStart(6)} GMAC/s  ` +
+        `linearRows ${String(p.rowsGmacs).padStart(6)} GMAC/s  ×${p.ratio}`,
+    );
   lines.push('tiled attention, one decode step (32 query heads, 8 KV heads × 64):');
   for (const a of r.attention) lines.push(`  context ${String(a.context).padStart(6)}  ${String(a.tokensPerSecond).padStart(9)} tokens/s  ${a.gflops} GFLOP/s`);
   return lines.join('\n');
