@@ -534,7 +534,8 @@ export class Lfm2Stack {
    * omitted) at the state's position; appends them to its caches and returns the final-normed
    * hidden states [n][hidden] (a view of the plan). A `prefill` chunk (a prompt's positions,
    * on a stack planned for it) runs its quantized layers through linearPrefill, whatever n:
-   * its rows' bits do not depend on the chunking, but differ from a step's to rounding.
+   * its rows' bits do not depend on the chunking, but differ from a step's by rounding (which
+   * can move a later layer's int8 activation by one step).
    */
   forward(state: BackboneState, n: number, input: Float32Array | null = null, prefill = false): Float32Array {
     const b = this.dims;
