@@ -178,20 +178,8 @@ export interface NativeAddon {
     K: number,
     scratch: Float32Array | null,
   ): void;
-  /** gemmInt(type, w, scales, biases, group, X, Y, n, M, K, scratch): q8/q4, the prefill kernel. */
-  gemmInt(
-    type: number,
-    w: Uint8Array,
-    scales: Uint16Array,
-    biases: Uint16Array,
-    group: number,
-    X: Float32Array,
-    Y: Float32Array,
-    n: number,
-    M: number,
-    K: number,
-    scratch: Float32Array,
-  ): void;
+  /** The prefill kernel, with gemvRows' arguments; q8/q4 weights and a scratch only (others are refused). */
+  gemmInt: NativeAddon['gemvRows'];
   gemm(
     A: Float32Array,
     type: number,

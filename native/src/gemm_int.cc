@@ -82,7 +82,7 @@ struct VnniGemm {
     const auto* xt = reinterpret_cast<const int32_t*>(t.scratch + L.xt) + tile * kLanes;
     const auto* xs = reinterpret_cast<const float*>(t.scratch + L.xs) + tile * kLanes;
     const auto* xsum = reinterpret_cast<const float*>(t.scratch + L.xsum) + tile * kLanes;
-    const __m512i nib = _mm512_set1_epi8(15);
+    const __m256i nib = _mm256_set1_epi8(15);
     // The rows' bytes of this input block, staged in L1 (q4: low nibbles, then high nibbles, a
     // byte each), so the products below read every row from one base at constant offsets.
     alignas(64) uint8_t wbuf[R][kKBlock];
@@ -92,9 +92,8 @@ struct VnniGemm {
       for (int64_t o = 0; o < span; o += 32) {
         const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + o));
         if constexpr (Q4) {
-          const __m256i n4 = _mm512_castsi512_si256(nib);
-          _mm256_store_si256(reinterpret_cast<__m256i*>(wbuf[r] + o), _mm256_and_si256(v, n4));
-          _mm256_store_si256(reinterpret_cast<__m256i*>(wbuf[r] + kKBlock / 2 + o), _mm256_and_si256(_mm256_srli_epi16(v, 4), n4));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(wbuf[r] + o), _mm256_and_si256(v, nib));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(wbuf[r] + kKBlock / 2 + o), _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
         } else {
           _mm256_store_si256(reinterpret_cast<__m256i*>(wbuf[r] + o), v);
         }
