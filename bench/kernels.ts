@@ -26,6 +26,7 @@ import {
   setComputeThreads,
   type Weights,
 } from '../src/model/blocks/kernels.js';
+import { KEY_TILE } from '../src/model/blocks/backbone.js';
 import { quantize } from '../src/model/format/quant.js';
 import { native } from '../src/native.js';
 import { fastestSeconds as best, readBandwidth, round } from './util.js';
@@ -42,7 +43,8 @@ export interface KernelsBenchResult {
   /** The last-level cache (from the OS) and the working set the streamed GEMV cycles through. */
   lastLevelCacheBytes: number;
   streamedBytes: number;
-  attention: { context: number; tokensPerSecond: number; gflops: number }[];
+  /** Decode attention at the backbone's shape and key tile; KV bytes read per second against the read probe at as many threads. */
+  attention: { context: number; threads: number; tokensPerSecond: number; gflops: number; kvGBps: number; ofBandwidth: number }[];
   /**
    * A prefill chunk's quantized layer: 64 positions through streamed copies of the 2048×8192
    * matrix, the prefill kernel (linearPrefill) against the row-by-row GEMV pass (linearRows),
@@ -255,15 +257,31 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
   }
   // Attention decode at the backbone's shape: one query (32 heads) over a cache of 8 KV heads × 64.
   const attentionRows: KernelsBenchResult['attention'] = [];
-  const scratch = new Float32Array(attentionScratchFloats(1, 256, 64, 4));
-  for (const ctx of options.quick === true ? [1024, 8192] : [1024, 8192, 32768]) {
-    const q = Float32Array.from({ length: 32 * 64 }, (_, j) => ((j * 7) % 13) / 13 - 0.5);
-    const kv = Float32Array.from({ length: ctx * 8 * 64 }, (_, j) => ((j * 5) % 11) / 11 - 0.5);
-    const out = new Float32Array(32 * 64);
-    const shape = { Tq: 1, Tk: ctx, Hq: 32, Hkv: 8, hd: 64, mode: 'causal' as const, qpos0: ctx - 1, tq: 1, tk: 256 };
-    attention(shape, q, kv, kv, out, scratch);
-    const s = best(repeats, () => attention(shape, q, kv, kv, out, scratch));
-    attentionRows.push({ context: ctx, tokensPerSecond: round(1 / s, 1), gflops: round((4 * 32 * 64 * ctx) / s / 1e9, 2) });
+  const scratch = new Float32Array(attentionScratchFloats(1, KEY_TILE, 64, 32, 8));
+  try {
+    for (const ctx of options.quick === true ? [1024, 8192] : [1024, 8192, 32768]) {
+      const q = Float32Array.from({ length: 32 * 64 }, (_, j) => ((j * 7) % 13) / 13 - 0.5);
+      const k = Float32Array.from({ length: ctx * 8 * 64 }, (_, j) => ((j * 5) % 11) / 11 - 0.5);
+      const v = Float32Array.from(k, (x) => -x);
+      const out = new Float32Array(32 * 64);
+      const shape = { Tq: 1, Tk: ctx, Hq: 32, Hkv: 8, hd: 64, mode: 'causal' as const, qpos0: ctx - 1, tq: 1, tk: KEY_TILE };
+      for (const threads of [1, 2]) {
+        setComputeThreads(threads);
+        attention(shape, q, k, v, out, scratch);
+        const s = best(repeats, () => attention(shape, q, k, v, out, scratch));
+        const kvGBps = (k.byteLength + v.byteLength) / s / 1e9;
+        attentionRows.push({
+          context: ctx,
+          threads,
+          tokensPerSecond: round(1 / s, 1),
+          gflops: round((4 * 32 * 64 * ctx) / s / 1e9, 2),
+          kvGBps: round(kvGBps, 2),
+          ofBandwidth: round(kvGBps / (threads === 1 ? read : read2), 3),
+        });
+      }
+    }
+  } finally {
+    setComputeThreads(1);
   }
   return {
     bench: 'kernels',
@@ -304,7 +322,11 @@ export function format(r: KernelsBenchResult): string {
       `  ${p.kind} ${p.threads} thread${p.threads > 1 ? 's' : ' '}  linearPrefill ${String(p.gemmGmacs).padStart(6)} GMAC/s  ` +
         `linearRows ${String(p.rowsGmacs).padStart(6)} GMAC/s  ×${p.ratio}`,
     );
-  lines.push('tiled attention, one decode step (32 query heads, 8 KV heads × 64):');
-  for (const a of r.attention) lines.push(`  context ${String(a.context).padStart(6)}  ${String(a.tokensPerSecond).padStart(9)} tokens/s  ${a.gflops} GFLOP/s`);
+  lines.push("tiled attention, one decode step (32 query heads, 8 KV heads × 64, f32 cache, the backbone's key tile); the cache read per second:");
+  for (const a of r.attention)
+    lines.push(
+      `  context ${String(a.context).padStart(6)}, ${a.threads} thread${a.threads === 1 ? ' ' : 's'}  ${String(a.tokensPerSecond).padStart(9)} tokens/s  ` +
+        `${String(a.gflops).padStart(6)} GFLOP/s  ${String(a.kvGBps).padStart(6)} GB/s  ${(a.ofBandwidth * 100).toFixed(1).padStart(5)}% of bandwidth`,
+    );
   return lines.join('\n');
 }

@@ -270,7 +270,7 @@ export interface NativeAddon {
   gemvScratchBytes(K: number, group: number): number;
   gemmIntScratchBytes(n: number, K: number, group: number): number;
   /** Floats of scratch the tiled attention needs (never a function of the sequence length). */
-  attentionScratchFloats(tq: number, tk: number, hd: number, group: number): number;
+  attentionScratchFloats(tq: number, tk: number, hd: number, group: number, hkv: number): number;
   /** Floats of packing scratch gemm needs. */
   readonly gemmPackFloats: number;
   /** The named slots of the resampler's state block (a Float64Array the caller owns). */

@@ -539,16 +539,23 @@ Napi::Value GemmIntScratchBytesValue(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(voxslab::GemmIntScratchBytes(n, K, static_cast<int>(group))));
 }
 
-// attentionScratchFloats(tq, tk, hd, group)
+// Attention's scratch floats, its terms bounded first (each is at most hkv·(group·tq + tk + 16)·(3·hd + 2)).
+size_t AttentionScratchNeed(const Napi::CallbackInfo& info, const char* fn, int64_t tq, int64_t tk, int64_t hd, int64_t group, int64_t hkv) {
+  const auto rows = static_cast<int64_t>(Mul(info, fn, {group, tq}));
+  Mul(info, fn, {hkv, rows + tk + 16, 3 * hd + 2});
+  return static_cast<size_t>(voxslab::AttentionScratchFloats(tq, tk, hd, group, hkv));
+}
+
+// attentionScratchFloats(tq, tk, hd, group, hkv)
 Napi::Value AttentionScratchFloatsValue(const Napi::CallbackInfo& info) {
   const char* fn = "attentionScratchFloats";
-  ExpectArgs(info, 4, fn);
+  ExpectArgs(info, 5, fn);
   const int64_t tq = CountArg(info, 0, fn, "tq");
   const int64_t tk = CountArg(info, 1, fn, "tk");
   const int64_t hd = CountArg(info, 2, fn, "hd");
   const int64_t group = CountArg(info, 3, fn, "group");
-  Mul(info, fn, {tq + group, tk + hd, 4});
-  return Napi::Number::New(info.Env(), static_cast<double>(voxslab::AttentionScratchFloats(tq, tk, hd, group)));
+  const int64_t hkv = CountArg(info, 4, fn, "hkv");
+  return Napi::Number::New(info.Env(), static_cast<double>(AttentionScratchNeed(info, fn, tq, tk, hd, group, hkv)));
 }
 
 // Y[t] = W·X[t] over n rows: gemvRows(type, w, scales, biases, group, X, Y, n, M, K, scratch | null)
@@ -763,7 +770,7 @@ Napi::Value AttentionValue(const Napi::CallbackInfo& info) {
     u = F32Arg(info, 5, fn, "u", Mul(info, fn, {a.Hq, a.hd})).data;
     vb = F32Arg(info, 6, fn, "vb", Mul(info, fn, {a.Hq, a.hd})).data;
   }
-  auto scratch = F32Arg(info, 7, fn, "scratch", static_cast<size_t>(voxslab::AttentionScratchFloats(a.tq, a.tk, a.hd, a.Hq / a.Hkv)));
+  auto scratch = F32Arg(info, 7, fn, "scratch", AttentionScratchNeed(info, fn, a.tq, a.tk, a.hd, a.Hq / a.Hkv, a.Hkv));
   if (Overlap(out, q) || Overlap(out, k) || Overlap(out, v) || Overlap(scratch, out) || Overlap(scratch, q) || Overlap(scratch, k) || Overlap(scratch, v)) {
     ThrowRange(info.Env(), "attention: out and scratch must not overlap the inputs");
   }

@@ -1,181 +1,184 @@
-// Tiled attention with an online softmax, and the vector helpers it runs on.
+// Tiled attention with an online softmax: the core (attention_core.h) compiled for each
+// instruction set, split over KV heads among the calling thread's helpers.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 
 #include "cpu.h"
 #include "kernels.h"
+#include "pool.h"
 #include "simd.h"
 
 namespace voxslab {
 
 namespace {
 
-float DotF(const float* a, const float* b, int64_t n) { return DotFixed4(a, b, n); }
+// The scalar vocabulary: one lane.
+namespace scalar {
+using Vec = float;
+constexpr int kLanes = 1;
+constexpr int kPvVectors = 4;
+inline Vec Zero() { return 0.0f; }
+inline Vec Load(const float* p) { return *p; }
+inline Vec LoadHalf(const uint16_t* p) { return F16(*p); }
+inline void StoreU(float* p, Vec v) { *p = v; }
+inline Vec Splat(float x) { return x; }
+inline Vec Fma(Vec a, Vec b, Vec c) { return a * b + c; }
+inline Vec Add(Vec a, Vec b) { return a + b; }
+inline Vec Sub(Vec a, Vec b) { return a - b; }
+inline Vec Max(Vec a, Vec b) { return std::max(a, b); }
+inline float MaxOf(Vec v) { return v; }
+inline float Sum(Vec v) { return v; }
+inline void Sum4(Vec a, Vec b, Vec c, Vec d, float* out) {
+  out[0] = a;
+  out[1] = b;
+  out[2] = c;
+  out[3] = d;
+}
+inline Vec Exp(Vec x) { return std::exp(x); }
+#include "attention_core.h"
+}  // namespace scalar
 
 #ifdef VOXSLAB_X86
-__attribute__((target("avx2,fma"))) float DotAvx(const float* a, const float* b, int64_t n) {
-  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-    s1 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i + 8), _mm256_loadu_ps(b + i + 8), s1);
-  }
-  for (; i + 8 <= n; i += 8) s0 = _mm256_fmadd_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i), s0);
-  float t = 0;
-  for (; i < n; ++i) t += a[i] * b[i];
-  return Hsum(_mm256_add_ps(s0, s1)) + t;
+// e^x for x ≤ 0 (a score minus the running maximum): x = n·ln2 + r with |r| ≤ ln2/2 (ln2 in two
+// parts), e^r by Cephes' expf polynomial (relative error about 10⁻⁷), 2^n into the exponent
+// bits; below −87 (and for NaN) it is 0.
+constexpr float kExpLo = -87.0f, kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+namespace avx2 {
+using Vec = __m256;
+constexpr int kLanes = 8;
+constexpr int kPvVectors = 2;  // 4 rows × 2 accumulators in 16 registers
+inline Vec Zero() { return _mm256_setzero_ps(); }
+inline Vec Load(const float* p) { return _mm256_loadu_ps(p); }
+inline Vec LoadHalf(const uint16_t* p) { return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))); }
+inline void StoreU(float* p, Vec v) { _mm256_storeu_ps(p, v); }
+inline Vec Splat(float x) { return _mm256_set1_ps(x); }
+inline Vec Fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
+inline Vec Add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
+inline Vec Sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
+inline Vec Max(Vec a, Vec b) { return _mm256_max_ps(a, b); }
+inline float MaxOf(Vec v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  return _mm_cvtss_f32(_mm_max_ss(m, _mm_movehdup_ps(m)));
 }
+inline float Sum(Vec v) { return Hsum(v); }
+// Four horizontal sums at once, each vector's lanes added in the same order in every slot.
+inline void Sum4(Vec a, Vec b, Vec c, Vec d, float* out) {
+  const auto half = [](Vec v) { return _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1)); };
+  _mm_storeu_ps(out, _mm_hadd_ps(_mm_hadd_ps(half(a), half(b)), _mm_hadd_ps(half(c), half(d))));
+}
+inline Vec Exp(Vec x) {
+  const Vec xc = _mm256_max_ps(x, _mm256_set1_ps(kExpLo));
+  const Vec n = _mm256_round_ps(_mm256_mul_ps(xc, _mm256_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const Vec r = _mm256_sub_ps(_mm256_sub_ps(xc, _mm256_mul_ps(n, _mm256_set1_ps(kLn2Hi))), _mm256_mul_ps(n, _mm256_set1_ps(kLn2Lo)));
+  Vec y = _mm256_set1_ps(kExpP[0]);
+  for (int i = 1; i < 6; ++i) y = _mm256_fmadd_ps(y, r, _mm256_set1_ps(kExpP[i]));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(r, r), _mm256_add_ps(r, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), _mm256_cmp_ps(x, _mm256_set1_ps(kExpLo), _CMP_GE_OQ));
+}
+#include "attention_core.h"
+}  // namespace avx2
+#pragma GCC pop_options
+
+// GCC 12 reports the intrinsics' own undefined pass-through operands as uninitialized.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC push_options
+#pragma GCC target("avx512f")
+namespace avx512 {
+using Vec = __m512;
+constexpr int kLanes = 16;
+constexpr int kPvVectors = 4;  // 4 rows × 4 accumulators in 32 registers
+inline Vec Zero() { return _mm512_setzero_ps(); }
+inline Vec Load(const float* p) { return _mm512_loadu_ps(p); }
+inline Vec LoadHalf(const uint16_t* p) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))); }
+inline void StoreU(float* p, Vec v) { _mm512_storeu_ps(p, v); }
+inline Vec Splat(float x) { return _mm512_set1_ps(x); }
+inline Vec Fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
+inline Vec Add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
+inline Vec Sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
+inline Vec Max(Vec a, Vec b) { return _mm512_max_ps(a, b); }
+inline float MaxOf(Vec v) { return _mm512_reduce_max_ps(v); }
+inline float Sum(Vec v) { return Hsum512(v); }
+// Four horizontal sums at once, each vector's lanes added in the same order in every slot.
+inline void Sum4(Vec a, Vec b, Vec c, Vec d, float* out) {
+  const auto quarter = [](Vec v) {
+    const __m256 h = _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+    return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+  };
+  _mm_storeu_ps(out, _mm_hadd_ps(_mm_hadd_ps(quarter(a), quarter(b)), _mm_hadd_ps(quarter(c), quarter(d))));
+}
+inline Vec Exp(Vec x) {
+  const Vec xc = _mm512_max_ps(x, _mm512_set1_ps(kExpLo));
+  const Vec n = _mm512_roundscale_ps(_mm512_mul_ps(xc, _mm512_set1_ps(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const Vec r = _mm512_sub_ps(_mm512_sub_ps(xc, _mm512_mul_ps(n, _mm512_set1_ps(kLn2Hi))), _mm512_mul_ps(n, _mm512_set1_ps(kLn2Lo)));
+  Vec y = _mm512_set1_ps(kExpP[0]);
+  for (int i = 1; i < 6; ++i) y = _mm512_fmadd_ps(y, r, _mm512_set1_ps(kExpP[i]));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+  const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpLo), _CMP_GE_OQ), _mm512_mul_ps(y, _mm512_castsi512_ps(e)));
+}
+#include "attention_core.h"
+}  // namespace avx512
+#pragma GCC pop_options
+#pragma GCC diagnostic pop
 #endif
 
-// y += a·x over n floats.
-void AxpyF(float a, const float* x, float* y, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
-}
+using HeadsFn = void (*)(const AttentionParams&, const float*, const void*, const void*, float*, const float*, const float*,
+                         const float*, float*, int64_t, int64_t, int64_t);
 
+HeadsFn ChooseHeads() {
 #ifdef VOXSLAB_X86
-__attribute__((target("avx2,fma"))) void AxpyAvx(float a, const float* x, float* y, int64_t n) {
-  const __m256 av = _mm256_set1_ps(a);
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _mm256_fmadd_ps(av, _mm256_loadu_ps(x + i), _mm256_loadu_ps(y + i)));
-  for (; i < n; ++i) y[i] = std::fma(a, x[i], y[i]);
-}
+  if (ChosenIsa() == Isa::kAvx512) return avx512::AttentionHeads;
+  if (ChosenIsa() == Isa::kAvx2) return avx2::AttentionHeads;
 #endif
+  return scalar::AttentionHeads;
+}
+const HeadsFn kHeads = ChooseHeads();
 
-void HalfRowScalar(const uint16_t* h, float* out, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) out[i] = F16(h[i]);
+// Floats of one KV head's slot, rounded to whole cache lines so threads never share one.
+int64_t SlotFloats(int64_t tq, int64_t tk, int64_t hd, int64_t group) {
+  return (4 * tk + group * tq * (2 + 3 * hd) + 2 * tk * hd + 15) & ~int64_t{15};
 }
 
-#ifdef VOXSLAB_X86
-__attribute__((target("avx2,f16c"))) void HalfRowF16c(const uint16_t* h, float* out, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(out + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h + i))));
-  for (; i < n; ++i) out[i] = F16(h[i]);
-}
-#endif
+struct HeadsTask {
+  const AttentionParams* a;
+  const float* q;
+  const void* k;
+  const void* v;
+  float* out;
+  const float *p, *u, *vb;
+  float* scratch;
+  int64_t slot;
+};
 
-// The helpers' paths follow the kernels' chosen instruction set (cpu.h).
-#ifdef VOXSLAB_X86
-const bool kVector = ChosenIsa() != Isa::kScalar;
-const auto kAxpy = kVector ? AxpyAvx : AxpyF;
-const auto kDotF = kVector ? DotAvx : DotF;
-const auto kHalfRow = kVector ? HalfRowF16c : HalfRowScalar;
-#else
-const auto kAxpy = AxpyF;
-const auto kDotF = DotF;
-const auto kHalfRow = HalfRowScalar;
-#endif
+void RunHeads(const void* c, int64_t kh0, int64_t kh1) {
+  const HeadsTask& t = *static_cast<const HeadsTask*>(c);
+  kHeads(*t.a, t.q, t.k, t.v, t.out, t.p, t.u, t.vb, t.scratch, t.slot, kh0, kh1);
+}
 
 }  // namespace
 
-int64_t AttentionScratchFloats(int64_t tq, int64_t tk, int64_t hd, int64_t group) {
-  // scores [tq][tk]; per query head of a KV group: max and sum [tq], acc, q+u and q+v [tq][hd];
-  // one widened key row and one value row [hd] (f16 caches).
-  return tq * tk + group * (2 * tq + 3 * tq * hd) + 2 * hd;
+int64_t AttentionScratchFloats(int64_t tq, int64_t tk, int64_t hd, int64_t group, int64_t hkv) {
+  // One slot per KV head: a block of four query rows' scores [4][tk]; per query row of the group's tile its max
+  // and sum, accumulator, q+u and q+v [hd]; the key tile's widened keys and values [tk][hd].
+  return hkv * SlotFloats(tq, tk, hd, group);
 }
 
 void Attention(const AttentionParams& a, const float* q, const void* kraw, const void* vraw, float* out, const float* p,
                const float* u, const float* vb, float* scratch) {
-  const int64_t hd = a.hd;
   const int64_t group = a.Hq / a.Hkv;
-  const int64_t tq = a.tq;
-  float* sc = scratch;
-  float* mx = sc + tq * a.tk;       // [group][tq]
-  float* sm = mx + group * tq;      // [group][tq]
-  float* acc = sm + group * tq;     // [group][tq][hd]
-  float* qu = acc + group * tq * hd;
-  float* qv = qu + group * tq * hd;
-  float* krow = qv + group * tq * hd;
-  float* vrow = krow + hd;
-  const bool rel = p != nullptr;
-  const float* kf = static_cast<const float*>(kraw);
-  const float* vf = static_cast<const float*>(vraw);
-  const uint16_t* kh16 = static_cast<const uint16_t*>(kraw);
-  const uint16_t* vh16 = static_cast<const uint16_t*>(vraw);
-  auto keyRow = [&](int64_t at) -> const float* {
-    if (!a.kvF16) return kf + at;
-    kHalfRow(kh16 + at, krow, hd);
-    return krow;
-  };
-  auto valueRow = [&](int64_t at) -> const float* {
-    if (!a.kvF16) return vf + at;
-    kHalfRow(vh16 + at, vrow, hd);
-    return vrow;
-  };
-  // KV head outermost: each key tile serves every query head of its group while it is cached.
-  for (int64_t kh = 0; kh < a.Hkv; ++kh) {
-    for (int64_t i0 = 0; i0 < a.Tq; i0 += tq) {
-      const int64_t nq = std::min(tq, a.Tq - i0);
-      for (int64_t gh = 0; gh < group; ++gh) {
-        const int64_t h = kh * group + gh;
-        for (int64_t i = 0; i < nq; ++i) {
-          const int64_t s = gh * tq + i;
-          mx[s] = -INFINITY;
-          sm[s] = 0.0f;
-          const float* qi = q + ((i0 + i) * a.Hq + h) * hd;
-          for (int64_t d = 0; d < hd; ++d) {
-            acc[s * hd + d] = 0.0f;
-            qu[s * hd + d] = rel ? qi[d] + u[h * hd + d] : qi[d];
-            qv[s * hd + d] = rel ? qi[d] + vb[h * hd + d] : 0.0f;
-          }
-        }
-      }
-      // Key range any query of the tile can see.
-      const int64_t qlo = a.qpos0 + i0, qhi = a.qpos0 + i0 + nq - 1;
-      int64_t jlo = 0, jhi = a.Tk - 1;
-      if (a.mask != AttentionMask::kFull) jhi = std::min(jhi, qhi - a.kpos0);
-      if (a.mask == AttentionMask::kSliding) jlo = std::max<int64_t>(0, qlo - a.window + 1 - a.kpos0);
-      for (int64_t j0 = jlo; j0 <= jhi; j0 += a.tk) {
-        const int64_t nk = std::min(a.tk, jhi - j0 + 1);
-        for (int64_t gh = 0; gh < group; ++gh) {
-          const int64_t h = kh * group + gh;
-          for (int64_t i = 0; i < nq; ++i) {
-            const int64_t st = gh * tq + i;
-            const int64_t qp = a.qpos0 + i0 + i;
-            float tileMax = -INFINITY;
-            for (int64_t jj = 0; jj < nk; ++jj) {
-              const int64_t j = j0 + jj;
-              const int64_t kp = a.kpos0 + j;
-              const bool visible = a.mask == AttentionMask::kFull || (kp <= qp && (a.mask == AttentionMask::kCausal || kp > qp - a.window));
-              float s = -INFINITY;
-              if (visible) {
-                s = kDotF(qu + st * hd, keyRow((j * a.Hkv + kh) * hd), hd);
-                if (rel) s += kDotF(qv + st * hd, p + ((a.Tk - 1 - ((i0 + i) - j)) * a.Hq + h) * hd, hd);
-                s *= a.scale;
-              }
-              sc[i * a.tk + jj] = s;
-              tileMax = std::max(tileMax, s);
-            }
-            if (tileMax == -INFINITY) continue;
-            const float m = std::max(mx[st], tileMax);
-            const float alpha = mx[st] == -INFINITY ? 0.0f : std::exp(mx[st] - m);
-            float* ai = acc + st * hd;
-            if (alpha != 1.0f)
-              for (int64_t d = 0; d < hd; ++d) ai[d] *= alpha;
-            float l = sm[st] * alpha;
-            for (int64_t jj = 0; jj < nk; ++jj) {
-              const float s = sc[i * a.tk + jj];
-              if (s == -INFINITY) continue;
-              const float w = std::exp(s - m);
-              l += w;
-              kAxpy(w, valueRow(((j0 + jj) * a.Hkv + kh) * hd), ai, hd);
-            }
-            mx[st] = m;
-            sm[st] = l;
-          }
-        }
-      }
-      for (int64_t gh = 0; gh < group; ++gh) {
-        const int64_t h = kh * group + gh;
-        for (int64_t i = 0; i < nq; ++i) {
-          const int64_t st = gh * tq + i;
-          float* o = out + ((i0 + i) * a.Hq + h) * hd;
-          const float inv = sm[st] > 0 ? 1.0f / sm[st] : 0.0f;
-          for (int64_t d = 0; d < hd; ++d) o[d] = acc[st * hd + d] * inv;
-        }
-      }
-    }
-  }
+  const HeadsTask task{&a, q, kraw, vraw, out, p, u, vb, scratch, SlotFloats(a.tq, a.tk, a.hd, group)};
+  // Multiply-adds of the scores and the weighted values (all keys: an upper bound under a mask).
+  const int64_t work = 2 * a.Tq * a.Tk * a.Hq * a.hd * (p != nullptr ? 2 : 1);
+  Pool().Run(RunHeads, &task, a.Hkv, 1, work);
 }
 
 }  // namespace voxslab

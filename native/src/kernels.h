@@ -105,7 +105,8 @@ void Rope(float* x, const float* cos, const float* sin, int64_t rows, int64_t he
 // query pos). With `p` non-null (relative position, full context, Tq = Tk = T): p [2T−1][Hq][hd]
 // holds linear_pos of relative positions T−1 … −(T−1), u and v [Hq][hd] the pos biases, and
 // score(i, j) = ((q_i + u)·k_j + (q_i + v)·p_{T−1−(i−j)})·scale.
-// scratch: AttentionScratchFloats(tq, tk, hd, Hq / Hkv) floats (never a function of T).
+// scratch: AttentionScratchFloats(tq, tk, hd, Hq / Hkv, Hkv) floats (never a function of T): one
+// slot per KV head, so the KV heads split among the calling thread's helpers (pool.h).
 // k and v are f32, or f16 (IEEE half) when kvF16 is set: a half-size KV cache; each key and
 // value row is widened to f32 in the scratch as it is read.
 struct AttentionParams {
@@ -116,7 +117,7 @@ struct AttentionParams {
   int64_t tq, tk;
   bool kvF16;
 };
-int64_t AttentionScratchFloats(int64_t tq, int64_t tk, int64_t hd, int64_t group);
+int64_t AttentionScratchFloats(int64_t tq, int64_t tk, int64_t hd, int64_t group, int64_t hkv);
 void Attention(const AttentionParams& a, const float* q, const void* k, const void* v, float* out, const float* p,
                const float* u, const float* vb, float* scratch);
 

@@ -70,7 +70,7 @@ function run(c: Case, seed: number, tq = 64, tk = 64): { got: Float32Array; want
   const v = rand(c.T * c.Hkv * c.hd);
   const rel = c.rel === true ? { p: rand((2 * c.T - 1) * c.Hq * c.hd), u: rand(c.Hq * c.hd), v: rand(c.Hq * c.hd) } : null;
   const out = new Float32Array(Tq * c.Hq * c.hd);
-  const scratch = new Float32Array(attentionScratchFloats(tq, tk, c.hd, c.Hq / c.Hkv));
+  const scratch = new Float32Array(attentionScratchFloats(tq, tk, c.hd, c.Hq, c.Hkv));
   const shape = { Tq, Tk: c.T, Hq: c.Hq, Hkv: c.Hkv, hd: c.hd, mode: c.mode, tq, tk, qpos0: c.qpos0 ?? 0 } as const;
   attention(c.window === undefined ? shape : { ...shape, window: c.window }, q, k, v, out, scratch, rel);
   return { got: out, want: reference(c, q, k, v, rel) };
@@ -123,8 +123,10 @@ t.test('tile sizes do not change the result beyond rounding', async (t) => {
 });
 
 t.test('scratch depends on the tiles only, never on the sequence length', async (t) => {
-  const floats = attentionScratchFloats(64, 64, 64);
-  t.equal(floats, 64 * 64 + 2 * 64 + 3 * 64 * 64 + 2 * 64, 'scores, max and sum, accumulators, and one widened key and value row');
+  const floats = attentionScratchFloats(64, 64, 64, 1, 1);
+  t.equal(floats, 4 * 64 + 64 * (2 + 3 * 64) + 2 * 64 * 64, "four rows' scores; per query row max, sum, accumulator, q+u, q+v; the key and value tiles");
+  t.equal(attentionScratchFloats(64, 64, 64, 8, 2), 2 * (4 * 64 + 4 * 64 * (2 + 3 * 64) + 2 * 64 * 64), 'one slot per KV head, for its query heads');
+  t.equal(attentionScratchFloats(1, 3, 5, 1, 1), 64, 'a slot is whole cache lines: 12 + 17 + 30 floats take 64');
   // The same scratch serves T = 128 and T = 4096.
   for (const T of [128, 4096]) {
     const q = new Float32Array(T * 64);
@@ -225,7 +227,7 @@ t.test('an f16 KV cache reads as its values widened to f32, bit for bit', async 
   const v16 = Uint16Array.from({ length: Tk * Hkv * hd }, () => f32ToF16(r() * 2 - 1));
   const k32 = Float32Array.from(k16, (h) => f16ToF32(h));
   const v32 = Float32Array.from(v16, (h) => f16ToF32(h));
-  const scratch = new Float32Array(attentionScratchFloats(1, 16, hd, Hq / Hkv));
+  const scratch = new Float32Array(attentionScratchFloats(1, 16, hd, Hq, Hkv));
   for (const [mode, window] of [
     [1, 0],
     [2, 30],
@@ -243,4 +245,92 @@ t.test('an f16 KV cache reads as its values widened to f32, bit for bit', async 
     () => native.attention(q, k16, new Uint16Array(4), new Float32Array(Hq * hd), null, null, null, scratch, 1, Tk, Hq, Hkv, hd, Tk - 1, 0, 0, 1, 0.25, 1, 16),
     /k and v need/,
   );
+});
+
+t.test('the KV heads split over two compute threads give the bits of one thread (f32 and f16 caches, every mask, relative positions)', async (t) => {
+  const { setComputeThreads } = await import('../../src/model/blocks/kernels.js');
+  const r = prng(47);
+  const rand = (n: number) => Float32Array.from({ length: n }, () => r() * 2 - 1);
+  const shapes = [
+    { Tq: 1, Tk: 700, Hq: 32, Hkv: 8, hd: 64, mode: 'causal', qpos0: 699, tq: 1, tk: 64 },
+    { Tq: 40, Tk: 300, Hq: 32, Hkv: 8, hd: 64, mode: 'causal', qpos0: 260, tq: 40, tk: 64 },
+    { Tq: 40, Tk: 300, Hq: 8, Hkv: 2, hd: 64, mode: 'sliding', window: 100, qpos0: 260, tq: 16, tk: 64 },
+    { Tq: 90, Tk: 90, Hq: 8, Hkv: 8, hd: 64, mode: 'full', tq: 32, tk: 32, rel: true },
+  ] as const;
+  try {
+    for (const s of shapes) {
+      const q = rand(s.Tq * s.Hq * s.hd);
+      const k = rand(s.Tk * s.Hkv * s.hd);
+      const v = rand(s.Tk * s.Hkv * s.hd);
+      const rel = 'rel' in s ? { p: rand((2 * s.Tk - 1) * s.Hq * s.hd), u: rand(s.Hq * s.hd), v: rand(s.Hq * s.hd) } : null;
+      const scratch = new Float32Array(attentionScratchFloats(s.tq, s.tk, s.hd, s.Hq, s.Hkv));
+      for (const f16 of rel === null ? [false, true] : [false]) {
+        const K = f16 ? Uint16Array.from(k, (x) => f32ToF16(x)) : k;
+        const V = f16 ? Uint16Array.from(v, (x) => f32ToF16(x)) : v;
+        const outs = [1, 2].map((threads) => {
+          setComputeThreads(threads);
+          const out = new Float32Array(s.Tq * s.Hq * s.hd);
+          attention(s, q, K, V, out, scratch, rel);
+          return out;
+        });
+        t.same(
+          Buffer.from(outs[1]!.buffer),
+          Buffer.from(outs[0]!.buffer),
+          `${s.mode}${rel ? ' rel-pos' : ''} Tq=${s.Tq} Tk=${s.Tk} H=${s.Hq}/${s.Hkv}${f16 ? ' f16' : ''}: the same bytes`,
+        );
+      }
+    }
+  } finally {
+    setComputeThreads(1);
+  }
+});
+
+t.test("a query row's output does not depend on the rows computed beside it: each row of a chunk equals that query alone, bit for bit", async (t) => {
+  const r = prng(53);
+  const rand = (n: number) => Float32Array.from({ length: n }, () => r() * 2 - 1);
+  for (const [mode, window] of [
+    ['causal', 0],
+    ['sliding', 70],
+  ] as const) {
+    const Tk = 200;
+    const Hq = 8;
+    const Hkv = 2;
+    const hd = 64;
+    const n = 50;
+    const q = rand(n * Hq * hd);
+    const k = rand(Tk * Hkv * hd);
+    const v = rand(Tk * Hkv * hd);
+    const chunk = new Float32Array(n * Hq * hd);
+    const scratch = new Float32Array(attentionScratchFloats(n, 64, hd, Hq, Hkv));
+    const m = { causal: 1, sliding: 2 }[mode];
+    native.attention(q, k, v, chunk, null, null, null, scratch, n, Tk, Hq, Hkv, hd, Tk - n, 0, window, m, 0.125, n, 64);
+    let same = 0;
+    for (let i = 0; i < n; i++) {
+      const one = new Float32Array(Hq * hd);
+      native.attention(
+        q.subarray(i * Hq * hd, (i + 1) * Hq * hd),
+        k,
+        v,
+        one,
+        null,
+        null,
+        null,
+        scratch,
+        1,
+        Tk,
+        Hq,
+        Hkv,
+        hd,
+        Tk - n + i,
+        0,
+        window,
+        m,
+        0.125,
+        n,
+        64,
+      );
+      if (Buffer.from(one.buffer).equals(Buffer.from(chunk.buffer, i * Hq * hd * 4, Hq * hd * 4))) same++;
+    }
+    t.equal(same, n, `${mode}: all ${n} rows`);
+  }
 });

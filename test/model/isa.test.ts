@@ -56,5 +56,5 @@ t.test("the facade's scratch sizes are the addon's: gemvInt takes exactly gemvSc
     t.throws(() => native.gemvInt(3, w, sc, sc, 32, x, y, M, K, new Float32Array(need - 1)), /scratch has/, `K=${K}: one float less is refused`);
   }
   t.equal(GEMM_PACK_FLOATS, native.gemmPackFloats);
-  t.equal(attentionScratchFloats(64, 64, 64, 4), native.attentionScratchFloats(64, 64, 64, 4));
+  t.equal(attentionScratchFloats(64, 64, 64, 32, 8), native.attentionScratchFloats(64, 64, 64, 4, 8));
 });

@@ -43,7 +43,8 @@ import '../categories.js';
 /** RMSNorm epsilon of every LFM2 norm (MODEL.md). */
 export const EPS = 1e-5;
 const F32 = 4;
-const KEY_TILE = 64;
+/** Keys per attention tile in the backbone (the bench measures decode attention with it). */
+export const KEY_TILE = 64;
 /** Conversations one batched backbone step serves (Lfm2Stack.forwardRows). */
 export const STEP_BATCH = 2;
 
@@ -104,7 +105,7 @@ export function lfm2Pass(b: Lfm2Dims, chunk: number, prefill = false): PassBuild
     'att.tiles',
     ['att.q', 'kv_cache'],
     [
-      { name: 'att.scratch', bytes: attentionScratchFloats(n, KEY_TILE, b.headDim, b.heads / b.kvHeads) * F32 },
+      { name: 'att.scratch', bytes: attentionScratchFloats(n, KEY_TILE, b.headDim, b.heads, b.kvHeads) * F32 },
       { name: 'att.ctx', bytes: n * qd * F32 },
     ],
   );

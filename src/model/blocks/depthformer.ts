@@ -59,7 +59,7 @@ export function depthformerPass(config: ModelConfig, rows = 1): PassBuilder {
   s('up', f.ffn);
   s('act', f.ffn);
   s('logits', config.audio.codes);
-  s('scratch', attentionScratchFloats(1, cb, f.headDim, f.heads / f.kvHeads));
+  s('scratch', attentionScratchFloats(1, cb, f.headDim, f.heads, f.kvHeads));
   s('gemv.scratch', gemvScratchFloats(widest));
   p.op('step', ['hidden', 'depth_kv']);
   return p;

@@ -252,22 +252,25 @@ const MODES: Record<AttentionMode, number> = ATTENTION_MASK;
 
 /**
  * Scratch floats the tiled attention needs: a function of the tiles, the head size and the
- * GQA group (query heads per KV head) only — never of the sequence length.
+ * head counts only — never of the sequence length. It holds one slot per KV head, so a call's
+ * KV heads can run on the compute threads at once.
  */
-export function attentionScratchFloats(tq: number, tk: number, hd: number, group = 1): number {
-  return native.attentionScratchFloats(tq, tk, hd, group);
+export function attentionScratchFloats(tq: number, tk: number, hd: number, heads: number, kvHeads: number): number {
+  if (!Number.isInteger(heads / kvHeads)) throw new ArgumentError(`attentionScratchFloats: ${kvHeads} KV heads must divide ${heads} heads`);
+  return native.attentionScratchFloats(tq, tk, hd, heads / kvHeads, kvHeads);
 }
 
 /**
  * Tiled attention with an online softmax (see native/src/kernels.h): q [Tq][Hq][hd],
- * k, v [Tk][Hkv][hd] → out [Tq][Hq][hd]. `rel` gives the Conformer's relative-position terms:
+ * k, v [Tk][Hkv][hd] (f32, or f16 bits in a Uint16Array) → out [Tq][Hq][hd]; its KV heads are
+ * split among the compute threads. `rel` gives the Conformer's relative-position terms:
  * p [2T−1][Hq][hd] (linear_pos of positions T−1 … −(T−1)), u and v [Hq][hd].
  */
 export function attention(
   s: AttentionShape,
   q: Float32Array,
-  k: Float32Array,
-  v: Float32Array,
+  k: Float32Array | Uint16Array,
+  v: Float32Array | Uint16Array,
   out: Float32Array,
   scratch: Float32Array,
   rel: { p: Float32Array; u: Float32Array; v: Float32Array } | null = null,

@@ -144,7 +144,11 @@ export function encoderPass(config: ModelConfig, o: EncoderPlanOptions): PassBui
       'att.tiles',
       ['att.q', 'att.k', 'att.v', 'att.p'],
       [
-        { name: 'att.scratch', bytes: attentionScratchFloats(tq, tk, hd, 1) * F32, layout: 'f32 scores, max, sum, acc, q+u, q+v' },
+        {
+          name: 'att.scratch',
+          bytes: attentionScratchFloats(tq, tk, hd, H, H) * F32,
+          layout: 'f32 per head: scores, max, sum, acc, q+u, q+v, key and value tiles',
+        },
         { name: 'att.ctx', bytes: Tp * d * F32 },
       ],
     );

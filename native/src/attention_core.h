@@ -1,0 +1,256 @@
+// A range of KV heads' share of tiled attention, written once over a vector vocabulary (Vec, kLanes,
+// kPvVectors, Zero, Load, LoadHalf, StoreU, Splat, Fma, Add, Sub, Max, MaxOf, Sum, Sum4, Exp) and included once per instruction
+// set by attention.cc, inside that set's namespace. No include guard: that is the point.
+//
+// Each KV head's query heads and query tiles run in a fixed order, in the head's own slot of
+// the scratch, so a call split over KV heads among threads gives the bits of one thread.
+// Per key tile an f16 cache's key and value rows are widened once, for every query head of
+// the group; a query row sees one contiguous range of keys under every mask, so only visible
+// keys are scored.
+
+// n f16 values widened to f32.
+inline void WidenV(const uint16_t* h, float* out, int64_t n) {
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) StoreU(out + i, LoadHalf(h + i));
+  for (; i < n; ++i) out[i] = F16(h[i]);
+}
+
+// Up to kBlock query rows that see the same keys, scored and weighted together: each key and
+// value vector is loaded once for the block. A row's arithmetic does not depend on the block
+// it is in (missing rows are zeros that nothing reads).
+constexpr int kBlock = 4;
+
+struct Row {
+  int64_t st;     // the row's slot in mx, sm, acc, qu, qv
+  int64_t h;      // its query head
+  int64_t i;      // its query in the tile
+  float* sc;      // its scores, then weights, [tk]
+};
+
+inline void ScoreBlock(const AttentionParams& a, const Row* rows, int nb, int64_t ja, int64_t jb, int64_t j0, int64_t i0, const float* kr,
+                       int64_t ks, const float* qu, const float* qv, const float* p) {
+  const int64_t hd = a.hd;
+  const bool rel = p != nullptr;
+  const float* qs[kBlock];
+  const float* qr[kBlock];
+  for (int r = 0; r < kBlock; ++r) {
+    const int rr = r < nb ? r : 0;
+    qs[r] = qu + rows[rr].st * hd;
+    qr[r] = qv + rows[rr].st * hd;
+  }
+  for (int64_t jj = ja; jj <= jb; ++jj) {
+    const float* kv = kr + jj * ks;
+    // The same head's key one tile on: a head's rows are a strided stream the hardware
+    // prefetcher does not run far enough ahead on.
+    for (int64_t d = 0; d < hd; d += 16) __builtin_prefetch(kv + a.tk * ks + d);
+    Vec acc[kBlock] = {Zero(), Zero(), Zero(), Zero()};
+    float tail[kBlock] = {0, 0, 0, 0};
+    const float* pr[kBlock] = {nullptr, nullptr, nullptr, nullptr};
+    if (rel)
+      for (int r = 0; r < nb; ++r) pr[r] = p + ((a.Tk - 1 - ((i0 + rows[r].i) - (j0 + jj))) * a.Hq + rows[r].h) * hd;
+    int64_t d = 0;
+    for (; d + kLanes <= hd; d += kLanes) {
+      const Vec k = Load(kv + d);
+      for (int r = 0; r < nb; ++r) {
+        acc[r] = Fma(Load(qs[r] + d), k, acc[r]);
+        if (rel) acc[r] = Fma(Load(qr[r] + d), Load(pr[r] + d), acc[r]);
+      }
+    }
+    for (; d < hd; ++d)
+      for (int r = 0; r < nb; ++r) tail[r] += qs[r][d] * kv[d] + (rel ? qr[r][d] * pr[r][d] : 0.0f);
+    float sum[kBlock];
+    Sum4(acc[0], acc[1], acc[2], acc[3], sum);
+    for (int r = 0; r < nb; ++r) rows[r].sc[jj] = (sum[r] + tail[r]) * a.scale;
+  }
+}
+
+// Online softmax of each row over this tile's scores [ja, jb], then acc += Σ w·v for the block,
+// a vector of the rows at a time.
+inline void WeighBlock(const AttentionParams& a, const Row* rows, int nb, int64_t ja, int64_t jb, const float* vr, int64_t ks, float* mx,
+                       float* sm, float* acc) {
+  const int64_t hd = a.hd;
+  float* ai[kBlock];
+  for (int r = 0; r < kBlock; ++r) ai[r] = acc + rows[r < nb ? r : 0].st * hd;
+  for (int r = 0; r < nb; ++r) {
+    float* sc = rows[r].sc;
+    const int64_t st = rows[r].st;
+    Vec mv0 = Splat(-INFINITY);
+    int64_t j = ja;
+    for (; j + kLanes <= jb + 1; j += kLanes) mv0 = Max(mv0, Load(sc + j));
+    float tileMax = MaxOf(mv0);
+    for (; j <= jb; ++j) tileMax = std::max(tileMax, sc[j]);
+    const float m = std::max(mx[st], tileMax);
+    const float alpha = mx[st] == -INFINITY ? 0.0f : std::exp(mx[st] - m);
+    if (alpha != 1.0f)
+      for (int64_t d = 0; d < hd; ++d) ai[r][d] *= alpha;
+    // Weights e^(s − m) in place, and their sum in a fixed order.
+    const Vec mv = Splat(m);
+    Vec lv = Zero();
+    int64_t jj = ja;
+    for (; jj + kLanes <= jb + 1; jj += kLanes) {
+      const Vec w = Exp(Sub(Load(sc + jj), mv));
+      StoreU(sc + jj, w);
+      lv = Add(lv, w);
+    }
+    float l = Sum(lv);
+    for (; jj <= jb; ++jj) {
+      sc[jj] = std::exp(sc[jj] - m);
+      l += sc[jj];
+    }
+    mx[st] = m;
+    sm[st] = sm[st] * alpha + l;
+  }
+  // kPvVectors vectors of the row at once: that many independent chains per row.
+  int64_t d = 0;
+  for (; d + kPvVectors * kLanes <= hd; d += kPvVectors * kLanes) {
+    Vec av[kBlock][kPvVectors];
+    for (int r = 0; r < nb; ++r)
+      for (int c = 0; c < kPvVectors; ++c) av[r][c] = Load(ai[r] + d + c * kLanes);
+    for (int64_t k = ja; k <= jb; ++k) {
+      const float* vk = vr + k * ks + d;
+      if (d == 0)
+        for (int64_t c = 0; c < hd; c += 16) __builtin_prefetch(vr + (a.tk + k) * ks + c);
+      Vec v[kPvVectors];
+      for (int c = 0; c < kPvVectors; ++c) v[c] = Load(vk + c * kLanes);
+      for (int r = 0; r < nb; ++r) {
+        const Vec w = Splat(rows[r].sc[k]);
+        for (int c = 0; c < kPvVectors; ++c) av[r][c] = Fma(w, v[c], av[r][c]);
+      }
+    }
+    for (int r = 0; r < nb; ++r)
+      for (int c = 0; c < kPvVectors; ++c) StoreU(ai[r] + d + c * kLanes, av[r][c]);
+  }
+  for (; d + kLanes <= hd; d += kLanes) {
+    Vec av[kBlock];
+    for (int r = 0; r < nb; ++r) av[r] = Load(ai[r] + d);
+    for (int64_t k = ja; k <= jb; ++k) {
+      const Vec v = Load(vr + k * ks + d);
+      for (int r = 0; r < nb; ++r) av[r] = Fma(Splat(rows[r].sc[k]), v, av[r]);
+    }
+    for (int r = 0; r < nb; ++r) StoreU(ai[r] + d, av[r]);
+  }
+  for (; d < hd; ++d)
+    for (int r = 0; r < nb; ++r) {
+      float t = ai[r][d];
+      for (int64_t k = ja; k <= jb; ++k) t += rows[r].sc[k] * vr[k * ks + d];
+      ai[r][d] = t;
+    }
+}
+
+// KV heads [kh0, kh1): each key tile is read for all of them before the next, so one thread's
+// heads read the cache's positions as one stream. Each head works in its own slot.
+inline void AttentionHeads(const AttentionParams& a, const float* q, const void* kraw, const void* vraw, float* out, const float* p,
+                           const float* u, const float* vb, float* scratch, int64_t slotFloats, int64_t kh0, int64_t kh1) {
+  const int64_t hd = a.hd;
+  const int64_t group = a.Hq / a.Hkv;
+  const int64_t tq = a.tq;
+  const int64_t rows = group * tq;
+  const bool rel = p != nullptr;
+  const int64_t stride = a.Hkv * hd;
+  // A head's slot: the block's scores, then weights [kBlock][tk]; per query row of the group's
+  // tile ([group][tq]) its max, sum, accumulator, q+u and q+v; the tile's widened keys and values.
+  struct Slot {
+    float *sc, *mx, *sm, *acc, *qu, *qv, *kt, *vt;
+  };
+  auto slotOf = [&](int64_t kh) {
+    Slot s;
+    s.sc = scratch + kh * slotFloats;
+    s.mx = s.sc + kBlock * a.tk;
+    s.sm = s.mx + rows;
+    s.acc = s.sm + rows;
+    s.qu = s.acc + rows * hd;
+    s.qv = s.qu + rows * hd;
+    s.kt = s.qv + rows * hd;
+    s.vt = s.kt + a.tk * hd;
+    return s;
+  };
+  for (int64_t i0 = 0; i0 < a.Tq; i0 += tq) {
+    const int64_t nq = std::min(tq, a.Tq - i0);
+    for (int64_t kh = kh0; kh < kh1; ++kh) {
+      const Slot sl = slotOf(kh);
+      for (int64_t gh = 0; gh < group; ++gh) {
+        const int64_t h = kh * group + gh;
+        for (int64_t i = 0; i < nq; ++i) {
+          const int64_t s = gh * tq + i;
+          sl.mx[s] = -INFINITY;
+          sl.sm[s] = 0.0f;
+          const float* qi = q + ((i0 + i) * a.Hq + h) * hd;
+          for (int64_t d = 0; d < hd; ++d) {
+            sl.acc[s * hd + d] = 0.0f;
+            sl.qu[s * hd + d] = rel ? qi[d] + u[h * hd + d] : qi[d];
+            sl.qv[s * hd + d] = rel ? qi[d] + vb[h * hd + d] : 0.0f;
+          }
+        }
+      }
+    }
+    // Key range any query of the tile can see.
+    const int64_t qlo = a.qpos0 + i0, qhi = a.qpos0 + i0 + nq - 1;
+    int64_t jlo = 0, jhi = a.Tk - 1;
+    if (a.mask != AttentionMask::kFull) jhi = std::min(jhi, qhi - a.kpos0);
+    if (a.mask == AttentionMask::kSliding) jlo = std::max<int64_t>(0, qlo - a.window + 1 - a.kpos0);
+    // Key tiles on multiples of tk, whatever the query tile: a query's tiles, and so its bits,
+    // are the same alone or in any chunk.
+    for (int64_t j0 = jlo - jlo % a.tk; j0 <= jhi; j0 += a.tk) {
+      const int64_t nk = std::min(a.tk, jhi - j0 + 1);
+      for (int64_t kh = kh0; kh < kh1; ++kh) {
+        const Slot sl = slotOf(kh);
+        const float* kr;
+        const float* vr;
+        int64_t ks;
+        if (a.kvF16) {
+          const uint16_t* k16 = static_cast<const uint16_t*>(kraw) + (j0 * a.Hkv + kh) * hd;
+          const uint16_t* v16 = static_cast<const uint16_t*>(vraw) + (j0 * a.Hkv + kh) * hd;
+          for (int64_t jj = 0; jj < nk; ++jj) {
+            WidenV(k16 + jj * stride, sl.kt + jj * hd, hd);
+            WidenV(v16 + jj * stride, sl.vt + jj * hd, hd);
+          }
+          kr = sl.kt;
+          vr = sl.vt;
+          ks = hd;
+        } else {
+          kr = static_cast<const float*>(kraw) + (j0 * a.Hkv + kh) * hd;
+          vr = static_cast<const float*>(vraw) + (j0 * a.Hkv + kh) * hd;
+          ks = stride;
+        }
+        // Rows in (query, head) order; consecutive rows that see the same keys form a block.
+        Row block[kBlock];
+        int nb = 0;
+        int64_t ba = 0, bb = -1;
+        auto flush = [&]() {
+          if (nb == 0) return;
+          ScoreBlock(a, block, nb, ba, bb, j0, i0, kr, ks, sl.qu, sl.qv, p);
+          WeighBlock(a, block, nb, ba, bb, vr, ks, sl.mx, sl.sm, sl.acc);
+          nb = 0;
+        };
+        for (int64_t i = 0; i < nq; ++i) {
+          // The keys of this tile query i sees: [ja, jb] (tile-relative).
+          const int64_t qp = a.qpos0 + i0 + i;
+          int64_t ja = 0, jb = nk - 1;
+          if (a.mask != AttentionMask::kFull) jb = std::min(jb, qp - a.kpos0 - j0);
+          if (a.mask == AttentionMask::kSliding) ja = std::max(ja, qp - a.window + 1 - a.kpos0 - j0);
+          if (ja > jb) continue;
+          for (int64_t gh = 0; gh < group; ++gh) {
+            if (nb == kBlock || (nb > 0 && (ja != ba || jb != bb))) flush();
+            ba = ja;
+            bb = jb;
+            block[nb] = Row{gh * tq + i, kh * group + gh, i, sl.sc + nb * a.tk};
+            ++nb;
+          }
+        }
+        flush();
+      }
+    }
+    for (int64_t kh = kh0; kh < kh1; ++kh) {
+      const Slot sl = slotOf(kh);
+      for (int64_t gh = 0; gh < group; ++gh) {
+        const int64_t h = kh * group + gh;
+        for (int64_t i = 0; i < nq; ++i) {
+          const int64_t st = gh * tq + i;
+          float* o = out + ((i0 + i) * a.Hq + h) * hd;
+          const float inv = sl.sm[st] > 0 ? 1.0f / sl.sm[st] : 0.0f;
+          for (int64_t d = 0; d < hd; ++d) o[d] = sl.acc[st * hd + d] * inv;
+        }
+      }
+    }
+  }
+}
