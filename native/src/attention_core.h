@@ -64,8 +64,91 @@ inline void ScoreBlock(const AttentionParams& a, const Row* rows, int nb, int64_
   }
 }
 
-// Online softmax of each row over this tile's scores [ja, jb], then acc += Σ w·v for the block,
-// a vector of the rows at a time.
+// ScoreBlock for NB rows and a head of C whole vectors, without relative positions: the rows'
+// queries held in registers, each key's C vectors loaded once for the NB rows. Its arithmetic
+// per row is ScoreBlock's: C products in one chain, then the same four-way sum.
+template <int NB, int C>
+inline void ScoreRegs(const AttentionParams& a, const Row* rows, int64_t ja, int64_t jb, const float* kr, int64_t ks, const float* qu) {
+  Vec qr[NB][C];
+  for (int r = 0; r < NB; ++r)
+    for (int c = 0; c < C; ++c) qr[r][c] = Load(qu + rows[r].st * a.hd + c * kLanes);
+  float* sc[NB];
+  for (int r = 0; r < NB; ++r) sc[r] = rows[r].sc;
+  for (int64_t jj = ja; jj <= jb; ++jj) {
+    const float* kv = kr + jj * ks;
+    for (int c = 0; c < C * kLanes; c += 16) __builtin_prefetch(kv + a.tk * ks + c);
+    Vec acc[kBlock] = {Zero(), Zero(), Zero(), Zero()};
+    for (int c = 0; c < C; ++c) {
+      const Vec k = Load(kv + c * kLanes);
+      for (int r = 0; r < NB; ++r) acc[r] = Fma(qr[r][c], k, acc[r]);
+    }
+    float sum[kBlock];
+    Sum4(acc[0], acc[1], acc[2], acc[3], sum);
+    for (int r = 0; r < NB; ++r) sc[r][jj] = (sum[r] + 0.0f) * a.scale;
+  }
+}
+
+template <int NB>
+inline bool ScoreRegsFor(const AttentionParams& a, const Row* rows, int64_t ja, int64_t jb, const float* kr, int64_t ks, const float* qu) {
+  if (a.hd == kLanes) ScoreRegs<NB, 1>(a, rows, ja, jb, kr, ks, qu);
+  else if (a.hd == 2 * kLanes) ScoreRegs<NB, 2>(a, rows, ja, jb, kr, ks, qu);
+  else if (a.hd == 4 * kLanes) ScoreRegs<NB, 4>(a, rows, ja, jb, kr, ks, qu);
+  else if (a.hd == 8 * kLanes) ScoreRegs<NB, 8>(a, rows, ja, jb, kr, ks, qu);
+  else return false;
+  return true;
+}
+
+inline bool ScoreFast(const AttentionParams& a, const Row* rows, int nb, int64_t ja, int64_t jb, const float* kr, int64_t ks, const float* qu) {
+  switch (nb) {
+    case 1: return ScoreRegsFor<1>(a, rows, ja, jb, kr, ks, qu);
+    case 2: return ScoreRegsFor<2>(a, rows, ja, jb, kr, ks, qu);
+    case 3: return ScoreRegsFor<3>(a, rows, ja, jb, kr, ks, qu);
+    default: return ScoreRegsFor<4>(a, rows, ja, jb, kr, ks, qu);
+  }
+}
+
+// acc += Σ w·v over keys [ja, jb] for NB rows, kPvVectors vectors of each row at once: that many
+// independent chains per row, each value vector loaded once for the NB rows.
+template <int NB>
+inline void WeighValues(const AttentionParams& a, const Row* rows, float* const* ai, int64_t ja, int64_t jb, const float* vr, int64_t ks) {
+  const int64_t hd = a.hd;
+  int64_t d = 0;
+  for (; d + kPvVectors * kLanes <= hd; d += kPvVectors * kLanes) {
+    Vec av[NB][kPvVectors];
+    for (int r = 0; r < NB; ++r)
+      for (int c = 0; c < kPvVectors; ++c) av[r][c] = Load(ai[r] + d + c * kLanes);
+    for (int64_t k = ja; k <= jb; ++k) {
+      const float* vk = vr + k * ks + d;
+      if (d == 0)
+        for (int64_t c = 0; c < hd; c += 16) __builtin_prefetch(vr + (a.tk + k) * ks + c);
+      Vec v[kPvVectors];
+      for (int c = 0; c < kPvVectors; ++c) v[c] = Load(vk + c * kLanes);
+      for (int r = 0; r < NB; ++r) {
+        const Vec w = Splat(rows[r].sc[k]);
+        for (int c = 0; c < kPvVectors; ++c) av[r][c] = Fma(w, v[c], av[r][c]);
+      }
+    }
+    for (int r = 0; r < NB; ++r)
+      for (int c = 0; c < kPvVectors; ++c) StoreU(ai[r] + d + c * kLanes, av[r][c]);
+  }
+  for (; d + kLanes <= hd; d += kLanes) {
+    Vec av[NB];
+    for (int r = 0; r < NB; ++r) av[r] = Load(ai[r] + d);
+    for (int64_t k = ja; k <= jb; ++k) {
+      const Vec v = Load(vr + k * ks + d);
+      for (int r = 0; r < NB; ++r) av[r] = Fma(Splat(rows[r].sc[k]), v, av[r]);
+    }
+    for (int r = 0; r < NB; ++r) StoreU(ai[r] + d, av[r]);
+  }
+  for (; d < hd; ++d)
+    for (int r = 0; r < NB; ++r) {
+      float t = ai[r][d];
+      for (int64_t k = ja; k <= jb; ++k) t += rows[r].sc[k] * vr[k * ks + d];
+      ai[r][d] = t;
+    }
+}
+
+// Online softmax of each row over this tile's scores [ja, jb], then acc += Σ w·v for the block.
 inline void WeighBlock(const AttentionParams& a, const Row* rows, int nb, int64_t ja, int64_t jb, const float* vr, int64_t ks, float* mx,
                        float* sm, float* acc) {
   const int64_t hd = a.hd;
@@ -100,45 +183,14 @@ inline void WeighBlock(const AttentionParams& a, const Row* rows, int nb, int64_
     mx[st] = m;
     sm[st] = sm[st] * alpha + l;
   }
-  // kPvVectors vectors of the row at once: that many independent chains per row.
-  int64_t d = 0;
-  for (; d + kPvVectors * kLanes <= hd; d += kPvVectors * kLanes) {
-    Vec av[kBlock][kPvVectors];
-    for (int r = 0; r < nb; ++r)
-      for (int c = 0; c < kPvVectors; ++c) av[r][c] = Load(ai[r] + d + c * kLanes);
-    for (int64_t k = ja; k <= jb; ++k) {
-      const float* vk = vr + k * ks + d;
-      if (d == 0)
-        for (int64_t c = 0; c < hd; c += 16) __builtin_prefetch(vr + (a.tk + k) * ks + c);
-      Vec v[kPvVectors];
-      for (int c = 0; c < kPvVectors; ++c) v[c] = Load(vk + c * kLanes);
-      for (int r = 0; r < nb; ++r) {
-        const Vec w = Splat(rows[r].sc[k]);
-        for (int c = 0; c < kPvVectors; ++c) av[r][c] = Fma(w, v[c], av[r][c]);
-      }
-    }
-    for (int r = 0; r < nb; ++r)
-      for (int c = 0; c < kPvVectors; ++c) StoreU(ai[r] + d + c * kLanes, av[r][c]);
+  switch (nb) {
+    case 1: WeighValues<1>(a, rows, ai, ja, jb, vr, ks); break;
+    case 2: WeighValues<2>(a, rows, ai, ja, jb, vr, ks); break;
+    case 3: WeighValues<3>(a, rows, ai, ja, jb, vr, ks); break;
+    default: WeighValues<4>(a, rows, ai, ja, jb, vr, ks); break;
   }
-  for (; d + kLanes <= hd; d += kLanes) {
-    Vec av[kBlock];
-    for (int r = 0; r < nb; ++r) av[r] = Load(ai[r] + d);
-    for (int64_t k = ja; k <= jb; ++k) {
-      const Vec v = Load(vr + k * ks + d);
-      for (int r = 0; r < nb; ++r) av[r] = Fma(Splat(rows[r].sc[k]), v, av[r]);
-    }
-    for (int r = 0; r < nb; ++r) StoreU(ai[r] + d, av[r]);
-  }
-  for (; d < hd; ++d)
-    for (int r = 0; r < nb; ++r) {
-      float t = ai[r][d];
-      for (int64_t k = ja; k <= jb; ++k) t += rows[r].sc[k] * vr[k * ks + d];
-      ai[r][d] = t;
-    }
 }
 
-// KV heads [kh0, kh1): each key tile is read for all of them before the next, so one thread's
-// heads read the cache's positions as one stream. Each head works in its own slot.
 inline void AttentionHeads(const AttentionParams& a, const float* q, const void* kraw, const void* vraw, float* out, const float* p,
                            const float* u, const float* vb, float* scratch, int64_t slotFloats, int64_t kh0, int64_t kh1) {
   const int64_t hd = a.hd;
@@ -218,7 +270,7 @@ inline void AttentionHeads(const AttentionParams& a, const float* q, const void*
         int64_t ba = 0, bb = -1;
         auto flush = [&]() {
           if (nb == 0) return;
-          ScoreBlock(a, block, nb, ba, bb, j0, i0, kr, ks, sl.qu, sl.qv, p);
+          if (p != nullptr || !ScoreFast(a, block, nb, ba, bb, kr, ks, sl.qu)) ScoreBlock(a, block, nb, ba, bb, j0, i0, kr, ks, sl.qu, sl.qv, p);
           WeighBlock(a, block, nb, ba, bb, vr, ks, sl.mx, sl.sm, sl.acc);
           nb = 0;
         };
