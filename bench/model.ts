@@ -431,9 +431,7 @@ export async function run(options: { quick?: boolean; models?: string[]; product
   const targets: [string, string][] = (quick ? ['tiny'] : ['tiny', 'small']).map((n) => [n, resolveModel(n, log)]);
   if (options.production === true) for (const d of ['q4', 'q8'] as const) targets.push([`lfm2-audio-1.5b ${d}`, await production(d, log)]);
   for (const m of options.models ?? []) targets.push([m, m]);
-  const notMeasured = [
-    "two threads for the encoder's subsampling convolutions (they run on one thread; its linear layers split their columns, its attention its heads)",
-  ];
+  const notMeasured: string[] = [];
   if (options.production !== true) notMeasured.push('lfm2-audio-1.5b q4/q8: run with --production (generates the checkpoints once)');
   if (options.peer !== true) notMeasured.push('llama.cpp on the same backbones: run with --peer');
   const rows: ModelBenchRow[] = [];

@@ -6,6 +6,7 @@
 
 #include "cpu.h"
 #include "kernels.h"
+#include "pool.h"
 #include "simd.h"
 
 namespace voxslab {
@@ -165,10 +166,30 @@ void Conv1dSame(const float* x, const float* w, const float* bias, float* y, int
   }
 }
 
-void Conv2dS2(const float* in, int64_t Cin, int64_t inRow0, int64_t inRows, int64_t inTotal, int64_t inCols, const float* w,
-              const float* bias, bool depthwise, float* out, int64_t Cout, int64_t outRow0, int64_t outRows, int64_t outCols,
-              bool relu) {
-  for (int64_t co = 0; co < Cout; ++co) {
+namespace {
+
+struct Conv2dTask {
+  const float* in;
+  int64_t Cin, inRow0, inRows, inTotal, inCols;
+  const float* w;
+  const float* bias;
+  bool depthwise;
+  float* out;
+  int64_t outRow0, outRows, outCols;
+  bool relu;
+};
+
+// Output channels [c0, c1) of Conv2dS2.
+void Conv2dChannels(const void* ctx, int64_t c0, int64_t c1) {
+  const Conv2dTask& t = *static_cast<const Conv2dTask*>(ctx);
+  const float* in = t.in;
+  const float* w = t.w;
+  const float* bias = t.bias;
+  float* out = t.out;
+  const int64_t Cin = t.Cin, inRow0 = t.inRow0, inRows = t.inRows, inTotal = t.inTotal, inCols = t.inCols;
+  const int64_t outRow0 = t.outRow0, outRows = t.outRows, outCols = t.outCols;
+  const bool depthwise = t.depthwise, relu = t.relu;
+  for (int64_t co = c0; co < c1; ++co) {
     for (int64_t r = 0; r < outRows; ++r) {
       const int64_t orow = outRow0 + r;
       for (int64_t col = 0; col < outCols; ++col) {
@@ -194,8 +215,24 @@ void Conv2dS2(const float* in, int64_t Cin, int64_t inRow0, int64_t inRows, int6
   }
 }
 
-void Pointwise(const float* in, const float* w, const float* bias, float* out, int64_t Cin, int64_t Cout, int64_t P, bool relu) {
-  for (int64_t c = 0; c < Cout; ++c) {
+struct PointwiseTask {
+  const float* in;
+  const float* w;
+  const float* bias;
+  float* out;
+  int64_t Cin, P;
+  bool relu;
+};
+
+// Output channels [c0, c1) of Pointwise.
+void PointwiseChannels(const void* ctx, int64_t c0, int64_t c1) {
+  const PointwiseTask& t = *static_cast<const PointwiseTask*>(ctx);
+  const float* in = t.in;
+  const float* w = t.w;
+  const float* bias = t.bias;
+  float* out = t.out;
+  const int64_t Cin = t.Cin, P = t.P;
+  for (int64_t c = c0; c < c1; ++c) {
     float* o = out + c * P;
     const float b = bias != nullptr ? bias[c] : 0.0f;
     for (int64_t p = 0; p < P; ++p) o[p] = b;
@@ -204,9 +241,25 @@ void Pointwise(const float* in, const float* w, const float* bias, float* out, i
       const float* x = in + ci * P;
       for (int64_t p = 0; p < P; ++p) o[p] += wc * x[p];
     }
-    if (relu)
+    if (t.relu)
       for (int64_t p = 0; p < P; ++p) o[p] = o[p] < 0 ? 0.0f : o[p];
   }
+}
+
+}  // namespace
+
+// Both split their output channels among the calling thread's helpers: a channel is computed
+// as on one thread.
+void Conv2dS2(const float* in, int64_t Cin, int64_t inRow0, int64_t inRows, int64_t inTotal, int64_t inCols, const float* w,
+              const float* bias, bool depthwise, float* out, int64_t Cout, int64_t outRow0, int64_t outRows, int64_t outCols,
+              bool relu) {
+  const Conv2dTask task{in, Cin, inRow0, inRows, inTotal, inCols, w, bias, depthwise, out, outRow0, outRows, outCols, relu};
+  Pool().Run(Conv2dChannels, &task, Cout, 1, Cout * outRows * outCols * 9 * (depthwise ? 1 : Cin));
+}
+
+void Pointwise(const float* in, const float* w, const float* bias, float* out, int64_t Cin, int64_t Cout, int64_t P, bool relu) {
+  const PointwiseTask task{in, w, bias, out, Cin, P, relu};
+  Pool().Run(PointwiseChannels, &task, Cout, 1, Cout * Cin * P);
 }
 
 }  // namespace voxslab

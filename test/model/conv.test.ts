@@ -125,3 +125,25 @@ t.test('subsampling in time tiles equals the untiled run exactly, and the refere
     message: /output rows need input rows 0…3 but the buffer holds 5…8/,
   });
 });
+
+t.test('subsampling on two compute threads gives the bytes of one (its convolutions split their output channels)', async (t) => {
+  const { setComputeThreads } = await import('../../src/model/blocks/kernels.js');
+  const config = loadConfig('small');
+  const e = config.encoder;
+  const r = prng(5);
+  const w = randomWeights(r, e.channels, e.d, e.stages, e.channels * e.featOut);
+  const T = 161;
+  const mel = Float32Array.from({ length: T * 128 }, () => r() * 2 - 1);
+  const sub = new Subsampler(config, w, 10_000);
+  const outs = [1, 2].map((threads) => {
+    setComputeThreads(threads);
+    try {
+      const y = new Float32Array(sub.frames(T) * e.d);
+      sub.run(mel, T, y);
+      return y;
+    } finally {
+      setComputeThreads(1);
+    }
+  });
+  t.same(Buffer.from(outs[1]!.buffer), Buffer.from(outs[0]!.buffer), `T=${T}, ${e.channels} channels: the same bytes`);
+});
