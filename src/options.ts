@@ -125,6 +125,12 @@ export const OPTIONS = {
     doc: 'stage buffers as planned, or each in bytes of its own (comparison)',
   },
   pin: { kind: 'text', flag: 'pin', value: 'none|STAGE=CPU[+CPU],...', doc: 'stage placement; unnamed stages keep the default placement' },
+  stageThreads: {
+    kind: 'text',
+    flag: 'stage-threads',
+    value: 'STAGE=N,...',
+    doc: 'compute threads of the named stages (1–8 each; the others take --threads)',
+  },
   realtime: { kind: 'flag', flag: 'realtime', doc: 'feed input at its real rate (first-audio and underrun figures mean something)' },
   json: { kind: 'flag', flag: 'json', doc: 'print one JSON document on stdout' },
   quick: { kind: 'flag', flag: 'quick', doc: 'fewer rounds (a smoke run)' },

@@ -28,7 +28,7 @@ import { resolveModel } from '../io/checkpoint.js';
 import { runPeriods, type ClockedDevice } from '../io/devices.js';
 import type { ModelConfig } from '../model/format/config.js';
 import type { SpeechModelOptions } from '../pipeline/conversation.js';
-import { Pipeline, type PinMap, type PipelineConversation } from '../pipeline/coordinator.js';
+import { Pipeline, type PinMap, type PipelineConversation, type StageThreads } from '../pipeline/coordinator.js';
 import {
   BARGE_FIELDS,
   BARGE_FRAMES,
@@ -97,6 +97,8 @@ export interface EngineOptions extends SpeechModelOptions {
   slots?: number;
   /** CPUs per stage, or 'none' to leave thread affinity alone. */
   pin?: PinMap | 'none';
+  /** Compute threads of the named stages (the others take `threads`). */
+  stageThreads?: StageThreads;
   /** Milliseconds a control call to a stage worker may take. */
   callTimeoutMs?: number;
   /** Aborts loading (the workers stop and every byte is returned). */
@@ -211,13 +213,14 @@ export class Engine {
 
   /** Loads `model` (a checkpoint folder or a built-in name such as 'tiny') and starts the stages. */
   static async load(model = 'tiny', options: EngineOptions = {}): Promise<Engine> {
-    const { memoryLimit, domain: given, slots, pin, callTimeoutMs, signal, log, trapAllocations, replyFrameLimits, ...speech } = options;
+    const { memoryLimit, domain: given, slots, pin, stageThreads, callTimeoutMs, signal, log, trapAllocations, replyFrameLimits, ...speech } = options;
     if (signal?.aborted === true) throw aborted(signal, 'loading');
     const dir = resolveModel(model, log ?? (() => undefined));
     const domain = given ?? MemoryDomain.create(memoryLimit === undefined ? {} : { limit: memoryLimit });
     const po: Parameters<typeof Pipeline.start>[2] = { ...speech };
     if (slots !== undefined) po.slots = slots;
     if (pin !== undefined) po.pin = pin;
+    if (stageThreads !== undefined) po.stageThreads = stageThreads;
     if (callTimeoutMs !== undefined) po.callTimeoutMs = callTimeoutMs;
     if (trapAllocations === true) po.trapAllocations = true;
     if (replyFrameLimits !== undefined) po.replyFrameLimits = replyFrameLimits;

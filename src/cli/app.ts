@@ -134,6 +134,7 @@ const COMMANDS: Record<string, Command> = {
       'kv',
       'engine',
       'pin',
+      'stageThreads',
       'slots',
       'realtime',
     ],
@@ -157,6 +158,7 @@ const COMMANDS: Record<string, Command> = {
         kv: 'kv',
         engine: 'engine',
         pin: 'pin',
+        stageThreads: 'stageThreads',
         slots: 'slots',
       } as const;
       for (const [field, key] of Object.entries(fields)) request[field as keyof typeof fields] = text(v, key);
@@ -188,6 +190,7 @@ const COMMANDS: Record<string, Command> = {
       'kv',
       'slots',
       'pin',
+      'stageThreads',
       'silenceMs',
       'onsetMs',
       'minSpeechMs',
@@ -215,6 +218,7 @@ const COMMANDS: Record<string, Command> = {
         kv: 'kv',
         slots: 'slots',
         pin: 'pin',
+        stageThreads: 'stageThreads',
         silence: 'silenceMs',
         onset: 'onsetMs',
         minSpeech: 'minSpeechMs',

@@ -18,7 +18,7 @@ import { WavReader } from '../dsp/wav.js';
 import { flagValue, parseFlag } from '../options.js';
 import { Conversation, SpeechModel, type ReplySink, type ReplySummary } from '../pipeline/conversation.js';
 import { STAGES } from '../pipeline/clock.js';
-import { Pipeline, type PinMap, type PipelineConversation } from '../pipeline/coordinator.js';
+import { Pipeline, type PinMap, type PipelineConversation, type StageThreads } from '../pipeline/coordinator.js';
 import {
   BELL_MAIN,
   readTurnFields,
@@ -48,6 +48,7 @@ export interface RunRequest {
   kv?: string | undefined;
   engine?: string | undefined;
   pin?: string | undefined;
+  stageThreads?: string | undefined;
   slots?: string | undefined;
   realtime?: boolean | undefined;
   /** For tests of the built artifact: a domain to run in, and the pipeline's test hooks. */
@@ -70,6 +71,20 @@ export function parsePin(text: string | undefined): PinMap | 'none' | undefined 
       throw new UsageError(`--pin takes 'none' or stage=cpu[+cpu],… with stages ${STAGE_NAMES.join(', ')}; got '${part}'`);
     }
     map[m[1] as StageName] = m[2]!.split('+').map(Number);
+  }
+  return map;
+}
+
+/** `--stage-threads stage=n,…`: compute threads of the named stages (each as --threads). */
+export function parseStageThreads(text: string | undefined): StageThreads | undefined {
+  if (text === undefined) return undefined;
+  const map: StageThreads = {};
+  for (const part of text.split(',')) {
+    const m = /^([a-z]+)=(\d+)$/.exec(part);
+    if (m === null || !(STAGE_NAMES as readonly string[]).includes(m[1]!)) {
+      throw new UsageError(`--stage-threads takes stage=n,… with stages ${STAGE_NAMES.join(', ')}; got '${part}'`);
+    }
+    map[m[1] as StageName] = flagValue<number>('threads', m[2]);
   }
   return map;
 }
@@ -213,6 +228,8 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
   if (engine === 'pipeline' && r.dump !== undefined) throw new UsageError('--dump needs --engine single (its inspection taps run on one thread)');
   if (engine === 'single' && r.realtime === true) throw new UsageError('--realtime needs the pipeline engine');
   const pin = parsePin(r.pin);
+  const stageThreads = parseStageThreads(r.stageThreads);
+  if (engine === 'single' && stageThreads !== undefined) throw new UsageError('--stage-threads needs the pipeline engine');
   const slots = flagValue<number>('slots', r.slots);
   // Inputs are checked before anything is loaded.
   const jobs: Job[] = [];
@@ -239,6 +256,7 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
     if (engine === 'pipeline') {
       const po: Parameters<typeof Pipeline.start>[2] = { ...options, slots };
       if (pin !== undefined) po.pin = pin;
+      if (stageThreads !== undefined) po.stageThreads = stageThreads;
       if (r.hooks?.trapAllocations !== undefined) po.trapAllocations = r.hooks.trapAllocations;
       if (r.hooks?.exitAfterRecords !== undefined) po.exitAfterRecords = r.hooks.exitAfterRecords;
       if (r.hooks?.gateReplies !== undefined) po.gateReplies = r.hooks.gateReplies;

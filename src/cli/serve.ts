@@ -6,7 +6,7 @@
 import { load } from '../api/engine.js';
 import { checkBind, Daemon } from '../daemon/server.js';
 import { flagValue, parseFlag } from '../options.js';
-import { parsePin } from './run.js';
+import { parsePin, parseStageThreads } from './run.js';
 import { findDevice, listDevices, PortAudioDevice, type AudioDevice } from '../io/devices.js';
 
 export interface ServeRequest {
@@ -27,6 +27,7 @@ export interface ServeRequest {
   kv?: string | undefined;
   slots?: string | undefined;
   pin?: string | undefined;
+  stageThreads?: string | undefined;
   silence?: string | undefined;
   onset?: string | undefined;
   minSpeech?: string | undefined;
@@ -77,6 +78,8 @@ export async function serveCommand(r: ServeRequest, log: (line: string) => void 
   if (r.memory !== undefined) options.memoryLimit = r.memory;
   const pin = parsePin(r.pin);
   if (pin !== undefined) options.pin = pin;
+  const stageThreads = parseStageThreads(r.stageThreads);
+  if (stageThreads !== undefined) options.stageThreads = stageThreads;
   const engine = await load(r.model, options);
   let daemon: Daemon;
   try {

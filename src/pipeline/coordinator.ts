@@ -51,12 +51,16 @@ import { inputChunk, ringCapacities } from './stages.js';
 import { loadTokenizer } from '../io/config.js';
 
 export type PinMap = Partial<Record<StageName, number[]>>;
+/** Compute threads per stage (1–8, as `threads`). */
+export type StageThreads = Partial<Record<StageName, number>>;
 
 export interface PipelineOptions extends SpeechModelOptions {
   /** Pass slots per compute stage (default and range: src/options.ts). */
   slots?: number;
   /** CPUs per stage, or 'none' to leave affinity alone. Default: `defaultPinMap` of the allowed CPUs. */
   pin?: PinMap | 'none';
+  /** Compute threads of the named stages (the others take `threads`). */
+  stageThreads?: StageThreads;
   /** Milliseconds a control call may take (default and range: src/options.ts). */
   callTimeoutMs?: number;
   /** Test mode: workers count typed-array and buffer constructions after readiness. */
@@ -71,17 +75,26 @@ export interface PipelineOptions extends SpeechModelOptions {
   replyFrameLimits?: number[];
 }
 
+/** The stages with native compute helpers (pass stages). */
+const COMPUTE_STAGES: readonly StageName[] = ['conformer', 'depthformer', 'playback'];
+
 /**
  * The default placement: the Depthformer stage (the busiest: a backbone step and a Depthformer
  * frame per 80 ms) gets a CPU of its own, then playback (detokenizer), then the Conformer;
- * capture and frontend share the first CPU.
+ * capture and frontend share the first CPU. A stage with more compute threads than CPUs there
+ * (its helpers inherit its pin set) may run on every allowed CPU instead: helpers sharing their
+ * stage's one CPU only wait for each other.
  */
-export function defaultPinMap(cpus: readonly number[]): PinMap {
+export function defaultPinMap(cpus: readonly number[], threads: StageThreads = {}): PinMap {
   const n = cpus.length;
   if (n === 0) return {};
   const at = (i: number): number[] => [cpus[Math.max(0, Math.min(n - 1, i))]!];
-  if (n >= 5) return { capture: at(0), frontend: at(1), conformer: at(2), depthformer: at(3), playback: at(4) };
-  return { capture: at(0), frontend: at(0), conformer: at(n - 3), playback: at(n - 2), depthformer: at(n - 1) };
+  const map: PinMap =
+    n >= 5
+      ? { capture: at(0), frontend: at(1), conformer: at(2), depthformer: at(3), playback: at(4) }
+      : { capture: at(0), frontend: at(0), conformer: at(n - 3), playback: at(n - 2), depthformer: at(n - 1) };
+  for (const stage of COMPUTE_STAGES) if ((threads[stage] ?? 1) > 1) map[stage] = [...cpus];
+  return map;
 }
 
 /** The control block (doorbells, attention words, stop flag): owner `model`, category `metadata`. */
@@ -364,9 +377,14 @@ export class Pipeline {
 
   /** Loads `dir` and starts the stage workers with their tables and pass slots carved. */
   static async start(dir: string, domain: MemoryDomain, options: PipelineOptions = {}): Promise<Pipeline> {
+    for (const [stage, n] of Object.entries(options.stageThreads ?? {})) {
+      if (!(STAGE_NAMES as readonly string[]).includes(stage)) throw new ArgumentError(`stageThreads: no stage '${stage}' (stages: ${STAGE_NAMES.join(', ')})`);
+      optionValue('threads', n);
+    }
     const p = new Pipeline(dir, domain, options);
     try {
-      const pin = options.pin === 'none' ? {} : { ...defaultPinMap(native.allowedCpus()), ...(options.pin ?? {}) };
+      const threads = Object.fromEntries(STAGE_NAMES.map((s) => [s, options.stageThreads?.[s] ?? p.setup.options.threads]));
+      const pin = options.pin === 'none' ? {} : { ...defaultPinMap(native.allowedCpus(), threads), ...(options.pin ?? {}) };
       const shared = {
         ...stageSettings(p.setup, p.config, p.slots),
         domain: domain.share(),
@@ -380,6 +398,7 @@ export class Pipeline {
             ...shared,
             stage: w.name,
             pin: pin[w.name] ?? [],
+            threads: threads[w.name]!,
             exitAfterRecords: options.exitAfterRecords?.[w.name] ?? 0,
             failAllocationAt: options.failAllocationAt?.[w.name] ?? 0,
             gateReplies: options.gateReplies ?? 0,

@@ -86,6 +86,7 @@ export function planPipeline(source: PlanSource, options: PipelinePlanOptions = 
       gateReplies: 0,
       replyFrameLimits: [],
       pin: [],
+      threads: settings.options.threads,
     } as unknown as StageInit;
     return createStage({ domain, image, init, bells });
   });

@@ -134,6 +134,8 @@ export interface StageInit {
   slots: number;
   /** CPUs to pin this worker to; empty = leave the affinity as it is. */
   pin: number[];
+  /** Threads sharing this stage's row-by-row layers (its native helpers are threads − 1). */
+  threads: number;
   /** Test mode: count typed-array and buffer constructions once the stage is ready. */
   trapAllocations: boolean;
   /** Test hook: exit the worker when this many records have been handled (0 = never). */

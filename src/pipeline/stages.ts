@@ -738,7 +738,7 @@ abstract class PassStage<C, T> extends Stage<C> {
 
   constructor(name: StageName, env: Environment, build: (stage: PassStage<C, T>, work: Arena, derived: Workspace, slot: number) => T) {
     super(name, env);
-    setComputeThreads(env.init.options.threads);
+    setComputeThreads(env.init.threads);
     this.tickets = this.slots(1 << 30, (work, derived, slot) => build(this, work, derived, slot));
   }
 

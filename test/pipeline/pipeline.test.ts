@@ -227,9 +227,33 @@ t.test('--threads 2: each heavy stage computes with helpers of its own, pinned w
   for (const w of readReport(r2).pipeline.placement) {
     const heavy = ['conformer', 'depthformer', 'playback'].includes(w.stage);
     t.equal(w.helpers.length, heavy ? 1 : 0, `${w.stage}: ${heavy ? 'one helper of its own' : 'no helpers (no row-by-row layers)'}`);
-    if (heavy && native.affinitySupported())
+    if (heavy && native.affinitySupported()) {
       t.same(w.helpers[0], w.affinity, `${w.stage}: its helper runs where the stage is pinned (${w.affinity.join('+')})`);
+      t.same(w.affinity, native.allowedCpus(), `${w.stage}: with two threads the default placement allows every CPU, not only the stage's own`);
+    }
   }
   t.ok(readFileSync(a).equals(readFileSync(b)), 'conversation A: the same WAV bytes with 1 and 2 threads per stage');
   t.ok(readFileSync(join(work, 'th1b.wav')).equals(readFileSync(join(work, 'th2b.wav'))), 'conversation B: the same WAV bytes');
+  // --stage-threads: the Depthformer stage alone computes on two threads.
+  const c = join(work, 'th3.wav');
+  const r3 = join(work, 'th3.json');
+  await runCommand({ model, inputs: [fixture, shortWav], outputs: [c, join(work, 'th3b.wav')], reply: '2', stageThreads: 'depthformer=2', report: r3 }, quiet);
+  const want = defaultPinMap(native.allowedCpus());
+  for (const w of readReport(r3).pipeline.placement) {
+    t.equal(
+      w.helpers.length,
+      w.stage === 'depthformer' ? 1 : 0,
+      `--stage-threads depthformer=2: ${w.stage} has ${w.stage === 'depthformer' ? 'one helper' : 'none'}`,
+    );
+    if (native.affinitySupported())
+      t.same(w.affinity, w.stage === 'depthformer' ? native.allowedCpus() : want[w.stage as keyof typeof want], `${w.stage}: affinity ${w.affinity.join('+')}`);
+  }
+  t.ok(readFileSync(a).equals(readFileSync(c)), 'conversation A: the same WAV bytes with the Depthformer stage on two threads');
+  for (const bad of ['depthformer=9', 'gpu=2', 'depthformer', 'depthformer=0']) {
+    await t.rejects(
+      runCommand({ model, inputs: [shortWav], outputs: [join(work, 'never.wav')], stageThreads: bad }, quiet),
+      { name: 'UsageError' },
+      `--stage-threads ${bad} is refused`,
+    );
+  }
 });

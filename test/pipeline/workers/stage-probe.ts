@@ -46,6 +46,7 @@ const init: StageInit = {
   control: { buffer: control, byteOffset: 0 },
   slots: 2,
   pin: [],
+  threads: options.threads,
   trapAllocations: false,
   exitAfterRecords: 0,
   failAllocationAt: 0,
