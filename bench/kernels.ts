@@ -43,8 +43,12 @@ export interface KernelsBenchResult {
   /** The last-level cache (from the OS) and the working set the streamed GEMV cycles through. */
   lastLevelCacheBytes: number;
   streamedBytes: number;
-  /** Decode attention at the backbone's shape and key tile; KV bytes read per second against the read probe at as many threads. */
-  attention: { context: number; threads: number; tokensPerSecond: number; gflops: number; kvGBps: number; ofBandwidth: number }[];
+  /**
+   * Decode attention at the backbone's shape and key tile; KV bytes read per second against the
+   * read probe at as many threads. `streamed`: the cache is at least 4× the last-level cache, so
+   * the ratio is one of DRAM bandwidth (otherwise part of the cache stays in the LLC).
+   */
+  attention: { context: number; threads: number; tokensPerSecond: number; gflops: number; kvGBps: number; ofBandwidth: number; streamed: boolean }[];
   /**
    * A prefill chunk's quantized layer: 64 positions through streamed copies of the 2048×8192
    * matrix, the prefill kernel (linearPrefill) against the row-by-row GEMV pass (linearRows),
@@ -277,6 +281,7 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
           gflops: round((4 * 32 * 64 * ctx) / s / 1e9, 2),
           kvGBps: round(kvGBps, 2),
           ofBandwidth: round(kvGBps / (threads === 1 ? read : read2), 3),
+          streamed: k.byteLength + v.byteLength >= 4 * llc,
         });
       }
     }
@@ -326,7 +331,7 @@ export function format(r: KernelsBenchResult): string {
   for (const a of r.attention)
     lines.push(
       `  context ${String(a.context).padStart(6)}, ${a.threads} thread${a.threads === 1 ? ' ' : 's'}  ${String(a.tokensPerSecond).padStart(9)} tokens/s  ` +
-        `${String(a.gflops).padStart(6)} GFLOP/s  ${String(a.kvGBps).padStart(6)} GB/s  ${(a.ofBandwidth * 100).toFixed(1).padStart(5)}% of bandwidth`,
+        `${String(a.gflops).padStart(6)} GFLOP/s  ${String(a.kvGBps).padStart(6)} GB/s  ${(a.ofBandwidth * 100).toFixed(1).padStart(5)}% of bandwidth${a.streamed ? ' (streamed)' : ' (partly in the LLC)'}`,
     );
   return lines.join('\n');
 }

@@ -145,7 +145,8 @@ const HeadsFn kHeads = ChooseHeads();
 
 // Floats of one KV head's slot, rounded to whole cache lines so threads never share one.
 int64_t SlotFloats(int64_t tq, int64_t tk, int64_t hd, int64_t group) {
-  return (4 * tk + group * tq * (2 + 3 * hd) + 2 * tk * hd + 15) & ~int64_t{15};
+  constexpr int64_t line = scalar::kLineFloats;
+  return (scalar::kBlock * tk + group * tq * (2 + 3 * hd) + 2 * tk * hd + line - 1) / line * line;
 }
 
 struct HeadsTask {

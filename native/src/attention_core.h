@@ -1,6 +1,7 @@
-// A range of KV heads' share of tiled attention, written once over a vector vocabulary (Vec, kLanes,
-// kPvVectors, Zero, Load, LoadHalf, StoreU, Splat, Fma, Add, Sub, Max, MaxOf, Sum, Sum4, Exp) and included once per instruction
-// set by attention.cc, inside that set's namespace. No include guard: that is the point.
+// A range of KV heads' share of tiled attention, written once over a vector vocabulary (Vec,
+// kLanes, kPvVectors, Zero, Load, LoadHalf, StoreU, Splat, Fma, Add, Sub, Max, MaxOf, Sum, Sum4,
+// Exp) and included once per instruction set by attention.cc, inside that set's namespace. No
+// include guard: that is the point.
 //
 // Each KV head's query heads and query tiles run in a fixed order, in the head's own slot of
 // the scratch, so a call split over KV heads among threads gives the bits of one thread.
@@ -19,6 +20,8 @@ inline void WidenV(const uint16_t* h, float* out, int64_t n) {
 // value vector is loaded once for the block. A row's arithmetic does not depend on the block
 // it is in (missing rows are zeros that nothing reads).
 constexpr int kBlock = 4;
+// Floats per cache line: the prefetch step.
+constexpr int kLineFloats = 16;
 
 struct Row {
   int64_t st;     // the row's slot in mx, sm, acc, qu, qv
@@ -42,7 +45,7 @@ inline void ScoreBlock(const AttentionParams& a, const Row* rows, int nb, int64_
     const float* kv = kr + jj * ks;
     // The same head's key one tile on: a head's rows are a strided stream the hardware
     // prefetcher does not run far enough ahead on.
-    for (int64_t d = 0; d < hd; d += 16) __builtin_prefetch(kv + a.tk * ks + d);
+    for (int64_t d = 0; d < hd; d += kLineFloats) __builtin_prefetch(kv + a.tk * ks + d);
     Vec acc[kBlock] = {Zero(), Zero(), Zero(), Zero()};
     float tail[kBlock] = {0, 0, 0, 0};
     const float* pr[kBlock] = {nullptr, nullptr, nullptr, nullptr};
@@ -76,7 +79,7 @@ inline void ScoreRegs(const AttentionParams& a, const Row* rows, int64_t ja, int
   for (int r = 0; r < NB; ++r) sc[r] = rows[r].sc;
   for (int64_t jj = ja; jj <= jb; ++jj) {
     const float* kv = kr + jj * ks;
-    for (int c = 0; c < C * kLanes; c += 16) __builtin_prefetch(kv + a.tk * ks + c);
+    for (int c = 0; c < C * kLanes; c += kLineFloats) __builtin_prefetch(kv + a.tk * ks + c);
     Vec acc[kBlock] = {Zero(), Zero(), Zero(), Zero()};
     for (int c = 0; c < C; ++c) {
       const Vec k = Load(kv + c * kLanes);
@@ -120,7 +123,7 @@ inline void WeighValues(const AttentionParams& a, const Row* rows, float* const*
     for (int64_t k = ja; k <= jb; ++k) {
       const float* vk = vr + k * ks + d;
       if (d == 0)
-        for (int64_t c = 0; c < hd; c += 16) __builtin_prefetch(vr + (a.tk + k) * ks + c);
+        for (int64_t c = 0; c < hd; c += kLineFloats) __builtin_prefetch(vr + (a.tk + k) * ks + c);
       Vec v[kPvVectors];
       for (int c = 0; c < kPvVectors; ++c) v[c] = Load(vk + c * kLanes);
       for (int r = 0; r < NB; ++r) {
@@ -216,25 +219,26 @@ inline void AttentionHeads(const AttentionParams& a, const float* q, const void*
     s.vt = s.kt + a.tk * hd;
     return s;
   };
-  for (int64_t i0 = 0; i0 < a.Tq; i0 += tq) {
-    const int64_t nq = std::min(tq, a.Tq - i0);
+  // fn(slot, s, h, i) for every query row of the tile at i0 (nq queries) of heads [kh0, kh1).
+  auto eachRow = [&](int64_t nq, auto fn) {
     for (int64_t kh = kh0; kh < kh1; ++kh) {
       const Slot sl = slotOf(kh);
-      for (int64_t gh = 0; gh < group; ++gh) {
-        const int64_t h = kh * group + gh;
-        for (int64_t i = 0; i < nq; ++i) {
-          const int64_t s = gh * tq + i;
-          sl.mx[s] = -INFINITY;
-          sl.sm[s] = 0.0f;
-          const float* qi = q + ((i0 + i) * a.Hq + h) * hd;
-          for (int64_t d = 0; d < hd; ++d) {
-            sl.acc[s * hd + d] = 0.0f;
-            sl.qu[s * hd + d] = rel ? qi[d] + u[h * hd + d] : qi[d];
-            sl.qv[s * hd + d] = rel ? qi[d] + vb[h * hd + d] : 0.0f;
-          }
-        }
-      }
+      for (int64_t gh = 0; gh < group; ++gh)
+        for (int64_t i = 0; i < nq; ++i) fn(sl, gh * tq + i, kh * group + gh, i);
     }
+  };
+  for (int64_t i0 = 0; i0 < a.Tq; i0 += tq) {
+    const int64_t nq = std::min(tq, a.Tq - i0);
+    eachRow(nq, [&](const Slot& sl, int64_t s, int64_t h, int64_t i) {
+      sl.mx[s] = -INFINITY;
+      sl.sm[s] = 0.0f;
+      const float* qi = q + ((i0 + i) * a.Hq + h) * hd;
+      for (int64_t d = 0; d < hd; ++d) {
+        sl.acc[s * hd + d] = 0.0f;
+        sl.qu[s * hd + d] = rel ? qi[d] + u[h * hd + d] : qi[d];
+        sl.qv[s * hd + d] = rel ? qi[d] + vb[h * hd + d] : 0.0f;
+      }
+    });
     // Key range any query of the tile can see.
     const int64_t qlo = a.qpos0 + i0, qhi = a.qpos0 + i0 + nq - 1;
     int64_t jlo = 0, jhi = a.Tk - 1;
@@ -292,17 +296,10 @@ inline void AttentionHeads(const AttentionParams& a, const float* q, const void*
         flush();
       }
     }
-    for (int64_t kh = kh0; kh < kh1; ++kh) {
-      const Slot sl = slotOf(kh);
-      for (int64_t gh = 0; gh < group; ++gh) {
-        const int64_t h = kh * group + gh;
-        for (int64_t i = 0; i < nq; ++i) {
-          const int64_t st = gh * tq + i;
-          float* o = out + ((i0 + i) * a.Hq + h) * hd;
-          const float inv = sl.sm[st] > 0 ? 1.0f / sl.sm[st] : 0.0f;
-          for (int64_t d = 0; d < hd; ++d) o[d] = sl.acc[st * hd + d] * inv;
-        }
-      }
-    }
+    eachRow(nq, [&](const Slot& sl, int64_t st, int64_t h, int64_t i) {
+      float* o = out + ((i0 + i) * a.Hq + h) * hd;
+      const float inv = sl.sm[st] > 0 ? 1.0f / sl.sm[st] : 0.0f;
+      for (int64_t d = 0; d < hd; ++d) o[d] = sl.acc[st * hd + d] * inv;
+    });
   }
 }

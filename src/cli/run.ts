@@ -60,33 +60,34 @@ function helperText(helpers: number[][]): string {
   return helpers.length === 0 ? '' : ` (helpers ${helpers.map((h) => `@${h.join('+')}`).join(', ')})`;
 }
 
+/**
+ * `stage=value,…` of a per-stage flag: each part must match `value` after `stage=` and name a
+ * stage; `read` turns the value's text into the map's entry.
+ */
+function parseStageMap<T>(text: string, flag: string, form: string, value: RegExp, read: (v: string) => T): Partial<Record<StageName, T>> {
+  const map: Partial<Record<StageName, T>> = {};
+  const part = new RegExp(`^([a-z]+)=(${value.source})$`);
+  for (const p of text.split(',')) {
+    const m = part.exec(p);
+    if (m === null || !(STAGE_NAMES as readonly string[]).includes(m[1]!)) {
+      throw new UsageError(`--${flag} takes ${form} with stages ${STAGE_NAMES.join(', ')}; got '${p}'`);
+    }
+    map[m[1] as StageName] = read(m[2]!);
+  }
+  return map;
+}
+
 /** `--pin none` or `stage=cpu[+cpu],…` (unnamed stages keep the default placement). */
 export function parsePin(text: string | undefined): PinMap | 'none' | undefined {
   if (text === undefined) return undefined;
   if (text === 'none') return 'none';
-  const map: PinMap = {};
-  for (const part of text.split(',')) {
-    const m = /^([a-z]+)=(\d+(?:\+\d+)*)$/.exec(part);
-    if (m === null || !(STAGE_NAMES as readonly string[]).includes(m[1]!)) {
-      throw new UsageError(`--pin takes 'none' or stage=cpu[+cpu],… with stages ${STAGE_NAMES.join(', ')}; got '${part}'`);
-    }
-    map[m[1] as StageName] = m[2]!.split('+').map(Number);
-  }
-  return map;
+  return parseStageMap(text, 'pin', "'none' or stage=cpu[+cpu],…", /\d+(?:\+\d+)*/, (v) => v.split('+').map(Number));
 }
 
 /** `--stage-threads stage=n,…`: compute threads of the named stages (each as --threads). */
 export function parseStageThreads(text: string | undefined): StageThreads | undefined {
   if (text === undefined) return undefined;
-  const map: StageThreads = {};
-  for (const part of text.split(',')) {
-    const m = /^([a-z]+)=(\d+)$/.exec(part);
-    if (m === null || !(STAGE_NAMES as readonly string[]).includes(m[1]!)) {
-      throw new UsageError(`--stage-threads takes stage=n,… with stages ${STAGE_NAMES.join(', ')}; got '${part}'`);
-    }
-    map[m[1] as StageName] = flagValue<number>('threads', m[2]);
-  }
-  return map;
+  return parseStageMap(text, 'stage-threads', 'stage=n,…', /\d+/, (v) => flagValue<number>('threads', v));
 }
 
 /** Copies of every stage's outputs for `--dump`, written as .npy with a JSON index. */
