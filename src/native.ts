@@ -79,6 +79,8 @@ export interface NativeAddon {
   /** mlock every page overlapping the view. */
   lockRange(view: ByteView): NativeResult;
   unlockRange(view: ByteView): NativeResult;
+  /** Asks for transparent huge pages on the view's whole pages (Linux madvise; ENOSYS elsewhere). */
+  adviseHugePages(view: ByteView): NativeResult;
   cpuFeatures(): CpuFeatures;
   /** Index of the first NaN or infinity among the values (WEIGHT_TYPE f32, f16 or bf16) of `bytes`, or -1. */
   firstNonFinite(bytes: Uint8Array, type: number): number;

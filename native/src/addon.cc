@@ -280,6 +280,12 @@ Napi::Value UnlockRange(const Napi::CallbackInfo& info) {
   return Result(info.Env(), voxslab::UnlockRange(b.data, b.length));
 }
 
+Napi::Value AdviseHugePages(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 1, "adviseHugePages");
+  Bytes b = TypedArrayBytes(info, 0, "adviseHugePages");
+  return Result(info.Env(), voxslab::AdviseHugePages(b.data, b.length));
+}
+
 Napi::Value CpuFeaturesValue(const Napi::CallbackInfo& info) {
   ExpectArgs(info, 0, "cpuFeatures");
   Napi::Env env = info.Env();
@@ -1078,6 +1084,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   Export<ResidentBytes>(env, exports, "residentBytes");
   Export<LockRange>(env, exports, "lockRange");
   Export<UnlockRange>(env, exports, "unlockRange");
+  Export<AdviseHugePages>(env, exports, "adviseHugePages");
   Export<FirstNonFiniteValue>(env, exports, "firstNonFinite");
   Export<NoArgs<voxslab::QuietAlsaErrors>>(env, exports, "quietAlsa");
   Export<NoArgs<voxslab::ApmAvailable>>(env, exports, "apmAvailable");

@@ -215,6 +215,20 @@ int PageRangeCall(const uint8_t* data, size_t length, bool lock) {
 int LockRange(const uint8_t* data, size_t length) { return PageRangeCall(data, length, true); }
 int UnlockRange(const uint8_t* data, size_t length) { return PageRangeCall(data, length, false); }
 
+int AdviseHugePages(const uint8_t* data, size_t length) {
+#if defined(__linux__) && defined(MADV_HUGEPAGE)
+  const size_t page = PageSize();
+  const uintptr_t first = PageFloor(reinterpret_cast<uintptr_t>(data) + page - 1, page);
+  const uintptr_t end = PageFloor(reinterpret_cast<uintptr_t>(data) + length, page);
+  if (end <= first) return 0;
+  return madvise(reinterpret_cast<void*>(first), end - first, MADV_HUGEPAGE) == 0 ? 0 : errno;
+#else
+  (void)data;
+  (void)length;
+  return ENOSYS;
+#endif
+}
+
 namespace {
 #ifdef VOXSLAB_ALSA
 int g_alsa_quieted = 0;

@@ -31,6 +31,9 @@ int64_t ResidentBytes(const uint8_t* data, size_t length);
 // mlock/munlock every page that overlaps [data, data + length); 0 or errno.
 int LockRange(const uint8_t* data, size_t length);
 int UnlockRange(const uint8_t* data, size_t length);
+// Asks for transparent huge pages on the whole pages inside [data, data + length) (Linux
+// madvise MADV_HUGEPAGE, before the pages are touched); 0 or errno (ENOSYS elsewhere).
+int AdviseHugePages(const uint8_t* data, size_t length);
 
 // A mirrored mapping (Linux: one memfd mapped twice, back to back): [base, base + 2·bytes) reads
 // and writes the same `bytes` of memory twice, so a window that runs past the end continues at

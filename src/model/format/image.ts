@@ -352,7 +352,10 @@ export function buildWeightsImage(
   const planned = new Map<string, Uint8Array>();
   try {
     groups.forEach((group, slab) => {
-      const arena = domain.createArena(owner, `weights ${slab}`, { bytes: policy.arenaBytes(group.map((g) => g.bytes)) });
+      const arena = domain.createArena(owner, `weights ${slab}`, {
+        bytes: policy.arenaBytes(group.map((g) => g.bytes)),
+        hugePages: true,
+      });
       arenas.push(arena);
       for (const it of group) {
         const view = arena.carve(it.name, it.category, Uint8Array, it.bytes);
