@@ -18,6 +18,11 @@
  * its first h frames and the text interleaved before them (KV rows past the position are dead:
  * attention never reads them). Memory: [checkpoints][short-conv floats + codebooks + fields].
  *
+ * System prompt: a dialogue that ran it keeps the short-conv state at its end; another dialogue
+ * of the same model and prompts then copies it (`copySystem`: that state and the cache rows of
+ * the prompt, which the context policy never moves) instead of running it again, with the
+ * same bits.
+ *
  * Context policy: when the next positions would pass the context, the oldest quarter of the
  * positions after the system prompt are forgotten (Lfm2Stack.dropPositions).
  *
@@ -177,6 +182,8 @@ export class Dialogue {
   readonly #ckConv: Float32Array; // [checkpoints][short-conv layers][kernel − 1][hidden]
   readonly #ckCodes: Int32Array; // [checkpoints][codebooks]
   readonly #convFloats: number;
+  readonly #systemConv: Float32Array; // [short-conv layers][kernel − 1][hidden] at the system prompt's end
+  #systemSaved = false;
   /** A pair step's samplers and options (caller-kept arrays: no allocation per step). */
   readonly #samplerPair: Sampler[] = [];
   readonly #optionsPair: SamplingOptions[] = [];
@@ -231,6 +238,7 @@ export class Dialogue {
     this.#ckConv = arena.carve('barge.conv', 'recurrence', Float32Array, checkpoints * convFloats);
     this.#ckCodes = arena.carve('barge.codes', 'metadata', Int32Array, checkpoints * c.audio.codebooks);
     for (let k = 0; k < checkpoints; k++) this.#ckMeta[k * CK_FIELDS + CK_FRAME] = -1;
+    this.#systemConv = arena.carve('system.conv', 'recurrence', Float32Array, convFloats);
   }
 
   #tic(): void {
@@ -262,8 +270,66 @@ export class Dialogue {
     this.#stageTokens(slot, ids, this.#systemAt, end);
     if (this.#staged > 0) this.#flush(slot);
     this.#systemAt = end;
+    if (this.systemDone) {
+      this.#copyConv(this.state.conv, this.#systemConv, true);
+      this.#systemSaved = true;
+    }
     this.#toc(CLOCK_PREFILL);
     return this.systemDone;
+  }
+
+  /** True once the system prompt has been run (or copied) alone: this dialogue can give it (`copySystem`). */
+  get systemSaved(): boolean {
+    return this.#systemSaved;
+  }
+
+  /** True while the system prompt is part way through `prefillSystem`. */
+  get systemRunning(): boolean {
+    return this.#systemAt > 0 && !this.systemDone;
+  }
+
+  /**
+   * Takes the system prompt from `donor` instead of running it: the cache rows of its positions
+   * and the short-conv state at its end, which are the bits running it here would give (the
+   * same model, prompts and cache type; a position's prefill does not depend on what follows
+   * it). False, with nothing changed, unless this dialogue has run nothing yet and `donor` has
+   * saved the same system prompt.
+   */
+  copySystem(donor: Dialogue): boolean {
+    const ids = this.prompts.system;
+    const theirs = donor.prompts.system;
+    if (donor === this || this.#systemAt !== 0 || this.state.position !== 0 || !donor.#systemSaved) return false;
+    if (donor.config !== this.config || donor.state.kv !== this.state.kv || theirs.length !== ids.length) return false;
+    for (let i = 0; i < ids.length; i++) if (theirs[i] !== ids[i]) return false;
+    this.#tic();
+    const b = this.config.backbone;
+    const n = ids.length * b.kvHeads * b.headDim;
+    for (let l = 0; l < this.state.k.length; l++) {
+      const k = this.state.k[l];
+      const v = this.state.v[l];
+      if (k === null || v === null || k === undefined || v === undefined) continue;
+      copyRows(donor.state.k[l]!, k, n);
+      copyRows(donor.state.v[l]!, v, n);
+    }
+    native.copyF32(donor.#systemConv, 0, this.#systemConv, 0, this.#convFloats);
+    this.#copyConv(this.state.conv, this.#systemConv, false);
+    this.state.position = ids.length;
+    this.#systemAt = ids.length;
+    this.#systemSaved = true;
+    this.#toc(CLOCK_PREFILL);
+    return true;
+  }
+
+  /** Short-conv states into `saved` (or back from it), layer after layer. */
+  #copyConv(states: readonly (Float32Array | null)[], saved: Float32Array, save: boolean): void {
+    let at = 0;
+    for (let l = 0; l < states.length; l++) {
+      const c = states[l];
+      if (c === null || c === undefined) continue;
+      if (save) native.copyF32(c, 0, saved, at, c.length);
+      else native.copyF32(saved, at, c, 0, c.length);
+      at += c.length;
+    }
   }
 
   /** Opens a user turn on `slot`: the system prompt (what has not run of it) or the close of the last reply, then `<|im_start|>user\n`. */
@@ -575,4 +641,13 @@ export class Dialogue {
   get position(): number {
     return this.state.position;
   }
+}
+
+/** dst[0, n) = src[0, n) for two caches of one type (f32 natively; f16 element by element). */
+function copyRows(src: Float32Array | Uint16Array, dst: Float32Array | Uint16Array, n: number): void {
+  if (src instanceof Float32Array && dst instanceof Float32Array) {
+    native.copyF32(src, 0, dst, 0, n);
+    return;
+  }
+  for (let i = 0; i < n; i++) dst[i] = src[i]!;
 }

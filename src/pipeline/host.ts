@@ -181,6 +181,7 @@ export function serveStage(expected: StageName): void {
         batchedSteps: s.batched,
         batchedTextHeads: s.batchedText,
         batchedFrames: s.batchedFrames,
+        systemCopies: s.systemCopies,
         slots: s.slotStats(),
         allocationsAfterReady: trap?.count ?? 0,
         heapDelta: heapUsedNow() - heapAtReady,

@@ -190,6 +190,8 @@ export interface StageStats {
   /** Of those, the ones that also ran both text heads, or both Depthformer frames, in one call. */
   batchedTextHeads: number;
   batchedFrames: number;
+  /** Conversations that copied their system prompt's state from another instead of running it. */
+  systemCopies: number;
   /** Pass slots: most held at once, passes that began while another slot was held. */
   slots: { count: number; maxBusy: number; overlapped: number };
   /** Constructor calls trapped after readiness (test mode), JS heap change over the run. */

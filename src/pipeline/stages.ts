@@ -180,6 +180,8 @@ export abstract class Stage<C> {
   batched = 0;
   batchedText = 0;
   batchedFrames = 0;
+  /** Conversations that copied their system prompt from another (Depthformer stage). */
+  systemCopies = 0;
   nonFinite = 0;
   readonly #watch = new Stopwatch();
 
@@ -880,6 +882,7 @@ const PHASE_PREFILL = 1;
 const PHASE_REPLY = 2;
 /** A verdict that cuts nothing. */
 const NO_CUT = 0x7fffffff;
+const WAIT_FOR_DONOR = 1;
 
 export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
   readonly prompts: Prompts;
@@ -1017,9 +1020,16 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
    * embedding rows and the segment's end outside a reply. True if any was taken.
    */
   #prefill(c: DepthConv): boolean {
-    // A new conversation runs its system prompt before any turn, a chunk per poll (other
+    // A new conversation copies its system prompt from a conversation that ran it (or waits
+    // for one running it); otherwise it runs it before any turn, a chunk per poll (other
     // conversations step in between), on a slot held for that chunk only.
     if (!c.dialogue.systemDone && c.phase === PHASE_IDLE) {
+      const donor = this.#systemDonor(c);
+      if (donor === WAIT_FOR_DONOR) return false;
+      if (donor !== null && c.dialogue.copySystem(donor.dialogue)) {
+        this.systemCopies++;
+        return true;
+      }
       const slot = this.tickets.acquire(c.index);
       if (slot >= 0) {
         c.dialogue.prefillSystem(this.tickets.slots[slot]!);
@@ -1069,6 +1079,18 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       progress = true;
     }
     return progress;
+  }
+
+  /** A conversation whose system prompt `c` may copy, WAIT_FOR_DONOR while one is running it, or null. */
+  #systemDonor(c: DepthConv): DepthConv | null | typeof WAIT_FOR_DONOR {
+    let wait = false;
+    for (let k = 0; k < this.conversations.length; k++) {
+      const d = this.conversations[k];
+      if (d === undefined || d === c) continue;
+      if (d.dialogue.systemSaved) return d;
+      if (d.dialogue.systemRunning) wait = true;
+    }
+    return wait ? WAIT_FOR_DONOR : null;
   }
 
   /**

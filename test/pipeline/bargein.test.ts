@@ -182,6 +182,40 @@ t.test('the system prompt runs when the conversation opens; the first turn prefi
   t.equal(part.systemDone, true);
 });
 
+t.test('a dialogue copies the system prompt another ran: the same context, reply and next turn, f32 and f16 caches', async (t) => {
+  for (const kv of ['f32', 'f16'] as const) {
+    // Chunks shorter than the system prompt: the donor is part way through it for a while.
+    const m = SpeechModel.load(dir, domain, { prefillChunk: 8, kv });
+    const system = m.prompts.system.length;
+    const donor = dialogue(30, 0, m);
+    const copy = dialogue(30, 0, m);
+    const own = dialogue(30, 0, m);
+    t.equal(copy.copySystem(donor), false, `${kv}: nothing to copy before the donor has run it`);
+    t.equal(donor.prefillSystem(m.slot), false);
+    t.equal(donor.systemRunning, true);
+    t.equal(copy.copySystem(donor), false, 'nor while it is part way through');
+    while (!donor.prefillSystem(m.slot));
+    t.equal(donor.systemSaved, true);
+    t.equal(copy.copySystem(donor), true, 'copied once the donor has run it');
+    t.equal(copy.systemDone, true);
+    t.equal(copy.state.position, system);
+    while (!own.prefillSystem(m.slot));
+    t.equal(context(copy).equals(context(own)), true, 'the same context as running it, byte for byte');
+    const rows = userRows(8, 5);
+    const reply = turn(own, rows, undefined, undefined, m.slot);
+    t.same(turn(donor, rows, undefined, undefined, m.slot), reply, 'the donor answers as a dialogue that ran it');
+    // The donor has moved on (and its short-conv states with it): what it gives is the prompt's end.
+    const later = dialogue(30, 0, m);
+    t.equal(later.copySystem(donor), true, 'a donor past its first turn still gives the prompt');
+    t.equal(later.copySystem(donor), false, 'a dialogue that holds positions refuses a copy');
+    t.same(turn(copy, rows, undefined, undefined, m.slot), reply, 'the same reply after a copy');
+    t.same(turn(later, rows, undefined, undefined, m.slot), reply, 'and after a copy from a donor that had moved on');
+    t.equal(context(later).equals(context(own)), true, 'the same context after the turn');
+    const next = userRows(9, 3);
+    t.same(turn(later, next, undefined, undefined, m.slot), turn(own, next, undefined, undefined, m.slot), 'the same second reply');
+  }
+});
+
 t.test('a conversation is ready with its system prompt run', async (t) => {
   const conv = model.conversation({ seed: 1, inputRate: 16000 });
   t.equal(conv.backbone.position, 0);

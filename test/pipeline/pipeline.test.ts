@@ -50,6 +50,7 @@ interface Stage {
   batchedSteps: number;
   batchedTextHeads: number;
   batchedFrames: number;
+  systemCopies: number;
 }
 interface Report {
   engine?: string;
@@ -95,6 +96,7 @@ t.test('two conversations of different lengths at once give exactly the bytes ea
   t.ok(depth.batchedSteps > 0, `depthformer: ${depth.batchedSteps} backbone calls served both conversations at once`);
   t.ok(depth.batchedTextHeads > 0, `depthformer: ${depth.batchedTextHeads} of them ran both text heads in one call`);
   t.ok(depth.batchedFrames > 0, `depthformer: ${depth.batchedFrames} of them ran both Depthformer frames in one call`);
+  t.equal(depth.systemCopies, 1, 'the second conversation copied the system prompt the first ran');
   for (const n of ['depthformer', 'playback']) {
     t.equal(stage(n).slots.maxBusy, 2, `${n}: both pass slots held at once`);
     t.ok(stage(n).slots.overlapped >= 1, `${n}: ${stage(n).slots.overlapped} pass(es) began while the other slot was held`);
