@@ -43,7 +43,14 @@ interface RunConv {
 interface RunReport {
   conversations: RunConv[];
   pipeline?: {
-    stages: { stage: string; busyMs: number; batchedSteps: number; batchedTextHeads: number; batchedFrames: number }[];
+    stages: {
+      stage: string;
+      busyMs: number;
+      batchedSteps: number;
+      batchedTextHeads: number;
+      batchedFrames: number;
+      clocks: Record<string, { ms: number; count: number }>[];
+    }[];
     rings: Record<string, { capacity: number; maxUsed: number }>[];
   };
   manifest: { totals: { slab: number; resident: number } };
@@ -84,24 +91,31 @@ function msPerFrame(r: RunReport): number {
   return Math.max(...r.conversations.map((c) => c.wallMs)) / frames;
 }
 
+/**
+ * The Depthformer stage's reply work (text steps, audio steps, Depthformer frames; not the
+ * prefill) per frame period: summed over the run's conversations, over the most frames any
+ * of them generated. Two conversations over one: what a frame costs the stage that limits it.
+ */
+function replyMsPerFrame(r: RunReport): number {
+  const depth = r.pipeline!.stages.find((s) => s.stage === 'depthformer')!;
+  let ms = 0;
+  for (const c of depth.clocks) for (const k of ['textStep', 'audioStep', 'depthformer']) ms += c[k]?.ms ?? 0;
+  return ms / Math.max(...r.conversations.map((c) => c.audioFrames));
+}
+
+type Run = Awaited<ReturnType<typeof runOnce>>;
+
+/** The run with fewer wall ms per generated frame. */
+function faster(a: Run | null, b: Run): Run {
+  return a === null || msPerFrame(b.report) < msPerFrame(a.report) ? b : a;
+}
+
 function perCall(t: Record<string, { ms: number; count: number }>): Record<string, number> {
   return Object.fromEntries(
     Object.entries(t)
       .filter(([, v]) => v.count > 0)
       .map(([k, v]) => [k, round(v.ms / v.count, 3)]),
   );
-}
-
-async function best(
-  times: number,
-  f: () => Promise<{ report: RunReport; rssMiB: number; wallMs: number }>,
-): Promise<{ report: RunReport; rssMiB: number; wallMs: number }> {
-  let b: Awaited<ReturnType<typeof f>> | null = null;
-  for (let i = 0; i < times; i++) {
-    const r = await f();
-    if (b === null || msPerFrame(r.report) < msPerFrame(b.report)) b = r;
-  }
-  return b!;
 }
 
 export interface PipelineBenchRow {
@@ -120,6 +134,9 @@ export interface PipelineBenchRow {
    */
   mixedOverOne: number;
   mixedHeadsBatched: number;
+  /** The Depthformer stage's reply work per frame period (see replyMsPerFrame), two conversations ÷ one: same input, different lengths. */
+  twoStepsOverOne: number;
+  mixedStepsOverOne: number;
   realTimeFactor: number;
   realtimeFirstAudioMs: number | null;
   frameGapMs: { p50: number; p99: number } | null;
@@ -206,13 +223,21 @@ function readFixture(): Float32Array {
 }
 
 async function measure(name: string, model: string, o: { quick: boolean }, short: string): Promise<PipelineBenchRow> {
-  // The 1.5B shape takes seconds per run: once each, and no capacity search past two.
+  // The 1.5B shape takes seconds per run: no capacity search past two conversations.
   const big = name.startsWith('lfm2');
-  const repeats = o.quick || big ? 1 : 2;
-  const single = await best(repeats, () => runOnce(model, 1, { engine: 'single' }));
-  const one = await best(repeats, () => runOnce(model, 1, {}));
-  const two = await best(repeats, () => runOnce(model, 2, {}));
-  const mixed = await best(repeats, () => runOnce(model, 2, { inputs: [FIXTURE, short] }));
+  const repeats = o.quick ? 1 : 2;
+  // Rounds alternate the runs, so a slow spell of a shared machine does not fall on one of them only.
+  let single: Run | null = null;
+  let one: Run | null = null;
+  let two: Run | null = null;
+  let mixed: Run | null = null;
+  for (let r = 0; r < repeats; r++) {
+    single = faster(single, await runOnce(model, 1, { engine: 'single' }));
+    one = faster(one, await runOnce(model, 1, {}));
+    two = faster(two, await runOnce(model, 2, {}));
+    mixed = faster(mixed, await runOnce(model, 2, { inputs: [FIXTURE, short] }));
+  }
+  if (single === null || one === null || two === null || mixed === null) throw new Error('bench pipeline: no rounds');
   const rt = await runOnce(model, 1, { realtime: true, reply: '1' });
   const capacity: { conversations: number; p99GapMs: number; underrunMs: number }[] = [];
   for (const n of o.quick || big ? [1, 2] : [1, 2, 4, 8]) {
@@ -233,6 +258,8 @@ async function measure(name: string, model: string, o: { quick: boolean }, short
     twoMsPerFrame: round(msPerFrame(two.report), 3),
     twoOverOne: round(Math.max(...two.report.conversations.map((c) => c.wallMs)) / c0.wallMs, 3),
     mixedOverOne: round((2 * msPerFrame(mixed.report)) / msPerFrame(one.report), 3),
+    twoStepsOverOne: round(replyMsPerFrame(two.report) / replyMsPerFrame(one.report), 3),
+    mixedStepsOverOne: round(replyMsPerFrame(mixed.report) / replyMsPerFrame(one.report), 3),
     mixedHeadsBatched: depth.batchedSteps > 0 ? round((depth.batchedTextHeads + depth.batchedFrames) / depth.batchedSteps, 3) : 0,
     realTimeFactor: round(c0.realTimeFactor ?? 0, 4),
     realtimeFirstAudioMs: rt.report.conversations[0]!.firstAudioMs,
@@ -254,6 +281,7 @@ export function format(r: Awaited<ReturnType<typeof run>>): string {
       `${x.checkpoint}: ${x.singleMsPerFrame} ms/frame single, ${x.pipelineMsPerFrame} pipeline (×${x.pipelineOverSingle}); two at once ` +
         `${x.twoMsPerFrame} ms/frame, wall ×${x.twoOverOne} of one; two of different lengths: frame time ×${x.mixedOverOne} of one ` +
         `(heads batched in ${Math.round(x.mixedHeadsBatched * 100)}% of batched steps); RTF ${x.realTimeFactor}`,
+      `  Depthformer stage's reply work per frame, two ÷ one: ×${x.twoStepsOverOne} same input, ×${x.mixedStepsOverOne} different lengths`,
       `  first audio after end of speech (device pace): ${x.realtimeFirstAudioMs ?? '-'} ms; frame gaps p50 ${x.frameGapMs?.p50 ?? '-'} / p99 ` +
         `${x.frameGapMs?.p99 ?? '-'} ms`,
       `  per call (ms): ${Object.entries(x.stageMsPerCall)
