@@ -22,11 +22,6 @@ export const APM_VOICE = 1;
 export const APM_ECHO = 2;
 /** Far-end frames (10 ms) before the canceller counts as converged: its first seconds misfire. */
 const CONVERGE_FRAMES = 300;
-/** dB over the canceller's echo-alone ratio (out ÷ mic) below which a frame is still echo alone. */
-export const GATE_MARGIN_DB = 20;
-/** The echo-alone ratio's tracking (per 10 ms frame): down fast, up over about a second. */
-const FLOOR_DOWN = 0.3;
-const FLOOR_UP = 0.01;
 
 /** Whether echo cancellation and the WebRTC VAD are available in this build. */
 export function apmAvailable(): boolean {
@@ -73,11 +68,8 @@ export interface EchoCancellerOptions {
   /**
    * Residual echo gate, dB: while the far end plays, a frame the canceller took more than this
    * out of is echo alone, and is silenced (what the engine leaves of the echo, quiet as it is,
-   * still sounds like speech to a VAD). A frame with the user in it keeps far more. Where the
-   * canceller takes much more than this off the echo alone (a linear echo path), the line moves
-   * down with it, to GATE_MARGIN_DB over what it takes off: the engine's double-talk
-   * suppression cuts the user's first syllables by 20–40 dB, and a fixed line silenced them
-   * too. 0: off. Default 15.
+   * still sounds like speech to a VAD). A frame with the user in it keeps far more. 0: off.
+   * Default 15.
    */
   gateDb?: number;
 }
@@ -101,7 +93,6 @@ export class EchoCanceller {
   #farHold = 0;
   readonly #holdFrames: number;
   readonly #gate: number; // energy ratio out/mic below which a far-end frame is echo alone
-  readonly #floor: Float64Array; // [1] the canceller's out/mic ratio on the echo, dB (see gateDb)
   /** Frames the residual echo gate silenced. */
   gated = 0;
   /**
@@ -129,8 +120,6 @@ export class EchoCanceller {
     const gate = o.gateDb ?? 15;
     if (!(gate >= 0 && gate <= 60)) throw new ArgumentError(`echo canceller gateDb must be 0..60, got ${gate}`);
     this.#gate = gate === 0 ? 0 : 10 ** (-gate / 10);
-    this.#floor = ws('aec.floor', Float64Array, 1);
-    this.#floor[0] = -gate - GATE_MARGIN_DB;
     this.#handle = made.handle;
     this.heapBytes = made.heapBytes;
     this.#near = ws('aec.near', Float32Array, APM_FRAME);
@@ -177,11 +166,6 @@ export class EchoCanceller {
     return w;
   }
 
-  /** The canceller's out/mic ratio on the echo alone as the gate tracks it, dB (see gateDb). */
-  get floorDb(): number {
-    return this.#floor[0]!;
-  }
-
   /**
    * Follows far-end activity and the enhancement over it (smoothed over about half a second);
    * returns whether the frame is echo alone (the residual echo gate).
@@ -204,12 +188,7 @@ export class EchoCanceller {
       this.#activeFrames++;
       if (this.#activeFrames >= CONVERGE_FRAMES && this.#micEnergy >= 100 * this.#outEnergy) this.converged = true;
     }
-    if (ef > APM_FRAME * 1e-6 && em > APM_FRAME * 1e-7) {
-      const db = 10 * Math.log10(Math.max(eo / em, 1e-12));
-      const f = this.#floor[0]!;
-      this.#floor[0] = f + (db < f ? FLOOR_DOWN : FLOOR_UP) * (db - f);
-    }
-    return this.farActive && eo < Math.min(this.#gate, 10 ** ((this.#floor[0]! + GATE_MARGIN_DB) / 10)) * em;
+    return this.farActive && eo < this.#gate * em;
   }
 
   /** Frees the engine now (it is also freed when collected). */
