@@ -369,6 +369,8 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   #text = '';
   #samples = 0;
   readonly #summary = new Int32Array(TURN_FIELDS);
+  /** Turn summaries read from the events ring. */
+  #summaries = 0;
   readonly #barge = new Int32Array(BARGE_FIELDS);
   /** Barge-in (VAD mode): onsets answered, verdicts still due, the reply whose audio is dropped, samples of this reply delivered. */
   #onsetsSeen = 0;
@@ -723,7 +725,16 @@ export class Conversation extends EventEmitter<ConversationEvents> {
       progress = true;
     }
     if (this.#drainCallbacks.length > 0 && this.#backlog() <= this.inputRate) for (const cb of this.#drainCallbacks.splice(0)) cb();
-    // Text and frames.
+    if (this.#events()) progress = true;
+    // A device pulls the reply audio itself, period by period (#pull).
+    if (this.#link === null && this.#output()) progress = true;
+    return progress;
+  }
+
+  /** Text, frames, turn summaries and speech events, in order (up to a turn's summary with `toSummary`); true if any was taken. */
+  #events(toSummary = false): boolean {
+    const pc = this.#pc;
+    let progress = false;
     const ev = pc.events;
     for (let kind = ev.peekKind(); kind >= 0; kind = ev.peekKind()) {
       if (kind === REC_TEXT) {
@@ -736,8 +747,11 @@ export class Conversation extends EventEmitter<ConversationEvents> {
         this.#emit('text', { turn: this.#replied, token, delta, text });
       } else if (kind === REC_CODES || kind === REC_END_OF_AUDIO) {
         ev.read(this.#frame, 0);
-      } else if (kind === REC_TURN_END) ev.read(this.#summary, 0);
-      else if (kind === REC_BARGE) this.#verdict();
+      } else if (kind === REC_TURN_END) {
+        ev.read(this.#summary, 0);
+        this.#summaries++;
+        if (toSummary) return true;
+      } else if (kind === REC_BARGE) this.#verdict();
       else if (kind === REC_SPEECH_START) {
         ev.skip();
         this.#inTurn = true;
@@ -754,8 +768,6 @@ export class Conversation extends EventEmitter<ConversationEvents> {
       } else ev.skip();
       progress = true;
     }
-    // A device pulls the reply audio itself, period by period (#pull).
-    if (this.#link === null && this.#output()) progress = true;
     return progress;
   }
 
@@ -814,6 +826,8 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   /** The reply's end came out of the output ring: the turn is over, the next reply's count starts. */
   #replyOut(): void {
     const pc = this.#pc;
+    // The Depthformer stage writes the turn's summary before playback can pass its end on.
+    if (this.#summaries <= this.#replied) this.#events(true);
     this.#turnEnd();
     this.#delivered = 0;
     if (!pc.vad) return;

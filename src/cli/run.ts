@@ -52,7 +52,13 @@ export interface RunRequest {
   slots?: string | undefined;
   realtime?: boolean | undefined;
   /** For tests of the built artifact: a domain to run in, and the pipeline's test hooks. */
-  hooks?: { domain?: MemoryDomain; trapAllocations?: boolean; exitAfterRecords?: Partial<Record<StageName, number>>; gateReplies?: number };
+  hooks?: {
+    domain?: MemoryDomain;
+    trapAllocations?: boolean;
+    exitAfterRecords?: Partial<Record<StageName, number>>;
+    gateReplies?: number;
+    turnEndPauseMs?: number;
+  };
 }
 
 /** A stage's compute helpers in the run line: ` (helpers @1, @0+1)`, or nothing without any. */
@@ -261,6 +267,7 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
       if (r.hooks?.trapAllocations !== undefined) po.trapAllocations = r.hooks.trapAllocations;
       if (r.hooks?.exitAfterRecords !== undefined) po.exitAfterRecords = r.hooks.exitAfterRecords;
       if (r.hooks?.gateReplies !== undefined) po.gateReplies = r.hooks.gateReplies;
+      if (r.hooks?.turnEndPauseMs !== undefined) po.turnEndPauseMs = r.hooks.turnEndPauseMs;
       const text = await runPipeline({ dir, domain, options: po, jobs, rate, seed, segment, report: r.report, realtime: r.realtime === true, t0, log });
       for (const j of jobs) renameSync(j.staging, j.output);
       return text;
@@ -474,6 +481,22 @@ async function runPipeline(p: PipelineRun): Promise<string> {
     const c = pipeline.config;
     const pcm = new Float32Array(Math.max(...flows.map((f) => f.conv.output.maxPayload)));
     const frame = new Int32Array(c.audio.codebooks);
+    /** Text, frames and the turn's summary that have arrived for `f`; true if any. */
+    const events = (f: (typeof flows)[number], conv: (typeof flows)[number]['conv']): boolean => {
+      let took = false;
+      for (let kind = conv.events.peekKind(); kind >= 0; kind = conv.events.peekKind()) {
+        if (kind === REC_TEXT) {
+          f.tokens.push(conv.events.peekInt(0));
+          conv.events.skip();
+        } else if (kind === REC_CODES || kind === REC_END_OF_AUDIO) {
+          conv.events.read(frame, 0);
+          f.codes.push(Array.from(frame));
+        } else if (kind === REC_TURN_END) conv.events.read(f.summary, 0);
+        else conv.events.skip();
+        took = true;
+      }
+      return took;
+    };
     for (const f of flows) f.writer = new WavFileWriter(f.job.staging, { sampleRate: p.rate, channels: 1, format: 'float32', extensible: false });
     const started = performance.now();
     try {
@@ -514,18 +537,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
             }
             progress = true;
           }
-          // Text and frames.
-          for (let kind = conv.events.peekKind(); kind >= 0; kind = conv.events.peekKind()) {
-            if (kind === REC_TEXT) {
-              f.tokens.push(conv.events.peekInt(0));
-              conv.events.skip();
-            } else if (kind === REC_CODES || kind === REC_END_OF_AUDIO) {
-              conv.events.read(frame, 0);
-              f.codes.push(Array.from(frame));
-            } else if (kind === REC_TURN_END) conv.events.read(f.summary, 0);
-            else conv.events.skip();
-            progress = true;
-          }
+          if (events(f, conv)) progress = true;
           // Reply samples.
           for (let kind = conv.output.peekKind(); kind >= 0; kind = conv.output.peekKind()) {
             if (kind === REC_PCM) {
@@ -541,7 +553,11 @@ async function runPipeline(p: PipelineRun): Promise<string> {
               }
             } else {
               conv.output.skip();
-              if (kind === REC_TURN_END) f.done = true;
+              if (kind === REC_TURN_END) {
+                // The Depthformer stage writes the turn's summary before playback passes its end on.
+                events(f, conv);
+                f.done = true;
+              }
             }
             progress = true;
           }

@@ -73,6 +73,8 @@ export interface PipelineOptions extends SpeechModelOptions {
   gateReplies?: number;
   /** Test hook (Depthformer stage): the most audio frames of each conversation's n-th reply. */
   replyFrameLimits?: number[];
+  /** Test hook (Depthformer stage): ms to stall between a turn's two end records (events, then playback). */
+  turnEndPauseMs?: number;
 }
 
 /** The stages with native compute helpers (pass stages). */
@@ -403,6 +405,7 @@ export class Pipeline {
             failAllocationAt: options.failAllocationAt?.[w.name] ?? 0,
             gateReplies: options.gateReplies ?? 0,
             replyFrameLimits: options.replyFrameLimits ?? [],
+            turnEndPauseMs: options.turnEndPauseMs ?? 0,
           }),
         ),
       );

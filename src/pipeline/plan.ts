@@ -85,6 +85,7 @@ export function planPipeline(source: PlanSource, options: PipelinePlanOptions = 
       failAllocationAt: 0,
       gateReplies: 0,
       replyFrameLimits: [],
+      turnEndPauseMs: 0,
       pin: [],
       threads: settings.options.threads,
     } as unknown as StageInit;

@@ -146,6 +146,8 @@ export interface StageInit {
   gateReplies: number;
   /** Test hook (Depthformer stage): the most audio frames of each conversation's n-th reply (none: the reply length). */
   replyFrameLimits: number[];
+  /** Test hook (Depthformer stage): ms to stall between a turn's two end records (0 = never). */
+  turnEndPauseMs: number;
 }
 
 export interface StageReady {

@@ -883,6 +883,8 @@ const PHASE_REPLY = 2;
 /** A verdict that cuts nothing. */
 const NO_CUT = 0x7fffffff;
 const WAIT_FOR_DONOR = 1;
+/** What the turn-end test hook waits on (never notified). */
+const PAUSE = new Int32Array(new SharedArrayBuffer(4));
 
 export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
   readonly prompts: Prompts;
@@ -1164,8 +1166,10 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       sm[TURN_COMPACTIONS] = d.compactions;
       sm[TURN_DROPPED] = d.dropped;
       sm[TURN_USER_FRAMES] = d.userFrames;
-      c.codes.write(REC_TURN_END, null, 0, 0);
+      // Events first: whoever sees the turn end through playback can then read its summary.
       c.events.write(REC_TURN_END, sm, 0, TURN_FIELDS);
+      if (this.env.init.turnEndPauseMs > 0) Atomics.wait(PAUSE, 0, 0, this.env.init.turnEndPauseMs);
+      c.codes.write(REC_TURN_END, null, 0, 0);
       this.tickets.release(c.slot);
       c.slot = -1;
       c.phase = PHASE_IDLE;

@@ -40,6 +40,8 @@ interface Conv {
   codes: number[][];
   output: { samples: number };
   stop: string;
+  audioFrames: number;
+  positions: number;
 }
 interface Stage {
   stage: string;
@@ -125,6 +127,25 @@ t.test('two conversations of different lengths at once give exactly the bytes ea
     'model, both tickets, both conversations and sessions charged',
   );
   t.equal(domain.snapshot().held.total, 0, 'closing the pipeline returned every byte');
+});
+
+t.test("the report has each reply's summary even when playback passes its end on first", async (t) => {
+  // The hook stalls the Depthformer stage between a turn's two end records, so playback's end
+  // reaches the main thread long before it could if the summary were written second.
+  const runs: Conv[] = [];
+  for (const turnEndPauseMs of [0, 400]) {
+    const rep = join(work, `pause-${turnEndPauseMs}.json`);
+    await runCommand(
+      { model, inputs: [fixture], outputs: [join(work, `pause-${turnEndPauseMs}.wav`)], reply: '2', seed: '5', report: rep, hooks: { turnEndPauseMs } },
+      quiet,
+    );
+    runs.push(readReport(rep).conversations[0]!);
+  }
+  const [plain, paused] = runs as [Conv, Conv];
+  t.ok(plain.audioFrames > 0, `${plain.audioFrames} frames without the stall`);
+  t.equal(paused.audioFrames, plain.audioFrames, 'the same frame count with it');
+  t.equal(paused.stop, plain.stop, 'and the same stop');
+  t.equal(paused.positions, plain.positions, 'and the same positions');
 });
 
 t.test('each worker runs where the pin map puts it', async (t) => {

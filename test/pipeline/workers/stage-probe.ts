@@ -51,6 +51,7 @@ const init: StageInit = {
   exitAfterRecords: 0,
   failAllocationAt: 0,
   gateReplies: 0,
+  turnEndPauseMs: 0,
   replyFrameLimits: [],
 };
 const caps = ringCapacities(config, options.outputRate);
