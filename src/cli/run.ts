@@ -482,7 +482,8 @@ async function runPipeline(p: PipelineRun): Promise<string> {
     const pcm = new Float32Array(Math.max(...flows.map((f) => f.conv.output.maxPayload)));
     const frame = new Int32Array(c.audio.codebooks);
     /** Text, frames and the turn's summary that have arrived for `f`; true if any. */
-    const events = (f: (typeof flows)[number], conv: (typeof flows)[number]['conv']): boolean => {
+    const events = (f: (typeof flows)[number]): boolean => {
+      const conv = f.conv;
       let took = false;
       for (let kind = conv.events.peekKind(); kind >= 0; kind = conv.events.peekKind()) {
         if (kind === REC_TEXT) {
@@ -537,7 +538,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
             }
             progress = true;
           }
-          if (events(f, conv)) progress = true;
+          if (events(f)) progress = true;
           // Reply samples.
           for (let kind = conv.output.peekKind(); kind >= 0; kind = conv.output.peekKind()) {
             if (kind === REC_PCM) {
@@ -555,7 +556,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
               conv.output.skip();
               if (kind === REC_TURN_END) {
                 // The Depthformer stage writes the turn's summary before playback passes its end on.
-                events(f, conv);
+                events(f);
                 f.done = true;
               }
             }

@@ -271,7 +271,7 @@ export class Dialogue {
     if (this.#staged > 0) this.#flush(slot);
     this.#systemAt = end;
     if (this.systemDone) {
-      this.#copyConv(this.state.conv, this.#systemConv, true);
+      this.#saveConv(this.#systemConv, 0);
       this.#systemSaved = true;
     }
     this.#toc(CLOCK_PREFILL);
@@ -312,7 +312,7 @@ export class Dialogue {
       copyRows(donor.state.v[l]!, v, n);
     }
     native.copyF32(donor.#systemConv, 0, this.#systemConv, 0, this.#convFloats);
-    this.#copyConv(this.state.conv, this.#systemConv, false);
+    this.#loadConv(this.#systemConv, 0);
     this.state.position = ids.length;
     this.#systemAt = ids.length;
     this.#systemSaved = true;
@@ -320,15 +320,25 @@ export class Dialogue {
     return true;
   }
 
-  /** Short-conv states into `saved` (or back from it), layer after layer. */
-  #copyConv(states: readonly (Float32Array | null)[], saved: Float32Array, save: boolean): void {
-    let at = 0;
-    for (let l = 0; l < states.length; l++) {
-      const c = states[l];
-      if (c === null || c === undefined) continue;
-      if (save) native.copyF32(c, 0, saved, at, c.length);
-      else native.copyF32(saved, at, c, 0, c.length);
-      at += c.length;
+  /** The short-conv states into `saved` from `at`, layer after layer (#convFloats floats). */
+  #saveConv(saved: Float32Array, at: number): void {
+    const conv = this.state.conv;
+    for (let l = 0; l < conv.length; l++) {
+      const s = conv[l];
+      if (s === null || s === undefined) continue;
+      native.copyF32(s, 0, saved, at, s.length);
+      at += s.length;
+    }
+  }
+
+  /** The short-conv states back from `saved` at `at` (as #saveConv wrote them). */
+  #loadConv(saved: Float32Array, at: number): void {
+    const conv = this.state.conv;
+    for (let l = 0; l < conv.length; l++) {
+      const s = conv[l];
+      if (s === null || s === undefined) continue;
+      native.copyF32(saved, at, s, 0, s.length);
+      at += s.length;
     }
   }
 
@@ -575,14 +585,7 @@ export class Dialogue {
     meta[m + CK_TEXT_TOKENS] = this.textTokens;
     meta[m + CK_END_OF_AUDIO] = this.endOfAudio ? 1 : 0;
     meta[m + CK_DROPPED] = this.dropped;
-    let at = k * this.#convFloats;
-    const conv = this.state.conv;
-    for (let l = 0; l < conv.length; l++) {
-      const s = conv[l];
-      if (s === null || s === undefined) continue;
-      this.#ckConv.set(s, at);
-      at += s.length;
-    }
+    this.#saveConv(this.#ckConv, k * this.#convFloats);
     this.#ckCodes.set(this.codes, k * this.config.audio.codebooks);
   }
 
@@ -608,14 +611,7 @@ export class Dialogue {
     this.textTokens = meta[m + CK_TEXT_TOKENS]!;
     this.endOfAudio = meta[m + CK_END_OF_AUDIO] === 1;
     this.frames = heard;
-    let at = k * this.#convFloats;
-    const conv = this.state.conv;
-    for (let l = 0; l < conv.length; l++) {
-      const s = conv[l];
-      if (s === null || s === undefined) continue;
-      native.copyF32(this.#ckConv, at, s, 0, s.length);
-      at += s.length;
-    }
+    this.#loadConv(this.#ckConv, k * this.#convFloats);
     const cb = this.config.audio.codebooks;
     // Element copies, not subarray views: barge-in runs in a stage that allocates nothing.
     for (let i = 0; i < cb; i++) this.codes[i] = this.#ckCodes[k * cb + i]!;
