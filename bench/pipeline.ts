@@ -39,13 +39,18 @@ interface RunConv {
   frameIntervalMs: { p50: number; p99: number; max: number } | null;
   underrunMs: number;
   timings: Record<string, { ms: number; count: number }>;
+  /** The single engine's thread CPU over the turn, and the part in timed compute sections. */
+  cpu?: { ms: number; computeMs: number } | null;
 }
 interface RunReport {
   conversations: RunConv[];
   pipeline?: {
+    mainCpuMs: number;
     stages: {
       stage: string;
       busyMs: number;
+      cpuMs: number;
+      computeCpuMs: number;
       batchedSteps: number;
       batchedTextHeads: number;
       batchedFrames: number;
@@ -142,11 +147,55 @@ export interface PipelineBenchRow {
   frameGapMs: { p50: number; p99: number } | null;
   stageMsPerCall: Record<string, number>;
   busyMs: Record<string, number>;
+  /** Pipeline overhead by CPU accounting (see overheadOf); null where threads have no CPU clock. */
+  overhead: Overhead | null;
   ringMaxUsed: Record<string, string>;
   rssMiB: number;
   accountedMiB: number;
   capacity: { conversations: number; p99GapMs: number; underrunMs: number }[];
   capacityRealTime: number;
+}
+
+interface Overhead {
+  /** CPU ms per frame outside the model's timed compute: every stage worker and the main thread, one conversation. */
+  pipelineMsPerFrame: number;
+  /** The same for the single-thread engine (its orchestration, sampling, WAV I/O). */
+  singleMsPerFrame: number;
+  /** (pipeline − single) per frame, over the single engine's wall ms per frame: the pipeline's own cost. */
+  overSingleFrame: number;
+  /** All the pipeline's thread CPU (compute included, helpers not) over the single engine's. */
+  cpuOverSingle: number;
+  /** Per worker (and `main`), CPU ms per frame outside timed compute. */
+  perThread: Record<string, number>;
+}
+
+/**
+ * The pipeline's own cost per frame by CPU clocks: what its threads spend outside the model's
+ * timed compute sections (rings, wake-ups, copies, control), less what the single-thread
+ * engine spends outside its own, over the single engine's frame time. Thread CPU leaves out
+ * what wall clocks on a shared machine add (preemption, the other stages' turns).
+ */
+function overheadOf(single: RunReport, one: RunReport): Overhead | null {
+  const sc = single.conversations[0]!;
+  const p = one.pipeline!;
+  if (sc.cpu == null || p.mainCpuMs < 0 || p.stages.some((s) => s.cpuMs < 0)) return null;
+  const frames = one.conversations[0]!.audioFrames;
+  const perThread: Record<string, number> = { main: round(p.mainCpuMs / frames, 4) };
+  let outside = p.mainCpuMs;
+  let cpu = p.mainCpuMs;
+  for (const s of p.stages) {
+    perThread[s.stage] = round((s.cpuMs - s.computeCpuMs) / frames, 4);
+    outside += s.cpuMs - s.computeCpuMs;
+    cpu += s.cpuMs;
+  }
+  const singleOutside = (sc.cpu.ms - sc.cpu.computeMs) / sc.audioFrames;
+  return {
+    pipelineMsPerFrame: round(outside / frames, 4),
+    singleMsPerFrame: round(singleOutside, 4),
+    overSingleFrame: round((outside / frames - singleOutside) / msPerFrame(single), 4),
+    cpuOverSingle: round(cpu / frames / (sc.cpu.ms / sc.audioFrames), 3),
+    perThread,
+  };
 }
 
 async function wake(rounds: number): Promise<{ ring: { p50: number; p99: number }; message: { p50: number; p99: number } }> {
@@ -266,6 +315,7 @@ async function measure(name: string, model: string, o: { quick: boolean }, short
     frameGapMs: c0.frameIntervalMs === null ? null : { p50: c0.frameIntervalMs.p50, p99: c0.frameIntervalMs.p99 },
     stageMsPerCall: perCall(c0.timings),
     busyMs: Object.fromEntries(stages.map((s) => [s.stage, round(s.busyMs, 1)])),
+    overhead: overheadOf(single.report, one.report),
     ringMaxUsed: Object.fromEntries(Object.entries(one.report.pipeline!.rings[0]!).map(([k, v]) => [k, `${v.maxUsed}/${v.capacity}`])),
     rssMiB: round(one.rssMiB, 1),
     accountedMiB: round(one.report.manifest.totals.slab / 2 ** 20, 1),
@@ -290,6 +340,13 @@ export function format(r: Awaited<ReturnType<typeof run>>): string {
       `  worker busy (ms): ${Object.entries(x.busyMs)
         .map(([k, v]) => `${k} ${v}`)
         .join(', ')}`,
+      x.overhead === null
+        ? '  overhead: no per-thread CPU clock here'
+        : `  overhead by CPU clocks: ${x.overhead.pipelineMsPerFrame} ms/frame outside compute (single ${x.overhead.singleMsPerFrame}) ⇒ ` +
+            `${round(100 * x.overhead.overSingleFrame, 2)}% of the single frame; all CPU ×${x.overhead.cpuOverSingle} single; per thread (ms/frame): ` +
+            `${Object.entries(x.overhead.perThread)
+              .map(([k, v]) => `${k} ${v}`)
+              .join(', ')}`,
       `  rings max used: ${Object.entries(x.ringMaxUsed)
         .map(([k, v]) => `${k} ${v}`)
         .join(', ')}`,

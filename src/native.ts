@@ -69,6 +69,8 @@ export interface NativeAddon {
   currentCpu(): number;
   /** Writes monotonic milliseconds (any origin) into out[index]; nothing is left on the JS heap. */
   clockInto(out: Float64Array, index: number): void;
+  /** Writes the calling thread's CPU milliseconds into out[index] (-1 where the OS has no such clock). */
+  threadCpuInto(out: Float64Array, index: number): void;
   /** dst[dstAt…] = src[srcAt…], n floats (overlap allowed); boxes nothing however cold the caller is. */
   copyF32(src: Float32Array, srcAt: number, dst: Float32Array, dstAt: number, n: number): void;
   affinitySupported(): boolean;

@@ -247,16 +247,22 @@ Napi::Value ComputeHelperCpus(const Napi::CallbackInfo& info) {
   return out;
 }
 
-// Monotonic milliseconds written into out[index]: a clock read that leaves nothing on the JS
-// heap (a returned double would be boxed when the call is not inlined).
-Napi::Value ClockInto(const Napi::CallbackInfo& info) {
-  ExpectArgs(info, 2, "clockInto");
-  View<double> out = TypedArg<double>(info, 0, napi_float64_array, "clockInto", "out");
-  const int64_t index = CountArg(info, 1, "clockInto", "index");
-  if (static_cast<uint64_t>(index) >= out.length) ThrowRange(info.Env(), "clockInto: index is past the end of out");
-  out.data[index] = voxslab::MonotonicMs();
+// A clock reading written into out[index]: nothing is left on the JS heap (a returned double
+// would be boxed when the call is not inlined).
+Napi::Value ClockReadingInto(const Napi::CallbackInfo& info, const char* name, double (*read)()) {
+  ExpectArgs(info, 2, name);
+  View<double> out = TypedArg<double>(info, 0, napi_float64_array, name, "out");
+  const int64_t index = CountArg(info, 1, name, "index");
+  if (static_cast<uint64_t>(index) >= out.length) ThrowRange(info.Env(), std::string(name) + ": index is past the end of out");
+  out.data[index] = read();
   return info.Env().Undefined();
 }
+
+// Monotonic milliseconds.
+Napi::Value ClockInto(const Napi::CallbackInfo& info) { return ClockReadingInto(info, "clockInto", voxslab::MonotonicMs); }
+
+// The calling thread's CPU milliseconds (-1 where unsupported).
+Napi::Value ThreadCpuInto(const Napi::CallbackInfo& info) { return ClockReadingInto(info, "threadCpuInto", voxslab::ThreadCpuMs); }
 
 Napi::Value ResidentBytes(const Napi::CallbackInfo& info) {
   ExpectArgs(info, 1, "residentBytes");
@@ -1077,6 +1083,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   Export<ComputeHelperCpus>(env, exports, "computeHelperCpus");
   Export<NoArgs<voxslab::CurrentCpu>>(env, exports, "currentCpu");
   Export<ClockInto>(env, exports, "clockInto");
+  Export<ThreadCpuInto>(env, exports, "threadCpuInto");
   Export<CopyF32Value>(env, exports, "copyF32");
   Export<NoArgs<voxslab::AffinitySupported>>(env, exports, "affinitySupported");
   Export<NoArgs<voxslab::ConfiguredCpus>>(env, exports, "configuredCpus");

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <chrono>
+#include <ctime>
 
 #if defined(__linux__)
 #include <pthread.h>
@@ -28,6 +29,16 @@ uintptr_t PageFloor(uintptr_t p, size_t page) { return p - (p % page); }
 double MonotonicMs() {
   const auto now = std::chrono::steady_clock::now().time_since_epoch();
   return std::chrono::duration<double, std::milli>(now).count();
+}
+
+double ThreadCpuMs() {
+#if defined(__linux__) || defined(__APPLE__)
+  timespec t{};
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t) != 0) return -1;
+  return static_cast<double>(t.tv_sec) * 1e3 + static_cast<double>(t.tv_nsec) * 1e-6;
+#else
+  return -1;
+#endif
 }
 
 bool AffinitySupported() {

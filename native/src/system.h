@@ -12,6 +12,8 @@ namespace voxslab {
 // True where pinning and CPU queries are implemented (Linux).
 // Milliseconds on a monotonic clock (any origin).
 double MonotonicMs();
+// CPU time the calling thread has used, in milliseconds; -1 where the OS has no such clock.
+double ThreadCpuMs();
 
 bool AffinitySupported();
 // Pins the calling thread to the given CPUs; returns 0 or an errno value.

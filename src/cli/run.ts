@@ -17,7 +17,7 @@ import { encodeNpyFloat32, encodeNpyInt32 } from '../dsp/npy.js';
 import { WavReader } from '../dsp/wav.js';
 import { flagValue, parseFlag } from '../options.js';
 import { Conversation, SpeechModel, type ReplySink, type ReplySummary } from '../pipeline/conversation.js';
-import { STAGES } from '../pipeline/clock.js';
+import { computeCpuMs, STAGES, threadCpuMs } from '../pipeline/clock.js';
 import { Pipeline, type PinMap, type PipelineConversation, type StageThreads } from '../pipeline/coordinator.js';
 import {
   BELL_MAIN,
@@ -289,6 +289,8 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
       const dump = r.dump === undefined ? null : new Dump();
       const chunk = new Float32Array(Conversation.INPUT_CHUNK);
       const started = performance.now();
+      const cpuAtStart = threadCpuMs();
+      const computeAtStart = computeCpuMs();
       for (;;) {
         const n = j.reader.readMono(chunk, chunk.length);
         if (n === 0) break;
@@ -332,6 +334,8 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
         writer.close();
       }
       const wallMs = performance.now() - started;
+      // This thread's CPU over the turn, and the part in the model's timed compute sections.
+      const cpu = cpuAtStart < 0 ? null : { ms: ms(threadCpuMs() - cpuAtStart), computeMs: ms(computeCpuMs() - computeAtStart) };
       const text = model.tokenizer.decode(tokens);
       if (dump !== null) {
         dump.add('text_tokens', 'emitted text token ids', Int32Array.from(tokens), []);
@@ -344,24 +348,27 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
       });
       const audioSeconds = summary.samples / rate;
       results.push(
-        turnResult({
-          job: j,
-          rate,
-          seed: seed + i,
-          encoderFrames: frames,
-          text,
-          tokens,
-          codes,
-          audioFrames: summary.audioFrames,
-          samples: summary.samples,
-          stop: summary.stop,
-          endOfAudio: summary.endOfAudio,
-          positions: conv.backbone.position,
-          compactions: conv.compactions,
-          droppedPositions: conv.dropped,
-          timings,
-          wallMs,
-        }),
+        turnResult(
+          {
+            job: j,
+            rate,
+            seed: seed + i,
+            encoderFrames: frames,
+            text,
+            tokens,
+            codes,
+            audioFrames: summary.audioFrames,
+            samples: summary.samples,
+            stop: summary.stop,
+            endOfAudio: summary.endOfAudio,
+            positions: conv.backbone.position,
+            compactions: conv.compactions,
+            droppedPositions: conv.dropped,
+            timings,
+            wallMs,
+          },
+          { cpu },
+        ),
       );
       lines.push(`${basename(j.input)} → ${j.output}: ${JSON.stringify(text)}`);
       log(
@@ -500,6 +507,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
     };
     for (const f of flows) f.writer = new WavFileWriter(f.job.staging, { sampleRate: p.rate, channels: 1, format: 'float32', extensible: false });
     const started = performance.now();
+    const mainCpuAtStart = threadCpuMs();
     try {
       for (;;) {
         if (pipeline.failure !== null) throw pipeline.failure;
@@ -571,6 +579,8 @@ async function runPipeline(p: PipelineRun): Promise<string> {
       for (const f of flows) f.writer?.close();
     }
     const wallMs = performance.now() - started;
+    // The main thread's CPU while it fed the input and took the reply: ring copies and WAV I/O.
+    const mainCpuMs = mainCpuAtStart < 0 ? -1 : ms(threadCpuMs() - mainCpuAtStart);
     const stats = await pipeline.stats();
     const atEnd = p.domain.snapshot().allocations;
     const lines: string[] = [];
@@ -646,7 +656,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
           atEnd,
           manifest: p.domain.manifest(),
         },
-        { engine: 'pipeline', pipeline: { slots: pipeline.slots, placement: pipeline.placement, captureRing, stages: stats, rings } },
+        { engine: 'pipeline', pipeline: { slots: pipeline.slots, placement: pipeline.placement, captureRing, mainCpuMs, stages: stats, rings } },
       );
     }
     return lines.join('\n');

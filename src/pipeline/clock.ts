@@ -22,8 +22,25 @@ export function carveClocks(arena: Arena, prefix: string): StageClocks {
   };
 }
 
+/** [CPU ms of this thread inside stopwatch sections, section start]: module state, so one per thread. */
+const sectionCpu = new Float64Array(3);
+
 /**
- * Times one stage at a time on the native monotonic clock. Start and end live in a
+ * The CPU milliseconds this thread has spent inside stopwatch sections (the model's compute).
+ * A stage worker's CPU outside them is the pipeline's own: rings, wake-ups, copies, control.
+ */
+export function computeCpuMs(): number {
+  return sectionCpu[0] as number;
+}
+
+/** This thread's CPU milliseconds so far (-1 where the OS has no per-thread clock). */
+export function threadCpuMs(): number {
+  native.threadCpuInto(sectionCpu, 2);
+  return sectionCpu[2] as number;
+}
+
+/**
+ * Times one stage at a time on the native monotonic clock, and the thread's CPU time inside it. Start and end live in a
  * Float64Array: performance.now() would leave a boxed double per call. One thread; allocates
  * nothing after construction.
  */
@@ -31,12 +48,15 @@ export class Stopwatch {
   readonly #t = new Float64Array(2); // [start, now] ms
 
   tic(): void {
+    native.threadCpuInto(sectionCpu, 1);
     native.clockInto(this.#t, 0);
   }
 
   /** Adds the time since `tic()` to `clocks` at `slot`, and one call. */
   toc(clocks: StageClocks, slot: number): void {
     native.clockInto(this.#t, 1);
+    native.threadCpuInto(sectionCpu, 2);
+    sectionCpu[0] = (sectionCpu[0] as number) + ((sectionCpu[2] as number) - (sectionCpu[1] as number));
     clocks.ms[slot] = (clocks.ms[slot] as number) + ((this.#t[1] as number) - (this.#t[0] as number));
     clocks.count[slot] = (clocks.count[slot] as number) + 1;
   }

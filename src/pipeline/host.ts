@@ -32,6 +32,7 @@ import {
   type StageReady,
   type StageStats,
 } from './protocol.js';
+import { computeCpuMs, threadCpuMs } from './clock.js';
 import { Doorbells } from './ring.js';
 import { createStage, type Stage } from './stages.js';
 import { installConstructorTrap, type ConstructorTrap } from './trap.js';
@@ -85,6 +86,10 @@ export function serveStage(expected: StageName): void {
       heapAtReady = heapUsedNow();
     }
   }
+  let cpuAtStart = 0;
+  let computeAtStart = 0;
+  // [unused, polls that made progress, polls that found nothing]: no boxed doubles per poll
+  const turns = new Float64Array(3);
   const busy = new Float64Array(3); // [ms in polls that made progress, poll start, poll end]: no boxed doubles per poll
 
   function attended(): void {
@@ -103,11 +108,13 @@ export function serveStage(expected: StageName): void {
       const seen = b.read(me);
       native.clockInto(busy, 1);
       if (s.poll()) {
+        turns[1] = (turns[1] as number) + 1;
         native.clockInto(busy, 2);
         busy[0] = (busy[0] as number) + ((busy[2] as number) - (busy[1] as number));
         if (exitAfter > 0 && s.records >= exitAfter) process.exit(70);
         continue;
       }
+      turns[2] = (turns[2] as number) + 1;
       // Quiescence (Pipeline.quiet): nothing to do at this bell value.
       Atomics.store(control, kIdle + me, seen + 1);
       b.wait(me, seen, 50);
@@ -169,10 +176,14 @@ export function serveStage(expected: StageName): void {
       attended();
       if (running) return;
       running = true;
+      cpuAtStart = threadCpuMs();
+      computeAtStart = computeCpuMs();
       setImmediate(loop);
     },
     stats(): StageStats {
       attended();
+      const cpu = threadCpuMs();
+      const compute = computeCpuMs();
       const s = stage!;
       return {
         stage: expected,
@@ -188,6 +199,10 @@ export function serveStage(expected: StageName): void {
         nonFinite: s.nonFinite,
         canary: firstDamage(s),
         busyMs: Math.round((busy[0] as number) * 1000) / 1000,
+        polls: turns[1] as number,
+        idlePolls: turns[2] as number,
+        cpuMs: cpu < 0 ? -1 : Math.round((cpu - cpuAtStart) * 1000) / 1000,
+        computeCpuMs: cpu < 0 ? -1 : Math.round((compute - computeAtStart) * 1000) / 1000,
       };
     },
     stop(): void {

@@ -204,6 +204,16 @@ export interface StageStats {
   canary: string | null;
   /** Wall ms the loop spent in polls that made progress. */
   busyMs: number;
+  /**
+   * The worker thread's CPU ms since the loop started, and the part of it inside the model's
+   * timed compute sections; the rest is the pipeline's own work (rings, wake-ups, copies, control).
+   * Both -1 where the OS has no per-thread CPU clock.
+   */
+  cpuMs: number;
+  computeCpuMs: number;
+  /** Loop turns: polls that made progress, and polls that found nothing (each followed by a sleep on the doorbell). */
+  polls: number;
+  idlePolls: number;
 }
 
 /** The control surface each stage worker exposes over comlink. */

@@ -65,6 +65,20 @@ t.test('CPU features and page size', async (t) => {
   t.ok(native.configuredCpus() >= native.allowedCpus().length);
 });
 
+t.test("a thread's CPU clock counts its own work, not its sleep", async (t) => {
+  const c = new Float64Array(4);
+  native.threadCpuInto(c, 0);
+  let x = 0;
+  for (let i = 0; i < 2e7; i++) x += Math.sqrt(i);
+  native.threadCpuInto(c, 2);
+  t.ok(x > 0);
+  t.ok((c[2] as number) - (c[0] as number) > 1, `busy: ${((c[2] as number) - (c[0] as number)).toFixed(2)} ms of CPU`);
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 200);
+  native.threadCpuInto(c, 3);
+  t.ok((c[3] as number) - (c[2] as number) < 100, `asleep 200 ms: ${((c[3] as number) - (c[2] as number)).toFixed(2)} ms of CPU`);
+  t.throws(() => native.threadCpuInto(c, 4), /threadCpuInto: index is past the end of out/);
+});
+
 t.test('misuse throws a TypeError or RangeError with a clear message', async (t) => {
   t.throws(() => native.pinThread(3 as never), { name: 'TypeError', message: /pinThread: cpus must be an array/ });
   t.throws(() => native.pinThread([]), { name: 'RangeError', message: /at least one CPU/ });

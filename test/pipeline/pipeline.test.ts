@@ -53,6 +53,8 @@ interface Stage {
   batchedTextHeads: number;
   batchedFrames: number;
   systemCopies: number;
+  cpuMs: number;
+  computeCpuMs: number;
 }
 interface Report {
   engine?: string;
@@ -107,7 +109,9 @@ t.test('two conversations of different lengths at once give exactly the bytes ea
     t.equal(s.allocationsAfterReady, 0, `${s.stage}: no buffer or typed array constructed after readiness`);
     t.equal(s.canary, null, `${s.stage}: every red zone intact`);
     t.ok(s.records > 0, `${s.stage}: handled ${s.records} records`);
+    t.ok(s.cpuMs >= s.computeCpuMs && s.computeCpuMs >= 0, `${s.stage}: ${s.cpuMs} ms of CPU, ${s.computeCpuMs} of it in timed compute`);
   }
+  for (const n of ['conformer', 'depthformer', 'playback']) t.ok(stage(n).computeCpuMs > 0, `${n}: its compute is on its CPU clock`);
   t.equal(p.allocations.afterReadinessAttempts, 0);
   t.equal(p.allocations.atEnd.beforeReadiness, p.allocations.atReadiness.beforeReadiness, 'no slab created during the run');
   const owners = Object.values(p.manifest.owners);
