@@ -445,7 +445,8 @@ function replyLoop(quick: boolean, vad: string): DuplexBenchResult['reply'] {
 /**
  * Through the five-stage pipeline (src/api/engine.ts `run` on the loopback device, in lockstep
  * with the stages): the tiny model answers a question, and the user talks over the reply 4 to
- * 6.5 s into it (after the canceller has had its 3 s of far end), about 10 dB over the echo.
+ * 6.5 s into it (after the canceller has had its 3 s of far end), 10 dB over the echo of the
+ * reply that would have played over their words (a first pass of the same turn without them).
  * Barge-in latency is device clock from the labelled onset to the first period from which
  * playback stays silent; the first reply sample is the end-of-speech decision (device clock)
  * plus the wall time from the decision to the first reply audio (lockstep keeps compute off
@@ -509,6 +510,49 @@ async function pipelineFalseOnsets(engine: Engine, seconds: number): Promise<{ s
   return { seconds, count, userHeard };
 }
 
+/** The user's level over the echo of what plays while they speak, dB (the acceptance's "10 dB SNR over the echo"). */
+const USER_OVER_ECHO_DB = 10;
+
+/**
+ * One scripted turn through the pipeline on the loopback device (lockstep, so the same inputs
+ * give the same bytes): what played, the barge-ins and the end-of-speech decision on the device
+ * clock, and the wall time from that decision to the first reply audio.
+ */
+async function scriptedTurn(
+  engine: Engine,
+  user: Float32Array,
+  delayMs: number,
+  seed: number,
+): Promise<{ played: Float32Array; barges: number[]; decidedAt: number; computeMs: number | null; turns: number }> {
+  const device = new LoopbackDevice({ rate: RATE, echo: { delayMs, gain: 1, seed: 9 }, user });
+  const played = new Float32Array(user.length + RATE);
+  const tick = device.tick.bind(device);
+  device.tick = (out, mic, far) => {
+    played.set(out.subarray(0, Math.min(out.length, played.length - device.clock)), device.clock);
+    tick(out, mic, far);
+  };
+  const conv = await engine.open({ inputRate: RATE, seed, vad: true, echoDelayMs: delayMs });
+  const barges: number[] = [];
+  let decidedAt = -1;
+  let endWall = 0;
+  let computeMs: number | null = null;
+  let turns = 0;
+  conv.on('speech_end', (e) => {
+    if (e.reason === 'vad' && decidedAt < 0) {
+      decidedAt = device.clock;
+      endWall = performance.now();
+    }
+  });
+  conv.once('audio', () => {
+    computeMs = performance.now() - endWall;
+  });
+  conv.on('barge_in', () => barges.push(device.clock));
+  conv.on('turn_end', () => turns++);
+  await conv.run(device, { seconds: user.length / RATE });
+  await conv.close();
+  return { played, barges, decidedAt, computeMs, turns };
+}
+
 async function pipelineRuns(engine: Engine, quick: boolean): Promise<Omit<DuplexBenchResult['pipeline'], 'falseOnsets'>> {
   const want = quick ? 10 : 50;
   const rand = prng(606);
@@ -529,8 +573,7 @@ async function pipelineRuns(engine: Engine, quick: boolean): Promise<Omit<Duplex
     const pick = (): Float32Array =>
       utterance(SENTENCES[Math.floor(rand() * SENTENCES.length)]!, VOICES[Math.floor(rand() * VOICES.length)]!, SPEEDS[Math.floor(rand() * SPEEDS.length)]!);
     const question = pick();
-    // At half the corpus's level the user is about 10 dB over the echo of the tiny model's reply (measured below).
-    const over = pick().map((v) => 0.5 * v);
+    const over = pick();
     const qLabels = labelFrames(question);
     let last = qLabels.length - 1;
     while (last > 0 && qLabels[last] !== 1) last--;
@@ -540,56 +583,45 @@ async function pipelineRuns(engine: Engine, quick: boolean): Promise<Omit<Duplex
     const start = Math.round((lastWord + (0.7 + 4 + 2.5 * rand()) * RATE) / PERIOD) * PERIOD;
     const user = new Float32Array(start + over.length + 2 * RATE);
     user.set(question, qAt);
-    user.set(over, start);
     const labels = labelFrames(over);
     let first = 0;
     while (labels[first] !== 1) first++;
     const onset = start + first * APM_FRAME;
     const delayMs = 20 + Math.floor(rand() * 9) * 20;
-    const device = new LoopbackDevice({ rate: RATE, echo: { delayMs, gain: 1, seed: 9 }, user });
-    const played = new Float32Array(user.length + RATE);
-    const tick = device.tick.bind(device);
-    device.tick = (out, mic, far) => {
-      played.set(out.subarray(0, Math.min(out.length, played.length - device.clock)), device.clock);
-      tick(out, mic, far);
-    };
-    const conv = await engine.open({ inputRate: RATE, seed: 1 + k, vad: true, echoDelayMs: delayMs });
-    const barges: number[] = [];
-    let decidedAt = -1;
-    let endWall = 0;
-    conv.on('speech_end', (e) => {
-      if (e.reason === 'vad' && decidedAt < 0) {
-        decidedAt = device.clock;
-        endWall = performance.now();
-      }
-    });
-    conv.once('audio', () => compute.push(performance.now() - endWall));
-    conv.on('barge_in', () => barges.push(device.clock));
-    conv.on('turn_end', () => turns++);
-    await conv.run(device, { seconds: user.length / RATE });
-    await conv.close();
+    // First the turn without the interruption: the reply is the same bytes up to it, and its
+    // echo over the user's span sets the user's level (USER_OVER_ECHO_DB over it).
+    const quiet = await scriptedTurn(engine, user, delayMs, 1 + k);
     seconds += user.length / RATE;
-    if (decidedAt >= 0) decisions.push(((decidedAt - lastWord) * 1000) / RATE);
-    // The user's level over the echo of what was played, in the microphone (energy over the voiced part).
-    const echo = new Float32Array(played.length);
-    new EchoPath({ rate: RATE, delayMs, gain: 1, seed: 9 }).push(played, echo, 0, played.length);
-    overEcho.push(20 * Math.log10(rms(over) / Math.max(1e-9, rms(echo, start, start + over.length))));
-    if (barges.some((c) => c < onset)) {
+    const echo = new Float32Array(quiet.played.length);
+    new EchoPath({ rate: RATE, delayMs, gain: 1, seed: 9 }).push(quiet.played, echo, 0, quiet.played.length);
+    let before = 0;
+    for (let i = onset - RATE / 5; i < onset; i++) before += quiet.played[i]! * quiet.played[i]!;
+    const echoRms = rms(echo, start, start + over.length);
+    if (before === 0 || echoRms === 0) {
+      // A reply already over (the model ended its turn) is not an interruption: try another.
+      replyOver++;
+      continue;
+    }
+    const gain = (10 ** (USER_OVER_ECHO_DB / 20) * echoRms) / rms(over);
+    for (let i = 0; i < over.length; i++) user[start + i] = gain * over[i]!;
+    overEcho.push(20 * Math.log10((gain * rms(over)) / echoRms));
+    const r = await scriptedTurn(engine, user, delayMs, 1 + k);
+    seconds += user.length / RATE;
+    turns += r.turns;
+    if (r.decidedAt >= 0) decisions.push(((r.decidedAt - lastWord) * 1000) / RATE);
+    if (r.computeMs !== null) compute.push(r.computeMs);
+    if (r.barges.some((c) => c < onset)) {
       early++;
       continue;
     }
-    if (!barges.some((c) => c >= onset && c < start + over.length)) {
-      // A reply already over (the model ended its turn) is not an interruption: try another.
-      let e = 0;
-      for (let i = onset - RATE / 5; i < onset; i++) e += played[i]! * played[i]!;
-      if (e === 0) replyOver++;
-      else missed++;
+    if (!r.barges.some((c) => c >= onset && c < start + over.length)) {
+      missed++;
       continue;
     }
     let p = onset;
-    for (; p < played.length; p += PERIOD) {
+    for (; p < r.played.length; p += PERIOD) {
       let silent = true;
-      for (let j = p; j < Math.min(played.length, p + RATE / 10); j++) if (played[j] !== 0) silent = false;
+      for (let j = p; j < Math.min(r.played.length, p + RATE / 10); j++) if (r.played[j] !== 0) silent = false;
       if (silent) break;
     }
     latencies.push(((p - onset) * 1000) / RATE);
