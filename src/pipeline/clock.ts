@@ -22,7 +22,10 @@ export function carveClocks(arena: Arena, prefix: string): StageClocks {
   };
 }
 
-/** [CPU ms of this thread inside stopwatch sections, section start]: module state, so one per thread. */
+/**
+ * [CPU ms this thread spent inside stopwatch sections, the open section's start, the latest
+ * reading]: module state, so one set per thread. Sections never nest.
+ */
 const sectionCpu = new Float64Array(3);
 
 /**
@@ -40,9 +43,9 @@ export function threadCpuMs(): number {
 }
 
 /**
- * Times one stage at a time on the native monotonic clock, and the thread's CPU time inside it. Start and end live in a
- * Float64Array: performance.now() would leave a boxed double per call. One thread; allocates
- * nothing after construction.
+ * Times one stage at a time on the native monotonic clock, and the thread's CPU time inside it.
+ * Start and end live in a Float64Array: performance.now() would leave a boxed double per call.
+ * One thread; allocates nothing after construction.
  */
 export class Stopwatch {
   readonly #t = new Float64Array(2); // [start, now] ms

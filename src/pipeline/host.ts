@@ -88,8 +88,8 @@ export function serveStage(expected: StageName): void {
   }
   let cpuAtStart = 0;
   let computeAtStart = 0;
-  // [unused, polls that made progress, polls that found nothing]: no boxed doubles per poll
-  const turns = new Float64Array(3);
+  let polls = 0; // polls that made progress
+  let idlePolls = 0; // polls that found nothing (each followed by a sleep)
   const busy = new Float64Array(3); // [ms in polls that made progress, poll start, poll end]: no boxed doubles per poll
 
   function attended(): void {
@@ -108,13 +108,13 @@ export function serveStage(expected: StageName): void {
       const seen = b.read(me);
       native.clockInto(busy, 1);
       if (s.poll()) {
-        turns[1] = (turns[1] as number) + 1;
+        polls++;
         native.clockInto(busy, 2);
         busy[0] = (busy[0] as number) + ((busy[2] as number) - (busy[1] as number));
         if (exitAfter > 0 && s.records >= exitAfter) process.exit(70);
         continue;
       }
-      turns[2] = (turns[2] as number) + 1;
+      idlePolls++;
       // Quiescence (Pipeline.quiet): nothing to do at this bell value.
       Atomics.store(control, kIdle + me, seen + 1);
       b.wait(me, seen, 50);
@@ -199,8 +199,8 @@ export function serveStage(expected: StageName): void {
         nonFinite: s.nonFinite,
         canary: firstDamage(s),
         busyMs: Math.round((busy[0] as number) * 1000) / 1000,
-        polls: turns[1] as number,
-        idlePolls: turns[2] as number,
+        polls,
+        idlePolls,
         cpuMs: cpu < 0 ? -1 : Math.round((cpu - cpuAtStart) * 1000) / 1000,
         computeCpuMs: cpu < 0 ? -1 : Math.round((compute - computeAtStart) * 1000) / 1000,
       };
