@@ -11,7 +11,7 @@
  * labelled speech onset to the first period playback ends silent (its pause and fade), counted
  * for interruptions the session then confirms.
  */
-import { APM_FRAME, EchoCanceller, VoiceDetector, apmAvailable, type VadLikelihood } from '../src/dsp/aec.js';
+import { APM_FRAME, ECHO_GATE_DB, EchoCanceller, VoiceDetector, apmAvailable, type VadLikelihood } from '../src/dsp/aec.js';
 import { Endpointer, framesOf, VAD_SPEECH_END } from '../src/dsp/vad.js';
 import { LoopbackDevice } from '../src/io/loopback.js';
 import { defaultOf } from '../src/options.js';
@@ -212,7 +212,7 @@ export async function run(options: { quick?: boolean; vad?: string } = {}): Prom
     return { micDb: round(10 * Math.log10(uu / ee), 1), afterDb: round(10 * Math.log10((g * g * aa) / Math.max(1e-12, oo - 2 * g * dot + g * g * aa)), 1) };
   };
   const engineOnly = userSnr(0);
-  const doubleTalk = { micDb: engineOnly.micDb, afterDb: engineOnly.afterDb, gatedDb: userSnr(15).afterDb };
+  const doubleTalk = { micDb: engineOnly.micDb, afterDb: engineOnly.afterDb, gatedDb: userSnr(ECHO_GATE_DB).afterDb };
 
   // VAD F1 per SNR and noise, WebRTC's and Silero's (the project's arithmetic).
   const vad: DuplexBenchResult['vad'] = [];

@@ -1,6 +1,6 @@
 import t from 'tap';
 import { EchoPath } from '../../src/dsp/echo.js';
-import { APM_FRAME, apmAvailable, EchoCanceller, VoiceDetector } from '../../src/dsp/aec.js';
+import { APM_FRAME, apmAvailable, ECHO_GATE_DB, EchoCanceller, VoiceDetector } from '../../src/dsp/aec.js';
 import { Endpointer, framesOf, VAD_SPEECH_DROP, VAD_SPEECH_END, VAD_SPEECH_START } from '../../src/dsp/vad.js';
 import { defaultOf } from '../../src/options.js';
 import { corpusTools, f1, NOISES, rms, scene, utterance } from '../../bench/corpus.js';
@@ -51,14 +51,15 @@ const skip = ready ? false : 'needs WebRTC audio processing, espeak-ng and sox';
 /** Runs `far` through the echo path and the canceller; returns the echo and the cleaned mic. */
 function cancel(
   far: Float32Array,
-  o: { delayMs: number; gain: number; hint?: number; user?: Float32Array; chunk?: number; echoGain?: number },
+  o: { delayMs: number; gain: number; hint?: number; user?: Float32Array; chunk?: number; echoGain?: number; gateDb?: number },
 ): { echo: Float32Array; out: Float32Array; aec: EchoCanceller } {
   const echo = new Float32Array(far.length);
   new EchoPath({ rate: RATE, delayMs: o.delayMs, gain: o.gain, seed: 5 }).push(far, echo, 0, far.length);
   const mic = Float32Array.from(echo, (v) => v * (o.echoGain ?? 1));
   if (o.user !== undefined) for (let i = 0; i < mic.length; i++) mic[i] = mic[i]! + (o.user[i] ?? 0);
-  // The engine alone (no residual echo gate): the ERLE and double-talk figures are its own.
-  const aec = new EchoCanceller(o.hint === undefined ? { gateDb: 0 } : { delayMs: o.hint, gateDb: 0 });
+  // The engine alone (no residual echo gate) unless asked: the ERLE and double-talk figures are its own.
+  const gateDb = o.gateDb ?? 0;
+  const aec = new EchoCanceller(o.hint === undefined ? { gateDb } : { delayMs: o.hint, gateDb });
   const out = new Float32Array(far.length + APM_FRAME);
   const chunk = o.chunk ?? 441;
   let w = 0;
@@ -170,6 +171,43 @@ t.test('echo cancellation: in double talk the user survives, and the VAD still h
       `the user's utterance at ${(a / RATE).toFixed(2)} s starts speech ${at === undefined ? 'never' : `${(at - a / 160) * 10} ms after it begins`}`,
     );
   }
+});
+
+t.test('residual echo gate: echo alone is silenced, a user speaking 10 dB over it mostly is not', { skip }, async (t) => {
+  const far = assistantSpeech(14);
+  const s = scene({ seed: 5, utterances: 4, snrDb: Infinity, noise: 'white', gap: [2, 2.5] });
+  const converged = 4 * 100;
+  const frames = Math.floor(far.length / 160);
+  const energy = (x: Float32Array, f: number) => {
+    let e = 0;
+    for (let i = f * 160; i < (f + 1) * 160; i++) e += x[i]! ** 2;
+    return e;
+  };
+  const silenced = (x: Float32Array, f: number) => x.subarray(f * 160, (f + 1) * 160).every((v) => v === 0);
+  const echoOnly = cancel(far, { delayMs: 60, gain: 1, hint: 55, gateDb: ECHO_GATE_DB });
+  let echoFrames = 0;
+  let echoSilenced = 0;
+  let echoVoiced = 0;
+  let userVoiced = 0;
+  for (let f = converged; f < frames; f++) {
+    if (s.labels[f] === 1) userVoiced += energy(s.speech, f);
+    if (energy(echoOnly.echo, f) < 160 * 1e-4) continue;
+    echoFrames++;
+    echoVoiced += energy(echoOnly.echo, f);
+    if (silenced(echoOnly.out, f)) echoSilenced++;
+  }
+  t.ok(echoSilenced >= 0.95 * echoFrames, `echo alone: ${echoSilenced} of ${echoFrames} frames with echo in them silenced`);
+  const k = Math.sqrt((10 * echoVoiced) / echoFrames / (userVoiced / s.labels.slice(converged, frames).filter((v) => v === 1).length));
+  const user = Float32Array.from(s.speech.subarray(0, far.length), (v) => v * k);
+  const talk = cancel(far, { delayMs: 60, gain: 1, hint: 55, gateDb: ECHO_GATE_DB, user });
+  let userFrames = 0;
+  let userSilenced = 0;
+  for (let f = converged; f < frames; f++) {
+    if (s.labels[f] !== 1) continue;
+    userFrames++;
+    if (silenced(talk.out, f)) userSilenced++;
+  }
+  t.ok(userSilenced <= 0.15 * userFrames, `a user 10 dB over the echo: ${userSilenced} of ${userFrames} voiced frames silenced`);
 });
 
 t.test('echo cancellation and VAD: push allocates nothing in steady state', { skip: haveApm ? false : 'no WebRTC audio processing' }, async (t) => {
