@@ -85,6 +85,14 @@ function assistant(seconds: number, seed: number): Float32Array {
   return out;
 }
 
+/** RMS of `x` over its voiced frames (`labels`, one per APM_FRAME): a speaker's level. */
+function voicedRms(x: Float32Array, labels: Uint8Array): number {
+  let e = 0;
+  let n = 0;
+  for (let f = 0; f < labels.length; f++) if (labels[f] === 1) for (let i = f * APM_FRAME; i < (f + 1) * APM_FRAME; i++, n++) e += x[i]! * x[i]!;
+  return Math.sqrt(e / Math.max(1, n));
+}
+
 function pct(xs: number[], p: number): number {
   if (xs.length === 0) return Number.NaN;
   const s = [...xs].sort((a, b) => a - b);
@@ -289,10 +297,7 @@ export async function run(options: { quick?: boolean; vad?: string } = {}): Prom
       const labels = labelFrames(u);
       let first = 0;
       while (labels[first] !== 1) first++;
-      let e = 0;
-      let n = 0;
-      for (let f = 0; f < labels.length; f++) if (labels[f] === 1) for (let i = f * APM_FRAME; i < (f + 1) * APM_FRAME; i++, n++) e += u[i]! * u[i]!;
-      const userRms = Math.sqrt(e / n);
+      const userRms = voicedRms(u, labels);
       const reply = assistant(user.length / RATE + 1, 500 + k);
       let echoGain = 1;
       if (noisy) {
@@ -602,9 +607,10 @@ async function pipelineRuns(engine: Engine, quick: boolean): Promise<Omit<Duplex
       replyOver++;
       continue;
     }
-    const gain = (10 ** (USER_OVER_ECHO_DB / 20) * echoRms) / rms(over);
+    // The user's level over their voiced frames, as the sessions' interruptions above measure it.
+    const gain = (10 ** (USER_OVER_ECHO_DB / 20) * echoRms) / voicedRms(over, labels);
     for (let i = 0; i < over.length; i++) user[start + i] = gain * over[i]!;
-    overEcho.push(20 * Math.log10((gain * rms(over)) / echoRms));
+    overEcho.push(20 * Math.log10((gain * voicedRms(over, labels)) / echoRms));
     const r = await scriptedTurn(engine, user, delayMs, 1 + k);
     seconds += user.length / RATE;
     turns += r.turns;
