@@ -564,7 +564,6 @@ async function pipelineRuns(engine: Engine, quick: boolean): Promise<Omit<Duplex
   const latencies: number[] = [];
   const decisions: number[] = [];
   const compute: number[] = [];
-  const overEcho: number[] = [];
   let early = 0;
   let missed = 0;
   let turns = 0;
@@ -610,7 +609,6 @@ async function pipelineRuns(engine: Engine, quick: boolean): Promise<Omit<Duplex
     // The user's level over their voiced frames, as the sessions' interruptions above measure it.
     const gain = (10 ** (USER_OVER_ECHO_DB / 20) * echoRms) / voicedRms(over, labels);
     for (let i = 0; i < over.length; i++) user[start + i] = gain * over[i]!;
-    overEcho.push(20 * Math.log10((gain * voicedRms(over, labels)) / echoRms));
     const r = await scriptedTurn(engine, user, delayMs, 1 + k);
     seconds += user.length / RATE;
     turns += r.turns;
@@ -641,7 +639,7 @@ async function pipelineRuns(engine: Engine, quick: boolean): Promise<Omit<Duplex
   const queue = (2 * PERIOD * 1000) / RATE;
   const total = decisions.map((d, i) => d + (compute[i] ?? 0) + queue);
   return {
-    bargeIn: { ...bargeInFigures(latencies, early, missed), replyOver, userOverEchoDb: round(pct(overEcho, 50), 1) },
+    bargeIn: { ...bargeInFigures(latencies, early, missed), replyOver, userOverEchoDb: USER_OVER_ECHO_DB },
     reply: {
       questions: runs,
       turns,

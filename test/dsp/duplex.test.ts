@@ -185,28 +185,29 @@ t.test('residual echo gate: echo alone is silenced, a user speaking 10 dB over i
   };
   const silenced = (x: Float32Array, f: number) => x.subarray(f * 160, (f + 1) * 160).every((v) => v === 0);
   const echoOnly = cancel(far, { delayMs: 60, gain: 1, hint: 55, gateDb: ECHO_GATE_DB });
+  // Echo and user energy per frame where each is present, after convergence.
   let echoFrames = 0;
   let echoSilenced = 0;
-  let echoVoiced = 0;
-  let userVoiced = 0;
+  let echoEnergy = 0;
+  let userFrames = 0;
+  let userEnergy = 0;
   for (let f = converged; f < frames; f++) {
-    if (s.labels[f] === 1) userVoiced += energy(s.speech, f);
+    if (s.labels[f] === 1) {
+      userFrames++;
+      userEnergy += energy(s.speech, f);
+    }
     if (energy(echoOnly.echo, f) < 160 * 1e-4) continue;
     echoFrames++;
-    echoVoiced += energy(echoOnly.echo, f);
+    echoEnergy += energy(echoOnly.echo, f);
     if (silenced(echoOnly.out, f)) echoSilenced++;
   }
   t.ok(echoSilenced >= 0.95 * echoFrames, `echo alone: ${echoSilenced} of ${echoFrames} frames with echo in them silenced`);
-  const k = Math.sqrt((10 * echoVoiced) / echoFrames / (userVoiced / s.labels.slice(converged, frames).filter((v) => v === 1).length));
+  // The user 10 dB over the echo, frame for frame.
+  const k = Math.sqrt((10 * echoEnergy) / echoFrames / (userEnergy / userFrames));
   const user = Float32Array.from(s.speech.subarray(0, far.length), (v) => v * k);
   const talk = cancel(far, { delayMs: 60, gain: 1, hint: 55, gateDb: ECHO_GATE_DB, user });
-  let userFrames = 0;
   let userSilenced = 0;
-  for (let f = converged; f < frames; f++) {
-    if (s.labels[f] !== 1) continue;
-    userFrames++;
-    if (silenced(talk.out, f)) userSilenced++;
-  }
+  for (let f = converged; f < frames; f++) if (s.labels[f] === 1 && silenced(talk.out, f)) userSilenced++;
   t.ok(userSilenced <= 0.15 * userFrames, `a user 10 dB over the echo: ${userSilenced} of ${userFrames} voiced frames silenced`);
 });
 
