@@ -91,6 +91,7 @@ export function serveStage(expected: StageName): void {
   let polls = 0; // polls that made progress
   let idlePolls = 0; // polls that found nothing (each followed by a sleep)
   const busy = new Float64Array(3); // [ms in polls that made progress, poll start, poll end]: no boxed doubles per poll
+  const sleeping = new Float64Array(3); // [CPU ms in sleeps, before the sleep, after it]
 
   function attended(): void {
     Atomics.sub(control, kAttention + me, 1);
@@ -116,8 +117,12 @@ export function serveStage(expected: StageName): void {
       }
       idlePolls++;
       // Quiescence (Pipeline.quiet): nothing to do at this bell value.
+      const sleep = s.idle();
       Atomics.store(control, kIdle + me, seen + 1);
-      b.wait(me, seen, 50);
+      native.threadCpuInto(sleeping, 1);
+      b.wait(me, seen, sleep);
+      native.threadCpuInto(sleeping, 2);
+      sleeping[0] = (sleeping[0] as number) + ((sleeping[2] as number) - (sleeping[1] as number));
       Atomics.store(control, kIdle + me, 0);
     }
     running = false;
@@ -203,6 +208,7 @@ export function serveStage(expected: StageName): void {
         idlePolls,
         cpuMs: cpu < 0 ? -1 : Math.round((cpu - cpuAtStart) * 1000) / 1000,
         computeCpuMs: cpu < 0 ? -1 : Math.round((compute - computeAtStart) * 1000) / 1000,
+        sleepCpuMs: cpu < 0 ? -1 : Math.round((sleeping[0] as number) * 1000) / 1000,
       };
     },
     stop(): void {

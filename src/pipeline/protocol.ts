@@ -211,6 +211,8 @@ export interface StageStats {
    */
   cpuMs: number;
   computeCpuMs: number;
+  /** Of cpuMs, the CPU ms spent going to sleep on the doorbell and waking up (-1 as cpuMs). */
+  sleepCpuMs: number;
   /** Loop turns: polls that made progress, and polls that found nothing (each followed by a sleep on the doorbell). */
   polls: number;
   idlePolls: number;

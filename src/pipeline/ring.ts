@@ -11,6 +11,14 @@
  * releases the space with one `Atomics.store` of `kRead`. Seq-cst atomics make the plain
  * stores before a publish visible to a reader that has loaded the published index.
  *
+ * Doorbells: every publish rings the consumer's bell. A release rings the producer's bell only
+ * when the producer found no room: `canWrite` that fails stores the words it wanted in
+ * `kWantSpace`, then checks again; a release stores `kRead`, then reads `kWantSpace` and rings
+ * once the room is there. Either the producer's second check sees the release or the release
+ * sees the want (both sides store, then load, seq-cst), so no wake-up is lost, and a producer
+ * that is not short of room (most of them, most of the time, asleep on the same bell waiting
+ * for input) is not woken for nothing.
+ *
  * Mirrored data (`SharedRing.mirror`, the capture ring on Linux): the data words live in a
  * mapping the addon makes twice, back to back (native mirrorCreate), and each thread opens its
  * own view of both halves (mirrorView): a record that runs past the end continues at the start
@@ -35,6 +43,7 @@ export const kConsumerBell = 4; // doorbell rung when a record is published
 export const kClosed = 5; // 1 once the producer will write no more
 export const kMaxUsed = 6; // most words ever in use (occupancy high-water)
 export const kRecords = 7; // records published (wraps at 2^31)
+export const kWantSpace = 8; // words the producer found no room for (0: it is not waiting for space)
 export const kHeaderWords = 16;
 
 /** Words a record of `n` payload words takes. */
@@ -99,15 +108,25 @@ export class Doorbells {
     return Atomics.load(this.words, bell);
   }
 
-  /** Blocks (worker threads only) until the bell moves past `seen` or `ms` pass. */
-  wait(bell: number, seen: number, ms: number): void {
-    Atomics.wait(this.words, bell, seen, ms);
+  /** Blocks (worker threads only) until the bell moves past `seen` or `ms` pass ('timed-out'). */
+  wait(bell: number, seen: number, ms: number): 'ok' | 'not-equal' | 'timed-out' {
+    return Atomics.wait(this.words, bell, seen, ms);
   }
 }
 
 // One monomorphic copy per element type and direction: a loop shared by Float32Array and
-// Int32Array would be polymorphic, and a deoptimised copy boxes every element it moves.
+// Int32Array would be polymorphic, and a deoptimised copy boxes every element it moves. Float
+// payloads past NATIVE_COPY words (PCM, mel and embedding rows) are copied by the addon's
+// memmove, in one run or two around the end; a native call costs more than a short loop.
+const NATIVE_COPY = 64;
+
 function copyFloats(src: Float32Array, at: number, dst: Float32Array, w: number, n: number, cap: number): void {
+  if (n >= NATIVE_COPY) {
+    const first = Math.min(n, cap - w);
+    native.copyF32(src, at, dst, w, first);
+    if (first < n) native.copyF32(src, at + first, dst, 0, n - first);
+    return;
+  }
   for (let i = 0; i < n; i++) {
     dst[w] = src[at + i] as number;
     w = w + 1 === cap ? 0 : w + 1;
@@ -122,6 +141,12 @@ function copyInts(src: Int32Array, at: number, dst: Int32Array, w: number, n: nu
 }
 
 function copyOutFloats(src: Float32Array, r: number, dst: Float32Array, at: number, n: number, cap: number): void {
+  if (n >= NATIVE_COPY) {
+    const first = Math.min(n, cap - r);
+    native.copyF32(src, r, dst, at, first);
+    if (first < n) native.copyF32(src, 0, dst, at + first, n - first);
+    return;
+  }
   for (let i = 0; i < n; i++) {
     dst[at + i] = src[r] as number;
     r = r + 1 === cap ? 0 : r + 1;
@@ -146,6 +171,10 @@ export class RecordRing {
   readonly bells: Doorbells;
   readonly #producerBell: number;
   readonly #consumerBell: number;
+  /** Producer side: lazy records published without a ring, from word #owedFrom, since #owedAt. */
+  #owed = false;
+  #owedFrom = 0;
+  readonly #owedAt = new Float64Array(1);
 
   /** Lays out a new ring in `buffer` at `byteOffset` (zeroed words expected). */
   static init(shared: SharedRing, bells: Doorbells, producerBell: number, consumerBell: number): RecordRing {
@@ -205,37 +234,50 @@ export class RecordRing {
 
   // ---- producer side ----
 
-  /** Room for a record of `n` payload words now (it can only grow until the next write). */
+  /**
+   * Room for a record of `n` payload words now (it can only grow until the next write). When
+   * there is none, the consumer rings the producer's bell once there is.
+   */
   canWrite(n: number): boolean {
-    return n + RECORD_OVERHEAD <= this.availableWrite();
+    const words = n + RECORD_OVERHEAD;
+    if (words <= this.availableWrite()) return true;
+    Atomics.store(this.header, kWantSpace, words);
+    if (words > this.availableWrite()) return false;
+    Atomics.store(this.header, kWantSpace, 0);
+    return true;
   }
 
-  /** Writes a record whose payload is `n` words of `src` from `at` (floats or ints), or nothing. */
-  write(kind: number, src: Float32Array | Int32Array | null, at: number, n: number): boolean {
+  /**
+   * Writes a record whose payload is `n` words of `src` from `at` (floats or ints), or nothing.
+   * A `lazy` record does not ring the consumer while the ring is less than half full: the
+   * producer rings later with `flush`, or the next eager record does.
+   */
+  write(kind: number, src: Float32Array | Int32Array | null, at: number, n: number, lazy = false): boolean {
     if (n < 0 || n > this.maxPayload || !this.canWrite(n)) return false;
     const cap = this.capacity;
-    let w = Atomics.load(this.header, kWrite);
+    const from = Atomics.load(this.header, kWrite);
+    let w = from;
     const i32 = this.i32;
     i32[w] = kind;
     w = w + 1 === cap ? 0 : w + 1;
     i32[w] = n;
     w = w + 1 === cap ? 0 : w + 1;
     if (n > 0 && src !== null) {
-      // Mirrored: one contiguous run (native memmove).
-      if (src instanceof Float32Array && this.mirror !== undefined) native.copyF32(src, at, this.f32, w, n);
-      else if (src instanceof Float32Array) copyFloats(src, at, this.f32, w, n, this.#span);
+      // Mirrored: one contiguous run (#span is twice the capacity).
+      if (src instanceof Float32Array) copyFloats(src, at, this.f32, w, n, this.#span);
       else copyInts(src, at, i32, w, n, this.#span);
     }
     w = (w + n) % cap;
-    this.#publish(w);
+    this.#publish(from, w, lazy);
     return true;
   }
 
-  /** Writes a record of two int fields (a control record). */
-  write2(kind: number, a: number, b: number): boolean {
+  /** Writes a record of two int fields (a control record); `lazy` as for `write`. */
+  write2(kind: number, a: number, b: number, lazy = false): boolean {
     if (!this.canWrite(2)) return false;
     const cap = this.capacity;
-    let w = Atomics.load(this.header, kWrite);
+    const from = Atomics.load(this.header, kWrite);
+    let w = from;
     const i32 = this.i32;
     i32[w] = kind;
     w = w + 1 === cap ? 0 : w + 1;
@@ -245,21 +287,60 @@ export class RecordRing {
     w = w + 1 === cap ? 0 : w + 1;
     i32[w] = b;
     w = w + 1 === cap ? 0 : w + 1;
-    this.#publish(w);
+    this.#publish(from, w, lazy);
     return true;
   }
 
-  #publish(w: number): void {
+  /** Publishes the record written from word `from` up to `w`. */
+  #publish(from: number, w: number, lazy: boolean): void {
     Atomics.store(this.header, kWrite, w);
     const used = this.availableRead();
     if (used > (this.header[kMaxUsed] as number)) Atomics.store(this.header, kMaxUsed, used);
     Atomics.store(this.header, kRecords, (((this.header[kRecords] as number) + 1) & 0x7fffffff) | 0);
+    if (lazy && 2 * used < this.capacity) {
+      if (!this.#owed) this.#owe(from);
+      return;
+    }
+    this.#owed = false;
+    this.bells.ring(this.#consumerBell);
+  }
+
+  /** From word `from` on, records are published that the consumer was not rung for. */
+  #owe(from: number): void {
+    this.#owed = true;
+    this.#owedFrom = from;
+    native.clockInto(this.#owedAt, 0);
+  }
+
+  /** Lazy records the consumer was not rung for and has not read. */
+  get owed(): boolean {
+    if (!this.#owed) return false;
+    // Read since (it woke for another reason)? Then only what follows what it read is owed.
+    const r = Atomics.load(this.header, kRead);
+    const w = Atomics.load(this.header, kWrite);
+    const cap = this.capacity;
+    if ((this.#owedFrom - r + cap) % cap < (w - r + cap) % cap) return true;
+    if (r === w) this.#owed = false;
+    else this.#owe(r);
+    return this.#owed;
+  }
+
+  /** Monotonic ms at which the oldest owed record was noticed (native clock). */
+  get owedAt(): number {
+    return this.#owedAt[0] as number;
+  }
+
+  /** Rings the consumer for lazy records it has not read. */
+  flush(): void {
+    if (!this.owed) return;
+    this.#owed = false;
     this.bells.ring(this.#consumerBell);
   }
 
   /** Marks the end of the stream: the consumer sees `closed` once it has read everything. */
   close(): void {
     Atomics.store(this.header, kClosed, 1);
+    this.#owed = false;
     this.bells.ring(this.#consumerBell);
   }
 
@@ -290,8 +371,7 @@ export class RecordRing {
     let r = Atomics.load(this.header, kRead);
     const n = this.i32[r + 1 === cap ? 0 : r + 1] as number;
     r = (r + RECORD_OVERHEAD) % cap;
-    if (dst instanceof Float32Array && this.mirror !== undefined) native.copyF32(this.f32, r, dst, at, n);
-    else if (dst instanceof Float32Array) copyOutFloats(this.f32, r, dst, at, n, this.#span);
+    if (dst instanceof Float32Array) copyOutFloats(this.f32, r, dst, at, n, this.#span);
     else copyOutInts(this.i32, r, dst, at, n, this.#span);
     this.#release((r + n) % cap);
     return n;
@@ -307,7 +387,11 @@ export class RecordRing {
 
   #release(r: number): void {
     Atomics.store(this.header, kRead, r);
-    this.bells.ring(this.#producerBell);
+    const want = Atomics.load(this.header, kWantSpace);
+    if (want > 0 && want <= this.availableWrite()) {
+      Atomics.store(this.header, kWantSpace, 0);
+      this.bells.ring(this.#producerBell);
+    }
   }
 
   /** True once the producer closed the ring and every record was read. */

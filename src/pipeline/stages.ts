@@ -156,6 +156,8 @@ let idleRing: RecordRing | null = null;
 let idleWords: Int32Array | null = null;
 /** The buffers a conversation without echo cancellation does not have. */
 const NONE = new Float32Array(0);
+/** Longest a stage sleeps before it looks again without being rung. */
+export const IDLE_POLL_MS = 1000;
 
 /** What every stage shares: its clocks, its arenas, and the conversations it serves. */
 export abstract class Stage<C> {
@@ -329,6 +331,11 @@ export abstract class Stage<C> {
   /** Builds conversation `o`'s state; while sizing `o` has no rings and the carve ends it. */
   abstract open(o: StageConversation & { rings?: StageOpen['rings']; duplex?: StageOpen['duplex'] }): void;
   abstract poll(): boolean;
+
+  /** Called when a poll found nothing to do, before the stage sleeps: how long it may sleep (ms). */
+  idle(): number {
+    return IDLE_POLL_MS;
+  }
 
   ready(): void {
     for (const a of this.arenas) a.seal();
@@ -876,6 +883,8 @@ interface DepthConv {
 
 /** Conversation indices are owner indices: never more than a ledger's owners. */
 const MAX_CONVERSATIONS = 64;
+/** Longest the main thread is not woken for text and frames it has not read (they ride on the reply's samples). */
+const EVENTS_LAZY_MS = 40;
 
 const PHASE_IDLE = 0;
 const PHASE_PREFILL = 1;
@@ -892,6 +901,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
   /** Per conversation index, stepped in this poll (made once: no allocation per poll). */
   readonly #stepped = new Uint8Array(MAX_CONVERSATIONS);
   readonly #pair: BackboneState[] = [];
+  readonly #now = new Float64Array(1);
   readonly #emitted = new Int32Array(2);
   /** Output-rate samples of one reply frame, and of the look-ahead. */
   readonly #frameSamples: number;
@@ -1013,7 +1023,30 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       this.#emit(c, e[0]!);
       this.#emit(partner, e[1]!);
     }
+    this.#flushEvents();
     return progress;
+  }
+
+  override idle(): number {
+    return Math.min(IDLE_POLL_MS, this.#flushEvents());
+  }
+
+  /**
+   * Text and frames wait for the main thread's next wake-up (a reply's samples bring it every
+   * frame) until they have waited EVENTS_LAZY_MS; then they ring it. Returns the ms until the
+   * next such ring is due (Infinity: none is owed).
+   */
+  #flushEvents(): number {
+    native.clockInto(this.#now, 0);
+    let next = Number.POSITIVE_INFINITY;
+    for (let k = 0; k < this.conversations.length; k++) {
+      const ev = this.conversations[k]?.events;
+      if (ev?.owed !== true) continue;
+      const left = ev.owedAt + EVENTS_LAZY_MS - (this.#now[0] as number);
+      if (left <= 0) ev.flush();
+      else next = Math.min(next, left);
+    }
+    return next;
   }
 
   /**
@@ -1155,7 +1188,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     const cb = this.config.audio.codebooks;
     const d = c.dialogue;
     if (e === EMIT_TEXT) {
-      c.events.write2(REC_TEXT, d.token, 0);
+      c.events.write2(REC_TEXT, d.token, 0, true);
     } else if (e === EMIT_DONE) {
       const sm = c.summary;
       sm[TURN_TEXT_TOKENS] = d.textTokens;
@@ -1176,7 +1209,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     } else {
       const kind = e === EMIT_END_OF_AUDIO ? REC_END_OF_AUDIO : REC_CODES;
       c.codes.write(kind, d.codes, 0, cb);
-      c.events.write(kind, d.codes, 0, cb);
+      c.events.write(kind, d.codes, 0, cb, kind === REC_CODES);
     }
     this.records++;
   }

@@ -41,9 +41,11 @@ t.test('slow consumer (producer waits on its doorbell) and slow producer (consum
   const slowC = await pair(512, { records: 50_000, maxPayload: 300 }, 'consumer');
   t.equal(slowC.c.bad, 0, slowC.c.firstBad ?? 'slow consumer: every record verified');
   t.ok(slowC.p.waits > 0, `the producer found the ring full ${slowC.p.waits} times`);
+  t.equal(slowC.p.timeouts, 0, 'every time the consumer made room, the waiting producer was rung (no wait ran into its timeout)');
   const slowP = await pair(512, { records: 50_000, maxPayload: 300 }, 'producer');
   t.equal(slowP.c.bad, 0, slowP.c.firstBad ?? 'slow producer: every record verified');
   t.ok(slowP.c.waits > 0, `the consumer found the ring empty ${slowP.c.waits} times`);
+  t.equal(slowP.c.timeouts, 0, 'every record woke the waiting consumer');
   t.equal(slowP.c.records, 50_000);
 });
 
@@ -75,6 +77,65 @@ t.test('all-or-nothing writes, wrap-around, close and drain on one thread', asyn
   t.notOk(r.drained);
   r.close();
   t.ok(r.drained);
+});
+
+t.test('doorbells: a release rings the producer only when it found no room; a lazy record waits for flush or half a ring', async (t) => {
+  const { ring, bells } = newRing(64);
+  const words = new Int32Array(bells);
+  const r = new RecordRing(ring, new Doorbells(words));
+  const producer = () => Atomics.load(words, 0);
+  const consumer = () => Atomics.load(words, 1);
+  const src = new Int32Array(32);
+  const dst = new Int32Array(32);
+  // Room to spare: reads release space without waking the producer.
+  t.ok(r.write(1, src, 0, 20));
+  t.equal(consumer(), 1, 'a record rings the consumer');
+  r.read(dst, 0);
+  t.equal(producer(), 0, 'a release the producer did not wait for rings nothing');
+  // Short of room: the producer's failed check asks to be rung once the room is there.
+  t.ok(r.write(1, src, 0, 30));
+  t.ok(r.write(1, src, 0, 20));
+  t.notOk(r.canWrite(20), 'no room for a third record');
+  r.read(dst, 0);
+  t.equal(producer(), 1, 'the release that made the room rings the producer');
+  r.read(dst, 0);
+  t.equal(producer(), 1, 'and only that one');
+  t.notOk(r.canWrite(70), 'a record larger than the ring never fits');
+  t.equal(r.peekKind(), -1);
+  // Lazy records: no ring until flush, unless the ring is half full.
+  const before = consumer();
+  t.ok(r.write2(5, 1, 2, true));
+  t.ok(r.write(6, src, 0, 4, true));
+  t.equal(consumer(), before, 'lazy records ring nothing');
+  t.ok(r.owed);
+  r.flush();
+  t.equal(consumer(), before + 1, 'flush rings once for them');
+  t.notOk(r.owed);
+  r.flush();
+  t.equal(consumer(), before + 1, 'a second flush rings nothing');
+  t.ok(r.write2(5, 3, 4, true));
+  r.skip();
+  r.skip();
+  r.skip();
+  t.notOk(r.owed, 'lazy records the consumer read anyway are not owed');
+  r.flush();
+  t.equal(consumer(), before + 1, 'so flush rings nothing');
+  t.ok(r.write(6, src, 0, 10, true));
+  t.ok(r.write(6, src, 0, 10, true));
+  t.equal(consumer(), before + 1);
+  r.skip();
+  t.ok(r.owed, 'of two lazy records the consumer read one: the other is still owed');
+  t.ok(r.write(6, src, 0, 28, true));
+  t.equal(consumer(), before + 2, 'a lazy record that leaves the ring half full or more rings');
+  t.notOk(r.owed);
+  r.skip();
+  r.skip();
+  t.ok(r.write2(7, 0, 0, true));
+  t.ok(r.owed);
+  t.equal(consumer(), before + 2);
+  t.ok(r.write2(8, 0, 0));
+  t.equal(consumer(), before + 3, 'an eager record rings');
+  t.notOk(r.owed, 'and pays what was owed');
 });
 
 const linux = process.platform === 'linux' ? false : 'mirrored mappings are made on Linux';

@@ -26,6 +26,8 @@ export interface RingPeerResult {
   bad: number;
   firstBad: string | null;
   waits: number;
+  /** Waits that ended by their timeout: a wake-up that was lost (none is slower than 1 s). */
+  timeouts: number;
 }
 
 function spin(us: number): void {
@@ -46,7 +48,7 @@ const sizes = new Int32Array(d.records);
 for (let k = 0; k < d.records; k++) sizes[k] = Math.floor(rand() * (d.maxPayload + 1));
 const ints = new Int32Array(d.maxPayload);
 const floats = new Float32Array(d.maxPayload);
-const result: RingPeerResult = { records: 0, words: 0, bad: 0, firstBad: null, waits: 0 };
+const result: RingPeerResult = { records: 0, words: 0, bad: 0, firstBad: null, waits: 0, timeouts: 0 };
 
 if (d.role === 'producer') {
   for (let k = 0; k < d.records; k++) {
@@ -65,7 +67,7 @@ if (d.role === 'producer') {
       const seen = bells.read(d.bell);
       if (ring.write(k & 0xff, useFloat ? floats : ints, 0, n)) break;
       result.waits++;
-      bells.wait(d.bell, seen, 1000);
+      if (bells.wait(d.bell, seen, 1000) === 'timed-out') result.timeouts++;
     }
     result.records++;
     result.words += n;
@@ -79,7 +81,7 @@ if (d.role === 'producer') {
     if (kind < 0) {
       if (ring.drained) break;
       result.waits++;
-      bells.wait(d.bell, seen, 1000);
+      if (bells.wait(d.bell, seen, 1000) === 'timed-out') result.timeouts++;
       continue;
     }
     const useFloat = (k & 1) === 1;
