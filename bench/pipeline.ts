@@ -46,11 +46,13 @@ interface RunReport {
   conversations: RunConv[];
   pipeline?: {
     mainCpuMs: number;
+    mainSleepCpuMs: number;
     stages: {
       stage: string;
       busyMs: number;
       cpuMs: number;
       computeCpuMs: number;
+      sleepCpuMs: number;
       batchedSteps: number;
       batchedTextHeads: number;
       batchedFrames: number;
@@ -110,6 +112,9 @@ function replyMsPerFrame(r: RunReport): number {
 
 type Run = Awaited<ReturnType<typeof runOnce>>;
 
+/** The long reply (s) whose difference from the usual 4 s gives per-frame costs without start-up. */
+const LONG_REPLY = '16';
+
 /** The run with fewer wall ms per generated frame. */
 function faster(a: Run | null, b: Run): Run {
   return a === null || msPerFrame(b.report) < msPerFrame(a.report) ? b : a;
@@ -147,8 +152,9 @@ export interface PipelineBenchRow {
   frameGapMs: { p50: number; p99: number } | null;
   stageMsPerCall: Record<string, number>;
   busyMs: Record<string, number>;
-  /** Pipeline overhead by CPU accounting (see overheadOf); null where threads have no CPU clock. */
+  /** Pipeline overhead by CPU accounting (see overheadOf), the higher of the rounds; null where threads have no CPU clock (or on the 1.5B shape). */
   overhead: Overhead | null;
+  overheadRounds: number[];
   ringMaxUsed: Record<string, string>;
   rssMiB: number;
   accountedMiB: number;
@@ -157,44 +163,92 @@ export interface PipelineBenchRow {
 }
 
 interface Overhead {
+  /** Generated frames of the short and the long runs whose difference the figures below are per (equal: the reply stopped early, the short runs alone). */
+  frames: [number, number];
   /** CPU ms per frame outside the model's timed compute: every stage worker and the main thread, one conversation. */
   pipelineMsPerFrame: number;
   /** The same for the single-thread engine (its orchestration, sampling, WAV I/O). */
   singleMsPerFrame: number;
+  /** The single-thread engine's wall ms per frame. */
+  singleFrameMs: number;
   /** (pipeline − single) per frame, over the single engine's wall ms per frame: the pipeline's own cost. */
   overSingleFrame: number;
-  /** All the pipeline's thread CPU (compute included, helpers not) over the single engine's. */
+  /** The same over the short runs alone, start-up included (each worker warms its own code). */
+  shortRunOverSingleFrame: number;
+  /** All the pipeline's thread CPU per frame (compute included, helpers not) over the single engine's. */
   cpuOverSingle: number;
-  /** Per worker (and `main`), CPU ms per frame outside timed compute. */
+  /** Per worker (and `main`), CPU ms per frame outside timed compute, and of it the part spent going to sleep and waking. */
   perThread: Record<string, number>;
+  sleepPerThread: Record<string, number>;
+}
+
+/** One run's CPU ms: outside the timed compute sections (per thread and in all), asleep (going to sleep and waking), in all. */
+function cpuOf(r: RunReport): { outside: number; cpu: number; perThread: Record<string, number>; sleep: Record<string, number> } | null {
+  const p = r.pipeline;
+  if (p === undefined) {
+    const c = r.conversations[0]!.cpu;
+    return c == null ? null : { outside: c.ms - c.computeMs, cpu: c.ms, perThread: {}, sleep: {} };
+  }
+  if (p.mainCpuMs < 0 || p.stages.some((s) => s.cpuMs < 0)) return null;
+  const perThread: Record<string, number> = { main: p.mainCpuMs };
+  const sleep: Record<string, number> = { main: p.mainSleepCpuMs };
+  let outside = p.mainCpuMs;
+  let cpu = p.mainCpuMs;
+  for (const s of p.stages) {
+    perThread[s.stage] = s.cpuMs - s.computeCpuMs;
+    sleep[s.stage] = s.sleepCpuMs;
+    outside += s.cpuMs - s.computeCpuMs;
+    cpu += s.cpuMs;
+  }
+  return { outside, cpu, perThread, sleep };
 }
 
 /**
  * The pipeline's own cost per frame by CPU clocks: what its threads spend outside the model's
  * timed compute sections (rings, wake-ups, copies, control), less what the single-thread
  * engine spends outside its own, over the single engine's frame time. Thread CPU leaves out
- * what wall clocks on a shared machine add (preemption, the other stages' turns).
+ * what wall clocks on a shared machine add (preemption, the other stages' turns). Per frame
+ * means per additional frame: the difference between a long and a short reply, so that what
+ * a run pays once (each worker compiling its code, the first pass over the weights) is not
+ * spread over its frames; the short runs alone give that figure too.
  */
-function overheadOf(single: RunReport, one: RunReport): Overhead | null {
-  const sc = single.conversations[0]!;
-  const p = one.pipeline!;
-  if (sc.cpu == null || p.mainCpuMs < 0 || p.stages.some((s) => s.cpuMs < 0)) return null;
-  const frames = one.conversations[0]!.audioFrames;
-  const perThread: Record<string, number> = { main: round(p.mainCpuMs / frames, 4) };
-  let outside = p.mainCpuMs;
-  let cpu = p.mainCpuMs;
-  for (const s of p.stages) {
-    perThread[s.stage] = round((s.cpuMs - s.computeCpuMs) / frames, 4);
-    outside += s.cpuMs - s.computeCpuMs;
-    cpu += s.cpuMs;
+function overheadOf(single: RunReport, one: RunReport, longSingle: RunReport, longOne: RunReport): Overhead | null {
+  const [s, p, ls, lp] = [single, one, longSingle, longOne].map(cpuOf);
+  if (s == null || p == null || ls == null || lp == null) return null;
+  const frames = (r: RunReport) => r.conversations[0]!.audioFrames;
+  const shortRun = (p.outside / frames(one) - s.outside / frames(single)) / msPerFrame(single);
+  const sf = frames(longSingle) - frames(single);
+  const pf = frames(longOne) - frames(one);
+  if (sf <= 0 || pf <= 0) {
+    // The reply ended before the short run's limit (tiny): the short runs alone.
+    const per = (a: Record<string, number>) => Object.fromEntries(Object.entries(a).map(([k, v]) => [k, round(v / frames(one), 4)]));
+    return {
+      frames: [frames(one), frames(one)],
+      pipelineMsPerFrame: round(p.outside / frames(one), 4),
+      singleMsPerFrame: round(s.outside / frames(single), 4),
+      singleFrameMs: round(msPerFrame(single), 3),
+      overSingleFrame: round(shortRun, 4),
+      shortRunOverSingleFrame: round(shortRun, 4),
+      cpuOverSingle: round(p.cpu / frames(one) / (s.cpu / frames(single)), 3),
+      perThread: per(p.perThread),
+      sleepPerThread: per(p.sleep),
+    };
   }
-  const singleOutside = (sc.cpu.ms - sc.cpu.computeMs) / sc.audioFrames;
+  const singleFrameMs = (longSingle.conversations[0]!.wallMs - single.conversations[0]!.wallMs) / sf;
+  const pipe = (lp.outside - p.outside) / pf;
+  const solo = (ls.outside - s.outside) / sf;
+  const per = (a: Record<string, number>, b: Record<string, number>) =>
+    Object.fromEntries(Object.keys(a).map((k) => [k, round(((b[k] ?? 0) - (a[k] ?? 0)) / pf, 4)]));
   return {
-    pipelineMsPerFrame: round(outside / frames, 4),
-    singleMsPerFrame: round(singleOutside, 4),
-    overSingleFrame: round((outside / frames - singleOutside) / msPerFrame(single), 4),
-    cpuOverSingle: round(cpu / frames / (sc.cpu.ms / sc.audioFrames), 3),
-    perThread,
+    frames: [frames(one), frames(longOne)],
+    pipelineMsPerFrame: round(pipe, 4),
+    singleMsPerFrame: round(solo, 4),
+    singleFrameMs: round(singleFrameMs, 3),
+    overSingleFrame: round((pipe - solo) / singleFrameMs, 4),
+    shortRunOverSingleFrame: round(shortRun, 4),
+    cpuOverSingle: round((lp.cpu - p.cpu) / pf / ((ls.cpu - s.cpu) / sf), 3),
+    perThread: per(p.perThread, lp.perThread),
+    sleepPerThread: per(p.sleep, lp.sleep),
   };
 }
 
@@ -280,11 +334,21 @@ async function measure(name: string, model: string, o: { quick: boolean }, short
   let one: Run | null = null;
   let two: Run | null = null;
   let mixed: Run | null = null;
+  // The overhead of each round from its own runs, a short and a long reply on each engine (not on the 1.5B shape: minutes).
+  const overheads: Overhead[] = [];
   for (let r = 0; r < repeats; r++) {
-    single = faster(single, await runOnce(model, 1, { engine: 'single' }));
-    one = faster(one, await runOnce(model, 1, {}));
+    const s = await runOnce(model, 1, { engine: 'single' });
+    const p = await runOnce(model, 1, {});
+    single = faster(single, s);
+    one = faster(one, p);
     two = faster(two, await runOnce(model, 2, {}));
     mixed = faster(mixed, await runOnce(model, 2, { inputs: [FIXTURE, short] }));
+    if (!big) {
+      const ls = await runOnce(model, 1, { engine: 'single', reply: LONG_REPLY });
+      const lp = await runOnce(model, 1, { reply: LONG_REPLY });
+      const o = overheadOf(s.report, p.report, ls.report, lp.report);
+      if (o !== null) overheads.push(o);
+    }
   }
   if (single === null || one === null || two === null || mixed === null) throw new Error('bench pipeline: no rounds');
   const rt = await runOnce(model, 1, { realtime: true, reply: '1' });
@@ -315,7 +379,9 @@ async function measure(name: string, model: string, o: { quick: boolean }, short
     frameGapMs: c0.frameIntervalMs === null ? null : { p50: c0.frameIntervalMs.p50, p99: c0.frameIntervalMs.p99 },
     stageMsPerCall: perCall(c0.timings),
     busyMs: Object.fromEntries(stages.map((s) => [s.stage, round(s.busyMs, 1)])),
-    overhead: overheadOf(single.report, one.report),
+    // The higher of the rounds: a shared machine's noise only adds to it.
+    overhead: overheads.length === 0 ? null : overheads.reduce((a, b) => (b.overSingleFrame > a.overSingleFrame ? b : a)),
+    overheadRounds: overheads.map((o) => o.overSingleFrame),
     ringMaxUsed: Object.fromEntries(Object.entries(one.report.pipeline!.rings[0]!).map(([k, v]) => [k, `${v.maxUsed}/${v.capacity}`])),
     rssMiB: round(one.rssMiB, 1),
     accountedMiB: round(one.report.manifest.totals.slab / 2 ** 20, 1),
@@ -341,11 +407,13 @@ export function format(r: Awaited<ReturnType<typeof run>>): string {
         .map(([k, v]) => `${k} ${v}`)
         .join(', ')}`,
       x.overhead === null
-        ? '  overhead: no per-thread CPU clock here'
-        : `  overhead by CPU clocks: ${x.overhead.pipelineMsPerFrame} ms/frame outside compute (single ${x.overhead.singleMsPerFrame}) ⇒ ` +
-            `${round(100 * x.overhead.overSingleFrame, 2)}% of the single frame; all CPU ×${x.overhead.cpuOverSingle} single; per thread (ms/frame): ` +
+        ? '  overhead: not measured (no per-thread CPU clock here, or the 1.5B shape)'
+        : `  overhead by CPU clocks, per frame ${x.overhead.frames[0] === x.overhead.frames[1] ? `over ${x.overhead.frames[0]} frames (the reply stops there)` : `from ${x.overhead.frames[0]} to ${x.overhead.frames[1]} frames`}: ${x.overhead.pipelineMsPerFrame} ms outside compute ` +
+            `(single ${x.overhead.singleMsPerFrame}; its frame ${x.overhead.singleFrameMs} ms) ⇒ ${round(100 * x.overhead.overSingleFrame, 2)}% of the single frame ` +
+            `(rounds ${x.overheadRounds.map((v) => `${round(100 * v, 2)}%`).join(', ')}; the short run alone, start-up included, ` +
+            `${round(100 * x.overhead.shortRunOverSingleFrame, 2)}%); all CPU ×${x.overhead.cpuOverSingle} single; per thread (ms/frame, of it asleep/waking): ` +
             `${Object.entries(x.overhead.perThread)
-              .map(([k, v]) => `${k} ${v}`)
+              .map(([k, v]) => `${k} ${v} (${x.overhead!.sleepPerThread[k] ?? '-'})`)
               .join(', ')}`,
       `  rings max used: ${Object.entries(x.ringMaxUsed)
         .map(([k, v]) => `${k} ${v}`)

@@ -11,7 +11,9 @@
  * releases the space with one `Atomics.store` of `kRead`. Seq-cst atomics make the plain
  * stores before a publish visible to a reader that has loaded the published index.
  *
- * Doorbells: every publish rings the consumer's bell. A release rings the producer's bell only
+ * Doorbells: a publish rings the consumer's bell, unless the record is lazy and the ring less
+ * than half full; its producer then rings later (`flush`), or its next eager record does. A
+ * release rings the producer's bell only
  * when the producer found no room: `canWrite` that fails stores the words it wanted in
  * `kWantSpace`, then checks again; a release stores `kRead`, then reads `kWantSpace` and rings
  * once the room is there. Either the producer's second check sees the release or the release
