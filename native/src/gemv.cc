@@ -433,26 +433,84 @@ __attribute__((target("avx2,fma"))) inline __m256 Avx2IntDot(bool q4, const uint
   return _mm256_cvtepi32_ps(_mm256_add_epi32(dot, _mm256_slli_epi32(xsum4, 7)));
 }
 
-// Integer GEMV on AVX2 without VNNI, row by row, in 256-bit lanes (a machine without VNNI has
-// one integer path, so its rows agree across calls as the VNNI path's do).
+// R weight rows of the AVX2 integer GEMV at once, for q4/q8 with groups of G (32 or 64): the
+// activation blocks are loaded once for the R rows, whose weights stream side by side. The lane
+// scales s_g·xs_g are made eight groups at a time (one f16 conversion and one multiply per row),
+// and each block picks its own with one permute; groups past the last eight take the same
+// values one by one (the same products). Each row sums its blocks in order in one accumulator,
+// so a row's bits do not depend on R.
+template <bool Q4, int G>
+struct IntRowsAvx2 {
+  static constexpr int64_t kPer = Q4 ? 64 : 32;                        // elements per 32-byte block
+  static constexpr bool kTwo = G < kPer;                               // q4, group 32: two groups per block
+  static constexpr int64_t kBlocksPerGroup = kTwo ? 1 : G / kPer;       // otherwise
+  static constexpr int64_t kBlocks8 = kTwo ? 4 : 8 * kBlocksPerGroup;  // blocks of eight groups
+
+  // Lanes of block j within its eight groups.
+  __attribute__((target("avx2,fma,f16c"))) static inline __m256i Index(int64_t j) {
+    if constexpr (kTwo) {
+      const int e = static_cast<int>(2 * j);
+      return _mm256_setr_epi32(e, e, e, e, e + 1, e + 1, e + 1, e + 1);
+    } else {
+      return _mm256_set1_epi32(static_cast<int>(j / kBlocksPerGroup));
+    }
+  }
+
+  template <int R>
+  __attribute__((target("avx2,fma,f16c"))) static void Rows(const uint8_t* w, int64_t rowBytes, const uint16_t* sc, int64_t groups,
+                                                            const int8_t* xq, const float* xs, float* out) {
+    const int64_t blocks = rowBytes / 32;
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    int64_t b = 0;
+    for (int64_t g0 = 0; g0 + 8 <= groups; g0 += 8) {
+      const __m256 x8 = _mm256_loadu_ps(xs + g0);
+      __m256 s8[R];
+      for (int r = 0; r < R; ++r) {
+        s8[r] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + r * groups + g0))), x8);
+      }
+#pragma GCC unroll 4
+      for (int64_t j = 0; j < kBlocks8; ++j, ++b) {
+        const int8_t* xb = xq + b * kPer;
+        const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
+        const __m256i xh = Q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
+        const __m256i idx = Index(j);
+        for (int r = 0; r < R; ++r) {
+          const __m256 lanes = _mm256_permutevar8x32_ps(s8[r], idx);
+          acc[r] = _mm256_fmadd_ps(Avx2IntDot(Q4, w + r * rowBytes + b * 32, xa, xh), lanes, acc[r]);
+        }
+      }
+    }
+    for (; b < blocks; ++b) {
+      const int8_t* xb = xq + b * kPer;
+      const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
+      const __m256i xh = Q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
+      const int64_t g = kTwo ? 2 * b : b / kBlocksPerGroup;
+      for (int r = 0; r < R; ++r) {
+        acc[r] = _mm256_fmadd_ps(Avx2IntDot(Q4, w + r * rowBytes + b * 32, xa, xh), VnniScale(sc + r * groups, xs, g, kTwo), acc[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) out[r] = Hsum(acc[r]);
+  }
+
+  __attribute__((target("avx2,fma,f16c"))) static void Run(const uint8_t* w, const uint16_t* sc, const uint16_t* bi, const int8_t* xq,
+                                                           const float* xs, const float* xsum, float* y, int64_t M, int64_t K) {
+    const int64_t groups = K / G;
+    const int64_t rowBytes = Q4 ? K / 2 : K;
+    int64_t m = 0;
+    for (; m + 4 <= M; m += 4) Rows<4>(w + m * rowBytes, rowBytes, sc + m * groups, groups, xq, xs, y + m);
+    for (; m < M; ++m) Rows<1>(w + m * rowBytes, rowBytes, sc + m * groups, groups, xq, xs, y + m);
+    for (m = 0; m < M; ++m) y[m] += BiasDot(bi + m * groups, xsum, groups);
+  }
+};
+
+// Integer GEMV on AVX2 without VNNI, in 256-bit lanes (a machine without VNNI has one integer
+// path, so its rows agree across calls as the VNNI path's do).
 __attribute__((target("avx2,fma,f16c"))) void GemvIntAvx2(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases,
                                                      int group, const int8_t* xq, const float* xs, const float* xsum,
                                                      float* y, int64_t M, int64_t K) {
-  const int64_t groups = K / group;
-  const int64_t rowBytes = q4 ? K / 2 : K;
-  const int64_t per = q4 ? 64 : 32;
-  for (int64_t m = 0; m < M; ++m) {
-    __m256 a = _mm256_setzero_ps();
-    const uint8_t* r = w + m * rowBytes;
-    BlockGroups bg(group, per);
-    for (int64_t b = 0; b < rowBytes / 32; ++b, bg.next()) {
-      const int8_t* xb = xq + b * per;
-      const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
-      const __m256i xh = q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
-      a = _mm256_fmadd_ps(Avx2IntDot(q4, r + b * 32, xa, xh), VnniScale(scales + m * groups, xs, bg.g, bg.two), a);
-    }
-    y[m] = Hsum(a) + BiasDot(biases + m * groups, xsum, groups);
-  }
+  if (q4) (group == 32 ? IntRowsAvx2<true, 32>::Run : IntRowsAvx2<true, 64>::Run)(w, scales, biases, xq, xs, xsum, y, M, K);
+  else (group == 32 ? IntRowsAvx2<false, 32>::Run : IntRowsAvx2<false, 64>::Run)(w, scales, biases, xq, xs, xsum, y, M, K);
 }
 
 // GCC 12 reports the intrinsics' own undefined pass-through operands as uninitialized.
