@@ -416,21 +416,35 @@ struct BlockGroups {
 // those into 32, so each int32 lane holds the same four products as vpdpbusd. q4 nibbles (≤ 15)
 // cannot saturate 16 bits; q8 bytes are recentred to q − 128 (|q − 128| · 127 · 2 < 2^15) and
 // 128·Σxq is added back.
-__attribute__((target("avx2,fma"))) inline __m256 Avx2IntDot(bool q4, const uint8_t* p, __m256i xa, __m256i xb) {
+// A 32-byte weight block made ready for Avx2Dot: q4, its low and high nibbles; q8, q − 128 as
+// int8 and its magnitude.
+__attribute__((target("avx2,fma"))) inline void Avx2Unpack(bool q4, const uint8_t* p, __m256i& a, __m256i& b) {
   const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  const __m256i ones16 = _mm256_set1_epi16(1);
   if (q4) {
     const __m256i nib = _mm256_set1_epi8(15);
-    const __m256i lo = _mm256_and_si256(wv, nib);
-    const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib);
-    const __m256i d = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(lo, xa), ones16), _mm256_madd_epi16(_mm256_maddubs_epi16(hi, xb), ones16));
+    a = _mm256_and_si256(wv, nib);
+    b = _mm256_and_si256(_mm256_srli_epi16(wv, 4), nib);
+  } else {
+    a = _mm256_xor_si256(wv, _mm256_set1_epi8(static_cast<char>(0x80)));  // q − 128 as int8
+    b = _mm256_sign_epi8(a, a);                                             // |q − 128|
+  }
+}
+
+__attribute__((target("avx2,fma"))) inline __m256 Avx2Dot(bool q4, __m256i a, __m256i b, __m256i xa, __m256i xb) {
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  if (q4) {
+    const __m256i d = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(a, xa), ones16), _mm256_madd_epi16(_mm256_maddubs_epi16(b, xb), ones16));
     return _mm256_cvtepi32_ps(d);
   }
-  const __m256i centred = _mm256_xor_si256(wv, _mm256_set1_epi8(static_cast<char>(0x80)));  // q − 128 as int8
-  const __m256i mag = _mm256_sign_epi8(centred, centred);                                      // |q − 128|
-  const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(mag, _mm256_sign_epi8(xa, centred)), ones16);
+  const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(b, _mm256_sign_epi8(xa, a)), ones16);
   const __m256i xsum4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), xa), ones16);
   return _mm256_cvtepi32_ps(_mm256_add_epi32(dot, _mm256_slli_epi32(xsum4, 7)));
+}
+
+__attribute__((target("avx2,fma"))) inline __m256 Avx2IntDot(bool q4, const uint8_t* p, __m256i xa, __m256i xb) {
+  __m256i a, b;
+  Avx2Unpack(q4, p, a, b);
+  return Avx2Dot(q4, a, b, xa, xb);
 }
 
 // R weight rows of the AVX2 integer GEMV at once, for q4/q8 with groups of G (32 or 64): the
@@ -493,6 +507,68 @@ struct IntRowsAvx2 {
     for (int r = 0; r < R; ++r) out[r] = Hsum(acc[r]);
   }
 
+  // One weight row against NA activation rows: each weight block is loaded and unpacked once for
+  // all of them; per activation the same operations, in the same order, as Rows<1>.
+  template <int NA>
+  __attribute__((target("avx2,fma,f16c"))) static void Multi(const uint8_t* w, const uint16_t* sc, int64_t groups, int64_t rowBytes,
+                                                             const int8_t* const* xq, const float* const* xs, float* out) {
+    const int64_t blocks = rowBytes / 32;
+    __m256 acc[NA];
+    for (int a = 0; a < NA; ++a) acc[a] = _mm256_setzero_ps();
+    alignas(32) float s8[NA][8];
+    int64_t b = 0;
+    for (int64_t g0 = 0; g0 + 8 <= groups; g0 += 8) {
+      const __m256 ws = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + g0)));
+      for (int a = 0; a < NA; ++a) _mm256_store_ps(s8[a], _mm256_mul_ps(ws, _mm256_loadu_ps(xs[a] + g0)));
+#pragma GCC unroll 4
+      for (int64_t j = 0; j < kBlocks8; ++j, ++b) {
+        __m256i wa, wb;
+        Avx2Unpack(Q4, w + b * 32, wa, wb);
+        for (int a = 0; a < NA; ++a) {
+          const int8_t* xb = xq[a] + b * kPer;
+          const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
+          const __m256i xh = Q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
+          const __m256 lanes = kTwo ? _mm256_permutevar8x32_ps(_mm256_load_ps(s8[a]), Index(j)) : _mm256_broadcast_ss(&s8[a][j / kBlocksPerGroup]);
+          acc[a] = _mm256_fmadd_ps(Avx2Dot(Q4, wa, wb, xa, xh), lanes, acc[a]);
+        }
+      }
+    }
+    for (; b < blocks; ++b) {
+      __m256i wa, wb;
+      Avx2Unpack(Q4, w + b * 32, wa, wb);
+      const int64_t g = kTwo ? 2 * b : b / kBlocksPerGroup;
+      for (int a = 0; a < NA; ++a) {
+        const int8_t* xb = xq[a] + b * kPer;
+        const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
+        const __m256i xh = Q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
+        acc[a] = _mm256_fmadd_ps(Avx2Dot(Q4, wa, wb, xa, xh), VnniScale(sc, xs[a], g, kTwo), acc[a]);
+      }
+    }
+    for (int a = 0; a < NA; ++a) out[a] = Hsum(acc[a]);
+  }
+
+  // Weight rows [0, M) against na ≤ 4 activation rows: y[a][m], bias sums added as Run adds them.
+  __attribute__((target("avx2,fma,f16c"))) static void RunMany(const uint8_t* w, const uint16_t* sc, const uint16_t* bi, const int8_t* const* xq,
+                                                               const float* const* xs, const float* const* xsum, float* const* y, int na,
+                                                               int64_t M, int64_t K) {
+    const int64_t groups = K / G;
+    const int64_t rowBytes = Q4 ? K / 2 : K;
+    float out[4];
+    for (int64_t m = 0; m < M; ++m) {
+      const uint8_t* r = w + m * rowBytes;
+      const uint16_t* s = sc + m * groups;
+      switch (na) {
+        case 1: Multi<1>(r, s, groups, rowBytes, xq, xs, out); break;
+        case 2: Multi<2>(r, s, groups, rowBytes, xq, xs, out); break;
+        case 3: Multi<3>(r, s, groups, rowBytes, xq, xs, out); break;
+        default: Multi<4>(r, s, groups, rowBytes, xq, xs, out); break;
+      }
+      for (int a = 0; a < na; ++a) y[a][m] = out[a];
+    }
+    for (int a = 0; a < na; ++a)
+      for (int64_t m = 0; m < M; ++m) y[a][m] += BiasDot(bi + m * groups, xsum[a], groups);
+  }
+
   __attribute__((target("avx2,fma,f16c"))) static void Run(const uint8_t* w, const uint16_t* sc, const uint16_t* bi, const int8_t* xq,
                                                            const float* xs, const float* xsum, float* y, int64_t M, int64_t K) {
     const int64_t groups = K / G;
@@ -503,6 +579,15 @@ struct IntRowsAvx2 {
     for (m = 0; m < M; ++m) y[m] += BiasDot(bi + m * groups, xsum, groups);
   }
 };
+
+// na ≤ 4 activation rows against the same weight rows (GemvRows on AVX2): row m of activation a
+// has the bits GemvIntAvx2 gives it.
+__attribute__((target("avx2,fma,f16c"))) void GemvIntAvx2Many(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases,
+                                                         int group, const int8_t* const* xq, const float* const* xs,
+                                                         const float* const* xsum, float* const* y, int na, int64_t M, int64_t K) {
+  if (q4) (group == 32 ? IntRowsAvx2<true, 32>::RunMany : IntRowsAvx2<true, 64>::RunMany)(w, scales, biases, xq, xs, xsum, y, na, M, K);
+  else (group == 32 ? IntRowsAvx2<false, 32>::RunMany : IntRowsAvx2<false, 64>::RunMany)(w, scales, biases, xq, xs, xsum, y, na, M, K);
+}
 
 // Integer GEMV on AVX2 without VNNI, in 256-bit lanes (a machine without VNNI has one integer
 // path, so its rows agree across calls as the VNNI path's do).
@@ -820,6 +905,25 @@ void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
           y[a] = t.Y + (i0 + a) * t.M + m0;
         }
         GemvIntVnniMulti(q4, wsub, t.w.scales + m0 * groups, t.w.biases + m0 * groups, t.w.group, xq, xs, xsum, y, na, mb, t.K);
+      }
+      continue;
+    }
+    if (quant && VectorIntShape(t.w.group, t.K) && kGemvIntVector == GemvIntAvx2) {
+      // Each weight block unpacked once for up to four positions.
+      const uint8_t* wsub = static_cast<const uint8_t*>(t.w.data) + (q4 ? m0 * t.K / 2 : m0 * t.K);
+      for (int64_t i0 = 0; i0 < t.n; i0 += 4) {
+        const int na = static_cast<int>(std::min<int64_t>(4, t.n - i0));
+        const int8_t* xq[4] = {};
+        const float* xs[4] = {};
+        const float* xsum[4] = {};
+        float* y[4] = {};
+        for (int a = 0; a < na; ++a) {
+          xsum[a] = reinterpret_cast<const float*>(t.scratch + (i0 + a) * t.per);
+          xs[a] = xsum[a] + groups;
+          xq[a] = reinterpret_cast<const int8_t*>(xs[a] + groups);
+          y[a] = t.Y + (i0 + a) * t.M + m0;
+        }
+        GemvIntAvx2Many(q4, wsub, t.w.scales + m0 * groups, t.w.biases + m0 * groups, t.w.group, xq, xs, xsum, y, na, mb, t.K);
       }
       continue;
     }
