@@ -890,7 +890,9 @@ void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
   for (int64_t m0 = r0; m0 < r1; m0 += kBlock) {
     const int64_t mb = std::min(kBlock, r1 - m0);
 #ifdef VOXSLAB_X86
-    if (quant && VectorIntShape(t.w.group, t.K) && kGemvIntVector == GemvIntVnni) {
+    // Up to four positions per pass over the block: VNNI, or AVX2 unpacking each weight block once for them.
+    if (quant && VectorIntShape(t.w.group, t.K) && (kGemvIntVector == GemvIntVnni || kGemvIntVector == GemvIntAvx2)) {
+      const auto many = kGemvIntVector == GemvIntVnni ? GemvIntVnniMulti : GemvIntAvx2Many;
       const uint8_t* wsub = static_cast<const uint8_t*>(t.w.data) + (q4 ? m0 * t.K / 2 : m0 * t.K);
       for (int64_t i0 = 0; i0 < t.n; i0 += 4) {
         const int na = static_cast<int>(std::min<int64_t>(4, t.n - i0));
@@ -904,26 +906,7 @@ void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
           xq[a] = reinterpret_cast<const int8_t*>(xs[a] + groups);
           y[a] = t.Y + (i0 + a) * t.M + m0;
         }
-        GemvIntVnniMulti(q4, wsub, t.w.scales + m0 * groups, t.w.biases + m0 * groups, t.w.group, xq, xs, xsum, y, na, mb, t.K);
-      }
-      continue;
-    }
-    if (quant && VectorIntShape(t.w.group, t.K) && kGemvIntVector == GemvIntAvx2) {
-      // Each weight block unpacked once for up to four positions.
-      const uint8_t* wsub = static_cast<const uint8_t*>(t.w.data) + (q4 ? m0 * t.K / 2 : m0 * t.K);
-      for (int64_t i0 = 0; i0 < t.n; i0 += 4) {
-        const int na = static_cast<int>(std::min<int64_t>(4, t.n - i0));
-        const int8_t* xq[4] = {};
-        const float* xs[4] = {};
-        const float* xsum[4] = {};
-        float* y[4] = {};
-        for (int a = 0; a < na; ++a) {
-          xsum[a] = reinterpret_cast<const float*>(t.scratch + (i0 + a) * t.per);
-          xs[a] = xsum[a] + groups;
-          xq[a] = reinterpret_cast<const int8_t*>(xs[a] + groups);
-          y[a] = t.Y + (i0 + a) * t.M + m0;
-        }
-        GemvIntAvx2Many(q4, wsub, t.w.scales + m0 * groups, t.w.biases + m0 * groups, t.w.group, xq, xs, xsum, y, na, mb, t.K);
+        many(q4, wsub, t.w.scales + m0 * groups, t.w.biases + m0 * groups, t.w.group, xq, xs, xsum, y, na, mb, t.K);
       }
       continue;
     }
