@@ -13,10 +13,9 @@
  *
  * Doorbells: a publish rings the consumer's bell, unless the record is lazy and the ring less
  * than half full; its producer then rings later (`flush`), or its next eager record does. A
- * release rings the producer's bell only
- * when the producer found no room: `canWrite` that fails stores the words it wanted in
- * `kWantSpace`, then checks again; a release stores `kRead`, then reads `kWantSpace` and rings
- * once the room is there. Either the producer's second check sees the release or the release
+ * release rings the producer's bell only when the producer found no room: `canWrite` that fails
+ * stores the words it wanted in `kWantSpace`, then checks again; a release stores `kRead`, then
+ * reads `kWantSpace` and rings once the room is there. Either the producer's second check sees the release or the release
  * sees the want (both sides store, then load, seq-cst), so no wake-up is lost, and a producer
  * that is not short of room (most of them, most of the time, asleep on the same bell waiting
  * for input) is not woken for nothing.
@@ -314,10 +313,12 @@ export class RecordRing {
     native.clockInto(this.#owedAt, 0);
   }
 
-  /** Lazy records the consumer was not rung for and has not read. */
-  get owed(): boolean {
+  /**
+   * Whether lazy records the consumer was not rung for are still unread. When it has read some of
+   * them since (woken for another reason), what follows is owed from now.
+   */
+  owes(): boolean {
     if (!this.#owed) return false;
-    // Read since (it woke for another reason)? Then only what follows what it read is owed.
     const r = Atomics.load(this.header, kRead);
     const w = Atomics.load(this.header, kWrite);
     const cap = this.capacity;
@@ -334,7 +335,7 @@ export class RecordRing {
 
   /** Rings the consumer for lazy records it has not read. */
   flush(): void {
-    if (!this.owed) return;
+    if (!this.owes()) return;
     this.#owed = false;
     this.bells.ring(this.#consumerBell);
   }

@@ -1037,11 +1037,15 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
    * next such ring is due (Infinity: none is owed).
    */
   #flushEvents(): number {
-    native.clockInto(this.#now, 0);
     let next = Number.POSITIVE_INFINITY;
+    let clock = false;
     for (let k = 0; k < this.conversations.length; k++) {
       const ev = this.conversations[k]?.events;
-      if (ev?.owed !== true) continue;
+      if (ev === undefined || !ev.owes()) continue;
+      if (!clock) {
+        native.clockInto(this.#now, 0);
+        clock = true;
+      }
       const left = ev.owedAt + EVENTS_LAZY_MS - (this.#now[0] as number);
       if (left <= 0) ev.flush();
       else next = Math.min(next, left);
