@@ -430,15 +430,25 @@ __attribute__((target("avx2,fma"))) inline void Avx2Unpack(bool q4, const uint8_
   }
 }
 
+// q8: 128 times each lane's sum of its four activations, what the recentring took away.
+__attribute__((target("avx2,fma"))) inline __m256i Avx2Q8Term(__m256i xa) {
+  return _mm256_slli_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), xa), _mm256_set1_epi16(1)), 7);
+}
+
+// q8 lanes Σ(q − 128)·x + `term` (Avx2Q8Term of xa).
+__attribute__((target("avx2,fma"))) inline __m256 Avx2DotQ8(__m256i a, __m256i b, __m256i xa, __m256i term) {
+  const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(b, _mm256_sign_epi8(xa, a)), _mm256_set1_epi16(1));
+  return _mm256_cvtepi32_ps(_mm256_add_epi32(dot, term));
+}
+
 __attribute__((target("avx2,fma"))) inline __m256 Avx2Dot(bool q4, __m256i a, __m256i b, __m256i xa, __m256i xb) {
   const __m256i ones16 = _mm256_set1_epi16(1);
   if (q4) {
-    const __m256i d = _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(a, xa), ones16), _mm256_madd_epi16(_mm256_maddubs_epi16(b, xb), ones16));
+    // Each 16-bit pair sum is at most 2·15·127 in magnitude, so two add without saturating.
+    const __m256i d = _mm256_madd_epi16(_mm256_add_epi16(_mm256_maddubs_epi16(a, xa), _mm256_maddubs_epi16(b, xb)), ones16);
     return _mm256_cvtepi32_ps(d);
   }
-  const __m256i dot = _mm256_madd_epi16(_mm256_maddubs_epi16(b, _mm256_sign_epi8(xa, a)), ones16);
-  const __m256i xsum4 = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(1), xa), ones16);
-  return _mm256_cvtepi32_ps(_mm256_add_epi32(dot, _mm256_slli_epi32(xsum4, 7)));
+  return Avx2DotQ8(a, b, xa, Avx2Q8Term(xa));
 }
 
 __attribute__((target("avx2,fma"))) inline __m256 Avx2IntDot(bool q4, const uint8_t* p, __m256i xa, __m256i xb) {
@@ -507,11 +517,22 @@ struct IntRowsAvx2 {
     for (int r = 0; r < R; ++r) out[r] = Hsum(acc[r]);
   }
 
+  // q8 activation blocks whose Avx2Q8Term RunMany makes once for all its rows (64 KiB of stack for four positions).
+  static constexpr int64_t kTermBlocks = 512;
+
+  // The dot of one weight block with activation block b of position a: q8 takes the term made
+  // in advance where there is one.
+  __attribute__((target("avx2,fma"))) static inline __m256 Dot(__m256i wa, __m256i wb, __m256i xa, __m256i xh, const __m256i* terms, int64_t b) {
+    if constexpr (Q4) return Avx2Dot(true, wa, wb, xa, xh);
+    else return Avx2DotQ8(wa, wb, xa, terms != nullptr ? _mm256_load_si256(terms + b) : Avx2Q8Term(xa));
+  }
+
   // One weight row against NA activation rows: each weight block is loaded and unpacked once for
   // all of them; per activation the same operations, in the same order, as Rows<1>.
   template <int NA>
   __attribute__((target("avx2,fma,f16c"))) static void Multi(const uint8_t* w, const uint16_t* sc, int64_t groups, int64_t rowBytes,
-                                                             const int8_t* const* xq, const float* const* xs, float* out) {
+                                                             const int8_t* const* xq, const float* const* xs, const __m256i* const* terms,
+                                                             float* out) {
     const int64_t blocks = rowBytes / 32;
     __m256 acc[NA];
     for (int a = 0; a < NA; ++a) acc[a] = _mm256_setzero_ps();
@@ -529,7 +550,7 @@ struct IntRowsAvx2 {
           const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
           const __m256i xh = Q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
           const __m256 lanes = kTwo ? _mm256_permutevar8x32_ps(_mm256_load_ps(s8[a]), Index(j)) : _mm256_broadcast_ss(&s8[a][j / kBlocksPerGroup]);
-          acc[a] = _mm256_fmadd_ps(Avx2Dot(Q4, wa, wb, xa, xh), lanes, acc[a]);
+          acc[a] = _mm256_fmadd_ps(Dot(wa, wb, xa, xh, terms[a], b), lanes, acc[a]);
         }
       }
     }
@@ -541,7 +562,7 @@ struct IntRowsAvx2 {
         const int8_t* xb = xq[a] + b * kPer;
         const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
         const __m256i xh = Q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
-        acc[a] = _mm256_fmadd_ps(Avx2Dot(Q4, wa, wb, xa, xh), VnniScale(sc, xs[a], g, kTwo), acc[a]);
+        acc[a] = _mm256_fmadd_ps(Dot(wa, wb, xa, xh, terms[a], b), VnniScale(sc, xs[a], g, kTwo), acc[a]);
       }
     }
     for (int a = 0; a < NA; ++a) out[a] = Hsum(acc[a]);
@@ -554,14 +575,23 @@ struct IntRowsAvx2 {
     const int64_t groups = K / G;
     const int64_t rowBytes = Q4 ? K / 2 : K;
     float out[4];
+    const int64_t blocks = rowBytes / 32;
+    alignas(32) __m256i store[Q4 ? 1 : 4][Q4 ? 1 : kTermBlocks];
+    const __m256i* terms[4] = {};
+    if (!Q4 && blocks <= kTermBlocks) {
+      for (int a = 0; a < na; ++a) {
+        for (int64_t b = 0; b < blocks; ++b) store[a][b] = Avx2Q8Term(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[a] + b * 32)));
+        terms[a] = store[a];
+      }
+    }
     for (int64_t m = 0; m < M; ++m) {
       const uint8_t* r = w + m * rowBytes;
       const uint16_t* s = sc + m * groups;
       switch (na) {
-        case 1: Multi<1>(r, s, groups, rowBytes, xq, xs, out); break;
-        case 2: Multi<2>(r, s, groups, rowBytes, xq, xs, out); break;
-        case 3: Multi<3>(r, s, groups, rowBytes, xq, xs, out); break;
-        default: Multi<4>(r, s, groups, rowBytes, xq, xs, out); break;
+        case 1: Multi<1>(r, s, groups, rowBytes, xq, xs, terms, out); break;
+        case 2: Multi<2>(r, s, groups, rowBytes, xq, xs, terms, out); break;
+        case 3: Multi<3>(r, s, groups, rowBytes, xq, xs, terms, out); break;
+        default: Multi<4>(r, s, groups, rowBytes, xq, xs, terms, out); break;
       }
       for (int a = 0; a < na; ++a) y[a][m] = out[a];
     }

@@ -149,6 +149,19 @@ function intGroup(data: Uint8Array, bits: number, cols: number, group: number, x
   return { xs, xsum, dot, qsum };
 }
 
+/** Whether linearRows over the n rows of X gives each row the bits linear1 gives it alone. */
+function rowsMatchSingle(W: Weights, X: Float32Array, n: number): boolean {
+  const { rows, cols } = W;
+  const Y = new Float32Array(n * rows);
+  linearRows(W, X, Y, n, new Float32Array(n * gemvScratchFloats(cols)));
+  for (let j = 0; j < n; j++) {
+    const one = new Float32Array(rows);
+    linear1(W, X.subarray(j * cols, (j + 1) * cols), one, new Float32Array(gemvScratchFloats(cols)));
+    for (let i = 0; i < rows; i++) if (!Object.is(one[i], Y[j * rows + i])) return false;
+  }
+  return true;
+}
+
 t.test(`int8-activation GEMV (q8/q4) matches its exact integer arithmetic, within the activation rounding bound (${kernelIsa()})`, async (t) => {
   const r = prng(21);
   let checked = 0;
@@ -191,17 +204,29 @@ t.test(`int8-activation GEMV (q8/q4) matches its exact integer arithmetic, withi
     const n = 1 + (trial % 5);
     const X = new Float32Array(n * cols);
     for (let i = 0; i < n * cols; i++) X[i] = r() * 2 - 1;
-    const Y = new Float32Array(n * rows);
-    linearRows(W, X, Y, n, new Float32Array(n * gemvScratchFloats(cols)));
-    let same = true;
-    for (let j = 0; j < n; j++) {
-      const one = new Float32Array(rows);
-      linear1(W, X.subarray(j * cols, (j + 1) * cols), one, new Float32Array(gemvScratchFloats(cols)));
-      for (let i = 0; i < rows; i++) if (!Object.is(one[i], Y[j * rows + i])) same = false;
-    }
-    t.ok(same, `q${bits} g${group}: linearRows equals linear1 per row, bit for bit`, { diagnostic: false });
+    t.ok(rowsMatchSingle(W, X, n), `q${bits} g${group}: linearRows equals linear1 per row, bit for bit`, { diagnostic: false });
   }
   t.ok(checked > 100, `${checked} rows checked`);
+});
+
+t.test(`q8 rows over long inputs (past what the prefill kernel prepares per call): each row's bits equal a single call's (${kernelIsa()})`, async (t) => {
+  const r = prng(23);
+  for (const cols of [2048, 16384, 16448]) {
+    for (const group of [32, 64]) {
+      const rows = 6;
+      const q = quantize(
+        Float32Array.from({ length: rows * cols }, () => r() - 0.5),
+        rows,
+        cols,
+        8,
+        group,
+      );
+      const W: Weights = { kind: 'q8', data: q.data, scales: q.scales, biases: q.biases, group, rows, cols };
+      const n = 5;
+      const X = Float32Array.from({ length: n * cols }, () => r() * 2 - 1);
+      t.ok(rowsMatchSingle(W, X, n), `q8 g${group} ${rows}×${cols}, ${n} inputs`, { diagnostic: false });
+    }
+  }
 });
 
 t.test(`activation quantization: each group's sum, scale and int8 values, bit for bit (${kernelIsa()})`, async (t) => {
