@@ -38,9 +38,10 @@ struct Layout {
   }
 };
 
-bool UseVnniGemm(int group, int64_t K) {
+// The integer GEMM takes K a multiple of 64 and groups of 32 or 64, with VNNI or AVX2.
+bool UseIntGemm(int group, int64_t K) {
 #ifdef VOXSLAB_X86
-  return ChosenVnni() && K % 64 == 0 && (group == 32 || group == 64);
+  return ChosenIsa() >= Isa::kAvx2 && K % 64 == 0 && (group == 32 || group == 64);
 #else
   (void)group;
   (void)K;
@@ -56,6 +57,88 @@ struct GemmIntTask {
 };
 
 #ifdef VOXSLAB_X86
+// Weight rows [r0, r1) with Kernel's passes (Kernel::kRows rows each): per block of rows and
+// tile, the inputs a block at a time.
+template <class Kernel>
+void RunBlocks(const void* c, int64_t r0, int64_t r1) {
+  const GemmIntTask& t = *static_cast<const GemmIntTask*>(c);
+  const Layout L(t.n, t.K, Kernel::kGroup);
+  const int64_t tiles = Tiles(t.n);
+  const int64_t rowBytes = Kernel::kQ4 ? t.K / 2 : t.K;
+  const int64_t kBlocks = (t.K + kKBlock - 1) / kKBlock;
+  alignas(64) float acc[kRowBlock * kLanes];
+  for (int64_t m0 = r0; m0 < r1; m0 += kRowBlock) {
+    const int64_t mb = std::min(kRowBlock, r1 - m0);
+    const int64_t next = std::min(kRowBlock, std::max<int64_t>(0, r1 - m0 - kRowBlock)) * rowBytes;
+    const char* nb = static_cast<const char*>(t.w.data) + (m0 + kRowBlock) * rowBytes;
+    for (int64_t tile = 0; tile < tiles; ++tile) {
+      std::memset(acc, 0, sizeof acc);
+      for (int64_t k0 = 0; k0 < t.K; k0 += kKBlock) {
+        const int64_t k1 = std::min(t.K, k0 + kKBlock);
+        // The next block of rows (contiguous bytes), a slice per pass over this one, so it is
+        // in cache when it starts.
+        const int64_t step = tile * kBlocks + k0 / kKBlock;
+        const int64_t from = next * step / (tiles * kBlocks), to = next * (step + 1) / (tiles * kBlocks);
+        for (int64_t o = from & ~int64_t{63}; o < to; o += 64) _mm_prefetch(nb + o, _MM_HINT_T1);
+        int64_t r = 0;
+        for (; r + Kernel::kRows <= mb; r += Kernel::kRows) Kernel::template Pass<Kernel::kRows>(t, L, acc, r, m0 + r, tile, k0, k1);
+        for (; r < mb; ++r) Kernel::template Pass<1>(t, L, acc, r, m0 + r, tile, k0, k1);
+      }
+      for (int64_t r = 0; r < mb; ++r)
+        for (int64_t l = 0; l < kLanes && tile * kLanes + l < t.n; ++l) t.Y[(tile * kLanes + l) * t.M + m0 + r] = acc[r * kLanes + l];
+    }
+  }
+}
+
+// One pass's inputs: the tile's activation columns, and R rows' weight bytes of inputs [k0, k1)
+// staged in L1 (q4: low nibbles, then high nibbles, a byte each; q8: the bytes, or with
+// `recentre` q − 128) so the products read every row from one base at constant offsets, with
+// their scales and biases as f32.
+template <bool Q4, int G, int R>
+struct Staged {
+  int64_t stride;  // from one dword (or group) of the columns to the next
+  const int32_t* xt;
+  const float* xs;
+  const float* xsum;
+  int64_t gk, c0;  // the block's first group and first weight dword
+  alignas(64) uint8_t wbuf[R][kKBlock];
+  alignas(64) float sbuf[R][kKBlock / G];
+  alignas(64) float bbuf[R][kKBlock / G];
+
+  __attribute__((target("avx2,f16c"))) Staged(const GemmIntTask& t, const Layout& L, int64_t m, int64_t tile, int64_t k0, int64_t k1,
+                                               bool recentre)
+      : stride(Tiles(t.n) * kLanes),
+        xt(reinterpret_cast<const int32_t*>(t.scratch + L.xt) + tile * kLanes),
+        xs(reinterpret_cast<const float*>(t.scratch + L.xs) + tile * kLanes),
+        xsum(reinterpret_cast<const float*>(t.scratch + L.xsum) + tile * kLanes),
+        gk(k0 / G),
+        c0(Q4 ? k0 / 8 : k0 / 4) {
+    const int64_t rowBytes = Q4 ? t.K / 2 : t.K;
+    const int64_t groups = t.K / G;
+    const auto* wb = static_cast<const uint8_t*>(t.w.data);
+    const __m256i nib = _mm256_set1_epi8(15);
+    const __m256i flip = _mm256_set1_epi8(recentre ? static_cast<char>(0x80) : 0);
+    const int64_t span = Q4 ? (k1 - k0) / 2 : k1 - k0;  // weight bytes per row, a multiple of 32
+    for (int r = 0; r < R; ++r) {
+      const uint8_t* src = wb + (m + r) * rowBytes + (Q4 ? k0 / 2 : k0);
+      for (int64_t o = 0; o < span; o += 32) {
+        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + o));
+        if constexpr (Q4) {
+          _mm256_store_si256(reinterpret_cast<__m256i*>(wbuf[r] + o), _mm256_and_si256(v, nib));
+          _mm256_store_si256(reinterpret_cast<__m256i*>(wbuf[r] + kKBlock / 2 + o), _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
+        } else {
+          _mm256_store_si256(reinterpret_cast<__m256i*>(wbuf[r] + o), _mm256_xor_si256(v, flip));
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (int64_t g = gk; g < k1 / G; ++g) {
+        sbuf[r][g - gk] = _cvtsh_ss(t.w.scales[(m + r) * groups + g]);
+        bbuf[r][g - gk] = _cvtsh_ss(t.w.biases[(m + r) * groups + g]);
+      }
+  }
+};
+
 #define VOXSLAB_VNNI __attribute__((target("avx512f,avx512vl,avx512bw,avx512vnni,avx2,fma,f16c")))
 // GCC 12 reports the intrinsics' own undefined pass-through operands as uninitialized.
 #pragma GCC diagnostic push
@@ -67,6 +150,9 @@ struct GemmIntTask {
 // lane, so an output's bits do not depend on the tile, the pass or the thread that computes it.
 template <bool Q4, int G>
 struct VnniGemm {
+  static constexpr bool kQ4 = Q4;
+  static constexpr int kGroup = G;
+  static constexpr int kRows = kRowsPerPass;
   static constexpr int64_t kDwordsPerGroup = Q4 ? G / 8 : G / 4;  // weight dwords in a group
 
   // R weight rows from `m` × one tile, inputs [k0, k1), into acc (f32 [kRowBlock][16], rows
@@ -74,41 +160,8 @@ struct VnniGemm {
   template <int R>
   VOXSLAB_VNNI static void Pass(const GemmIntTask& t, const Layout& L, float* acc, int64_t mrel, int64_t m, int64_t tile, int64_t k0,
                                 int64_t k1) {
-    const int64_t K = t.K;
-    const int64_t groups = K / G;
-    const int64_t rowBytes = Q4 ? K / 2 : K;
-    const auto* wb = static_cast<const uint8_t*>(t.w.data);
-    const int64_t stride = Tiles(t.n) * kLanes;  // from one dword (or group) to the next
-    const auto* xt = reinterpret_cast<const int32_t*>(t.scratch + L.xt) + tile * kLanes;
-    const auto* xs = reinterpret_cast<const float*>(t.scratch + L.xs) + tile * kLanes;
-    const auto* xsum = reinterpret_cast<const float*>(t.scratch + L.xsum) + tile * kLanes;
-    const __m256i nib = _mm256_set1_epi8(15);
-    // The rows' bytes of this input block, staged in L1 (q4: low nibbles, then high nibbles, a
-    // byte each), so the products below read every row from one base at constant offsets.
-    alignas(64) uint8_t wbuf[R][kKBlock];
-    const int64_t span = Q4 ? (k1 - k0) / 2 : k1 - k0;  // weight bytes per row, a multiple of 32
-    for (int r = 0; r < R; ++r) {
-      const uint8_t* src = wb + (m + r) * rowBytes + (Q4 ? k0 / 2 : k0);
-      for (int64_t o = 0; o < span; o += 32) {
-        const __m256i v = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + o));
-        if constexpr (Q4) {
-          _mm256_store_si256(reinterpret_cast<__m256i*>(wbuf[r] + o), _mm256_and_si256(v, nib));
-          _mm256_store_si256(reinterpret_cast<__m256i*>(wbuf[r] + kKBlock / 2 + o), _mm256_and_si256(_mm256_srli_epi16(v, 4), nib));
-        } else {
-          _mm256_store_si256(reinterpret_cast<__m256i*>(wbuf[r] + o), v);
-        }
-      }
-    }
-    // Their scales and biases as f32, one per group of the block.
-    constexpr int64_t kBlockGroups = kKBlock / G;
-    alignas(64) float sbuf[R][kBlockGroups], bbuf[R][kBlockGroups];
-    const int64_t gk = k0 / G;
-    for (int r = 0; r < R; ++r)
-      for (int64_t g = gk; g < k1 / G; ++g) {
-        sbuf[r][g - gk] = _cvtsh_ss(t.w.scales[(m + r) * groups + g]);
-        bbuf[r][g - gk] = _cvtsh_ss(t.w.biases[(m + r) * groups + g]);
-      }
-    const int64_t c0 = Q4 ? k0 / 8 : k0 / 4;
+    const Staged<Q4, G, R> st(t, L, m, tile, k0, k1, false);
+    const int64_t gk = st.gk, c0 = st.c0;
     for (int64_t g = gk; g < k1 / G; ++g) {
       // Two accumulators per output (q4: low and high nibbles; q8: even and odd dwords), so
       // twice as many independent chains hide the products' latency.
@@ -121,12 +174,12 @@ struct VnniGemm {
         const int64_t ce = Q4 ? (c / 8) * 16 + c % 8 : c;
         const int64_t co = Q4 ? ce + 8 : c + 1;
         const int64_t bo = Q4 ? kKBlock / 2 : 4;  // the second dword's offset in the staged row
-        const __m512i xe = _mm512_loadu_si512(xt + ce * stride);
-        const __m512i xo = _mm512_loadu_si512(xt + co * stride);
+        const __m512i xe = _mm512_loadu_si512(st.xt + ce * st.stride);
+        const __m512i xo = _mm512_loadu_si512(st.xt + co * st.stride);
         for (int r = 0; r < R; ++r) {
           int32_t v, u;
-          std::memcpy(&v, wbuf[r] + (c - c0) * 4, 4);
-          std::memcpy(&u, wbuf[r] + (c - c0) * 4 + bo, 4);
+          std::memcpy(&v, st.wbuf[r] + (c - c0) * 4, 4);
+          std::memcpy(&u, st.wbuf[r] + (c - c0) * 4 + bo, 4);
           d[r] = _mm512_dpbusd_epi32(d[r], _mm512_set1_epi32(v), xe);
           e[r] = _mm512_dpbusd_epi32(e[r], _mm512_set1_epi32(u), xo);
         }
@@ -135,45 +188,13 @@ struct VnniGemm {
         for (int r = 0; r < R; ++r) __asm__("" : "+v"(d[r]), "+v"(e[r]));
       }
       for (int r = 0; r < R; ++r) {
-        const __m512 s = _mm512_set1_ps(sbuf[r][g - gk]);
-        const __m512 b = _mm512_set1_ps(bbuf[r][g - gk]);
+        const __m512 s = _mm512_set1_ps(st.sbuf[r][g - gk]);
+        const __m512 b = _mm512_set1_ps(st.bbuf[r][g - gk]);
         float* y = acc + (mrel + r) * kLanes;
-        const __m512 sx = _mm512_mul_ps(s, _mm512_loadu_ps(xs + g * stride));
+        const __m512 sx = _mm512_mul_ps(s, _mm512_loadu_ps(st.xs + g * st.stride));
         __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d[r], e[r])), sx, _mm512_loadu_ps(y));
-        v = _mm512_fmadd_ps(b, _mm512_loadu_ps(xsum + g * stride), v);
+        v = _mm512_fmadd_ps(b, _mm512_loadu_ps(st.xsum + g * st.stride), v);
         _mm512_storeu_ps(y, v);
-      }
-    }
-  }
-
-
-  // Weight rows [r0, r1): per block of rows and tile, the inputs a block at a time.
-  VOXSLAB_VNNI static void Run(const void* c, int64_t r0, int64_t r1) {
-    const GemmIntTask& t = *static_cast<const GemmIntTask*>(c);
-    const Layout L(t.n, t.K, G);
-    const int64_t tiles = Tiles(t.n);
-    const int64_t rowBytes = Q4 ? t.K / 2 : t.K;
-    const int64_t kBlocks = (t.K + kKBlock - 1) / kKBlock;
-    alignas(64) float acc[kRowBlock * kLanes];
-    for (int64_t m0 = r0; m0 < r1; m0 += kRowBlock) {
-      const int64_t mb = std::min(kRowBlock, r1 - m0);
-      const int64_t next = std::min(kRowBlock, std::max<int64_t>(0, r1 - m0 - kRowBlock)) * rowBytes;
-      const char* nb = static_cast<const char*>(t.w.data) + (m0 + kRowBlock) * rowBytes;
-      for (int64_t tile = 0; tile < tiles; ++tile) {
-        std::memset(acc, 0, sizeof acc);
-        for (int64_t k0 = 0; k0 < t.K; k0 += kKBlock) {
-          const int64_t k1 = std::min(t.K, k0 + kKBlock);
-          // The next block of rows (contiguous bytes), a slice per pass over this one, so it is
-          // in cache when it starts.
-          const int64_t step = tile * kBlocks + k0 / kKBlock;
-          const int64_t from = next * step / (tiles * kBlocks), to = next * (step + 1) / (tiles * kBlocks);
-          for (int64_t o = from & ~int64_t{63}; o < to; o += 64) _mm_prefetch(nb + o, _MM_HINT_T1);
-          int64_t r = 0;
-          for (; r + kRowsPerPass <= mb; r += kRowsPerPass) Pass<kRowsPerPass>(t, L, acc, r, m0 + r, tile, k0, k1);
-          for (; r < mb; ++r) Pass<1>(t, L, acc, r, m0 + r, tile, k0, k1);
-        }
-        for (int64_t r = 0; r < mb; ++r)
-          for (int64_t l = 0; l < kLanes && tile * kLanes + l < t.n; ++l) t.Y[(tile * kLanes + l) * t.M + m0 + r] = acc[r * kLanes + l];
       }
     }
   }
@@ -181,6 +202,95 @@ struct VnniGemm {
 
 #pragma GCC diagnostic pop
 #undef VOXSLAB_VNNI
+
+#define VOXSLAB_AVX2 __attribute__((target("avx2,fma,f16c")))
+
+// The same arithmetic on AVX2, eight lanes (half a tile) at a time: the same layout, the same
+// exact D_g and the same f32 operations per lane, so its bits are VnniGemm's. vpmaddubsw pairs
+// a broadcast weight dword's unsigned bytes with each lane's four int8 inputs into 16 bits and
+// vpmaddwd sums the pairs into the lane. q4: the low- and high-nibble pairs of a dword are each at
+// most 2·15·127, so four iterations' worth add in 16 bits before they widen. q8: bytes are
+// recentred to q − 128 (vpsignb moves the sign to the inputs: |q − 128|·127·2 < 2^15) and
+// 128·Σxq of the lane's group inputs is added back.
+template <bool Q4, int G>
+struct Avx2Gemm {
+  static constexpr bool kQ4 = Q4;
+  static constexpr int kGroup = G;
+  static constexpr int64_t kDwordsPerGroup = Q4 ? G / 8 : G / 4;
+  static constexpr int kRows = 4;  // weight rows a pass keeps in registers
+
+  template <int R>
+  VOXSLAB_AVX2 static void Pass(const GemmIntTask& t, const Layout& L, float* acc, int64_t mrel, int64_t m, int64_t tile, int64_t k0,
+                                int64_t k1) {
+    const Staged<Q4, G, R> st(t, L, m, tile, k0, k1, true);
+    const int64_t gk = st.gk, c0 = st.c0;
+    const __m256i ones16 = _mm256_set1_epi16(1);
+    for (int64_t g = gk; g < k1 / G; ++g) {
+      // Both halves of the tile per weight dword, so each broadcast serves sixteen lanes.
+      __m256i d[R][2];
+      for (int r = 0; r < R; ++r) d[r][0] = d[r][1] = _mm256_setzero_si256();
+      __m256i xq[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};  // q8: Σxq of each lane's group inputs
+      if constexpr (Q4) {
+        // Iterations of two dwords (low nibbles of the evens, high of the odds), four at a time in 16 bits.
+        for (int64_t c4 = g * kDwordsPerGroup; c4 < (g + 1) * kDwordsPerGroup; c4 += 4) {
+          __m256i p[R][2];
+          for (int r = 0; r < R; ++r) p[r][0] = p[r][1] = _mm256_setzero_si256();
+          // Four consecutive dwords stay within one 64-input block: their evens are consecutive.
+          const int32_t* xe = st.xt + ((c4 / 8) * 16 + c4 % 8) * st.stride;
+          const uint8_t* wv = &st.wbuf[0][0] + (c4 - c0) * 4;
+#pragma GCC unroll 1
+          for (int i = 0; i < 4; ++i, xe += st.stride, wv += 4) {
+            const __m256i xe0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe));
+            const __m256i xe1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe + 8));
+            const __m256i xo0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe + 8 * st.stride));
+            const __m256i xo1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe + 8 * st.stride + 8));
+            for (int r = 0; r < R; ++r) {
+              int32_t v, u;
+              std::memcpy(&v, wv + r * kKBlock, 4);
+              std::memcpy(&u, wv + r * kKBlock + kKBlock / 2, 4);
+              const __m256i bv = _mm256_set1_epi32(v), bu = _mm256_set1_epi32(u);
+              p[r][0] = _mm256_add_epi16(p[r][0], _mm256_add_epi16(_mm256_maddubs_epi16(bv, xe0), _mm256_maddubs_epi16(bu, xo0)));
+              p[r][1] = _mm256_add_epi16(p[r][1], _mm256_add_epi16(_mm256_maddubs_epi16(bv, xe1), _mm256_maddubs_epi16(bu, xo1)));
+            }
+            // The sums stay in registers from one dword to the next (GCC spills them otherwise).
+            for (int r = 0; r < R; ++r) __asm__("" : "+x"(p[r][0]), "+x"(p[r][1]));
+          }
+          for (int r = 0; r < R; ++r)
+            for (int h = 0; h < 2; ++h) d[r][h] = _mm256_add_epi32(d[r][h], _mm256_madd_epi16(p[r][h], ones16));
+        }
+      } else {
+        for (int64_t c = g * kDwordsPerGroup; c < (g + 1) * kDwordsPerGroup; ++c) {
+          const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st.xt + c * st.stride));
+          const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st.xt + c * st.stride + 8));
+          const __m256i one8 = _mm256_set1_epi8(1);
+          xq[0] = _mm256_add_epi32(xq[0], _mm256_madd_epi16(_mm256_maddubs_epi16(one8, x0), ones16));
+          xq[1] = _mm256_add_epi32(xq[1], _mm256_madd_epi16(_mm256_maddubs_epi16(one8, x1), ones16));
+          for (int r = 0; r < R; ++r) {
+            int32_t v;
+            std::memcpy(&v, st.wbuf[r] + (c - c0) * 4, 4);
+            const __m256i a = _mm256_set1_epi32(v);
+            const __m256i ua = _mm256_sign_epi8(a, a);
+            d[r][0] = _mm256_add_epi32(d[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(x0, a)), ones16));
+            d[r][1] = _mm256_add_epi32(d[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(x1, a)), ones16));
+          }
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m256 s = _mm256_set1_ps(st.sbuf[r][g - gk]);
+        const __m256 b = _mm256_set1_ps(st.bbuf[r][g - gk]);
+        for (int h = 0; h < 2; ++h) {
+          const __m256i D = Q4 ? d[r][h] : _mm256_add_epi32(d[r][h], _mm256_slli_epi32(xq[h], 7));
+          float* y = acc + (mrel + r) * kLanes + h * 8;
+          const __m256 sx = _mm256_mul_ps(s, _mm256_loadu_ps(st.xs + g * st.stride + h * 8));
+          __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D), sx, _mm256_loadu_ps(y));
+          v = _mm256_fmadd_ps(b, _mm256_loadu_ps(st.xsum + g * st.stride + h * 8), v);
+          _mm256_storeu_ps(y, v);
+        }
+      }
+    }
+  }
+};
+#undef VOXSLAB_AVX2
 #endif
 
 }  // namespace
@@ -193,7 +303,7 @@ int64_t GemmIntScratchBytes(int64_t n, int64_t K, int group) {
 
 void GemmInt(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group, const float* X, float* Y,
              int64_t n, int64_t M, int64_t K, void* scratch) {
-  if (!UseVnniGemm(group, K)) {
+  if (!UseIntGemm(group, K)) {
     GemvRows(type, w, scales, biases, group, X, Y, n, M, K, scratch);
     return;
   }
@@ -227,8 +337,13 @@ void GemmInt(WeightType type, const void* w, const uint16_t* scales, const uint1
   }
   const GemmIntTask task{{type, w, scales, biases, group}, base, Y, n, M, K};
   RowPool::Fn fn;
-  if (q4) fn = group == 32 ? VnniGemm<true, 32>::Run : VnniGemm<true, 64>::Run;
-  else fn = group == 32 ? VnniGemm<false, 32>::Run : VnniGemm<false, 64>::Run;
+  if (ChosenVnni()) {
+    if (q4) fn = group == 32 ? RunBlocks<VnniGemm<true, 32>> : RunBlocks<VnniGemm<true, 64>>;
+    else fn = group == 32 ? RunBlocks<VnniGemm<false, 32>> : RunBlocks<VnniGemm<false, 64>>;
+  } else {
+    if (q4) fn = group == 32 ? RunBlocks<Avx2Gemm<true, 32>> : RunBlocks<Avx2Gemm<true, 64>>;
+    else fn = group == 32 ? RunBlocks<Avx2Gemm<false, 32>> : RunBlocks<Avx2Gemm<false, 64>>;
+  }
   Pool().Run(fn, &task, M, kRowBlock, n * M * K);
 #endif
 }

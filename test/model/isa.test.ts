@@ -43,6 +43,26 @@ t.test('one instruction-set choice: every kernel family follows VOXSLAB_KERNELS,
   }
 });
 
+t.test('the prefill kernel gives the same bits with VNNI and on AVX2 (the integer GEMM on both)', async (t) => {
+  const probe = fileURLToPath(new URL('./workers/prefill-probe.js', import.meta.url));
+  const run = (value: string | undefined) => {
+    const env = { ...process.env };
+    if (value === undefined) delete env.VOXSLAB_KERNELS;
+    else env.VOXSLAB_KERNELS = value;
+    const r = spawnSync(process.execPath, [probe], { encoding: 'utf8', env });
+    t.equal(r.status, 0, `probe under ${value ?? 'the default'} exits 0`);
+    return JSON.parse(r.stdout) as [string, string];
+  };
+  const [isa, bits] = run(undefined);
+  if (isa !== 'avx512f+vnni') {
+    t.ok(paths.includes('avx2') ? run('avx2')[1] === bits : true, `${isa}: the probe is deterministic on this path`);
+    return;
+  }
+  const [avx2, avx2Bits] = run('avx2');
+  t.equal(avx2, 'avx2+fma');
+  t.equal(avx2Bits, bits, 'VNNI and AVX2 outputs: the same digest');
+});
+
 t.test("the facade's scratch sizes are the addon's: gemvInt takes exactly gemvScratchFloats(K) floats", async (t) => {
   const { gemvScratchFloats, attentionScratchFloats, GEMM_PACK_FLOATS } = await import('../../src/model/blocks/kernels.js');
   for (const K of [64, 512, 2048, 8192]) {
