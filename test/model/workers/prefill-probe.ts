@@ -13,13 +13,8 @@ for (const [bits, group, rows, cols, n] of [
   [8, 32, 21, 320, 33],
   [8, 64, 5, 1024, 16],
 ] as const) {
-  const q = quantize(
-    Float32Array.from({ length: rows * cols }, () => r() - 0.5),
-    rows,
-    cols,
-    bits,
-    group,
-  );
+  const w = Float32Array.from({ length: rows * cols }, () => r() - 0.5);
+  const q = quantize(w, rows, cols, bits, group);
   const W: Weights = { kind: bits === 8 ? 'q8' : 'q4', data: q.data, scales: q.scales, biases: q.biases, group, rows, cols };
   const X = Float32Array.from({ length: n * cols }, () => (r() * 2 - 1) * 3);
   const Y = new Float32Array(n * rows);
