@@ -57,8 +57,11 @@ struct GemmIntTask {
 };
 
 #ifdef VOXSLAB_X86
+// Tiles whose sums a pass computes from one staging of its weight rows.
+constexpr int64_t kTileGroup = 8;
+
 // Weight rows [r0, r1) with Kernel's passes (Kernel::kRows rows each): per block of rows and
-// tile, the inputs a block at a time.
+// group of tiles, the inputs a block at a time; the sums in acc, [row][tile][lane].
 template <class Kernel>
 void RunBlocks(const void* c, int64_t r0, int64_t r1) {
   const GemmIntTask& t = *static_cast<const GemmIntTask*>(c);
@@ -66,31 +69,33 @@ void RunBlocks(const void* c, int64_t r0, int64_t r1) {
   const int64_t tiles = Tiles(t.n);
   const int64_t rowBytes = Kernel::kQ4 ? t.K / 2 : t.K;
   const int64_t kBlocks = (t.K + kKBlock - 1) / kKBlock;
-  alignas(64) float acc[kRowBlock * kLanes];
+  const int64_t groupsOfTiles = (tiles + kTileGroup - 1) / kTileGroup;
+  alignas(64) float acc[kRowBlock * kTileGroup * kLanes];
   for (int64_t m0 = r0; m0 < r1; m0 += kRowBlock) {
     const int64_t mb = std::min(kRowBlock, r1 - m0);
     const int64_t next = std::min(kRowBlock, std::max<int64_t>(0, r1 - m0 - kRowBlock)) * rowBytes;
     const char* nb = static_cast<const char*>(t.w.data) + (m0 + kRowBlock) * rowBytes;
-    for (int64_t tile = 0; tile < tiles; ++tile) {
+    for (int64_t tg = 0; tg < groupsOfTiles; ++tg) {
+      const int64_t tile0 = tg * kTileGroup, nt = std::min(kTileGroup, tiles - tile0);
       std::memset(acc, 0, sizeof acc);
       for (int64_t k0 = 0; k0 < t.K; k0 += kKBlock) {
         const int64_t k1 = std::min(t.K, k0 + kKBlock);
         // The next block of rows (contiguous bytes), a slice per pass over this one, so it is
         // in cache when it starts.
-        const int64_t step = tile * kBlocks + k0 / kKBlock;
-        const int64_t from = next * step / (tiles * kBlocks), to = next * (step + 1) / (tiles * kBlocks);
+        const int64_t step = tg * kBlocks + k0 / kKBlock, steps = groupsOfTiles * kBlocks;
+        const int64_t from = next * step / steps, to = next * (step + 1) / steps;
         for (int64_t o = from & ~int64_t{63}; o < to; o += 64) _mm_prefetch(nb + o, _MM_HINT_T1);
         int64_t r = 0;
-        for (; r + Kernel::kRows <= mb; r += Kernel::kRows) Kernel::template Pass<Kernel::kRows>(t, L, acc, r, m0 + r, tile, k0, k1);
-        for (; r < mb; ++r) Kernel::template Pass<1>(t, L, acc, r, m0 + r, tile, k0, k1);
+        for (; r + Kernel::kRows <= mb; r += Kernel::kRows) Kernel::template Pass<Kernel::kRows>(t, L, acc, r, m0 + r, tile0, nt, k0, k1);
+        for (; r < mb; ++r) Kernel::template Pass<1>(t, L, acc, r, m0 + r, tile0, nt, k0, k1);
       }
       for (int64_t r = 0; r < mb; ++r)
-        for (int64_t l = 0; l < kLanes && tile * kLanes + l < t.n; ++l) t.Y[(tile * kLanes + l) * t.M + m0 + r] = acc[r * kLanes + l];
+        for (int64_t l = 0; l < nt * kLanes && tile0 * kLanes + l < t.n; ++l) t.Y[(tile0 * kLanes + l) * t.M + m0 + r] = acc[r * nt * kLanes + l];
     }
   }
 }
 
-// One pass's inputs: the tile's activation columns, and R rows' weight bytes of inputs [k0, k1)
+// One pass's inputs: the first tile's activation columns, and R rows' weight bytes of inputs [k0, k1)
 // staged in L1 (q4: low nibbles, then high nibbles, a byte each; q8: the bytes, or with
 // `recentre` q − 128) so the products read every row from one base at constant offsets, with
 // their scales and biases as f32.
@@ -155,46 +160,52 @@ struct VnniGemm {
   static constexpr int kRows = kRowsPerPass;
   static constexpr int64_t kDwordsPerGroup = Q4 ? G / 8 : G / 4;  // weight dwords in a group
 
-  // R weight rows from `m` × one tile, inputs [k0, k1), into acc (f32 [kRowBlock][16], rows
-  // relative to the row block).
+  // R weight rows from `m` × tiles [tile0, tile0 + nt), inputs [k0, k1), into acc (f32
+  // [kRowBlock][nt][16], rows relative to the row block).
   template <int R>
-  VOXSLAB_VNNI static void Pass(const GemmIntTask& t, const Layout& L, float* acc, int64_t mrel, int64_t m, int64_t tile, int64_t k0,
-                                int64_t k1) {
-    const Staged<Q4, G, R> st(t, L, m, tile, k0, k1, false);
+  VOXSLAB_VNNI static void Pass(const GemmIntTask& t, const Layout& L, float* acc, int64_t mrel, int64_t m, int64_t tile0, int64_t nt,
+                                int64_t k0, int64_t k1) {
+    const Staged<Q4, G, R> st(t, L, m, tile0, k0, k1, false);
     const int64_t gk = st.gk, c0 = st.c0;
-    for (int64_t g = gk; g < k1 / G; ++g) {
-      // Two accumulators per output (q4: low and high nibbles; q8: even and odd dwords), so
-      // twice as many independent chains hide the products' latency.
-      __m512i d[R], e[R];
-      for (int r = 0; r < R; ++r) d[r] = e[r] = _mm512_setzero_si512();
-      for (int64_t c = g * kDwordsPerGroup; c < (g + 1) * kDwordsPerGroup; c += Q4 ? 1 : 2) {
-        // q4: weight dword c of each row holds 8 inputs, whose low nibbles are the evens of a
-        // 64-input block's dword c % 8 and high nibbles its odds (stored 32 bytes later). q8:
-        // dwords c and c + 1, 4 inputs each.
-        const int64_t ce = Q4 ? (c / 8) * 16 + c % 8 : c;
-        const int64_t co = Q4 ? ce + 8 : c + 1;
-        const int64_t bo = Q4 ? kKBlock / 2 : 4;  // the second dword's offset in the staged row
-        const __m512i xe = _mm512_loadu_si512(st.xt + ce * st.stride);
-        const __m512i xo = _mm512_loadu_si512(st.xt + co * st.stride);
-        for (int r = 0; r < R; ++r) {
-          int32_t v, u;
-          std::memcpy(&v, st.wbuf[r] + (c - c0) * 4, 4);
-          std::memcpy(&u, st.wbuf[r] + (c - c0) * 4 + bo, 4);
-          d[r] = _mm512_dpbusd_epi32(d[r], _mm512_set1_epi32(v), xe);
-          e[r] = _mm512_dpbusd_epi32(e[r], _mm512_set1_epi32(u), xo);
+    const int64_t stride = st.stride;
+    for (int64_t tt = 0; tt < nt; ++tt) {
+      const int32_t* xt = st.xt + tt * kLanes;
+      const float* xs = st.xs + tt * kLanes;
+      const float* xsum = st.xsum + tt * kLanes;
+      for (int64_t g = gk; g < k1 / G; ++g) {
+        // Two accumulators per output (q4: low and high nibbles; q8: even and odd dwords), so
+        // twice as many independent chains hide the products' latency.
+        __m512i d[R], e[R];
+        for (int r = 0; r < R; ++r) d[r] = e[r] = _mm512_setzero_si512();
+        for (int64_t c = g * kDwordsPerGroup; c < (g + 1) * kDwordsPerGroup; c += Q4 ? 1 : 2) {
+          // q4: weight dword c of each row holds 8 inputs, whose low nibbles are the evens of a
+          // 64-input block's dword c % 8 and high nibbles its odds (stored 32 bytes later). q8:
+          // dwords c and c + 1, 4 inputs each.
+          const int64_t ce = Q4 ? (c / 8) * 16 + c % 8 : c;
+          const int64_t co = Q4 ? ce + 8 : c + 1;
+          const int64_t bo = Q4 ? kKBlock / 2 : 4;  // the second dword's offset in the staged row
+          const __m512i xe = _mm512_loadu_si512(xt + ce * stride);
+          const __m512i xo = _mm512_loadu_si512(xt + co * stride);
+          for (int r = 0; r < R; ++r) {
+            int32_t v, u;
+            std::memcpy(&v, st.wbuf[r] + (c - c0) * 4, 4);
+            std::memcpy(&u, st.wbuf[r] + (c - c0) * 4 + bo, 4);
+            d[r] = _mm512_dpbusd_epi32(d[r], _mm512_set1_epi32(v), xe);
+            e[r] = _mm512_dpbusd_epi32(e[r], _mm512_set1_epi32(u), xo);
+          }
+          // Each sum stays in its own register from one dword to the next (without this GCC copies
+          // and spills them every iteration).
+          for (int r = 0; r < R; ++r) __asm__("" : "+v"(d[r]), "+v"(e[r]));
         }
-        // Each sum stays in its own register from one dword to the next (without this GCC copies
-        // and spills them every iteration).
-        for (int r = 0; r < R; ++r) __asm__("" : "+v"(d[r]), "+v"(e[r]));
-      }
-      for (int r = 0; r < R; ++r) {
-        const __m512 s = _mm512_set1_ps(st.sbuf[r][g - gk]);
-        const __m512 b = _mm512_set1_ps(st.bbuf[r][g - gk]);
-        float* y = acc + (mrel + r) * kLanes;
-        const __m512 sx = _mm512_mul_ps(s, _mm512_loadu_ps(st.xs + g * st.stride));
-        __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d[r], e[r])), sx, _mm512_loadu_ps(y));
-        v = _mm512_fmadd_ps(b, _mm512_loadu_ps(st.xsum + g * st.stride), v);
-        _mm512_storeu_ps(y, v);
+        for (int r = 0; r < R; ++r) {
+          const __m512 s = _mm512_set1_ps(st.sbuf[r][g - gk]);
+          const __m512 b = _mm512_set1_ps(st.bbuf[r][g - gk]);
+          float* y = acc + ((mrel + r) * nt + tt) * kLanes;
+          const __m512 sx = _mm512_mul_ps(s, _mm512_loadu_ps(xs + g * stride));
+          __m512 v = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(d[r], e[r])), sx, _mm512_loadu_ps(y));
+          v = _mm512_fmadd_ps(b, _mm512_loadu_ps(xsum + g * stride), v);
+          _mm512_storeu_ps(y, v);
+        }
       }
     }
   }
@@ -220,71 +231,77 @@ struct Avx2Gemm {
   static constexpr int kRows = 4;  // weight rows a pass keeps in registers
 
   template <int R>
-  VOXSLAB_AVX2 static void Pass(const GemmIntTask& t, const Layout& L, float* acc, int64_t mrel, int64_t m, int64_t tile, int64_t k0,
-                                int64_t k1) {
-    const Staged<Q4, G, R> st(t, L, m, tile, k0, k1, true);
+  VOXSLAB_AVX2 static void Pass(const GemmIntTask& t, const Layout& L, float* acc, int64_t mrel, int64_t m, int64_t tile0, int64_t nt,
+                                int64_t k0, int64_t k1) {
+    const Staged<Q4, G, R> st(t, L, m, tile0, k0, k1, true);
     const int64_t gk = st.gk, c0 = st.c0;
     const __m256i ones16 = _mm256_set1_epi16(1);
-    for (int64_t g = gk; g < k1 / G; ++g) {
-      // Both halves of the tile per weight dword, so each broadcast serves sixteen lanes.
-      __m256i d[R][2];
-      for (int r = 0; r < R; ++r) d[r][0] = d[r][1] = _mm256_setzero_si256();
-      __m256i xq[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};  // q8: Σxq of each lane's group inputs
-      if constexpr (Q4) {
-        // Iterations of two dwords (low nibbles of the evens, high of the odds), four at a time in 16 bits.
-        for (int64_t c4 = g * kDwordsPerGroup; c4 < (g + 1) * kDwordsPerGroup; c4 += 4) {
-          __m256i p[R][2];
-          for (int r = 0; r < R; ++r) p[r][0] = p[r][1] = _mm256_setzero_si256();
-          // Four consecutive dwords stay within one 64-input block: their evens are consecutive.
-          const int32_t* xe = st.xt + ((c4 / 8) * 16 + c4 % 8) * st.stride;
-          const uint8_t* wv = &st.wbuf[0][0] + (c4 - c0) * 4;
+    const int64_t stride = st.stride;
+    for (int64_t tt = 0; tt < nt; ++tt) {
+      const int32_t* xt = st.xt + tt * kLanes;
+      const float* xs = st.xs + tt * kLanes;
+      const float* xsum = st.xsum + tt * kLanes;
+      for (int64_t g = gk; g < k1 / G; ++g) {
+        // Both halves of the tile per weight dword, so each broadcast serves sixteen lanes.
+        __m256i d[R][2];
+        for (int r = 0; r < R; ++r) d[r][0] = d[r][1] = _mm256_setzero_si256();
+        __m256i xq[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};  // q8: Σxq of each lane's group inputs
+        if constexpr (Q4) {
+          // Iterations of two dwords (low nibbles of the evens, high of the odds), four at a time in 16 bits.
+          for (int64_t c4 = g * kDwordsPerGroup; c4 < (g + 1) * kDwordsPerGroup; c4 += 4) {
+            __m256i p[R][2];
+            for (int r = 0; r < R; ++r) p[r][0] = p[r][1] = _mm256_setzero_si256();
+            // Four consecutive dwords stay within one 64-input block: their evens are consecutive.
+            const int32_t* xe = xt + ((c4 / 8) * 16 + c4 % 8) * stride;
+            const uint8_t* wv = &st.wbuf[0][0] + (c4 - c0) * 4;
 #pragma GCC unroll 1
-          for (int i = 0; i < 4; ++i, xe += st.stride, wv += 4) {
-            const __m256i xe0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe));
-            const __m256i xe1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe + 8));
-            const __m256i xo0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe + 8 * st.stride));
-            const __m256i xo1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe + 8 * st.stride + 8));
-            for (int r = 0; r < R; ++r) {
-              int32_t v, u;
-              std::memcpy(&v, wv + r * kKBlock, 4);
-              std::memcpy(&u, wv + r * kKBlock + kKBlock / 2, 4);
-              const __m256i bv = _mm256_set1_epi32(v), bu = _mm256_set1_epi32(u);
-              p[r][0] = _mm256_add_epi16(p[r][0], _mm256_add_epi16(_mm256_maddubs_epi16(bv, xe0), _mm256_maddubs_epi16(bu, xo0)));
-              p[r][1] = _mm256_add_epi16(p[r][1], _mm256_add_epi16(_mm256_maddubs_epi16(bv, xe1), _mm256_maddubs_epi16(bu, xo1)));
+            for (int i = 0; i < 4; ++i, xe += stride, wv += 4) {
+              const __m256i xe0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe));
+              const __m256i xe1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe + 8));
+              const __m256i xo0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe + 8 * stride));
+              const __m256i xo1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe + 8 * stride + 8));
+              for (int r = 0; r < R; ++r) {
+                int32_t v, u;
+                std::memcpy(&v, wv + r * kKBlock, 4);
+                std::memcpy(&u, wv + r * kKBlock + kKBlock / 2, 4);
+                const __m256i bv = _mm256_set1_epi32(v), bu = _mm256_set1_epi32(u);
+                p[r][0] = _mm256_add_epi16(p[r][0], _mm256_add_epi16(_mm256_maddubs_epi16(bv, xe0), _mm256_maddubs_epi16(bu, xo0)));
+                p[r][1] = _mm256_add_epi16(p[r][1], _mm256_add_epi16(_mm256_maddubs_epi16(bv, xe1), _mm256_maddubs_epi16(bu, xo1)));
+              }
+              // The sums stay in registers from one dword to the next (GCC spills them otherwise).
+              for (int r = 0; r < R; ++r) __asm__("" : "+x"(p[r][0]), "+x"(p[r][1]));
             }
-            // The sums stay in registers from one dword to the next (GCC spills them otherwise).
-            for (int r = 0; r < R; ++r) __asm__("" : "+x"(p[r][0]), "+x"(p[r][1]));
+            for (int r = 0; r < R; ++r)
+              for (int h = 0; h < 2; ++h) d[r][h] = _mm256_add_epi32(d[r][h], _mm256_madd_epi16(p[r][h], ones16));
           }
-          for (int r = 0; r < R; ++r)
-            for (int h = 0; h < 2; ++h) d[r][h] = _mm256_add_epi32(d[r][h], _mm256_madd_epi16(p[r][h], ones16));
-        }
-      } else {
-        for (int64_t c = g * kDwordsPerGroup; c < (g + 1) * kDwordsPerGroup; ++c) {
-          const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st.xt + c * st.stride));
-          const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(st.xt + c * st.stride + 8));
-          const __m256i one8 = _mm256_set1_epi8(1);
-          xq[0] = _mm256_add_epi32(xq[0], _mm256_madd_epi16(_mm256_maddubs_epi16(one8, x0), ones16));
-          xq[1] = _mm256_add_epi32(xq[1], _mm256_madd_epi16(_mm256_maddubs_epi16(one8, x1), ones16));
-          for (int r = 0; r < R; ++r) {
-            int32_t v;
-            std::memcpy(&v, st.wbuf[r] + (c - c0) * 4, 4);
-            const __m256i a = _mm256_set1_epi32(v);
-            const __m256i ua = _mm256_sign_epi8(a, a);
-            d[r][0] = _mm256_add_epi32(d[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(x0, a)), ones16));
-            d[r][1] = _mm256_add_epi32(d[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(x1, a)), ones16));
+        } else {
+          for (int64_t c = g * kDwordsPerGroup; c < (g + 1) * kDwordsPerGroup; ++c) {
+            const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xt + c * stride));
+            const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xt + c * stride + 8));
+            const __m256i one8 = _mm256_set1_epi8(1);
+            xq[0] = _mm256_add_epi32(xq[0], _mm256_madd_epi16(_mm256_maddubs_epi16(one8, x0), ones16));
+            xq[1] = _mm256_add_epi32(xq[1], _mm256_madd_epi16(_mm256_maddubs_epi16(one8, x1), ones16));
+            for (int r = 0; r < R; ++r) {
+              int32_t v;
+              std::memcpy(&v, st.wbuf[r] + (c - c0) * 4, 4);
+              const __m256i a = _mm256_set1_epi32(v);
+              const __m256i ua = _mm256_sign_epi8(a, a);
+              d[r][0] = _mm256_add_epi32(d[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(x0, a)), ones16));
+              d[r][1] = _mm256_add_epi32(d[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(x1, a)), ones16));
+            }
           }
         }
-      }
-      for (int r = 0; r < R; ++r) {
-        const __m256 s = _mm256_set1_ps(st.sbuf[r][g - gk]);
-        const __m256 b = _mm256_set1_ps(st.bbuf[r][g - gk]);
-        for (int h = 0; h < 2; ++h) {
-          const __m256i D = Q4 ? d[r][h] : _mm256_add_epi32(d[r][h], _mm256_slli_epi32(xq[h], 7));
-          float* y = acc + (mrel + r) * kLanes + h * 8;
-          const __m256 sx = _mm256_mul_ps(s, _mm256_loadu_ps(st.xs + g * st.stride + h * 8));
-          __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D), sx, _mm256_loadu_ps(y));
-          v = _mm256_fmadd_ps(b, _mm256_loadu_ps(st.xsum + g * st.stride + h * 8), v);
-          _mm256_storeu_ps(y, v);
+        for (int r = 0; r < R; ++r) {
+          const __m256 s = _mm256_set1_ps(st.sbuf[r][g - gk]);
+          const __m256 b = _mm256_set1_ps(st.bbuf[r][g - gk]);
+          for (int h = 0; h < 2; ++h) {
+            const __m256i D = Q4 ? d[r][h] : _mm256_add_epi32(d[r][h], _mm256_slli_epi32(xq[h], 7));
+            float* y = acc + ((mrel + r) * nt + tt) * kLanes + h * 8;
+            const __m256 sx = _mm256_mul_ps(s, _mm256_loadu_ps(xs + g * stride + h * 8));
+            __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D), sx, _mm256_loadu_ps(y));
+            v = _mm256_fmadd_ps(b, _mm256_loadu_ps(xsum + g * stride + h * 8), v);
+            _mm256_storeu_ps(y, v);
+          }
         }
       }
     }
