@@ -110,6 +110,14 @@ struct Staged {
   alignas(64) float sbuf[R][kKBlock / G];
   alignas(64) float bbuf[R][kKBlock / G];
 
+  struct Cols {
+    const int32_t* xt;
+    const float* xs;
+    const float* xsum;
+  };
+  // Tile tt after the first: its activation bytes, scales and group sums.
+  Cols Columns(int64_t tt) const { return {xt + tt * kLanes, xs + tt * kLanes, xsum + tt * kLanes}; }
+
   __attribute__((target("avx2,f16c"))) Staged(const GemmIntTask& t, const Layout& L, int64_t m, int64_t tile, int64_t k0, int64_t k1,
                                                bool recentre)
       : stride(Tiles(t.n) * kLanes),
@@ -169,9 +177,7 @@ struct VnniGemm {
     const int64_t gk = st.gk, c0 = st.c0;
     const int64_t stride = st.stride;
     for (int64_t tt = 0; tt < nt; ++tt) {
-      const int32_t* xt = st.xt + tt * kLanes;
-      const float* xs = st.xs + tt * kLanes;
-      const float* xsum = st.xsum + tt * kLanes;
+      const auto [xt, xs, xsum] = st.Columns(tt);
       for (int64_t g = gk; g < k1 / G; ++g) {
         // Two accumulators per output (q4: low and high nibbles; q8: even and odd dwords), so
         // twice as many independent chains hide the products' latency.
@@ -238,9 +244,7 @@ struct Avx2Gemm {
     const __m256i ones16 = _mm256_set1_epi16(1);
     const int64_t stride = st.stride;
     for (int64_t tt = 0; tt < nt; ++tt) {
-      const int32_t* xt = st.xt + tt * kLanes;
-      const float* xs = st.xs + tt * kLanes;
-      const float* xsum = st.xsum + tt * kLanes;
+      const auto [xt, xs, xsum] = st.Columns(tt);
       for (int64_t g = gk; g < k1 / G; ++g) {
         // Both halves of the tile per weight dword, so each broadcast serves sixteen lanes.
         __m256i d[R][2];
