@@ -510,6 +510,7 @@ struct IntRowsAvx2 {
   static constexpr bool kTwo = G < kPer;                               // q4, group 32: two groups per block
   static constexpr int64_t kBlocksPerGroup = kTwo ? 1 : G / kPer;       // otherwise
   static constexpr int64_t kBlocks8 = kTwo ? 4 : 8 * kBlocksPerGroup;  // blocks of eight groups
+  static constexpr int64_t kShortRow = 2048;  // bytes of a row that Run takes one at a time
 
   // Lanes of block j within its eight groups.
   __attribute__((target("avx2,fma,f16c"))) static inline __m256i Index(int64_t j) {
@@ -645,7 +646,10 @@ struct IntRowsAvx2 {
     const int64_t groups = K / G;
     const int64_t rowBytes = Q4 ? K / 2 : K;
     int64_t m = 0;
-    for (; m + 4 <= M; m += 4) Rows<4>(w + m * rowBytes, rowBytes, sc + m * groups, groups, xq, xs, y + m);
+    // Short rows one at a time: one stream the prefetcher follows across rows, where four short
+    // streams side by side each end before it is up to speed.
+    if (rowBytes > kShortRow)
+      for (; m + 4 <= M; m += 4) Rows<4>(w + m * rowBytes, rowBytes, sc + m * groups, groups, xq, xs, y + m);
     for (; m < M; ++m) Rows<1>(w + m * rowBytes, rowBytes, sc + m * groups, groups, xq, xs, y + m);
     for (m = 0; m < M; ++m) y[m] += BiasDot(bi + m * groups, xsum, groups);
   }
