@@ -586,6 +586,15 @@ export class Pipeline {
     return true;
   }
 
+  /**
+   * Blocks the calling thread until the main doorbell moves past `seen` or `ms` pass: cheaper per
+   * wake-up than `wait`, for a main thread with nothing else to run. Worker exits and errors reach
+   * `failure` through the event loop, so the caller must yield to it between blocking waits.
+   */
+  block(seen: number, ms: number): void {
+    Atomics.wait(this.control, BELL_MAIN, seen, ms);
+  }
+
   async wait(seen: number, ms: number): Promise<void> {
     const r = (
       Atomics as unknown as { waitAsync(a: Int32Array, i: number, v: number, t: number): { async: boolean; value: Promise<string> | string } }
