@@ -531,18 +531,18 @@ struct IntRowsAvx2 {
     int64_t b = 0;
     for (int64_t g0 = 0; g0 + 8 <= groups; g0 += 8) {
       const __m256 x8 = _mm256_loadu_ps(xs + g0);
-      __m256 s8[R];
+      // A block of whole groups broadcasts its lane scale from memory (a load, not a shuffle).
+      alignas(32) float s8[R][8];
       for (int r = 0; r < R; ++r) {
-        s8[r] = _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + r * groups + g0))), x8);
+        _mm256_store_ps(s8[r], _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + r * groups + g0))), x8));
       }
 #pragma GCC unroll 4
       for (int64_t j = 0; j < kBlocks8; ++j, ++b) {
         const int8_t* xb = xq + b * kPer;
         const __m256i xa = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb));
         const __m256i xh = Q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
-        const __m256i idx = Index(j);
         for (int r = 0; r < R; ++r) {
-          const __m256 lanes = _mm256_permutevar8x32_ps(s8[r], idx);
+          const __m256 lanes = kTwo ? _mm256_permutevar8x32_ps(_mm256_load_ps(s8[r]), Index(j)) : _mm256_broadcast_ss(&s8[r][j / kBlocksPerGroup]);
           acc[r] = _mm256_fmadd_ps(Avx2IntDot(Q4, w + r * rowBytes + b * 32, xa, xh), lanes, acc[r]);
         }
       }
