@@ -89,8 +89,12 @@ void RunBlocks(const void* c, int64_t r0, int64_t r1) {
         for (; r + Kernel::kRows <= mb; r += Kernel::kRows) Kernel::template Pass<Kernel::kRows>(t, L, acc, r, m0 + r, tile0, nt, k0, k1);
         for (; r < mb; ++r) Kernel::template Pass<1>(t, L, acc, r, m0 + r, tile0, nt, k0, k1);
       }
-      for (int64_t r = 0; r < mb; ++r)
-        for (int64_t l = 0; l < nt * kLanes && tile0 * kLanes + l < t.n; ++l) t.Y[(tile0 * kLanes + l) * t.M + m0 + r] = acc[r * nt * kLanes + l];
+      // Output row by output row: each gets mb consecutive floats (rows M floats apart share an
+      // L1 set, so a lane-by-lane order would evict every line it writes).
+      for (int64_t l = 0; l < nt * kLanes && tile0 * kLanes + l < t.n; ++l) {
+        float* y = t.Y + (tile0 * kLanes + l) * t.M + m0;
+        for (int64_t r = 0; r < mb; ++r) y[r] = acc[r * nt * kLanes + l];
+      }
     }
   }
 }
@@ -240,72 +244,89 @@ struct Avx2Gemm {
   VOXSLAB_AVX2 static void Pass(const GemmIntTask& t, const Layout& L, float* acc, int64_t mrel, int64_t m, int64_t tile0, int64_t nt,
                                 int64_t k0, int64_t k1) {
     const Staged<Q4, G, R> st(t, L, m, tile0, k0, k1, true);
+    for (int64_t tt = 0; tt < nt; ++tt) {
+      float* y = acc + (mrel * nt + tt) * kLanes;
+      // A last tile with no live lane in its upper half computes only the lower one.
+      if ((tile0 + tt) * kLanes + 8 >= t.n) Tile<R, 1>(st, st.Columns(tt), y, nt * kLanes, k1);
+      else Tile<R, 2>(st, st.Columns(tt), y, nt * kLanes, k1);
+    }
+  }
+
+  // One tile's H halves (eight lanes each) of R rows' sums, inputs [st's k0, k1): y is row 0's
+  // tile in acc, rowStride from one row's to the next.
+  template <int R, int H>
+  VOXSLAB_AVX2 static void Tile(const Staged<Q4, G, R>& st, const typename Staged<Q4, G, R>::Cols& cols, float* y0, int64_t rowStride,
+                                int64_t k1) {
     const int64_t gk = st.gk, c0 = st.c0;
     const __m256i ones16 = _mm256_set1_epi16(1);
     const int64_t stride = st.stride;
-    for (int64_t tt = 0; tt < nt; ++tt) {
-      const auto [xt, xs, xsum] = st.Columns(tt);
-      for (int64_t g = gk; g < k1 / G; ++g) {
-        // Both halves of the tile per weight dword, so each broadcast serves sixteen lanes.
-        __m256i d[R][2];
-        for (int r = 0; r < R; ++r) d[r][0] = d[r][1] = _mm256_setzero_si256();
-        __m256i xq[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};  // q8: Σxq of each lane's group inputs
-        if constexpr (Q4) {
-          // Iterations of two dwords (low nibbles of the evens, high of the odds), four at a time in 16 bits.
-          for (int64_t c4 = g * kDwordsPerGroup; c4 < (g + 1) * kDwordsPerGroup; c4 += 4) {
-            __m256i p[R][2];
-            for (int r = 0; r < R; ++r) p[r][0] = p[r][1] = _mm256_setzero_si256();
-            // Four consecutive dwords stay within one 64-input block: their evens are consecutive.
-            const int32_t* xe = xt + ((c4 / 8) * 16 + c4 % 8) * stride;
-            const uint8_t* wv = &st.wbuf[0][0] + (c4 - c0) * 4;
+    const auto [xt, xs, xsum] = cols;
+    for (int64_t g = gk; g < k1 / G; ++g) {
+      // Both halves of the tile per weight dword, so each broadcast serves sixteen lanes.
+      __m256i d[R][H];
+      for (int r = 0; r < R; ++r)
+        for (int h = 0; h < H; ++h) d[r][h] = _mm256_setzero_si256();
+      __m256i xq[H];  // q8: Σxq of each lane's group inputs
+      for (int h = 0; h < H; ++h) xq[h] = _mm256_setzero_si256();
+      if constexpr (Q4) {
+        // Iterations of two dwords (low nibbles of the evens, high of the odds), four at a time in 16 bits.
+        for (int64_t c4 = g * kDwordsPerGroup; c4 < (g + 1) * kDwordsPerGroup; c4 += 4) {
+          __m256i p[R][H];
+          for (int r = 0; r < R; ++r)
+            for (int h = 0; h < H; ++h) p[r][h] = _mm256_setzero_si256();
+          // Four consecutive dwords stay within one 64-input block: their evens are consecutive.
+          const int32_t* xe = xt + ((c4 / 8) * 16 + c4 % 8) * stride;
+          const uint8_t* wv = &st.wbuf[0][0] + (c4 - c0) * 4;
 #pragma GCC unroll 1
-            for (int i = 0; i < 4; ++i, xe += stride, wv += 4) {
-              const __m256i xe0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe));
-              const __m256i xe1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe + 8));
-              const __m256i xo0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe + 8 * stride));
-              const __m256i xo1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe + 8 * stride + 8));
-              for (int r = 0; r < R; ++r) {
-                int32_t v, u;
-                std::memcpy(&v, wv + r * kKBlock, 4);
-                std::memcpy(&u, wv + r * kKBlock + kKBlock / 2, 4);
-                const __m256i bv = _mm256_set1_epi32(v), bu = _mm256_set1_epi32(u);
-                p[r][0] = _mm256_add_epi16(p[r][0], _mm256_add_epi16(_mm256_maddubs_epi16(bv, xe0), _mm256_maddubs_epi16(bu, xo0)));
-                p[r][1] = _mm256_add_epi16(p[r][1], _mm256_add_epi16(_mm256_maddubs_epi16(bv, xe1), _mm256_maddubs_epi16(bu, xo1)));
-              }
-              // The sums stay in registers from one dword to the next (GCC spills them otherwise).
-              for (int r = 0; r < R; ++r) __asm__("" : "+x"(p[r][0]), "+x"(p[r][1]));
+          for (int i = 0; i < 4; ++i, xe += stride, wv += 4) {
+            __m256i xe_[H], xo_[H];
+            for (int h = 0; h < H; ++h) {
+              xe_[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe + 8 * h));
+              xo_[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xe + 8 * stride + 8 * h));
             }
-            for (int r = 0; r < R; ++r)
-              for (int h = 0; h < 2; ++h) d[r][h] = _mm256_add_epi32(d[r][h], _mm256_madd_epi16(p[r][h], ones16));
-          }
-        } else {
-          for (int64_t c = g * kDwordsPerGroup; c < (g + 1) * kDwordsPerGroup; ++c) {
-            const __m256i x0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xt + c * stride));
-            const __m256i x1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xt + c * stride + 8));
-            const __m256i one8 = _mm256_set1_epi8(1);
-            xq[0] = _mm256_add_epi32(xq[0], _mm256_madd_epi16(_mm256_maddubs_epi16(one8, x0), ones16));
-            xq[1] = _mm256_add_epi32(xq[1], _mm256_madd_epi16(_mm256_maddubs_epi16(one8, x1), ones16));
             for (int r = 0; r < R; ++r) {
-              int32_t v;
-              std::memcpy(&v, st.wbuf[r] + (c - c0) * 4, 4);
-              const __m256i a = _mm256_set1_epi32(v);
-              const __m256i ua = _mm256_sign_epi8(a, a);
-              d[r][0] = _mm256_add_epi32(d[r][0], _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(x0, a)), ones16));
-              d[r][1] = _mm256_add_epi32(d[r][1], _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(x1, a)), ones16));
+              int32_t v, u;
+              std::memcpy(&v, wv + r * kKBlock, 4);
+              std::memcpy(&u, wv + r * kKBlock + kKBlock / 2, 4);
+              const __m256i bv = _mm256_set1_epi32(v), bu = _mm256_set1_epi32(u);
+              for (int h = 0; h < H; ++h)
+                p[r][h] = _mm256_add_epi16(p[r][h], _mm256_add_epi16(_mm256_maddubs_epi16(bv, xe_[h]), _mm256_maddubs_epi16(bu, xo_[h])));
             }
+            // The sums stay in registers from one dword to the next (GCC spills them otherwise).
+            for (int r = 0; r < R; ++r)
+              for (int h = 0; h < H; ++h) __asm__("" : "+x"(p[r][h]));
+          }
+          for (int r = 0; r < R; ++r)
+            for (int h = 0; h < H; ++h) d[r][h] = _mm256_add_epi32(d[r][h], _mm256_madd_epi16(p[r][h], ones16));
+        }
+      } else {
+        for (int64_t c = g * kDwordsPerGroup; c < (g + 1) * kDwordsPerGroup; ++c) {
+          __m256i x[H];
+          const __m256i one8 = _mm256_set1_epi8(1);
+          for (int h = 0; h < H; ++h) {
+            x[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xt + c * stride + 8 * h));
+            xq[h] = _mm256_add_epi32(xq[h], _mm256_madd_epi16(_mm256_maddubs_epi16(one8, x[h]), ones16));
+          }
+          for (int r = 0; r < R; ++r) {
+            int32_t v;
+            std::memcpy(&v, st.wbuf[r] + (c - c0) * 4, 4);
+            const __m256i a = _mm256_set1_epi32(v);
+            const __m256i ua = _mm256_sign_epi8(a, a);
+            for (int h = 0; h < H; ++h)
+              d[r][h] = _mm256_add_epi32(d[r][h], _mm256_madd_epi16(_mm256_maddubs_epi16(ua, _mm256_sign_epi8(x[h], a)), ones16));
           }
         }
-        for (int r = 0; r < R; ++r) {
-          const __m256 s = _mm256_set1_ps(st.sbuf[r][g - gk]);
-          const __m256 b = _mm256_set1_ps(st.bbuf[r][g - gk]);
-          for (int h = 0; h < 2; ++h) {
-            const __m256i D = Q4 ? d[r][h] : _mm256_add_epi32(d[r][h], _mm256_slli_epi32(xq[h], 7));
-            float* y = acc + ((mrel + r) * nt + tt) * kLanes + h * 8;
-            const __m256 sx = _mm256_mul_ps(s, _mm256_loadu_ps(xs + g * stride + h * 8));
-            __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D), sx, _mm256_loadu_ps(y));
-            v = _mm256_fmadd_ps(b, _mm256_loadu_ps(xsum + g * stride + h * 8), v);
-            _mm256_storeu_ps(y, v);
-          }
+      }
+      for (int r = 0; r < R; ++r) {
+        const __m256 s = _mm256_set1_ps(st.sbuf[r][g - gk]);
+        const __m256 b = _mm256_set1_ps(st.bbuf[r][g - gk]);
+        for (int h = 0; h < H; ++h) {
+          const __m256i D = Q4 ? d[r][h] : _mm256_add_epi32(d[r][h], _mm256_slli_epi32(xq[h], 7));
+          float* y = y0 + r * rowStride + h * 8;
+          const __m256 sx = _mm256_mul_ps(s, _mm256_loadu_ps(xs + g * stride + h * 8));
+          __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D), sx, _mm256_loadu_ps(y));
+          v = _mm256_fmadd_ps(b, _mm256_loadu_ps(xsum + g * stride + h * 8), v);
+          _mm256_storeu_ps(y, v);
         }
       }
     }
