@@ -510,7 +510,8 @@ struct IntRowsAvx2 {
   static constexpr bool kTwo = G < kPer;                               // q4, group 32: two groups per block
   static constexpr int64_t kBlocksPerGroup = kTwo ? 1 : G / kPer;       // otherwise
   static constexpr int64_t kBlocks8 = kTwo ? 4 : 8 * kBlocksPerGroup;  // blocks of eight groups
-  static constexpr int64_t kShortRow = 2048;  // bytes of a row that Run takes one at a time
+  // Bytes of a row that Run takes one at a time: every q4 row, q8 rows up to 2 KiB.
+  static constexpr int64_t kShortRow = Q4 ? INT64_MAX : 2048;
   // Rows taken one at a time are one stream, which the hardware prefetcher alone lets fall behind
   // while the core computes: each eight groups ask for the bytes this far ahead (past a row's
   // end, the next row's).
@@ -656,8 +657,9 @@ struct IntRowsAvx2 {
     const int64_t groups = K / G;
     const int64_t rowBytes = Q4 ? K / 2 : K;
     int64_t m = 0;
-    // Short rows one at a time: one stream the prefetcher follows across rows, where four short
-    // streams side by side each end before it is up to speed.
+    // Short rows one at a time: one stream kept ahead of by Ahead, where four short streams side
+    // by side each end before the prefetcher is up to speed. q4, with twice q8's arithmetic per
+    // byte, streams faster this way at every row length; q8's long rows four at a time.
     if (rowBytes > kShortRow)
       for (; m + 4 <= M; m += 4) Rows<4>(w + m * rowBytes, rowBytes, sc + m * groups, groups, xq, xs, y + m);
     for (; m < M; ++m) Rows<1>(w + m * rowBytes, rowBytes, sc + m * groups, groups, xq, xs, y + m);
