@@ -621,6 +621,42 @@ t.test(`SiLU, SwiGLU and GLU: the f32 of a / (1 + e^−g) in double (times up in
   t.equal(c, 0, `GLU: ${rows} rows of 37`);
 });
 
+t.test(`pointwise convolution: every output the f32 steps of the scalar loop, bit for bit, on one and two threads (${kernelIsa()})`, async (t) => {
+  const r = prng(41);
+  const shapes: [number, number, number, boolean, boolean][] = [
+    [5, 7, 37, true, true],
+    [16, 9, 48, false, false],
+    [3, 4, 16, true, false],
+    [12, 6, 100, true, true],
+    [1, 1, 15, false, true],
+  ];
+  for (const [Cin, Cout, P, relu, withBias] of shapes) {
+    const x = Float32Array.from({ length: Cin * P }, () => r() * 2 - 1);
+    x[P - 1] = Number.NaN; // a NaN column stays NaN through the ReLU
+    for (let ci = 0; ci < Cin; ci++) x[ci * P + (P >> 1)] = 0; // and a zero column gives the bias
+    const w = Float32Array.from({ length: Cout * Cin }, () => r() - 0.5);
+    const bias = withBias ? Float32Array.from({ length: Cout }, () => r() - 0.5) : null;
+    let same = true;
+    for (const threads of [1, 2]) {
+      const out = new Float32Array(Cout * P);
+      setComputeThreads(threads);
+      try {
+        native.pointwise(x, w, bias, out, Cin, Cout, P, relu);
+      } finally {
+        setComputeThreads(1);
+      }
+      for (let c = 0; c < Cout; c++)
+        for (let p = 0; p < P; p++) {
+          let o = bias === null ? 0 : bias[c]!;
+          for (let ci = 0; ci < Cin; ci++) o = Math.fround(o + Math.fround(w[c * Cin + ci]! * x[ci * P + p]!));
+          if (relu) o = o < 0 ? 0 : o;
+          if (!Object.is(out[c * P + p], o)) same = false;
+        }
+    }
+    t.ok(same, `${Cin}→${Cout} channels × ${P} positions${relu ? ', ReLU' : ''}${withBias ? ', bias' : ''}`);
+  }
+});
+
 t.test('norms, activations and RoPE match references', async (t) => {
   const r = prng(4);
   const rows = 5;
