@@ -46,6 +46,41 @@ void PackRow(const WeightRef& W, int64_t n, int64_t k0, int64_t kc, int64_t K, f
   }
 }
 
+#ifdef VOXSLAB_X86
+// r[i] becomes column i of the 8×8 block whose rows are r[0..7].
+__attribute__((target("avx2"))) inline void Transpose8(__m256* r) {
+  const __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
+  const __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
+  const __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
+  const __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
+  const __m256 s0 = _mm256_shuffle_ps(t0, t2, 0x44), s1 = _mm256_shuffle_ps(t0, t2, 0xee);
+  const __m256 s2 = _mm256_shuffle_ps(t1, t3, 0x44), s3 = _mm256_shuffle_ps(t1, t3, 0xee);
+  const __m256 s4 = _mm256_shuffle_ps(t4, t6, 0x44), s5 = _mm256_shuffle_ps(t4, t6, 0xee);
+  const __m256 s6 = _mm256_shuffle_ps(t5, t7, 0x44), s7 = _mm256_shuffle_ps(t5, t7, 0xee);
+  r[0] = _mm256_permute2f128_ps(s0, s4, 0x20);
+  r[1] = _mm256_permute2f128_ps(s1, s5, 0x20);
+  r[2] = _mm256_permute2f128_ps(s2, s6, 0x20);
+  r[3] = _mm256_permute2f128_ps(s3, s7, 0x20);
+  r[4] = _mm256_permute2f128_ps(s0, s4, 0x31);
+  r[5] = _mm256_permute2f128_ps(s1, s5, 0x31);
+  r[6] = _mm256_permute2f128_ps(s2, s6, 0x31);
+  r[7] = _mm256_permute2f128_ps(s3, s7, 0x31);
+}
+
+// PackRow for NR whole f32 rows from `rows` (K apart) and kc a multiple of 8: 8×8 blocks
+// transposed in registers instead of one strided store per float. The same floats.
+template <int NR>
+__attribute__((target("avx2"))) void PackPanelF32(const float* rows, int64_t K, int64_t kc, float* panel) {
+  for (int64_t j0 = 0; j0 < NR; j0 += 8)
+    for (int64_t k = 0; k < kc; k += 8) {
+      __m256 r[8];
+      for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(rows + (j0 + i) * K + k);
+      Transpose8(r);
+      for (int i = 0; i < 8; ++i) _mm256_storeu_ps(panel + (k + i) * NR + j0, r[i]);
+    }
+}
+#endif
+
 struct GemmTask {
   const float* A;
   const WeightRef* W;
@@ -66,6 +101,12 @@ void GemmPanels(const void* ctx, int64_t p0, int64_t p1) {
     const int64_t kc = std::min(kGemmKc, t.K - k0);
     for (int64_t p = p0; p < p1; p += NR) {
       float* panel = t.pack + p * kGemmKc;
+#ifdef VOXSLAB_X86
+      if (t.W->type == WeightType::kF32 && p + NR <= t.nc && kc % 8 == 0 && ChosenIsa() >= Isa::kAvx2) {
+        PackPanelF32<NR>(static_cast<const float*>(t.W->data) + (t.n0 + p) * t.K + k0, t.K, kc, panel);
+        continue;
+      }
+#endif
       for (int64_t j = 0; j < NR; ++j) {
         if (p + j < t.nc) {
           PackRow<NR>(*t.W, t.n0 + p + j, k0, kc, t.K, panel + j);
