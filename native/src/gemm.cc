@@ -3,6 +3,7 @@
 // panels of a block are split among the calling thread's helpers (pool.h).
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "cpu.h"
 #include "kernels.h"
@@ -79,6 +80,43 @@ __attribute__((target("avx2"))) void PackPanelF32(const float* rows, int64_t K, 
       for (int i = 0; i < 8; ++i) _mm256_storeu_ps(panel + (k + i) * NR + j0, r[i]);
     }
 }
+
+// PackRow for NR whole q8/q4 rows and kc whole groups: each row's eight weights at a time
+// decoded as s·q + b (unfused, as PackRow), then 8×8 blocks transposed. The same floats.
+template <int NR>
+__attribute__((target("avx2"))) void PackPanelQuant(const WeightRef& W, int64_t n, int64_t k0, int64_t kc, int64_t K, float* panel) {
+  const bool q4 = W.type == WeightType::kQ4;
+  const int64_t group = W.group, groups = K / group;
+  const auto* data = static_cast<const uint8_t*>(W.data);
+  const __m128i nib = _mm_set1_epi8(15);
+  for (int64_t j0 = 0; j0 < NR; j0 += 8)
+    for (int64_t g0 = 0; g0 < kc; g0 += group) {
+      __m256 s[8], b[8];
+      for (int i = 0; i < 8; ++i) {
+        const int64_t g = (n + j0 + i) * groups + (k0 + g0) / group;
+        s[i] = _mm256_set1_ps(F16(W.scales[g]));
+        b[i] = _mm256_set1_ps(F16(W.biases[g]));
+      }
+      for (int64_t k = g0; k < g0 + group; k += 8) {
+        __m256 r[8];
+        for (int i = 0; i < 8; ++i) {
+          const int64_t at = (n + j0 + i) * K + k0 + k;  // element index of the row's first weight
+          __m128i q;
+          if (q4) {
+            uint32_t x;
+            std::memcpy(&x, data + at / 2, 4);
+            const __m128i v = _mm_cvtsi32_si128(static_cast<int>(x));
+            q = _mm_unpacklo_epi8(_mm_and_si128(v, nib), _mm_and_si128(_mm_srli_epi16(v, 4), nib));  // low nibble first
+          } else {
+            q = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(data + at));
+          }
+          r[i] = _mm256_add_ps(_mm256_mul_ps(s[i], _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(q))), b[i]);
+        }
+        Transpose8(r);
+        for (int i = 0; i < 8; ++i) _mm256_storeu_ps(panel + (k + i) * NR + j0, r[i]);
+      }
+    }
+}
 #endif
 
 struct GemmTask {
@@ -104,6 +142,10 @@ void GemmPanels(const void* ctx, int64_t p0, int64_t p1) {
 #ifdef VOXSLAB_X86
       if (t.W->type == WeightType::kF32 && p + NR <= t.nc && kc % 8 == 0 && ChosenIsa() >= Isa::kAvx2) {
         PackPanelF32<NR>(static_cast<const float*>(t.W->data) + (t.n0 + p) * t.K + k0, t.K, kc, panel);
+        continue;
+      }
+      if ((t.W->type == WeightType::kQ8 || t.W->type == WeightType::kQ4) && p + NR <= t.nc && t.W->group % 8 == 0 && ChosenIsa() >= Isa::kAvx2) {
+        PackPanelQuant<NR>(*t.W, t.n0 + p, k0, kc, t.K, panel);
         continue;
       }
 #endif
