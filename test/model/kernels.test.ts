@@ -649,6 +649,7 @@ t.test(`pointwise convolution: every output the f32 steps of the scalar loop, bi
         for (let p = 0; p < P; p++) {
           let o = bias === null ? 0 : bias[c]!;
           for (let ci = 0; ci < Cin; ci++) o = Math.fround(o + Math.fround(w[c * Cin + ci]! * x[ci * P + p]!));
+          // biome-ignore lint/complexity/useMathMinMax: the kernel's o < 0 ? 0 : o keeps −0, which Math.max(o, 0) does not
           if (relu) o = o < 0 ? 0 : o;
           if (!Object.is(out[c * P + p], o)) same = false;
         }
