@@ -179,6 +179,40 @@ struct Conv2dTask {
   bool relu;
 };
 
+#ifdef VOXSLAB_X86
+// Elements 0, 2, …, 14 of the 16 floats a then b.
+__attribute__((target("avx2"))) inline __m256 Evens(__m256 a, __m256 b) {
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xd8));
+}
+
+// Output columns [from, to) of row `orow` of a channel with one input channel `ci` (depthwise, or
+// Cin = 1), eight at a time, for columns whose three taps are all inside the row: the scalar
+// loop's steps (s = b, then s += w·x unfused, taps in order; ReLU as s < 0 ? 0 : s).
+__attribute__((target("avx2"))) int64_t Conv2dRowAvx2(const float* in, int64_t ci, int64_t inRow0, int64_t inRows, int64_t inTotal,
+                                                      int64_t inCols, const float* wk, float b, int64_t orow, float* out, int64_t from,
+                                                      int64_t to, bool relu) {
+  int64_t col = from;
+  // Reads inputs 2·col − 1 … 2·col + 16 of a row.
+  for (; col + 8 <= to && 2 * col + 16 < inCols; col += 8) {
+    __m256 s = _mm256_set1_ps(b);
+    for (int64_t di = 0; di < 3; ++di) {
+      const int64_t irow = 2 * orow - 1 + di;
+      if (irow < 0 || irow >= inTotal) continue;
+      const float* x = in + (ci * inRows + (irow - inRow0)) * inCols + 2 * col - 1;
+      const __m256 e0 = _mm256_loadu_ps(x), e1 = _mm256_loadu_ps(x + 8);
+      const __m256 f0 = _mm256_loadu_ps(x + 2), f1 = _mm256_loadu_ps(x + 10);
+      const __m256 odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(e0, e1, 0xdd)), 0xd8));
+      s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_set1_ps(wk[di * 3]), Evens(e0, e1)));
+      s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_set1_ps(wk[di * 3 + 1]), odd));
+      s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_set1_ps(wk[di * 3 + 2]), Evens(f0, f1)));
+    }
+    if (relu) s = _mm256_blendv_ps(s, _mm256_setzero_ps(), _mm256_cmp_ps(s, _mm256_setzero_ps(), _CMP_LT_OQ));
+    _mm256_storeu_ps(out + col, s);
+  }
+  return col;
+}
+#endif
+
 // Output channels [c0, c1) of Conv2dS2.
 void Conv2dChannels(const void* ctx, int64_t c0, int64_t c1) {
   const Conv2dTask& t = *static_cast<const Conv2dTask*>(ctx);
@@ -192,7 +226,20 @@ void Conv2dChannels(const void* ctx, int64_t c0, int64_t c1) {
   for (int64_t co = c0; co < c1; ++co) {
     for (int64_t r = 0; r < outRows; ++r) {
       const int64_t orow = outRow0 + r;
+      // Columns from 1 whose taps are all inside the row go eight at a time where they can.
+      int64_t vecFrom = outCols, vecTo = outCols;
+#ifdef VOXSLAB_X86
+      if ((depthwise || Cin == 1) && outCols > 1 && ChosenIsa() >= Isa::kAvx2) {
+        const int64_t ci = depthwise ? co : 0;
+        const float* wk = w + (depthwise ? co * 9 : co * Cin * 9);
+        vecFrom = 1;
+        vecTo = Conv2dRowAvx2(in, ci, inRow0, inRows, inTotal, inCols, wk, bias != nullptr ? bias[co] : 0.0f, orow,
+                              out + (co * outRows + r) * outCols, 1, outCols, relu);
+      }
+#endif
       for (int64_t col = 0; col < outCols; ++col) {
+        if (col == vecFrom) col = vecTo;
+        if (col >= outCols) break;
         float s = bias != nullptr ? bias[co] : 0.0f;
         const int64_t ciLo = depthwise ? co : 0;
         const int64_t ciHi = depthwise ? co + 1 : Cin;

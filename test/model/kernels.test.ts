@@ -658,6 +658,60 @@ t.test(`pointwise convolution: every output the f32 steps of the scalar loop, bi
   }
 });
 
+t.test(`stride-2 3×3 convolution: every output the f32 steps of the scalar loop, bit for bit, in row tiles and on two threads (${kernelIsa()})`, async (t) => {
+  const r = prng(43);
+  const shapes: [number, boolean, number, number, number, boolean][] = [
+    [1, false, 41, 70, 5, true],
+    [6, true, 23, 33, 6, false],
+    [3, true, 9, 17, 3, true],
+    [2, false, 11, 40, 3, true],
+  ];
+  for (const [Cin, depthwise, inTotal, inCols, Cout, relu] of shapes) {
+    const outTotal = Math.floor((inTotal - 1) / 2) + 1;
+    const outCols = Math.floor((inCols - 1) / 2) + 1;
+    const w = Float32Array.from({ length: depthwise ? Cout * 9 : Cout * Cin * 9 }, () => r() - 0.5);
+    const bias = Float32Array.from({ length: Cout }, () => r() - 0.5);
+    const full = Float32Array.from({ length: Cin * inTotal * inCols }, () => r() * 2 - 1);
+    let same = true;
+    for (const [outRow0, outRows, threads] of [
+      [0, outTotal, 1],
+      [1, outTotal - 2, 2],
+    ] as const) {
+      const inRow0 = Math.max(0, 2 * outRow0 - 1);
+      const inRows = Math.min(inTotal, 2 * (outRow0 + outRows - 1) + 2) - inRow0;
+      const x = new Float32Array(Cin * inRows * inCols);
+      for (let ci = 0; ci < Cin; ci++) x.set(full.subarray((ci * inTotal + inRow0) * inCols, (ci * inTotal + inRow0 + inRows) * inCols), ci * inRows * inCols);
+      const out = new Float32Array(Cout * outRows * outCols);
+      setComputeThreads(threads);
+      try {
+        native.conv2dS2(x, Cin, inRow0, inRows, inTotal, inCols, w, bias, depthwise, out, Cout, outRow0, outRows, outCols, relu);
+      } finally {
+        setComputeThreads(1);
+      }
+      for (let co = 0; co < Cout; co++)
+        for (let orow = outRow0; orow < outRow0 + outRows; orow++)
+          for (let col = 0; col < outCols; col++) {
+            let s = bias[co]!;
+            for (let ci = depthwise ? co : 0; ci < (depthwise ? co + 1 : Cin); ci++)
+              for (let di = 0; di < 3; di++) {
+                const irow = 2 * orow - 1 + di;
+                if (irow < 0 || irow >= inTotal) continue;
+                for (let dj = 0; dj < 3; dj++) {
+                  const icol = 2 * col - 1 + dj;
+                  if (icol < 0 || icol >= inCols) continue;
+                  const wk = w[(depthwise ? co * 9 : (co * Cin + ci) * 9) + di * 3 + dj]!;
+                  s = Math.fround(s + Math.fround(wk * full[(ci * inTotal + irow) * inCols + icol]!));
+                }
+              }
+            // biome-ignore lint/complexity/useMathMinMax: the kernel's s < 0 ? 0 : s keeps −0, which Math.max(s, 0) does not
+            if (relu) s = s < 0 ? 0 : s;
+            if (!Object.is(out[(co * outRows + (orow - outRow0)) * outCols + col], s)) same = false;
+          }
+    }
+    t.ok(same, `${depthwise ? 'depthwise ' : ''}${Cin}→${Cout} channels, ${inTotal}×${inCols} in${relu ? ', ReLU' : ''}`);
+  }
+});
+
 t.test('norms, activations and RoPE match references', async (t) => {
   const r = prng(4);
   const rows = 5;
