@@ -281,6 +281,25 @@ __attribute__((target("avx2,fma,f16c"))) inline float BiasDot(const uint16_t* bi
   return Hsum(bacc) + t;
 }
 
+// BiasDot of one bias row with four input sums at once, each lane BiasDot's bits.
+__attribute__((target("avx2,fma,f16c"))) inline __m128 BiasDot4(const uint16_t* bi, const float* const* xsum, int64_t groups) {
+  __m256 b0 = _mm256_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
+  int64_t g = 0;
+  for (; g + 8 <= groups; g += 8) {
+    const __m256 h = Half8(bi + g);
+    b0 = _mm256_fmadd_ps(h, _mm256_loadu_ps(xsum[0] + g), b0);
+    b1 = _mm256_fmadd_ps(h, _mm256_loadu_ps(xsum[1] + g), b1);
+    b2 = _mm256_fmadd_ps(h, _mm256_loadu_ps(xsum[2] + g), b2);
+    b3 = _mm256_fmadd_ps(h, _mm256_loadu_ps(xsum[3] + g), b3);
+  }
+  alignas(16) float t[4] = {};
+  for (; g < groups; ++g) {
+    const float h = _cvtsh_ss(bi[g]);
+    for (int a = 0; a < 4; ++a) t[a] += h * xsum[a][g];
+  }
+  return _mm_add_ps(Hsum4(b0, b1, b2, b3), _mm_load_ps(t));
+}
+
 __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const void* w, const uint16_t* scales,
                                                         const uint16_t* biases, int group, const float* x, float* y,
                                                         int64_t M, int64_t K, float* xsum) {
@@ -498,6 +517,11 @@ __attribute__((target("avx2,fma"))) inline __m256 Avx2IntDot(bool q4, const uint
   return Avx2Dot(q4, a, b, xa, xb);
 }
 
+// Activation rows the AVX2 integer GEMV takes against one pass over q4 weight rows (GemvRows): a
+// detokenizer frame's six positions unpack each weight block once. q8, with a stored term per
+// activation, takes four.
+constexpr int kAvx2Many = 6;
+
 // R weight rows of the AVX2 integer GEMV at once, for q4/q8 with groups of G (32 or 64): the
 // activation blocks are loaded once for the R rows, whose weights stream side by side. The lane
 // scales s_g·xs_g are made eight groups at a time (one f16 conversion and one multiply per row),
@@ -618,38 +642,59 @@ struct IntRowsAvx2 {
         acc[a] = _mm256_fmadd_ps(Dot(wa, wb, xa, xh, terms[a], b), VnniScale(sc, xs[a], g, kTwo), acc[a]);
       }
     }
-    for (int a = 0; a < NA; ++a) out[a] = Hsum(acc[a]);
+    // The first four sums at once where there are four (fewer, padded, measured slower than Hsum).
+    int a = 0;
+    if constexpr (NA >= 4) _mm_storeu_ps(out, Hsum4(acc[0], acc[1], acc[2], acc[3])), a = 4;
+    for (; a < NA; ++a) out[a] = Hsum(acc[a]);
   }
 
-  // Weight rows [0, M) against na ≤ 4 activation rows: y[a][m], bias sums added as Run adds them.
-  __attribute__((target("avx2,fma,f16c"))) static void RunMany(const uint8_t* w, const uint16_t* sc, const uint16_t* bi, const int8_t* const* xq,
-                                                               const float* const* xs, const float* const* xsum, float* const* y, int na,
-                                                               int64_t M, int64_t K) {
+  // Weight rows [0, M) against NA activation rows: y[a][m], bias sums added as Run adds them.
+  template <int NA>
+  __attribute__((target("avx2,fma,f16c"))) static void Many(const uint8_t* w, const uint16_t* sc, const uint16_t* bi, const int8_t* const* xq,
+                                                            const float* const* xs, const float* const* xsum, float* const* y, int64_t M,
+                                                            int64_t K) {
     const int64_t groups = K / G;
     const int64_t rowBytes = Q4 ? K / 2 : K;
-    float out[4];
     const int64_t blocks = rowBytes / 32;
-    alignas(32) __m256i store[Q4 ? 1 : 4][Q4 ? 1 : kTermBlocks];
-    const __m256i* terms[4] = {};
+    alignas(32) __m256i store[Q4 ? 1 : NA][Q4 ? 1 : kTermBlocks];
+    const __m256i* terms[NA] = {};
     if (!Q4 && blocks <= kTermBlocks) {
-      for (int a = 0; a < na; ++a) {
+      for (int a = 0; a < NA; ++a) {
         for (int64_t b = 0; b < blocks; ++b) store[a][b] = Avx2Q8Term(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xq[a] + b * 32)));
         terms[a] = store[a];
       }
     }
+    float out[NA];
     for (int64_t m = 0; m < M; ++m) {
-      const uint8_t* r = w + m * rowBytes;
-      const uint16_t* s = sc + m * groups;
-      switch (na) {
-        case 1: Multi<1>(r, s, groups, rowBytes, xq, xs, terms, out); break;
-        case 2: Multi<2>(r, s, groups, rowBytes, xq, xs, terms, out); break;
-        case 3: Multi<3>(r, s, groups, rowBytes, xq, xs, terms, out); break;
-        default: Multi<4>(r, s, groups, rowBytes, xq, xs, terms, out); break;
-      }
-      for (int a = 0; a < na; ++a) y[a][m] = out[a];
+      Multi<NA>(w + m * rowBytes, sc + m * groups, groups, rowBytes, xq, xs, terms, out);
+      for (int a = 0; a < NA; ++a) y[a][m] = out[a];
     }
-    for (int a = 0; a < na; ++a)
+    // Bias sums: the first four activations at once, the rest one by one.
+    constexpr int kFour = NA >= 4 ? 4 : 0;
+    if constexpr (kFour != 0) {
+      for (int64_t m = 0; m < M; ++m) {
+        alignas(16) float d[4];
+        _mm_store_ps(d, BiasDot4(bi + m * groups, xsum, groups));
+        for (int a = 0; a < 4; ++a) y[a][m] += d[a];
+      }
+    }
+    for (int a = kFour; a < NA; ++a)
       for (int64_t m = 0; m < M; ++m) y[a][m] += BiasDot(bi + m * groups, xsum[a], groups);
+  }
+
+  // Weight rows [0, M) against na activation rows, na ≤ kAvx2Many (q4) or 4 (q8), the count
+  // dispatched once for all the rows.
+  __attribute__((target("avx2,fma,f16c"))) static void RunMany(const uint8_t* w, const uint16_t* sc, const uint16_t* bi, const int8_t* const* xq,
+                                                               const float* const* xs, const float* const* xsum, float* const* y, int na,
+                                                               int64_t M, int64_t K) {
+    switch (na) {
+      case 1: Many<1>(w, sc, bi, xq, xs, xsum, y, M, K); break;
+      case 2: Many<2>(w, sc, bi, xq, xs, xsum, y, M, K); break;
+      case 3: Many<3>(w, sc, bi, xq, xs, xsum, y, M, K); break;
+      case 4: Many<4>(w, sc, bi, xq, xs, xsum, y, M, K); break;
+      case 5: if constexpr (Q4) Many<5>(w, sc, bi, xq, xs, xsum, y, M, K); break;
+      default: if constexpr (Q4) Many<6>(w, sc, bi, xq, xs, xsum, y, M, K); break;
+    }
   }
 
   __attribute__((target("avx2,fma,f16c"))) static void Run(const uint8_t* w, const uint16_t* sc, const uint16_t* bi, const int8_t* xq,
@@ -667,8 +712,8 @@ struct IntRowsAvx2 {
   }
 };
 
-// na ≤ 4 activation rows against the same weight rows (GemvRows on AVX2): row m of activation a
-// has the bits GemvIntAvx2 gives it.
+// na activation rows (at most kAvx2Many for q4, 4 for q8) against the same weight rows
+// (GemvRows on AVX2): row m of activation a has the bits GemvIntAvx2 gives it.
 __attribute__((target("avx2,fma,f16c"))) void GemvIntAvx2Many(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases,
                                                          int group, const int8_t* const* xq, const float* const* xs,
                                                          const float* const* xsum, float* const* y, int na, int64_t M, int64_t K) {
@@ -977,16 +1022,17 @@ void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
   for (int64_t m0 = r0; m0 < r1; m0 += kBlock) {
     const int64_t mb = std::min(kBlock, r1 - m0);
 #ifdef VOXSLAB_X86
-    // Up to four positions per pass over the block: VNNI, or AVX2 unpacking each weight block once for them.
+    // Up to four positions per pass over the block (AVX2 q4: six): VNNI, or AVX2 unpacking each weight block once for them.
     if (quant && VectorIntShape(t.w.group, t.K) && (kGemvIntVector == GemvIntVnni || kGemvIntVector == GemvIntAvx2)) {
       const auto many = kGemvIntVector == GemvIntVnni ? GemvIntVnniMulti : GemvIntAvx2Many;
       const uint8_t* wsub = static_cast<const uint8_t*>(t.w.data) + (q4 ? m0 * t.K / 2 : m0 * t.K);
-      for (int64_t i0 = 0; i0 < t.n; i0 += 4) {
-        const int na = static_cast<int>(std::min<int64_t>(4, t.n - i0));
-        const int8_t* xq[4] = {};
-        const float* xs[4] = {};
-        const float* xsum[4] = {};
-        float* y[4] = {};
+      const int64_t step = kGemvIntVector == GemvIntAvx2 && q4 ? kAvx2Many : 4;
+      for (int64_t i0 = 0; i0 < t.n; i0 += step) {
+        const int na = static_cast<int>(std::min<int64_t>(step, t.n - i0));
+        const int8_t* xq[kAvx2Many] = {};
+        const float* xs[kAvx2Many] = {};
+        const float* xsum[kAvx2Many] = {};
+        float* y[kAvx2Many] = {};
         for (int a = 0; a < na; ++a) {
           xsum[a] = reinterpret_cast<const float*>(t.scratch + (i0 + a) * t.per);
           xs[a] = xsum[a] + groups;

@@ -108,6 +108,13 @@ __attribute__((target("avx2,fma"))) inline float Hsum(__m256 v) {
   return (((l[0] + l[1]) + (l[2] + l[3])) + ((l[4] + l[5]) + (l[6] + l[7])));
 }
 
+// Hsum of four vectors at once, lane a of the result Hsum(v[a]) to the bit: each horizontal add
+// pairs the lanes Hsum pairs, in its order.
+__attribute__((target("avx2,fma"))) inline __m128 Hsum4(__m256 v0, __m256 v1, __m256 v2, __m256 v3) {
+  const __m256 h = _mm256_hadd_ps(_mm256_hadd_ps(v0, v1), _mm256_hadd_ps(v2, v3));
+  return _mm_add_ps(_mm256_castps256_ps128(h), _mm256_extractf128_ps(h, 1));
+}
+
 __attribute__((target("avx512f"))) inline float Hsum512(__m512 v) {
   alignas(64) float l[16];
   _mm512_store_ps(l, v);

@@ -199,9 +199,9 @@ t.test(`int8-activation GEMV (q8/q4) matches its exact integer arithmetic, withi
     }
     t.ok(exact, `q${bits} g${group} ${rows}×${cols}: equals Σ s·xs·(Σ q·xq) + Σ b·Σx`, { diagnostic: false });
     t.ok(bounded, `q${bits} g${group} ${rows}×${cols}: within Σ s·q·xs/2 of the f32-activation product`, { diagnostic: false });
-    // Row by row over one to five inputs (each count groups the weight rows its own way): each
-    // row's bits equal a single call's.
-    const n = 1 + (trial % 5);
+    // Row by row over one to eight inputs (each count groups the inputs and weight rows its own
+    // way: AVX2 takes up to six q4 inputs per pass, four q8): each row's bits equal a single call's.
+    const n = 1 + (trial % 8);
     const X = new Float32Array(n * cols);
     for (let i = 0; i < n * cols; i++) X[i] = r() * 2 - 1;
     t.ok(rowsMatchSingle(W, X, n), `q${bits} g${group}: linearRows equals linear1 per row, bit for bit`, { diagnostic: false });
