@@ -6,7 +6,7 @@ import { SharedCounters, SharedStateError } from '../../src/memory/index.js';
 const url = new URL('../../src/memory/index.js', import.meta.url).href;
 
 /** A worker that takes the lock, says so, then holds it `holdMs` ms (or exits holding it if -1). */
-function holder(buffer: SharedArrayBuffer, holdMs: number): { worker: Worker; locked: Promise<number> } {
+function holder(buffer: SharedArrayBuffer, holdMs: number): { worker: Worker; locked: Promise<number>; exited: Promise<number> } {
   const src = `
     const { parentPort, workerData, threadId } = require('node:worker_threads');
     import(workerData.url).then(({ SharedCounters }) => {
@@ -25,7 +25,10 @@ function holder(buffer: SharedArrayBuffer, holdMs: number): { worker: Worker; lo
     worker.once('message', resolve);
     worker.once('error', reject);
   });
-  return { worker, locked };
+  // Listened for from the start: a worker that exits right after its message can emit 'exit'
+  // before the code awaiting `locked` runs, and a listener added then would wait forever.
+  const exited = new Promise<number>((resolve) => worker.once('exit', resolve));
+  return { worker, locked, exited };
 }
 
 t.test('a lock wait that times out leaves the thread as before: its next write section takes the lock', async (t) => {
@@ -56,7 +59,7 @@ t.test('a thread that exits holding the lock: named in the holder word, released
   const c = new SharedCounters(4);
   const h = holder(c.buffer, -1);
   const id = await h.locked;
-  await new Promise((r) => h.worker.once('exit', r));
+  await h.exited;
   t.equal(c.holder, id, 'the dead thread is the holder');
   t.equal(c.sequence % 2, 1, 'its section never ended');
   t.notOk(c.releaseIfHeldBy(id + 1000), 'another thread id releases nothing');

@@ -12,11 +12,13 @@ async function probe(rounds: number, windows: number): Promise<{ clean: number[]
   const env = { ...process.env };
   delete env.NODE_OPTIONS;
   const w = new Worker(new URL('./workers/control-probe.js', import.meta.url), { workerData: { dir, rounds, windows }, execArgv: [], env });
+  // 'exit' is listened for from the start: it can come before the code after the message runs.
+  const exited = new Promise((resolve) => w.once('exit', resolve));
   const r = await new Promise<{ clean: number[]; leaking: number[] }>((resolve, reject) => {
     w.once('message', resolve);
     w.once('error', reject);
   });
-  await new Promise((resolve) => w.once('exit', resolve));
+  await exited;
   return r;
 }
 
