@@ -1,6 +1,6 @@
 // Row-wise operations of the model's blocks: norms, activations, RoPE, convolutions. Scalar
 // code in a fixed order (the compiler vectorises what it can without changing the result); SiLU,
-// SwiGLU and GLU also on AVX-512, with the same values.
+// SwiGLU and GLU also on AVX2 and AVX-512, with the same values.
 #include <cmath>
 #include <cstdint>
 
@@ -51,6 +51,79 @@ __attribute__((target("avx512f"))) void SigmoidMulAvx512(const float* a, const f
     y[i] = Up ? s * up[i] : s;
   }
 }
+
+// Exp8's steps on AVX2 for N vectors of four doubles at once (their polynomial chains interleave),
+// with 2^k made in the exponent bits: exact for |x| ≤ 708 (k within ±1021, every result
+// normal), so the same values as Exp8 there.
+constexpr double kExp4Max = 708.0;
+template <int N>
+__attribute__((target("avx2,fma"))) inline void Exp4(__m256d* x) {
+  static constexpr double kInvFact[] = {1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0,
+                                        1.0 / 40320.0,      1.0 / 5040.0,      1.0 / 720.0,      1.0 / 120.0,     1.0 / 24.0,
+                                        1.0 / 6.0,          0.5,               1.0,              1.0};
+  __m256d k[N], r[N], p[N];
+  for (int v = 0; v < N; ++v) {
+    k[v] = _mm256_round_pd(_mm256_mul_pd(x[v], _mm256_set1_pd(1.4426950408889634)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r[v] = _mm256_fnmadd_pd(k[v], _mm256_set1_pd(6.93147180369123816490e-01), x[v]);
+    r[v] = _mm256_fnmadd_pd(k[v], _mm256_set1_pd(1.90821492927058770002e-10), r[v]);
+    p[v] = _mm256_set1_pd(kInvFact[0]);
+  }
+  for (int i = 1; i < 14; ++i)
+    for (int v = 0; v < N; ++v) p[v] = _mm256_fmadd_pd(p[v], r[v], _mm256_set1_pd(kInvFact[i]));
+  for (int v = 0; v < N; ++v) {
+    const __m256i e = _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(k[v])), _mm256_set1_epi64x(1023));
+    x[v] = _mm256_mul_pd(p[v], _mm256_castsi256_pd(_mm256_slli_epi64(e, 52)));
+  }
+}
+
+// y[j] = f32(a / (1 + e^−g)) (· up) for j in [j0, j1), the scalar steps.
+template <bool Up>
+inline void SigmoidMulScalar(const float* a, const float* gate, const float* up, float* y, int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; ++j) {
+    const float s = static_cast<float>(a[j] / (1.0 + std::exp(-static_cast<double>(gate[j]))));
+    y[j] = Up ? s * up[j] : s;
+  }
+}
+
+// Whether a lane of g is past Exp4's range, or NaN.
+__attribute__((target("avx2,fma"))) inline bool PastExp4(__m256d g) {
+  const __m256d mag = _mm256_andnot_pd(_mm256_set1_pd(-0.0), g);
+  return _mm256_movemask_pd(_mm256_cmp_pd(mag, _mm256_set1_pd(kExp4Max), _CMP_NLE_UQ)) != 0;
+}
+
+// 4·N outputs from at, whose gates (as doubles) are g[0..N).
+template <bool Up, int N>
+__attribute__((target("avx2,fma"))) inline void SigmoidMul4(const float* a, const float* gate, const float* up, float* y, int64_t at, const __m256d* g) {
+  __m256d e[N];
+  for (int v = 0; v < N; ++v) e[v] = _mm256_xor_pd(g[v], _mm256_set1_pd(-0.0));
+  Exp4<N>(e);
+  for (int v = 0; v < N; ++v) {
+    const __m256d num = a == gate ? g[v] : _mm256_cvtps_pd(_mm_loadu_ps(a + at + 4 * v));
+    const __m128 s = _mm256_cvtpd_ps(_mm256_div_pd(num, _mm256_add_pd(_mm256_set1_pd(1.0), e[v])));
+    _mm_storeu_ps(y + at + 4 * v, Up ? _mm_mul_ps(s, _mm_loadu_ps(up + at + 4 * v)) : s);
+  }
+}
+
+// SigmoidMulAvx512's values on AVX2: thirty-two at a time, then four; a block with a gate past
+// Exp4's range (or NaN) takes the scalar steps.
+template <bool Up>
+__attribute__((target("avx2,fma"))) void SigmoidMulAvx2(const float* a, const float* gate, const float* up, float* y, int64_t n) {
+  constexpr int kN = 8;
+  int64_t i = 0;
+  for (; i + 4 * kN <= n; i += 4 * kN) {
+    __m256d g[kN];
+    bool past = false;
+    for (int v = 0; v < kN; ++v) past |= PastExp4(g[v] = _mm256_cvtps_pd(_mm_loadu_ps(gate + i + 4 * v)));
+    if (past) SigmoidMulScalar<Up>(a, gate, up, y, i, i + 4 * kN);
+    else SigmoidMul4<Up, kN>(a, gate, up, y, i, g);
+  }
+  for (; i + 4 <= n; i += 4) {
+    const __m256d g = _mm256_cvtps_pd(_mm_loadu_ps(gate + i));
+    if (PastExp4(g)) SigmoidMulScalar<Up>(a, gate, up, y, i, i + 4);
+    else SigmoidMul4<Up, 1>(a, gate, up, y, i, &g);
+  }
+  SigmoidMulScalar<Up>(a, gate, up, y, i, n);
+}
 #pragma GCC diagnostic pop
 #endif
 
@@ -86,6 +159,7 @@ void GeluExact(const float* x, float* y, int64_t n) {
 void Silu(const float* x, float* y, int64_t n) {
 #ifdef VOXSLAB_X86
   if (ChosenIsa() == Isa::kAvx512) return SigmoidMulAvx512<false>(x, x, nullptr, y, n);
+  if (ChosenIsa() == Isa::kAvx2) return SigmoidMulAvx2<false>(x, x, nullptr, y, n);
 #endif
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i] / (1.0 + std::exp(-static_cast<double>(x[i]))));
 }
@@ -93,6 +167,7 @@ void Silu(const float* x, float* y, int64_t n) {
 void SwiGlu(const float* gate, const float* up, float* y, int64_t n) {
 #ifdef VOXSLAB_X86
   if (ChosenIsa() == Isa::kAvx512) return SigmoidMulAvx512<true>(gate, gate, up, y, n);
+  if (ChosenIsa() == Isa::kAvx2) return SigmoidMulAvx2<true>(gate, gate, up, y, n);
 #endif
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(gate[i] / (1.0 + std::exp(-static_cast<double>(gate[i])))) * up[i];
 }
@@ -101,6 +176,10 @@ void Glu(const float* x, float* y, int64_t rows, int64_t dim) {
 #ifdef VOXSLAB_X86
   if (ChosenIsa() == Isa::kAvx512) {
     for (int64_t r = 0; r < rows; ++r) SigmoidMulAvx512<false>(x + r * 2 * dim, x + r * 2 * dim + dim, nullptr, y + r * dim, dim);
+    return;
+  }
+  if (ChosenIsa() == Isa::kAvx2) {
+    for (int64_t r = 0; r < rows; ++r) SigmoidMulAvx2<false>(x + r * 2 * dim, x + r * 2 * dim + dim, nullptr, y + r * dim, dim);
     return;
   }
 #endif
