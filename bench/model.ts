@@ -67,7 +67,9 @@ export interface ModelBenchRow {
    * of a text step's layers and head, depth_linear, the Depthformer's layers 8 times and each
    * codebook's logits matrix once, the detokenizer's layers once: the KV cache at the bench's
    * short context adds little), the time that takes at the read probe's bandwidth with as many
-   * threads, measured in the same run, and the frame's time over it.
+   * threads, and the frame's time over it. The probe runs before every checkpoint and at the
+   * end, and the bound takes its fastest reading of the run (a probe taken in a slow moment
+   * would make the bound slack: see ModelBenchResult.readSamplesGBps).
    */
   frameWeightMiB: number;
   readGBps: number;
@@ -198,7 +200,8 @@ function frameWeightBytes(model: SpeechModel): number {
   return layers + (c.interleave.text / c.interleave.audio) * (layers + head) + depth + detokenizer;
 }
 
-function measure(label: string, dir: string, quick: boolean, threads: number, readGBps: number): ModelBenchRow {
+/** One checkpoint at one thread count; the frame's bound is added by `withBound`. */
+function measure(label: string, dir: string, quick: boolean, threads: number): { row: ModelBenchRow; bytes: number } {
   const domain = MemoryDomain.create();
   const segment = 5;
   const model = SpeechModel.load(dir, domain, { segmentSeconds: segment, replySeconds: quick ? 2 : 4, context: 4096, threads });
@@ -278,7 +281,6 @@ function measure(label: string, dir: string, quick: boolean, threads: number, re
   const replyMs = performance.now() - t0;
   const first = firstReply(model, 2);
   const frameBytes = frameWeightBytes(model);
-  const boundMs = (frameBytes / (readGBps * 1e9)) * 1000;
   const stepMs = (decodeS / steps) * 1000;
   const textMs = (decodeTextS / steps) * 1000;
   const depthMs = (depthS / frames) * 1000;
@@ -295,7 +297,7 @@ function measure(label: string, dir: string, quick: boolean, threads: number, re
   const prefillMs = conv.stageMs[STAGES.indexOf('prefill')] as number;
   const replyMsPerFrame = r.audioFrames > 0 ? (replyMs - prefillMs) / r.audioFrames : 0;
   const weightBytes = model.report.weightBytes;
-  return {
+  const row: ModelBenchRow = {
     checkpoint: label,
     threads,
     config: c.name.includes('/') ? label : c.name,
@@ -316,15 +318,16 @@ function measure(label: string, dir: string, quick: boolean, threads: number, re
     frameMs: round(frameMs, 3),
     realTimeFactor: round(frameMs / 80, 4),
     frameWeightMiB: round(frameBytes / 2 ** 20, 1),
-    readGBps: round(readGBps, 2),
-    frameBoundMs: round(boundMs, 3),
-    frameOverBound: round(frameMs / boundMs, 3),
+    readGBps: 0,
+    frameBoundMs: 0,
+    frameOverBound: 0,
     replyMsPerFrame: round(replyMsPerFrame, 3),
     replyRealTimeFactor: round(replyMsPerFrame / 80, 4),
     firstReplyMs: round(first.ms, 1),
     firstReplyEncoderMs: round(first.encoderMs, 1),
     firstReplyPrefillMs: round(first.prefillMs, 1),
   };
+  return { row, bytes: frameBytes };
 }
 
 /** A user turn's 16 kHz input: `seconds` of a modulated tone. */
@@ -420,7 +423,15 @@ export interface ModelBenchResult {
   /** `--peer`: llama.cpp in the same run (empty without it). */
   peer: PeerRow[];
   peerEngine: string | null;
+  /** Every read probe of the run, GB/s, [one thread, two threads]; rows use the fastest. */
+  readSamplesGBps: number[][];
   notMeasured: string[];
+}
+
+/** The row's bound at the read bandwidth `readGBps` (GB/s) for its thread count. */
+function withBound(row: ModelBenchRow, frameBytes: number, readGBps: number): ModelBenchRow {
+  const boundMs = (frameBytes / (readGBps * 1e9)) * 1000;
+  return { ...row, readGBps: round(readGBps, 2), frameBoundMs: round(boundMs, 3), frameOverBound: round(row.frameMs / boundMs, 3) };
 }
 
 export async function run(options: { quick?: boolean; models?: string[]; production?: boolean; peer?: boolean } = {}): Promise<ModelBenchResult> {
@@ -436,10 +447,19 @@ export async function run(options: { quick?: boolean; models?: string[]; product
   if (options.peer !== true) notMeasured.push('llama.cpp on the same backbones: run with --peer');
   const rows: ModelBenchRow[] = [];
   const peer: PeerRow[] = [];
+  const readSamples: number[][] = [[], []];
   let peerEngine: string | null = null;
   try {
-    const read = readBandwidth([1, 2], quick ? 3 : 7).map((b) => b / 1e9);
-    for (const [label, dir] of targets) for (const threads of [1, 2]) rows.push(measure(label, dir, quick, threads, read[threads - 1]!));
+    const probe = (): void => {
+      readBandwidth([1, 2], quick ? 3 : 7).forEach((b, i) => readSamples[i]!.push(round(b / 1e9, 2)));
+    };
+    const measured: { row: ModelBenchRow; bytes: number }[] = [];
+    for (const [label, dir] of targets) {
+      probe();
+      for (const threads of [1, 2]) measured.push(measure(label, dir, quick, threads));
+    }
+    probe();
+    for (const m of measured) rows.push(withBound(m.row, m.bytes, Math.max(...readSamples[m.row.threads - 1]!)));
     // The peer: every checkpoint but tiny (too small for a rate to mean anything).
     if (options.peer === true) {
       for (const [label, dir] of targets.filter(([l]) => l !== 'tiny')) {
@@ -451,7 +471,7 @@ export async function run(options: { quick?: boolean; models?: string[]; product
   } finally {
     setComputeThreads(1);
   }
-  return { bench: 'model', rows, peer, peerEngine, notMeasured };
+  return { bench: 'model', rows, peer, peerEngine, readSamplesGBps: readSamples, notMeasured };
 }
 
 export function format(r: ModelBenchResult): string {
@@ -473,6 +493,8 @@ export function format(r: ModelBenchResult): string {
         `sample ${m.firstReplyMs} ms after a 3 s turn (encoder ${m.firstReplyEncoderMs}, prefill ${m.firstReplyPrefillMs})`,
     );
   }
+  const [one, two] = r.readSamplesGBps;
+  lines.push(`  read probe, GB/s, before each checkpoint and at the end (the bounds take the fastest): one thread ${one!.join(', ')}; two ${two!.join(', ')}`);
   for (const p of r.peer) {
     lines.push(
       `  ${p.checkpoint} vs ${r.peerEngine} (${p.ggufType}), ${p.threads} thread${p.threads > 1 ? 's' : ''}: prefill ${p.prefillTokens} ` +
