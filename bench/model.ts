@@ -451,7 +451,9 @@ export async function run(options: { quick?: boolean; models?: string[]; product
   let peerEngine: string | null = null;
   try {
     const probe = (): void => {
-      readBandwidth([1, 2], quick ? 3 : 7).forEach((b, i) => readSamples[i]!.push(round(b / 1e9, 2)));
+      const [one, two] = readBandwidth([1, 2], quick ? 3 : 7);
+      readSamples[0]!.push(round(one! / 1e9, 2));
+      readSamples[1]!.push(round(two! / 1e9, 2));
     };
     const measured: { row: ModelBenchRow; bytes: number }[] = [];
     for (const [label, dir] of targets) {
