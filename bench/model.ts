@@ -67,9 +67,10 @@ export interface ModelBenchRow {
    * of a text step's layers and head, depth_linear, the Depthformer's layers 8 times and each
    * codebook's logits matrix once, the detokenizer's layers once: the KV cache at the bench's
    * short context adds little), the time that takes at the read probe's bandwidth with as many
-   * threads, and the frame's time over it. The probe runs before every checkpoint and at the
-   * end, and the bound takes its fastest reading of the run (a probe taken in a slow moment
-   * would make the bound slack: see ModelBenchResult.readSamplesGBps).
+   * threads, and the frame's time over it. The probe runs before every checkpoint and after the
+   * last, and a row's bound takes the faster of the readings just before and just after its
+   * checkpoint: one probe taken in a slow moment would make the bound slack, and one taken
+   * minutes away would measure another state of a shared machine (ModelBenchResult.readSamplesGBps).
    */
   frameWeightMiB: number;
   readGBps: number;
@@ -423,7 +424,7 @@ export interface ModelBenchResult {
   /** `--peer`: llama.cpp in the same run (empty without it). */
   peer: PeerRow[];
   peerEngine: string | null;
-  /** Every read probe of the run, GB/s, [one thread, two threads]; rows use the fastest. */
+  /** Every read probe of the run in order, GB/s, [one thread, two threads]: before each checkpoint, and after the last. */
   readSamplesGBps: number[][];
   notMeasured: string[];
 }
@@ -455,13 +456,17 @@ export async function run(options: { quick?: boolean; models?: string[]; product
       readSamples[0]!.push(round(one! / 1e9, 2));
       readSamples[1]!.push(round(two! / 1e9, 2));
     };
-    const measured: { row: ModelBenchRow; bytes: number }[] = [];
-    for (const [label, dir] of targets) {
+    // Checkpoint k is measured between probes k and k + 1, and its rows take the faster of the two.
+    const measured: { row: ModelBenchRow; bytes: number; k: number }[] = [];
+    targets.forEach(([label, dir], k) => {
       probe();
-      for (const threads of [1, 2]) measured.push(measure(label, dir, quick, threads));
-    }
+      for (const threads of [1, 2]) measured.push({ ...measure(label, dir, quick, threads), k });
+    });
     probe();
-    for (const m of measured) rows.push(withBound(m.row, m.bytes, Math.max(...readSamples[m.row.threads - 1]!)));
+    for (const m of measured) {
+      const samples = readSamples[m.row.threads - 1]!;
+      rows.push(withBound(m.row, m.bytes, Math.max(samples[m.k]!, samples[m.k + 1]!)));
+    }
     // The peer: every checkpoint but tiny (too small for a rate to mean anything).
     if (options.peer === true) {
       for (const [label, dir] of targets.filter(([l]) => l !== 'tiny')) {
@@ -496,7 +501,9 @@ export function format(r: ModelBenchResult): string {
     );
   }
   const [one, two] = r.readSamplesGBps;
-  lines.push(`  read probe, GB/s, before each checkpoint and at the end (the bounds take the fastest): one thread ${one!.join(', ')}; two ${two!.join(', ')}`);
+  lines.push(
+    `  read probe, GB/s, before each checkpoint and after the last (a bound takes the faster of its checkpoint's two): one thread ${one!.join(', ')}; two ${two!.join(', ')}`,
+  );
   for (const p of r.peer) {
     lines.push(
       `  ${p.checkpoint} vs ${r.peerEngine} (${p.ggufType}), ${p.threads} thread${p.threads > 1 ? 's' : ''}: prefill ${p.prefillTokens} ` +
