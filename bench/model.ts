@@ -201,8 +201,11 @@ function frameWeightBytes(model: SpeechModel): number {
   return layers + (c.interleave.text / c.interleave.audio) * (layers + head) + depth + detokenizer;
 }
 
-/** One checkpoint at one thread count; the frame's bound is added by `withBound`. */
-function measure(label: string, dir: string, quick: boolean, threads: number): { row: ModelBenchRow; bytes: number } {
+/** A row before its frame's bound, which `withBound` adds from the run's read probes. */
+type UnboundRow = Omit<ModelBenchRow, 'readGBps' | 'frameBoundMs' | 'frameOverBound'>;
+
+/** One checkpoint at one thread count, and the weight bytes its frame reads. */
+function measure(label: string, dir: string, quick: boolean, threads: number): { row: UnboundRow; bytes: number } {
   const domain = MemoryDomain.create();
   const segment = 5;
   const model = SpeechModel.load(dir, domain, { segmentSeconds: segment, replySeconds: quick ? 2 : 4, context: 4096, threads });
@@ -298,7 +301,7 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
   const prefillMs = conv.stageMs[STAGES.indexOf('prefill')] as number;
   const replyMsPerFrame = r.audioFrames > 0 ? (replyMs - prefillMs) / r.audioFrames : 0;
   const weightBytes = model.report.weightBytes;
-  const row: ModelBenchRow = {
+  const row: UnboundRow = {
     checkpoint: label,
     threads,
     config: c.name.includes('/') ? label : c.name,
@@ -319,9 +322,6 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
     frameMs: round(frameMs, 3),
     realTimeFactor: round(frameMs / 80, 4),
     frameWeightMiB: round(frameBytes / 2 ** 20, 1),
-    readGBps: 0,
-    frameBoundMs: 0,
-    frameOverBound: 0,
     replyMsPerFrame: round(replyMsPerFrame, 3),
     replyRealTimeFactor: round(replyMsPerFrame / 80, 4),
     firstReplyMs: round(first.ms, 1),
@@ -429,8 +429,8 @@ export interface ModelBenchResult {
   notMeasured: string[];
 }
 
-/** The row's bound at the read bandwidth `readGBps` (GB/s) for its thread count. */
-function withBound(row: ModelBenchRow, frameBytes: number, readGBps: number): ModelBenchRow {
+/** The row with its frame's bound at the read bandwidth `readGBps` (GB/s) for its thread count. */
+function withBound(row: UnboundRow, frameBytes: number, readGBps: number): ModelBenchRow {
   const boundMs = (frameBytes / (readGBps * 1e9)) * 1000;
   return { ...row, readGBps: round(readGBps, 2), frameBoundMs: round(boundMs, 3), frameOverBound: round(row.frameMs / boundMs, 3) };
 }
@@ -457,7 +457,7 @@ export async function run(options: { quick?: boolean; models?: string[]; product
       readSamples[1]!.push(round(two! / 1e9, 2));
     };
     // Checkpoint k is measured between probes k and k + 1, and its rows take the faster of the two.
-    const measured: { row: ModelBenchRow; bytes: number; k: number }[] = [];
+    const measured: { row: UnboundRow; bytes: number; k: number }[] = [];
     targets.forEach(([label, dir], k) => {
       probe();
       for (const threads of [1, 2]) measured.push({ ...measure(label, dir, quick, threads), k });

@@ -1,5 +1,5 @@
 import v8 from 'node:v8';
-import { Worker } from 'node:worker_threads';
+import { Worker, type WorkerOptions } from 'node:worker_threads';
 
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -24,10 +24,10 @@ export function randInt(r: () => number, lo: number, hi: number): number {
   return lo + Math.floor(r() * (hi - lo + 1));
 }
 
-/** Starts a compiled worker script next to the caller and resolves with its one result message. */
-export function runWorker<T>(url: URL, workerData: unknown): Promise<T> {
+/** Starts a compiled worker script next to the caller and resolves with its one result message once it has exited. */
+export function runWorker<T>(url: URL, workerData: unknown, options: Omit<WorkerOptions, 'workerData'> = {}): Promise<T> {
   return new Promise((resolve, reject) => {
-    const w = new Worker(url, { workerData });
+    const w = new Worker(url, { ...options, workerData });
     let result: T | undefined;
     let got = false;
     w.once('message', (m: T) => {

@@ -272,13 +272,18 @@ __attribute__((target("avx2,fma"))) inline __m256 QuantChunk(bool q8, const uint
 }
 
 // Σ_g b_g·xsum_g of one row: the bias term, in 8 lanes and then a tail, combined in a fixed order.
+// BiasDot's groups past the last whole eight, from g.
+__attribute__((target("avx2,fma,f16c"))) inline float BiasTail(const uint16_t* bi, const float* xsum, int64_t g, int64_t groups) {
+  float t = 0;
+  for (; g < groups; ++g) t += _cvtsh_ss(bi[g]) * xsum[g];
+  return t;
+}
+
 __attribute__((target("avx2,fma,f16c"))) inline float BiasDot(const uint16_t* bi, const float* xsum, int64_t groups) {
   __m256 bacc = _mm256_setzero_ps();
   int64_t g = 0;
   for (; g + 8 <= groups; g += 8) bacc = _mm256_fmadd_ps(Half8(bi + g), _mm256_loadu_ps(xsum + g), bacc);
-  float t = 0;
-  for (; g < groups; ++g) t += _cvtsh_ss(bi[g]) * xsum[g];
-  return Hsum(bacc) + t;
+  return Hsum(bacc) + BiasTail(bi, xsum, g, groups);
 }
 
 // BiasDot of one bias row with four input sums at once, each lane BiasDot's bits.
@@ -292,12 +297,9 @@ __attribute__((target("avx2,fma,f16c"))) inline __m128 BiasDot4(const uint16_t* 
     b2 = _mm256_fmadd_ps(h, _mm256_loadu_ps(xsum[2] + g), b2);
     b3 = _mm256_fmadd_ps(h, _mm256_loadu_ps(xsum[3] + g), b3);
   }
-  alignas(16) float t[4] = {};
-  for (; g < groups; ++g) {
-    const float h = _cvtsh_ss(bi[g]);
-    for (int a = 0; a < 4; ++a) t[a] += h * xsum[a][g];
-  }
-  return _mm_add_ps(Hsum4(b0, b1, b2, b3), _mm_load_ps(t));
+  const __m128 t = _mm_setr_ps(BiasTail(bi, xsum[0], g, groups), BiasTail(bi, xsum[1], g, groups), BiasTail(bi, xsum[2], g, groups),
+                               BiasTail(bi, xsum[3], g, groups));
+  return _mm_add_ps(Hsum4(b0, b1, b2, b3), t);
 }
 
 __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const void* w, const uint16_t* scales,

@@ -13,6 +13,16 @@ namespace voxslab {
 
 namespace {
 
+// y[j] = f32(a / (1 + e^−g)) (· up) for j in [j0, j1): the portable steps, which the vector paths
+// match (a is g itself for SiLU and SwiGLU, the other half of the row for GLU).
+template <bool Up>
+inline void SigmoidMulScalar(const float* a, const float* gate, const float* up, float* y, int64_t j0, int64_t j1) {
+  for (int64_t j = j0; j < j1; ++j) {
+    const float s = static_cast<float>(a[j] / (1.0 + std::exp(-static_cast<double>(gate[j]))));
+    y[j] = Up ? s * up[j] : s;
+  }
+}
+
 #ifdef VOXSLAB_X86
 // GCC 12 reports the intrinsics' own undefined pass-through operands as uninitialized.
 #pragma GCC diagnostic push
@@ -22,13 +32,17 @@ namespace {
 // series to r^13 (below 1e-17 relative), times 2^k by scalef (which gives inf and 0 past the
 // range and keeps NaN). Within a few units in the last place of a double, so the f32 results
 // below are those of std::exp but where a double lands within that of an f32 rounding boundary.
+constexpr double kLog2e = 1.4426950408889634;
+constexpr double kLn2Hi = 6.93147180369123816490e-01;
+constexpr double kLn2Lo = 1.90821492927058770002e-10;
+constexpr double kInvFact[] = {1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0,
+                               1.0 / 40320.0,      1.0 / 5040.0,      1.0 / 720.0,      1.0 / 120.0,     1.0 / 24.0,
+                               1.0 / 6.0,          0.5,               1.0,              1.0};
+
 __attribute__((target("avx512f"))) inline __m512d Exp8(__m512d x) {
-  const __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(1.4426950408889634)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(6.93147180369123816490e-01), x);
-  r = _mm512_fnmadd_pd(k, _mm512_set1_pd(1.90821492927058770002e-10), r);
-  static constexpr double kInvFact[] = {1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0,
-                                        1.0 / 40320.0,      1.0 / 5040.0,      1.0 / 720.0,      1.0 / 120.0,     1.0 / 24.0,
-                                        1.0 / 6.0,          0.5,               1.0,              1.0};
+  const __m512d k = _mm512_roundscale_pd(_mm512_mul_pd(x, _mm512_set1_pd(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512d r = _mm512_fnmadd_pd(k, _mm512_set1_pd(kLn2Hi), x);
+  r = _mm512_fnmadd_pd(k, _mm512_set1_pd(kLn2Lo), r);
   __m512d p = _mm512_set1_pd(kInvFact[0]);
   for (int i = 1; i < 14; ++i) p = _mm512_fmadd_pd(p, r, _mm512_set1_pd(kInvFact[i]));
   return _mm512_scalef_pd(p, k);
@@ -46,10 +60,7 @@ __attribute__((target("avx512f"))) void SigmoidMulAvx512(const float* a, const f
     const __m256 s = _mm512_cvtpd_ps(_mm512_div_pd(num, _mm512_add_pd(one, Exp8(_mm512_sub_pd(_mm512_setzero_pd(), g)))));
     _mm256_storeu_ps(y + i, Up ? _mm256_mul_ps(s, _mm256_loadu_ps(up + i)) : s);
   }
-  for (; i < n; ++i) {
-    const float s = static_cast<float>(a[i] / (1.0 + std::exp(-static_cast<double>(gate[i]))));
-    y[i] = Up ? s * up[i] : s;
-  }
+  SigmoidMulScalar<Up>(a, gate, up, y, i, n);
 }
 
 // Exp8's steps on AVX2 for N vectors of four doubles at once (their polynomial chains interleave),
@@ -58,14 +69,11 @@ __attribute__((target("avx512f"))) void SigmoidMulAvx512(const float* a, const f
 constexpr double kExp4Max = 708.0;
 template <int N>
 __attribute__((target("avx2,fma"))) inline void Exp4(__m256d* x) {
-  static constexpr double kInvFact[] = {1.0 / 6227020800.0, 1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0,
-                                        1.0 / 40320.0,      1.0 / 5040.0,      1.0 / 720.0,      1.0 / 120.0,     1.0 / 24.0,
-                                        1.0 / 6.0,          0.5,               1.0,              1.0};
   __m256d k[N], r[N], p[N];
   for (int v = 0; v < N; ++v) {
-    k[v] = _mm256_round_pd(_mm256_mul_pd(x[v], _mm256_set1_pd(1.4426950408889634)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    r[v] = _mm256_fnmadd_pd(k[v], _mm256_set1_pd(6.93147180369123816490e-01), x[v]);
-    r[v] = _mm256_fnmadd_pd(k[v], _mm256_set1_pd(1.90821492927058770002e-10), r[v]);
+    k[v] = _mm256_round_pd(_mm256_mul_pd(x[v], _mm256_set1_pd(kLog2e)), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    r[v] = _mm256_fnmadd_pd(k[v], _mm256_set1_pd(kLn2Hi), x[v]);
+    r[v] = _mm256_fnmadd_pd(k[v], _mm256_set1_pd(kLn2Lo), r[v]);
     p[v] = _mm256_set1_pd(kInvFact[0]);
   }
   for (int i = 1; i < 14; ++i)
@@ -73,15 +81,6 @@ __attribute__((target("avx2,fma"))) inline void Exp4(__m256d* x) {
   for (int v = 0; v < N; ++v) {
     const __m256i e = _mm256_add_epi64(_mm256_cvtepi32_epi64(_mm256_cvtpd_epi32(k[v])), _mm256_set1_epi64x(1023));
     x[v] = _mm256_mul_pd(p[v], _mm256_castsi256_pd(_mm256_slli_epi64(e, 52)));
-  }
-}
-
-// y[j] = f32(a / (1 + e^−g)) (· up) for j in [j0, j1), the scalar steps.
-template <bool Up>
-inline void SigmoidMulScalar(const float* a, const float* gate, const float* up, float* y, int64_t j0, int64_t j1) {
-  for (int64_t j = j0; j < j1; ++j) {
-    const float s = static_cast<float>(a[j] / (1.0 + std::exp(-static_cast<double>(gate[j]))));
-    y[j] = Up ? s * up[j] : s;
   }
 }
 
@@ -156,38 +155,26 @@ void GeluExact(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(0.5 * x[i] * (1.0 + std::erf(x[i] / std::sqrt(2.0))));
 }
 
-void Silu(const float* x, float* y, int64_t n) {
+namespace {
+
+// y = f32(a / (1 + e^−g)) (· up) over n values on the chosen instruction set.
+template <bool Up>
+void SigmoidMul(const float* a, const float* gate, const float* up, float* y, int64_t n) {
 #ifdef VOXSLAB_X86
-  if (ChosenIsa() == Isa::kAvx512) return SigmoidMulAvx512<false>(x, x, nullptr, y, n);
-  if (ChosenIsa() == Isa::kAvx2) return SigmoidMulAvx2<false>(x, x, nullptr, y, n);
+  if (ChosenIsa() == Isa::kAvx512) return SigmoidMulAvx512<Up>(a, gate, up, y, n);
+  if (ChosenIsa() == Isa::kAvx2) return SigmoidMulAvx2<Up>(a, gate, up, y, n);
 #endif
-  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(x[i] / (1.0 + std::exp(-static_cast<double>(x[i]))));
+  SigmoidMulScalar<Up>(a, gate, up, y, 0, n);
 }
 
-void SwiGlu(const float* gate, const float* up, float* y, int64_t n) {
-#ifdef VOXSLAB_X86
-  if (ChosenIsa() == Isa::kAvx512) return SigmoidMulAvx512<true>(gate, gate, up, y, n);
-  if (ChosenIsa() == Isa::kAvx2) return SigmoidMulAvx2<true>(gate, gate, up, y, n);
-#endif
-  for (int64_t i = 0; i < n; ++i) y[i] = static_cast<float>(gate[i] / (1.0 + std::exp(-static_cast<double>(gate[i])))) * up[i];
-}
+}  // namespace
+
+void Silu(const float* x, float* y, int64_t n) { SigmoidMul<false>(x, x, nullptr, y, n); }
+
+void SwiGlu(const float* gate, const float* up, float* y, int64_t n) { SigmoidMul<true>(gate, gate, up, y, n); }
 
 void Glu(const float* x, float* y, int64_t rows, int64_t dim) {
-#ifdef VOXSLAB_X86
-  if (ChosenIsa() == Isa::kAvx512) {
-    for (int64_t r = 0; r < rows; ++r) SigmoidMulAvx512<false>(x + r * 2 * dim, x + r * 2 * dim + dim, nullptr, y + r * dim, dim);
-    return;
-  }
-  if (ChosenIsa() == Isa::kAvx2) {
-    for (int64_t r = 0; r < rows; ++r) SigmoidMulAvx2<false>(x + r * 2 * dim, x + r * 2 * dim + dim, nullptr, y + r * dim, dim);
-    return;
-  }
-#endif
-  for (int64_t r = 0; r < rows; ++r)
-    for (int64_t i = 0; i < dim; ++i) {
-      const double g = x[r * 2 * dim + dim + i];
-      y[r * dim + i] = static_cast<float>(x[r * 2 * dim + i] / (1.0 + std::exp(-g)));
-    }
+  for (int64_t r = 0; r < rows; ++r) SigmoidMul<false>(x + r * 2 * dim, x + r * 2 * dim + dim, nullptr, y + r * dim, dim);
 }
 
 void Rope(float* x, const float* cs, const float* sn, int64_t rows, int64_t heads, int64_t hd, int64_t pos0, bool adjacent) {
@@ -259,9 +246,12 @@ struct Conv2dTask {
 };
 
 #ifdef VOXSLAB_X86
-// Elements 0, 2, …, 14 of the 16 floats a then b.
+// Elements 0, 2, …, 14 (Evens) or 1, 3, …, 15 (Odds) of the 16 floats a then b.
 __attribute__((target("avx2"))) inline __m256 Evens(__m256 a, __m256 b) {
   return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0x88)), 0xd8));
+}
+__attribute__((target("avx2"))) inline __m256 Odds(__m256 a, __m256 b) {
+  return _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(a, b, 0xdd)), 0xd8));
 }
 
 // Output columns [from, to) of row `orow` of a channel with one input channel `ci` (depthwise, or
@@ -280,9 +270,8 @@ __attribute__((target("avx2"))) int64_t Conv2dRowAvx2(const float* in, int64_t c
       const float* x = in + (ci * inRows + (irow - inRow0)) * inCols + 2 * col - 1;
       const __m256 e0 = _mm256_loadu_ps(x), e1 = _mm256_loadu_ps(x + 8);
       const __m256 f0 = _mm256_loadu_ps(x + 2), f1 = _mm256_loadu_ps(x + 10);
-      const __m256 odd = _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(_mm256_shuffle_ps(e0, e1, 0xdd)), 0xd8));
       s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_set1_ps(wk[di * 3]), Evens(e0, e1)));
-      s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_set1_ps(wk[di * 3 + 1]), odd));
+      s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_set1_ps(wk[di * 3 + 1]), Odds(e0, e1)));
       s = _mm256_add_ps(s, _mm256_mul_ps(_mm256_set1_ps(wk[di * 3 + 2]), Evens(f0, f1)));
     }
     if (relu) s = _mm256_blendv_ps(s, _mm256_setzero_ps(), _mm256_cmp_ps(s, _mm256_setzero_ps(), _CMP_LT_OQ));

@@ -1,8 +1,7 @@
 import t from 'tap';
 import { join } from 'node:path';
-import { Worker } from 'node:worker_threads';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
-import { scratchDir } from '../helpers.js';
+import { runWorker, scratchDir } from '../helpers.js';
 
 const dir = join(scratchDir('voxslab-control-'), 'tiny');
 makeCheckpoint({ config: 'tiny', seed: 3, out: dir, dtype: 'f32' });
@@ -11,15 +10,7 @@ makeCheckpoint({ config: 'tiny', seed: 3, out: dir, dtype: 'f32' });
 async function probe(rounds: number, windows: number): Promise<{ clean: number[]; leaking: number[] }> {
   const env = { ...process.env };
   delete env.NODE_OPTIONS;
-  const w = new Worker(new URL('./workers/control-probe.js', import.meta.url), { workerData: { dir, rounds, windows }, execArgv: [], env });
-  // 'exit' is listened for from the start: it can come before the code after the message runs.
-  const exited = new Promise((resolve) => w.once('exit', resolve));
-  const r = await new Promise<{ clean: number[]; leaking: number[] }>((resolve, reject) => {
-    w.once('message', resolve);
-    w.once('error', reject);
-  });
-  await exited;
-  return r;
+  return runWorker(new URL('./workers/control-probe.js', import.meta.url), { dir, rounds, windows }, { execArgv: [], env });
 }
 
 /**
