@@ -42,15 +42,24 @@ export function runWorker<T>(url: URL, workerData: unknown, options: Omit<Worker
   });
 }
 
+/** How long an allocation probe waits, at most, for quiet windows. */
+export const PROBE_BUDGET_MS = 20_000;
+
 /**
  * Heap and ArrayBuffer growth over `n` calls in steady state (optimised code): the smallest
  * window after a warm-up, measuring up to 50 windows and stopping at the first under `quiet`
  * bytes. Unoptimised tiers box doubles, and under load the background compiler can take a
  * while; one-off JIT work lands in some windows only, while an allocation per call shows in
  * every window. A window with a garbage collection in it (negative delta) is ignored.
- * `budgetMs` keeps measuring windows past the 50th until that much time has passed.
+ * Windows go on past the 50th until `budgetMs` has passed, so a compiler slowed by a loaded
+ * machine still gets to install its code; a body that allocates reads loud throughout.
  */
-export function allocationProbe(n: number, body: () => void, quiet = 1024, budgetMs = 0): { heap: number; arrayBuffers: number; windows: number } {
+export function allocationProbe(
+  n: number,
+  body: () => void,
+  quiet = 1024,
+  budgetMs = PROBE_BUDGET_MS,
+): { heap: number; arrayBuffers: number; windows: number } {
   for (let i = 0; i < 10 * n; i++) body();
   let best = { heap: Number.POSITIVE_INFINITY, arrayBuffers: Number.POSITIVE_INFINITY, windows: 0 };
   // With a time budget, windows go on past 50 until it is spent: on a loaded machine V8's

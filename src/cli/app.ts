@@ -98,7 +98,7 @@ const COMMANDS: Record<string, Command> = {
       const group = Number(flagValue<string>('group', text(v, 'group')));
       const [input, output] = [last(v, 'input'), last(v, 'output')];
       const r = await quantizeCheckpoint({ input, output, bits, group });
-      log(`wrote ${output}: ${r.quantized} tensors quantized, ${r.kept} kept`);
+      log(`wrote ${output}: ${r.quantized} tensors quantized, ${r.kept} kept (${r.threads} threads)`);
     },
   },
   'export-gguf': {

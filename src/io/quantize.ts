@@ -127,8 +127,15 @@ export interface QuantizeOptions {
   threads?: number;
 }
 
+export interface QuantizeResult {
+  quantized: number;
+  kept: number;
+  /** Worker threads started for the run. */
+  threads: number;
+}
+
 /** Quantizes a checkpoint folder into another. */
-export async function quantizeCheckpoint(o: QuantizeOptions): Promise<{ quantized: number; kept: number }> {
+export async function quantizeCheckpoint(o: QuantizeOptions): Promise<QuantizeResult> {
   if (o.bits !== 4 && o.bits !== 8) throw new UsageError(`--bits must be 4 or 8, got ${String(o.bits)}`);
   if (o.group !== 32 && o.group !== 64) throw new UsageError(`--group must be 32 or 64, got ${String(o.group)}`);
   checkOutputs([['--in', o.input]], [['--out', o.output]]);
@@ -137,17 +144,23 @@ export async function quantizeCheckpoint(o: QuantizeOptions): Promise<{ quantize
   return stagedFolder(o.output, '--out', (out) => quantizeInto({ ...o, output: out }));
 }
 
-async function quantizeInto(o: QuantizeOptions): Promise<{ quantized: number; kept: number }> {
+async function quantizeInto(o: QuantizeOptions): Promise<QuantizeResult> {
   mkdirSync(join(o.output, 'audio_detokenizer'), { recursive: true });
+  const threads = o.threads ?? Math.max(1, availableParallelism());
+  // Every worker lives for the whole run: a pool that retires idle workers between tensors
+  // starts and ends a thread per lull, and ending a worker whose isolate is still compiling
+  // can abort the process inside Node.
   const pool = withWorkerOptions(
     (w) =>
       new Piscina({
         filename: new URL('../../workers/quantize.js', import.meta.url).href,
-        maxThreads: o.threads ?? Math.max(1, availableParallelism()),
-        minThreads: 1,
+        maxThreads: threads,
+        minThreads: threads,
         ...w,
       }),
   );
+  let started = 0;
+  pool.on('workerCreate', () => started++);
   try {
     const a = await quantizeFile(pool, join(o.input, 'model.safetensors'), join(o.output, 'model.safetensors'), o.bits, o.group, 'model.safetensors');
     const b = await quantizeFile(
@@ -174,7 +187,7 @@ async function quantizeInto(o: QuantizeOptions): Promise<{ quantized: number; ke
         // optional file
       }
     }
-    return { quantized: a.quantized + b.quantized, kept: a.kept + b.kept };
+    return { quantized: a.quantized + b.quantized, kept: a.kept + b.kept, threads: started };
   } finally {
     await pool.destroy();
   }

@@ -31,8 +31,11 @@ for (const [bits, group] of [
     const out = join(dir, `q${bits}`);
     const r = await quantizeCheckpoint({ input: join(dir, 'f32'), output: out, bits, group, threads: 2 });
     t.ok(r.quantized > 50, `${r.quantized} tensors quantized, ${r.kept} kept`);
+    // A worker per thread for the whole run, none started and ended between tensors.
+    t.equal(r.threads, 2, 'two threads: two workers started');
     const again = join(dir, `q${bits}-again`);
-    await quantizeCheckpoint({ input: join(dir, 'f32'), output: again, bits, group, threads: 1 });
+    const one = await quantizeCheckpoint({ input: join(dir, 'f32'), output: again, bits, group, threads: 1 });
+    t.equal(one.threads, 1, 'one thread: one worker started');
     t.equal(sha(join(out, 'model.safetensors')), sha(join(again, 'model.safetensors')), 'the same bytes with one thread or two');
     // What README says is written is what is written.
     for (const f of ['model.safetensors', 'audio_detokenizer/model.safetensors']) {

@@ -172,7 +172,7 @@ if (stage === 'capture' || stage === 'frontend') {
     drain(rings.output);
   };
 }
-const result = allocationProbe(calls, body, 1024, 20_000);
+const result = allocationProbe(calls, body);
 parentPort!.postMessage({
   stage,
   records: st.records,
