@@ -104,7 +104,6 @@ export class SileroModel {
   }
 }
 
-const sigmoid = (x: number) => 1 / (1 + Math.exp(-x));
 const F32 = WEIGHT_TYPE.f32;
 
 export class SileroVad implements FrameDecider {
@@ -258,10 +257,12 @@ export class SileroVad implements FrameDecider {
     const bhh = m.get('model.decoder.rnn.bias_hh');
     for (let r = 0; r < 4 * HIDDEN; r++) g[r] = (g[r] as number) + (gh[r] as number) + (bih[r] as number) + (bhh[r] as number);
     for (let k = 0; k < HIDDEN; k++) {
-      const ig = sigmoid(g[k] as number);
-      const fg = sigmoid(g[HIDDEN + k] as number);
+      // Sigmoids written out: a double passed to or returned from a call V8 does not inline is
+      // boxed, one allocation each.
+      const ig = 1 / (1 + Math.exp(-(g[k] as number)));
+      const fg = 1 / (1 + Math.exp(-(g[HIDDEN + k] as number)));
       const gg = Math.tanh(g[2 * HIDDEN + k] as number);
-      const og = sigmoid(g[3 * HIDDEN + k] as number);
+      const og = 1 / (1 + Math.exp(-(g[3 * HIDDEN + k] as number)));
       c[k] = fg * (c[k] as number) + ig * gg;
       h[k] = og * Math.tanh(c[k] as number);
     }
@@ -273,6 +274,6 @@ export class SileroVad implements FrameDecider {
     }
     // The window's last 64 samples are the next window's context.
     x.copyWithin(0, SILERO_WINDOW, SILERO_WINDOW + CONTEXT);
-    this.#p[0] = sigmoid(s);
+    this.#p[0] = 1 / (1 + Math.exp(-s));
   }
 }

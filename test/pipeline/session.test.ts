@@ -170,6 +170,19 @@ t.test('duplex session with Silero VAD: the user is heard, their words are the t
   idle.close();
 });
 
+t.test('duplex session: listening allocates nothing even where V8 inlines nothing, with either VAD', { skip }, async (t) => {
+  const { spawnSync } = await import('node:child_process');
+  const { fileURLToPath } = await import('node:url');
+  const file = fileURLToPath(new URL('./workers/session-probe.js', import.meta.url));
+  const r = spawnSync(process.execPath, ['--max-inlined-bytecode-size=0', file], { encoding: 'utf8', timeout: 300_000 });
+  t.equal(r.status, 0, r.stderr);
+  const got = JSON.parse(r.stdout) as Record<string, { heap: number; arrayBuffers: number; windows: number }>;
+  for (const [vad, p] of Object.entries(got)) {
+    t.equal(p.arrayBuffers, 0, `${vad}: no ArrayBuffer`);
+    t.ok(p.heap < 1024, `${vad}: JS heap growth ${p.heap} bytes over 200 periods (window ${p.windows})`);
+  }
+});
+
 /** The assistant's speech at the device rate. */
 const assistantSpeech = (seconds: number, rate = RATE): Float32Array => {
   const x = assistantVoice(seconds);
