@@ -519,6 +519,11 @@ __attribute__((target("avx2,fma"))) inline __m256 Avx2IntDot(bool q4, const uint
   return Avx2Dot(q4, a, b, xa, xb);
 }
 
+// Weight rows taken one at a time are one stream, which the hardware prefetcher alone lets fall
+// behind while the core computes: the integer GEMVs ask for the bytes this far ahead (past a
+// row's end, the next row's).
+constexpr int64_t kStreamAhead = 4096;
+
 // Activation rows the AVX2 integer GEMV takes against one pass over q4 weight rows (GemvRows): a
 // detokenizer frame's six positions unpack each weight block once. q8, with a stored term per
 // activation, takes four.
@@ -538,13 +543,8 @@ struct IntRowsAvx2 {
   static constexpr int64_t kBlocks8 = kTwo ? 4 : 8 * kBlocksPerGroup;  // blocks of eight groups
   // Bytes of a row that Run takes one at a time: every q4 row, q8 rows up to 2 KiB.
   static constexpr int64_t kShortRow = Q4 ? INT64_MAX : 2048;
-  // Rows taken one at a time are one stream, which the hardware prefetcher alone lets fall behind
-  // while the core computes: each eight groups ask for the bytes this far ahead (past a row's
-  // end, the next row's).
-  static constexpr int64_t kAhead = 4096;
-
   __attribute__((target("avx2,fma,f16c"))) static inline void Ahead(const uint8_t* p) {
-    for (int64_t o = 0; o < kBlocks8 * 32; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kAhead + o), _MM_HINT_T0);
+    for (int64_t o = 0; o < kBlocks8 * 32; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kStreamAhead + o), _MM_HINT_T0);
   }
 
   // Lanes of block j within its eight groups.
@@ -834,10 +834,15 @@ struct Int512 {
     for (int r = 0; r < R; ++r)
       for (int a = 0; a < NA; ++a) acc[r][a] = _mm512_setzero_ps();
     for (int64_t z = 0; z < steps; ++z) {
-      // The next R rows, one pass ahead: the stream outruns the hardware prefetcher otherwise.
-      // Past the last row of a block of rows this reads on into the next.
-      const char* ahead = reinterpret_cast<const char*>(r0 + R * rowBytes + z * 64);
-      for (int r = 0; r < R; ++r) _mm_prefetch(ahead + r * rowBytes, _MM_HINT_T0);
+      // The stream outruns the hardware prefetcher otherwise. One row: kStreamAhead on in the
+      // same stream. R rows: the next R, one pass ahead (past the last row of a block of rows
+      // this reads on into the next).
+      if constexpr (R == 1) {
+        _mm_prefetch(reinterpret_cast<const char*>(r0 + z * 64 + kStreamAhead), _MM_HINT_T0);
+      } else {
+        const char* ahead = reinterpret_cast<const char*>(r0 + R * rowBytes + z * 64);
+        for (int r = 0; r < R; ++r) _mm_prefetch(ahead + r * rowBytes, _MM_HINT_T0);
+      }
       Step<R, NA, false>(acc, r0, rowBytes, s0, groups, xq, xs, z);
     }
     if (rowBytes % 64 != 0) Step<R, NA, true>(acc, r0, rowBytes, s0, groups, xq, xs, steps);
@@ -858,8 +863,9 @@ struct Int512 {
   }
 
   // Weight rows per pass by activation count: the R × NA accumulators, R weight vectors and
-  // the activation vectors must stay in the 32 registers.
-  static constexpr int kRowsPerPass[5] = {0, 4, 4, 4, 4};
+  // the activation vectors must stay in the 32 registers. One activation takes one row at a
+  // time: a single stream kept ahead of streams from memory faster than four side by side.
+  static constexpr int kRowsPerPass[5] = {0, 1, 4, 4, 4};
 };
 
 // Up to four activation rows against `mb` weight rows (group 32 or 64).
