@@ -850,34 +850,33 @@ struct Int512 {
       for (int a = 0; a < NA; ++a) y[a][m + r] = Hsum512(acc[r][a]) + BiasDot(biases + (m + r) * groups, xsum[a], groups);
   }
 
-  // Every weight row of a block against NA activations.
-  template <int NA>
+  // Every weight row of a block against NA activations, R weight rows per pass (the R × NA
+  // accumulators, R weight vectors and the activation vectors must stay in the 32 registers).
+  template <int NA, int R>
   VOXSLAB_VNNI static void Rows(const uint8_t* w, const uint16_t* scales, const uint16_t* biases, const int8_t* const* xq, const float* const* xs,
                                 const float* const* xsum, float* const* y, int64_t mb, int64_t K) {
     const int64_t groups = K / G;
     const int64_t rowBytes = Q4 ? K / 2 : K;
-    constexpr int R = kRowsPerPass[NA];
     int64_t m = 0;
     for (; m + R <= mb; m += R) Pass<R, NA>(w + m * rowBytes, scales + m * groups, biases, xq, xs, xsum, y, m, K);
     for (; m < mb; ++m) Pass<1, NA>(w + m * rowBytes, scales + m * groups, biases, xq, xs, xsum, y, m, K);
   }
-
-  // Weight rows per pass by activation count: the R × NA accumulators, R weight vectors and
-  // the activation vectors must stay in the 32 registers. One activation takes one row at a
-  // time: a single stream kept ahead of streams from memory faster than four side by side.
-  static constexpr int kRowsPerPass[5] = {0, 1, 4, 4, 4};
 };
 
-// Up to four activation rows against `mb` weight rows (group 32 or 64).
+// Up to four activation rows against `mb` weight rows (group 32 or 64). Rows read from memory
+// (Stream) against one or two activations go one at a time, a single stream kept ahead of, which
+// streams faster than four side by side; otherwise, and for rows already in cache, four per pass.
+template <bool Stream>
 VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group,
                                    const int8_t* const* xq, const float* const* xs, const float* const* xsum,
                                    float* const* y, int na, int64_t mb, int64_t K) {
+  constexpr int R = Stream ? 1 : 4;
 #define VOXSLAB_ROWS(Q, G)                                          \
   switch (na) {                                                     \
-    case 1: Int512<Q, G>::Rows<1>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
-    case 2: Int512<Q, G>::Rows<2>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
-    case 3: Int512<Q, G>::Rows<3>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
-    default: Int512<Q, G>::Rows<4>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
+    case 1: Int512<Q, G>::Rows<1, R>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
+    case 2: Int512<Q, G>::Rows<2, R>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
+    case 3: Int512<Q, G>::Rows<3, 4>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
+    default: Int512<Q, G>::Rows<4, 4>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
   }
   if (q4) {
     if (group == 32) VOXSLAB_ROWS(true, 32) else VOXSLAB_ROWS(true, 64)
@@ -890,7 +889,7 @@ VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const uint16_t* sc
 // Integer GEMV with AVX-512 VNNI on 512-bit vectors (Int512), one activation row.
 VOXSLAB_VNNI void GemvIntVnni(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group,
                               const int8_t* xq, const float* xs, const float* xsum, float* y, int64_t M, int64_t K) {
-  GemvIntVnniMulti(q4, w, scales, biases, group, &xq, &xs, &xsum, &y, 1, M, K);
+  GemvIntVnniMulti<true>(q4, w, scales, biases, group, &xq, &xs, &xsum, &y, 1, M, K);
 }
 
 // 16 float weights (f32, f16 or bf16) from element i, as f32.
@@ -1044,10 +1043,11 @@ void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
 #ifdef VOXSLAB_X86
     // Up to four positions per pass over the block (AVX2 q4: six): VNNI, or AVX2 unpacking each weight block once for them.
     if (quant && VectorIntShape(t.w.group, t.K) && (kGemvIntVector == GemvIntVnni || kGemvIntVector == GemvIntAvx2)) {
-      const auto many = kGemvIntVector == GemvIntVnni ? GemvIntVnniMulti : GemvIntAvx2Many;
       const uint8_t* wsub = static_cast<const uint8_t*>(t.w.data) + (q4 ? m0 * t.K / 2 : m0 * t.K);
       const int64_t step = kGemvIntVector == GemvIntAvx2 && q4 ? kAvx2Many : 4;
       for (int64_t i0 = 0; i0 < t.n; i0 += step) {
+        // The first pass over the block reads it from memory; later ones find it in cache.
+        const auto many = kGemvIntVector != GemvIntVnni ? GemvIntAvx2Many : i0 == 0 ? GemvIntVnniMulti<true> : GemvIntVnniMulti<false>;
         const int na = static_cast<int>(std::min<int64_t>(step, t.n - i0));
         const int8_t* xq[kAvx2Many] = {};
         const float* xs[kAvx2Many] = {};
