@@ -1,9 +1,11 @@
+import { spawnSync } from 'node:child_process';
 import v8 from 'node:v8';
 import { Worker, type WorkerOptions } from 'node:worker_threads';
 
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 
 export { prng } from '../src/memory/prng.js';
 
@@ -42,6 +44,16 @@ export function runWorker<T>(url: URL, workerData: unknown, options: Omit<Worker
   });
 }
 
+/**
+ * Runs a compiled script in a node process of its own with `flags` (V8's, e.g. inlining off)
+ * and returns the JSON it prints; a non-zero exit throws with its stderr.
+ */
+export function runScript<T>(url: URL, flags: readonly string[], timeoutMs = 300_000): T {
+  const r = spawnSync(process.execPath, [...flags, fileURLToPath(url)], { encoding: 'utf8', timeout: timeoutMs });
+  if (r.status !== 0) throw new Error(`${url.pathname} exited with ${r.status ?? r.signal}: ${r.stderr}`);
+  return JSON.parse(r.stdout) as T;
+}
+
 /** How long an allocation probe waits, at most, for quiet windows. */
 export const PROBE_BUDGET_MS = 20_000;
 
@@ -62,8 +74,6 @@ export function allocationProbe(
 ): { heap: number; arrayBuffers: number; windows: number } {
   for (let i = 0; i < 10 * n; i++) body();
   let best = { heap: Number.POSITIVE_INFINITY, arrayBuffers: Number.POSITIVE_INFINITY, windows: 0 };
-  // With a time budget, windows go on past 50 until it is spent: on a loaded machine V8's
-  // background compiler can take seconds to install the optimised code.
   const until = performance.now() + budgetMs;
   for (let window = 1; window <= 50 || performance.now() < until; window++) {
     const ab = process.memoryUsage().arrayBuffers;

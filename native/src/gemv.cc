@@ -520,8 +520,8 @@ __attribute__((target("avx2,fma"))) inline __m256 Avx2IntDot(bool q4, const uint
 }
 
 // Weight rows taken one at a time are one stream, which the hardware prefetcher alone lets fall
-// behind while the core computes: the integer GEMVs ask for the bytes this far ahead (past a
-// row's end, the next row's).
+// behind while the core computes: the GEMVs (integer and AVX-512 float) ask for the bytes this
+// far ahead (past a row's end, the next row's).
 constexpr int64_t kStreamAhead = 4096;
 
 // Activation rows the AVX2 integer GEMV takes against one pass over q4 weight rows (GemvRows): a

@@ -5,7 +5,7 @@ import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
 import { quantizeCheckpoint } from '../../src/io/quantize.js';
 import { Depthformer, depthformerPass, depthformerStateFloats, END_OF_AUDIO } from '../../src/model/blocks/depthformer.js';
 import { AUDIO_SAMPLING, Sampler, TEXT_SAMPLING } from '../../src/model/blocks/sampler.js';
-import { allocationProbe, prng, scratchDir } from '../helpers.js';
+import { allocationProbe, prng, runScript, scratchDir } from '../helpers.js';
 import { linear64, rmsNorm64, softmax64, swiglu64, weights64 } from '../reference/ops.js';
 
 const dir = scratchDir('voxslab-depth-');
@@ -152,11 +152,9 @@ t.test('a frame allocates nothing in steady state', async (t) => {
 });
 
 t.test('a draw allocates nothing even where V8 inlines nothing (a double returned from a call is boxed)', async (t) => {
-  const { spawnSync } = await import('node:child_process');
-  const { fileURLToPath } = await import('node:url');
-  const file = fileURLToPath(new URL('./workers/sampler-probe.js', import.meta.url));
-  const r = spawnSync(process.execPath, ['--max-inlined-bytecode-size=0', file], { encoding: 'utf8', timeout: 120_000 });
-  const p = JSON.parse(r.stdout) as { heap: number; arrayBuffers: number; windows: number };
+  const p = runScript<{ heap: number; arrayBuffers: number; windows: number }>(new URL('./workers/sampler-probe.js', import.meta.url), [
+    '--max-inlined-bytecode-size=0',
+  ]);
   t.ok(p.heap >= 0 && p.heap < 1024, `JS heap growth over 200 draws: ${p.heap} bytes (window ${p.windows})`);
 });
 

@@ -7,7 +7,7 @@ import { LoopbackDevice } from '../../src/io/loopback.js';
 import { resampleSignal } from '../../src/dsp/resample.js';
 import { apmAvailable } from '../../src/dsp/aec.js';
 import { assistantVoice, corpusTools, labelFrames, utterance } from '../../bench/corpus.js';
-import { allocationProbe, scratchDir } from '../helpers.js';
+import { allocationProbe, runScript, scratchDir } from '../helpers.js';
 import { APM_HEAP_BOUND } from '../../src/dsp/aec.js';
 
 const skip = apmAvailable() && corpusTools() ? false : 'needs WebRTC audio processing, espeak-ng and sox';
@@ -171,12 +171,9 @@ t.test('duplex session with Silero VAD: the user is heard, their words are the t
 });
 
 t.test('duplex session: listening allocates nothing even where V8 inlines nothing, with either VAD', { skip }, async (t) => {
-  const { spawnSync } = await import('node:child_process');
-  const { fileURLToPath } = await import('node:url');
-  const file = fileURLToPath(new URL('./workers/session-probe.js', import.meta.url));
-  const r = spawnSync(process.execPath, ['--max-inlined-bytecode-size=0', file], { encoding: 'utf8', timeout: 300_000 });
-  t.equal(r.status, 0, r.stderr);
-  const got = JSON.parse(r.stdout) as Record<string, { heap: number; arrayBuffers: number; windows: number }>;
+  const got = runScript<Record<string, { heap: number; arrayBuffers: number; windows: number }>>(new URL('./workers/session-probe.js', import.meta.url), [
+    '--max-inlined-bytecode-size=0',
+  ]);
   for (const [vad, p] of Object.entries(got)) {
     t.equal(p.arrayBuffers, 0, `${vad}: no ArrayBuffer`);
     t.ok(p.heap < 1024, `${vad}: JS heap growth ${p.heap} bytes over 200 periods (window ${p.windows})`);
