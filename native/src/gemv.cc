@@ -520,9 +520,12 @@ __attribute__((target("avx2,fma"))) inline __m256 Avx2IntDot(bool q4, const uint
 }
 
 // Weight rows taken one at a time are one stream, which the hardware prefetcher alone lets fall
-// behind while the core computes: the GEMVs (integer and AVX-512 float) ask for the bytes this
-// far ahead (past a row's end, the next row's).
+// behind while the core computes, so the GEMVs ask for the bytes ahead (past a row's end, the
+// next row's): the AVX2 integer GEMV kStreamAhead on into L1; the AVX-512 ones kNearAhead on
+// into L1 and kFarAhead on into L2, where the L1 requests then find them.
 constexpr int64_t kStreamAhead = 4096;
+constexpr int64_t kNearAhead = 2048;
+constexpr int64_t kFarAhead = 8192;
 
 // Activation rows the AVX2 integer GEMV takes against one pass over q4 weight rows (GemvRows): a
 // detokenizer frame's six positions unpack each weight block once. q8, with a stored term per
@@ -834,11 +837,12 @@ struct Int512 {
     for (int r = 0; r < R; ++r)
       for (int a = 0; a < NA; ++a) acc[r][a] = _mm512_setzero_ps();
     for (int64_t z = 0; z < steps; ++z) {
-      // The stream outruns the hardware prefetcher otherwise. One row: kStreamAhead on in the
-      // same stream. R rows: the next R, one pass ahead (past the last row of a block of rows
-      // this reads on into the next).
+      // The stream outruns the hardware prefetcher otherwise. One row: kNearAhead and kFarAhead
+      // on in the same stream. R rows: the next R, one pass ahead (past the last row of a block
+      // of rows this reads on into the next).
       if constexpr (R == 1) {
-        _mm_prefetch(reinterpret_cast<const char*>(r0 + z * 64 + kStreamAhead), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(r0 + z * 64 + kNearAhead), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(r0 + z * 64 + kFarAhead), _MM_HINT_T1);
       } else {
         const char* ahead = reinterpret_cast<const char*>(r0 + R * rowBytes + z * 64);
         for (int r = 0; r < R; ++r) _mm_prefetch(ahead + r * rowBytes, _MM_HINT_T0);
@@ -848,6 +852,67 @@ struct Int512 {
     if (rowBytes % 64 != 0) Step<R, NA, true>(acc, r0, rowBytes, s0, groups, xq, xs, steps);
     for (int r = 0; r < R; ++r)
       for (int a = 0; a < NA; ++a) y[a][m + r] = Hsum512(acc[r][a]) + BiasDot(biases + (m + r) * groups, xsum[a], groups);
+  }
+
+  // The largest K whose activations StreamOne lays out on the stack.
+  static constexpr int64_t kLaidMax = 16384;
+  // Steps whose groups one 16-lane vector of scales holds.
+  static constexpr int kChunk = 16 / kGroupsPerStep;
+
+  // q4, one activation row against mb weight rows read from memory, one row at a time. The
+  // activations are laid out once for all the rows, each step's 64 for the low nibbles then its
+  // 64 for the high ones, so a step loads them whole instead of joining halves. The scales'
+  // products s_g·xs_g are formed for 16 groups at once and spread to the lanes of each step:
+  // the same products, fused into the same sums as Pass<1, 1> forms them, so the bits are its
+  // bits. K ≤ kLaidMax.
+  VOXSLAB_VNNI static void StreamOne(const uint8_t* w, const uint16_t* scales, const uint16_t* biases, const int8_t* xq, const float* xs,
+                                     const float* xsum, float* y, int64_t mb, int64_t K) {
+    static_assert(Q4);
+    const int64_t groups = K / G;
+    const int64_t rowBytes = K / 2;
+    const int64_t steps = rowBytes / 64;
+    alignas(64) int8_t laid[kLaidMax];
+    for (int64_t z = 0; z < steps; ++z) {
+      const int8_t* xb = xq + z * 128;
+      int8_t* o = laid + z * 128;
+      std::memcpy(o, xb, 32);
+      std::memcpy(o + 32, xb + 64, 32);
+      std::memcpy(o + 64, xb + 32, 32);
+      std::memcpy(o + 96, xb + 96, 32);
+    }
+    const __m512i nib = _mm512_set1_epi8(15);
+    const __m512i first = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                            __builtin_ctz(static_cast<unsigned>(kLanesPerGroup)));
+    const __m512i next = _mm512_set1_epi32(kGroupsPerStep);
+    for (int64_t m = 0; m < mb; ++m) {
+      const uint8_t* r0 = w + m * rowBytes;
+      const uint16_t* s0 = scales + m * groups;
+      __m512 acc = _mm512_setzero_ps();
+      for (int64_t z0 = 0; z0 < steps; z0 += kChunk) {
+        const int64_t g0 = z0 * kGroupsPerStep;
+        const int64_t n = std::min<int64_t>(16, (steps - z0) * kGroupsPerStep);
+        const __mmask16 k = static_cast<__mmask16>((1u << n) - 1);
+        const __m512 prod = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, s0 + g0)), _mm512_maskz_loadu_ps(k, xs + g0));
+        __m512i idx = first;
+        const int64_t z1 = std::min(steps, z0 + kChunk);
+        for (int64_t z = z0; z < z1; ++z, idx = _mm512_add_epi32(idx, next)) {
+          _mm_prefetch(reinterpret_cast<const char*>(r0 + z * 64 + kNearAhead), _MM_HINT_T0);
+          _mm_prefetch(reinterpret_cast<const char*>(r0 + z * 64 + kFarAhead), _MM_HINT_T1);
+          const __m512i wv = _mm512_loadu_si512(r0 + z * 64);
+          const __m512i lo = _mm512_and_si512(wv, nib);
+          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nib);
+          __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_load_si512(laid + z * 128));
+          d = _mm512_dpbusd_epi32(d, hi, _mm512_load_si512(laid + z * 128 + 64));
+          acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_permutexvar_ps(idx, prod), acc);
+        }
+      }
+      if (rowBytes % 64 != 0) {
+        __m512 one[1][1] = {{acc}};
+        Step<1, 1, true>(one, r0, rowBytes, s0, groups, &xq, &xs, steps);
+        acc = one[0][0];
+      }
+      y[m] = Hsum512(acc) + BiasDot(biases + m * groups, xsum, groups);
+    }
   }
 
   // Every weight row of a block against NA activations, R weight rows per pass (the R × NA
@@ -878,7 +943,10 @@ VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const uint16_t* sc
     case 3: Int512<Q, G>::Rows<3, 4>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
     default: Int512<Q, G>::Rows<4, 4>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
   }
-  if (q4) {
+  if (q4 && Stream && na == 1 && K <= Int512<true, 64>::kLaidMax) {
+    if (group == 32) Int512<true, 32>::StreamOne(w, scales, biases, xq[0], xs[0], xsum[0], y[0], mb, K);
+    else Int512<true, 64>::StreamOne(w, scales, biases, xq[0], xs[0], xsum[0], y[0], mb, K);
+  } else if (q4) {
     if (group == 32) VOXSLAB_ROWS(true, 32) else VOXSLAB_ROWS(true, 64)
   } else {
     if (group == 32) VOXSLAB_ROWS(false, 32) else VOXSLAB_ROWS(false, 64)
@@ -941,7 +1009,8 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void GemvAvx512(WeightType type
     __m512 a = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k < K16; k += 16) {
-      _mm_prefetch(wb + (m * K + k) * bytes + kStreamAhead, _MM_HINT_T0);
+      _mm_prefetch(wb + (m * K + k) * bytes + kNearAhead, _MM_HINT_T0);
+      _mm_prefetch(wb + (m * K + k) * bytes + kFarAhead, _MM_HINT_T1);
       a = _mm512_fmadd_ps(Load16(type, w, m * K + k), _mm512_loadu_ps(x + k), a);
     }
     float t = 0;

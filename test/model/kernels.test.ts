@@ -209,22 +209,33 @@ t.test(`int8-activation GEMV (q8/q4) matches its exact integer arithmetic, withi
   t.ok(checked > 100, `${checked} rows checked`);
 });
 
-t.test(`q8 rows over long inputs (past what the prefill kernel prepares per call): each row's bits equal a single call's (${kernelIsa()})`, async (t) => {
+t.test(`rows over long inputs (past what the kernels lay out per call): each row's bits equal a single call's (${kernelIsa()})`, async (t) => {
   const r = prng(23);
-  for (const cols of [2048, 16384, 16448]) {
+  // q4 2112: whole 16-group chunks of scales, a part chunk and a half step; 16448 is past the
+  // one-row kernel's laid-out activations.
+  for (const [bits, cols] of [
+    [8, 2048],
+    [8, 16384],
+    [8, 16448],
+    [4, 2048],
+    [4, 2112],
+    [4, 16384],
+    [4, 16448],
+  ] as const) {
     for (const group of [32, 64]) {
       const rows = 6;
       const q = quantize(
         Float32Array.from({ length: rows * cols }, () => r() - 0.5),
         rows,
         cols,
-        8,
+        bits,
         group,
       );
-      const W: Weights = { kind: 'q8', data: q.data, scales: q.scales, biases: q.biases, group, rows, cols };
-      const n = 5;
-      const X = Float32Array.from({ length: n * cols }, () => r() * 2 - 1);
-      t.ok(rowsMatchSingle(W, X, n), `q8 g${group} ${rows}×${cols}, ${n} inputs`, { diagnostic: false });
+      const W: Weights = { kind: bits === 8 ? 'q8' : 'q4', data: q.data, scales: q.scales, biases: q.biases, group, rows, cols };
+      for (const n of [2, 5]) {
+        const X = Float32Array.from({ length: n * cols }, () => r() * 2 - 1);
+        t.ok(rowsMatchSingle(W, X, n), `q${bits} g${group} ${rows}×${cols}, ${n} inputs`, { diagnostic: false });
+      }
     }
   }
 });
