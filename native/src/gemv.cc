@@ -532,6 +532,15 @@ constexpr int64_t kFarAhead = 8192;
 // activation, takes four.
 constexpr int kAvx2Many = 6;
 
+// Activation rows the AVX-512 VNNI integer GEMV takes against one pass over weight rows when they
+// fit VnniLaid: a detokenizer frame's six positions in one pass.
+constexpr int kVnniMany = 6;
+// The bytes of q4 activations the VNNI GEMV lays out on the stack per call (Int512::Laid).
+constexpr int64_t kLaidBytes = 49152;
+
+// Whether Int512::Laid takes na activation rows of K values: q8 reads them where they are.
+constexpr bool VnniLaid(bool q4, int na, int64_t K) { return na <= kVnniMany && (!q4 || na * K <= kLaidBytes); }
+
 // R weight rows of the AVX2 integer GEMV at once, for q4/q8 with groups of G (32 or 64): the
 // activation blocks are loaded once for the R rows, whose weights stream side by side. The lane
 // scales s_g·xs_g are made eight groups at a time (one f16 conversion and one multiply per row),
@@ -854,31 +863,39 @@ struct Int512 {
       for (int a = 0; a < NA; ++a) y[a][m + r] = Hsum512(acc[r][a]) + BiasDot(biases + (m + r) * groups, xsum[a], groups);
   }
 
-  // The largest K whose activations StreamOne lays out on the stack.
-  static constexpr int64_t kLaidMax = 16384;
   // Steps whose groups one 16-lane vector of scales holds.
   static constexpr int kChunk = 16 / kGroupsPerStep;
 
-  // q4, one activation row against mb weight rows read from memory, one row at a time. The
-  // activations are laid out once for all the rows, each step's 64 for the low nibbles then its
-  // 64 for the high ones, so a step loads them whole instead of joining halves. The scales'
-  // products s_g·xs_g are formed for 16 groups at once and spread to the lanes of each step:
-  // the same products, fused into the same sums as Pass<1, 1> forms them, so the bits are its
-  // bits. K ≤ kLaidMax.
-  VOXSLAB_VNNI static void StreamOne(const uint8_t* w, const uint16_t* scales, const uint16_t* biases, const int8_t* xq, const float* xs,
-                                     const float* xsum, float* y, int64_t mb, int64_t K) {
-    static_assert(Q4);
+  // NA ≤ kLaidMany activation rows against mb weight rows, one weight row at a time, each weight
+  // vector unpacked once for all NA. q4's activations are laid out once per call for all the
+  // rows (Laid), each step's 64 for the low nibbles then its 64 for the high ones, so a step loads
+  // them whole instead of joining halves. The scales' products s_g·xs_g are formed for 16 groups
+  // at once and spread to each step's lanes by a permute. The same products fused into the same
+  // sums as Pass forms them: the bits are Pass's for any NA.
+  template <int NA>
+  VOXSLAB_VNNI static void Laid(const uint8_t* w, const uint16_t* scales, const uint16_t* biases, const int8_t* const* xq,
+                                const float* const* xs, const float* const* xsum, float* const* y, int64_t mb, int64_t K) {
     const int64_t groups = K / G;
-    const int64_t rowBytes = K / 2;
+    const int64_t rowBytes = Q4 ? K / 2 : K;
     const int64_t steps = rowBytes / 64;
-    alignas(64) int8_t laid[kLaidMax];
-    for (int64_t z = 0; z < steps; ++z) {
-      const int8_t* xb = xq + z * 128;
-      int8_t* o = laid + z * 128;
-      std::memcpy(o, xb, 32);
-      std::memcpy(o + 32, xb + 64, 32);
-      std::memcpy(o + 64, xb + 32, 32);
-      std::memcpy(o + 96, xb + 96, 32);
+    // Per activation and step: (q4) the laid-out 128 bytes, (q8) its own 64.
+    constexpr int64_t kPer = Q4 ? 128 : 64;
+    alignas(64) int8_t laid[Q4 ? kLaidBytes : 64];
+    const int8_t* xv[NA];
+    for (int a = 0; a < NA; ++a) {
+      if constexpr (Q4) {
+        int8_t* o = laid + a * steps * kPer;
+        for (int64_t z = 0; z < steps; ++z) {
+          const int8_t* xb = xq[a] + z * 128;
+          std::memcpy(o + z * kPer, xb, 32);
+          std::memcpy(o + z * kPer + 32, xb + 64, 32);
+          std::memcpy(o + z * kPer + 64, xb + 32, 32);
+          std::memcpy(o + z * kPer + 96, xb + 96, 32);
+        }
+        xv[a] = o;
+      } else {
+        xv[a] = xq[a];
+      }
     }
     const __m512i nib = _mm512_set1_epi8(15);
     const __m512i first = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
@@ -887,31 +904,31 @@ struct Int512 {
     for (int64_t m = 0; m < mb; ++m) {
       const uint8_t* r0 = w + m * rowBytes;
       const uint16_t* s0 = scales + m * groups;
-      __m512 acc = _mm512_setzero_ps();
+      __m512 acc[1][NA];
+      for (int a = 0; a < NA; ++a) acc[0][a] = _mm512_setzero_ps();
       for (int64_t z0 = 0; z0 < steps; z0 += kChunk) {
         const int64_t g0 = z0 * kGroupsPerStep;
-        const int64_t n = std::min<int64_t>(16, (steps - z0) * kGroupsPerStep);
-        const __mmask16 k = static_cast<__mmask16>((1u << n) - 1);
-        const __m512 prod = _mm512_mul_ps(_mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, s0 + g0)), _mm512_maskz_loadu_ps(k, xs + g0));
+        const __mmask16 k = static_cast<__mmask16>((1u << std::min<int64_t>(16, (steps - z0) * kGroupsPerStep)) - 1);
+        const __m512 sv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, s0 + g0));
+        __m512 prod[NA];
+        for (int a = 0; a < NA; ++a) prod[a] = _mm512_mul_ps(sv, _mm512_maskz_loadu_ps(k, xs[a] + g0));
         __m512i idx = first;
         const int64_t z1 = std::min(steps, z0 + kChunk);
         for (int64_t z = z0; z < z1; ++z, idx = _mm512_add_epi32(idx, next)) {
           _mm_prefetch(reinterpret_cast<const char*>(r0 + z * 64 + kNearAhead), _MM_HINT_T0);
           _mm_prefetch(reinterpret_cast<const char*>(r0 + z * 64 + kFarAhead), _MM_HINT_T1);
           const __m512i wv = _mm512_loadu_si512(r0 + z * 64);
-          const __m512i lo = _mm512_and_si512(wv, nib);
-          const __m512i hi = _mm512_and_si512(_mm512_srli_epi16(wv, 4), nib);
-          __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_load_si512(laid + z * 128));
-          d = _mm512_dpbusd_epi32(d, hi, _mm512_load_si512(laid + z * 128 + 64));
-          acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_permutexvar_ps(idx, prod), acc);
+          const __m512i lo = Q4 ? _mm512_and_si512(wv, nib) : wv;
+          const __m512i hi = Q4 ? _mm512_and_si512(_mm512_srli_epi16(wv, 4), nib) : wv;
+          for (int a = 0; a < NA; ++a) {
+            __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xv[a] + z * kPer));
+            if (Q4) d = _mm512_dpbusd_epi32(d, hi, _mm512_loadu_si512(xv[a] + z * kPer + 64));
+            acc[0][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_permutexvar_ps(idx, prod[a]), acc[0][a]);
+          }
         }
       }
-      if (rowBytes % 64 != 0) {
-        __m512 one[1][1] = {{acc}};
-        Step<1, 1, true>(one, r0, rowBytes, s0, groups, &xq, &xs, steps);
-        acc = one[0][0];
-      }
-      y[m] = Hsum512(acc) + BiasDot(biases + m * groups, xsum, groups);
+      if (rowBytes % 64 != 0) Step<1, NA, true>(acc, r0, rowBytes, s0, groups, xq, xs, steps);
+      for (int a = 0; a < NA; ++a) y[a][m] = Hsum512(acc[0][a]) + BiasDot(biases + m * groups, xsum[a], groups);
     }
   }
 
@@ -928,14 +945,24 @@ struct Int512 {
   }
 };
 
-// Up to four activation rows against `mb` weight rows (group 32 or 64). Rows read from memory
-// (Stream) against one or two activations go one at a time, a single stream kept ahead of, which
-// streams faster than four side by side; otherwise, and for rows already in cache, four per pass.
+// Up to kVnniMany activation rows against `mb` weight rows (group 32 or 64): Int512::Laid where
+// they fit (VnniLaid). Otherwise up to four: rows read from memory (Stream) against one or two
+// activations go one at a time, a single stream kept ahead of, which streams faster than four side
+// by side; otherwise, and for rows already in cache, four per pass.
 template <bool Stream>
 VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group,
                                    const int8_t* const* xq, const float* const* xs, const float* const* xsum,
                                    float* const* y, int na, int64_t mb, int64_t K) {
   constexpr int R = Stream ? 1 : 4;
+#define VOXSLAB_LAID(Q, G)                                                                \
+  switch (na) {                                                                           \
+    case 1: Int512<Q, G>::Laid<1>(w, scales, biases, xq, xs, xsum, y, mb, K); break;      \
+    case 2: Int512<Q, G>::Laid<2>(w, scales, biases, xq, xs, xsum, y, mb, K); break;      \
+    case 3: Int512<Q, G>::Laid<3>(w, scales, biases, xq, xs, xsum, y, mb, K); break;      \
+    case 4: Int512<Q, G>::Laid<4>(w, scales, biases, xq, xs, xsum, y, mb, K); break;      \
+    case 5: Int512<Q, G>::Laid<5>(w, scales, biases, xq, xs, xsum, y, mb, K); break;      \
+    default: Int512<Q, G>::Laid<6>(w, scales, biases, xq, xs, xsum, y, mb, K); break;     \
+  }
 #define VOXSLAB_ROWS(Q, G)                                          \
   switch (na) {                                                     \
     case 1: Int512<Q, G>::Rows<1, R>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
@@ -943,15 +970,19 @@ VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const uint16_t* sc
     case 3: Int512<Q, G>::Rows<3, 4>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
     default: Int512<Q, G>::Rows<4, 4>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
   }
-  if (q4 && Stream && na == 1 && K <= Int512<true, 64>::kLaidMax) {
-    if (group == 32) Int512<true, 32>::StreamOne(w, scales, biases, xq[0], xs[0], xsum[0], y[0], mb, K);
-    else Int512<true, 64>::StreamOne(w, scales, biases, xq[0], xs[0], xsum[0], y[0], mb, K);
+  if (VnniLaid(q4, na, K)) {
+    if (q4) {
+      if (group == 32) VOXSLAB_LAID(true, 32) else VOXSLAB_LAID(true, 64)
+    } else {
+      if (group == 32) VOXSLAB_LAID(false, 32) else VOXSLAB_LAID(false, 64)
+    }
   } else if (q4) {
     if (group == 32) VOXSLAB_ROWS(true, 32) else VOXSLAB_ROWS(true, 64)
   } else {
     if (group == 32) VOXSLAB_ROWS(false, 32) else VOXSLAB_ROWS(false, 64)
   }
 #undef VOXSLAB_ROWS
+#undef VOXSLAB_LAID
 }
 
 // Integer GEMV with AVX-512 VNNI on 512-bit vectors (Int512), one activation row.
@@ -1110,18 +1141,20 @@ void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
   for (int64_t m0 = r0; m0 < r1; m0 += kBlock) {
     const int64_t mb = std::min(kBlock, r1 - m0);
 #ifdef VOXSLAB_X86
-    // Up to four positions per pass over the block (AVX2 q4: six): VNNI, or AVX2 unpacking each weight block once for them.
+    // Several positions per pass over the block (VNNI where Laid takes them, and AVX2 q4: six; else
+    // four), each weight block unpacked once for them.
     if (quant && VectorIntShape(t.w.group, t.K) && (kGemvIntVector == GemvIntVnni || kGemvIntVector == GemvIntAvx2)) {
       const uint8_t* wsub = static_cast<const uint8_t*>(t.w.data) + (q4 ? m0 * t.K / 2 : m0 * t.K);
-      const int64_t step = kGemvIntVector == GemvIntAvx2 && q4 ? kAvx2Many : 4;
+      constexpr int kMany = std::max(kAvx2Many, kVnniMany);
+      const int64_t step = kGemvIntVector == GemvIntAvx2 ? (q4 ? kAvx2Many : 4) : VnniLaid(q4, kVnniMany, t.K) ? kVnniMany : 4;
       for (int64_t i0 = 0; i0 < t.n; i0 += step) {
         // The first pass over the block reads it from memory; later ones find it in cache.
         const auto many = kGemvIntVector != GemvIntVnni ? GemvIntAvx2Many : i0 == 0 ? GemvIntVnniMulti<true> : GemvIntVnniMulti<false>;
         const int na = static_cast<int>(std::min<int64_t>(step, t.n - i0));
-        const int8_t* xq[kAvx2Many] = {};
-        const float* xs[kAvx2Many] = {};
-        const float* xsum[kAvx2Many] = {};
-        float* y[kAvx2Many] = {};
+        const int8_t* xq[kMany] = {};
+        const float* xs[kMany] = {};
+        const float* xsum[kMany] = {};
+        float* y[kMany] = {};
         for (int a = 0; a < na; ++a) {
           xsum[a] = reinterpret_cast<const float*>(t.scratch + (i0 + a) * t.per);
           xs[a] = xsum[a] + groups;
