@@ -863,6 +863,11 @@ struct Int512 {
       for (int a = 0; a < NA; ++a) y[a][m + r] = Hsum512(acc[r][a]) + BiasDot(biases + (m + r) * groups, xsum[a], groups);
   }
 
+  // v's two 256-bit halves added.
+  VOXSLAB_VNNI static inline __attribute__((always_inline)) __m256 Halves(__m512 v) {
+    return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+  }
+
   // Steps whose groups one 16-lane vector of scales holds.
   static constexpr int kChunk = 16 / kGroupsPerStep;
 
@@ -925,10 +930,23 @@ struct Int512 {
             if (Q4) d = _mm512_dpbusd_epi32(d, hi, _mm512_loadu_si512(xv[a] + z * kPer + 64));
             acc[0][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_permutexvar_ps(idx, prod[a]), acc[0][a]);
           }
+          // Four or more sums stay in registers from step to step (GCC otherwise stores some every
+          // step).
+          if constexpr (NA >= 4)
+            for (int a = 0; a < NA; ++a) __asm__("" : "+v"(acc[0][a]));
         }
       }
       if (rowBytes % 64 != 0) Step<1, NA, true>(acc, r0, rowBytes, s0, groups, xq, xs, steps);
-      for (int a = 0; a < NA; ++a) y[a][m] = Hsum512(acc[0][a]) + BiasDot(biases + m * groups, xsum[a], groups);
+      // Hsum512(v) is Hsum of v's two halves added, so Hsum4 and BiasDot4 give the first four
+      // activations' bits at once.
+      int a = 0;
+      if constexpr (NA >= 4) {
+        alignas(16) float out[4];
+        _mm_store_ps(out, _mm_add_ps(Hsum4(Halves(acc[0][0]), Halves(acc[0][1]), Halves(acc[0][2]), Halves(acc[0][3])),
+                                     BiasDot4(biases + m * groups, xsum, groups)));
+        for (; a < 4; ++a) y[a][m] = out[a];
+      }
+      for (; a < NA; ++a) y[a][m] = Hsum512(acc[0][a]) + BiasDot(biases + m * groups, xsum[a], groups);
     }
   }
 
