@@ -67,12 +67,13 @@ export interface ModelBenchRow {
    * of a text step's layers and head, depth_linear, the Depthformer's layers 8 times and each
    * codebook's logits matrix once, the detokenizer's layers once: the KV cache at the bench's
    * short context adds little), the time that takes at the read probe's bandwidth with as many
-   * threads, and the frame's time over it. The probe runs before every checkpoint and after the
-   * last, and a row's bound takes the faster of the readings just before and just after its
-   * checkpoint: one probe taken in a slow moment would make the bound slack, and one taken
-   * minutes away would measure another state of a shared machine (ModelBenchResult.readSamplesGBps).
+   * threads, and the frame's time over it. The frame's parts are timed back to back between two
+   * probes (frameProbeGBps) and the bound takes the faster reading: one probe taken in a slow
+   * moment would make the bound slack, and one taken a minute away would measure another state
+   * of a shared machine, whose bandwidth can change by half within a minute.
    */
   frameWeightMiB: number;
+  frameProbeGBps: [number, number];
   readGBps: number;
   frameBoundMs: number;
   frameOverBound: number;
@@ -204,6 +205,13 @@ function frameWeightBytes(model: SpeechModel): number {
 /** A row before its frame's bound, which `withBound` adds from the run's read probes. */
 type UnboundRow = Omit<ModelBenchRow, 'readGBps' | 'frameBoundMs' | 'frameOverBound'>;
 
+/** The streaming read probe with `threads` threads (GB/s), leaving this thread's compute threads at that. */
+function probeRead(threads: number): number {
+  const [b] = readBandwidth([threads], 7);
+  setComputeThreads(threads);
+  return round(b! / 1e9, 2);
+}
+
 /** One checkpoint at one thread count, and the weight bytes its frame reads. */
 function measure(label: string, dir: string, quick: boolean, threads: number): { row: UnboundRow; bytes: number } {
   const domain = MemoryDomain.create();
@@ -233,8 +241,27 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
   const chunks = big ? 2 : 4;
   const steps = quick ? 8 : big ? 16 : 100;
   const prefillS = prefillSeconds(model, state, chunks * chunk, runs);
+  // The frame's parts back to back, between two read probes at this thread count: the bound
+  // takes the faster, read within seconds of the parts it bounds.
+  const probeBefore = probeRead(threads);
   const decodeS = decodeSeconds(model, state, steps, false, runs);
   const decodeTextS = decodeSeconds(model, state, steps, true, runs);
+  const sampler = new Sampler(1);
+  const codes = new Int32Array(8);
+  const hidden = new Float32Array(D).map((_, i) => Math.cos(i));
+  const frames = quick ? 4 : big ? 8 : 40;
+  const depthS = best(runs, () => {
+    for (let i = 0; i < frames; i++) s.depthformer.frame(hidden, sampler, AUDIO_SAMPLING, codes);
+  });
+  const out = new Float32Array(s.detokenizer.maxSamples(conv.detokenizer));
+  const detS = best(runs, () => {
+    conv.detokenizer.startTurn();
+    for (let i = 0; i < frames; i++) {
+      for (let k = 0; k < 8; k++) codes[k] = (i * 131 + k * 17) % 2048;
+      s.detokenizer.frame(conv.detokenizer, codes, out, 0);
+    }
+  });
+  const probeAfter = probeRead(threads);
   const pair = [state, other.backbone];
   const pairS = best(runs, () => {
     state.reset();
@@ -244,13 +271,6 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
       s.backbone.embedText((i + 7) % 100, stack.input, 1);
       stack.forwardRows(pair, 2);
     }
-  });
-  const sampler = new Sampler(1);
-  const codes = new Int32Array(8);
-  const hidden = new Float32Array(D).map((_, i) => Math.cos(i));
-  const frames = quick ? 4 : big ? 8 : 40;
-  const depthS = best(runs, () => {
-    for (let i = 0; i < frames; i++) s.depthformer.frame(hidden, sampler, AUDIO_SAMPLING, codes);
   });
   const headS = best(runs, () => {
     for (let i = 0; i < steps; i++) s.backbone.logits(hidden, s.logits, s.logitsScratch);
@@ -266,14 +286,6 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
   });
   const headPairS = best(runs, () => {
     for (let i = 0; i < steps; i++) s.backbone.logitsRows(hidden2, pairSlot.logits, 2, pairSlot.scratch);
-  });
-  const out = new Float32Array(s.detokenizer.maxSamples(conv.detokenizer));
-  const detS = best(runs, () => {
-    conv.detokenizer.startTurn();
-    for (let i = 0; i < frames; i++) {
-      for (let k = 0; k < 8; k++) codes[k] = (i * 131 + k * 17) % 2048;
-      s.detokenizer.frame(conv.detokenizer, codes, out, 0);
-    }
   });
   // A real turn: 2 s of input, then the reply; the conversation's clocks give each stage.
   state.reset();
@@ -322,6 +334,7 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
     frameMs: round(frameMs, 3),
     realTimeFactor: round(frameMs / 80, 4),
     frameWeightMiB: round(frameBytes / 2 ** 20, 1),
+    frameProbeGBps: [probeBefore, probeAfter],
     replyMsPerFrame: round(replyMsPerFrame, 3),
     replyRealTimeFactor: round(replyMsPerFrame / 80, 4),
     firstReplyMs: round(first.ms, 1),
@@ -424,13 +437,12 @@ export interface ModelBenchResult {
   /** `--peer`: llama.cpp in the same run (empty without it). */
   peer: PeerRow[];
   peerEngine: string | null;
-  /** Every read probe of the run in order, GB/s, [one thread, two threads]: before each checkpoint, and after the last. */
-  readSamplesGBps: number[][];
   notMeasured: string[];
 }
 
-/** The row with its frame's bound at the read bandwidth `readGBps` (GB/s) for its thread count. */
-function withBound(row: UnboundRow, frameBytes: number, readGBps: number): ModelBenchRow {
+/** The row with its frame's bound at the faster of its two read probes. */
+function withBound(row: UnboundRow, frameBytes: number): ModelBenchRow {
+  const readGBps = Math.max(...row.frameProbeGBps);
   const boundMs = (frameBytes / (readGBps * 1e9)) * 1000;
   return { ...row, readGBps: round(readGBps, 2), frameBoundMs: round(boundMs, 3), frameOverBound: round(row.frameMs / boundMs, 3) };
 }
@@ -448,24 +460,13 @@ export async function run(options: { quick?: boolean; models?: string[]; product
   if (options.peer !== true) notMeasured.push('llama.cpp on the same backbones: run with --peer');
   const rows: ModelBenchRow[] = [];
   const peer: PeerRow[] = [];
-  const readSamples: number[][] = [[], []];
   let peerEngine: string | null = null;
   try {
-    const probe = (): void => {
-      const [one, two] = readBandwidth([1, 2], quick ? 3 : 7);
-      readSamples[0]!.push(round(one! / 1e9, 2));
-      readSamples[1]!.push(round(two! / 1e9, 2));
-    };
-    // Checkpoint k is measured between probes k and k + 1, and its rows take the faster of the two.
-    const measured: { row: UnboundRow; bytes: number; k: number }[] = [];
-    targets.forEach(([label, dir], k) => {
-      probe();
-      for (const threads of [1, 2]) measured.push({ ...measure(label, dir, quick, threads), k });
-    });
-    probe();
-    for (const m of measured) {
-      const samples = readSamples[m.row.threads - 1]!;
-      rows.push(withBound(m.row, m.bytes, Math.max(samples[m.k]!, samples[m.k + 1]!)));
+    for (const [label, dir] of targets) {
+      for (const threads of [1, 2]) {
+        const m = measure(label, dir, quick, threads);
+        rows.push(withBound(m.row, m.bytes));
+      }
     }
     // The peer: every checkpoint but tiny (too small for a rate to mean anything).
     if (options.peer === true) {
@@ -478,7 +479,7 @@ export async function run(options: { quick?: boolean; models?: string[]; product
   } finally {
     setComputeThreads(1);
   }
-  return { bench: 'model', rows, peer, peerEngine, readSamplesGBps: readSamples, notMeasured };
+  return { bench: 'model', rows, peer, peerEngine, notMeasured };
 }
 
 export function format(r: ModelBenchResult): string {
@@ -496,14 +497,10 @@ export function format(r: ModelBenchResult): string {
         `(×${m.pairFrameOverOneOwnHeads} with a head each)`,
       `      Depthformer ${m.depthformerMsPerFrame} ms/frame, detokenizer ${m.detokenizerMsPerFrame} ms/frame → ${m.frameMs} ms per 80 ms frame ` +
         `(real-time factor ${m.realTimeFactor}; ${m.frameWeightMiB} MiB of weights at the read probe's ${m.readGBps} GB/s take ` +
-        `${m.frameBoundMs} ms: ×${m.frameOverBound} of that bound); in a real reply ${m.replyMsPerFrame} ms per frame (${m.replyRealTimeFactor}); first reply ` +
+        `${m.frameBoundMs} ms: ×${m.frameOverBound} of that bound; the probes around the frame's parts read ${m.frameProbeGBps.join(' and ')} GB/s); in a real reply ${m.replyMsPerFrame} ms per frame (${m.replyRealTimeFactor}); first reply ` +
         `sample ${m.firstReplyMs} ms after a 3 s turn (encoder ${m.firstReplyEncoderMs}, prefill ${m.firstReplyPrefillMs})`,
     );
   }
-  const [one, two] = r.readSamplesGBps;
-  lines.push(
-    `  read probe, GB/s, before each checkpoint and after the last (a bound takes the faster of its checkpoint's two): one thread ${one!.join(', ')}; two ${two!.join(', ')}`,
-  );
   for (const p of r.peer) {
     lines.push(
       `  ${p.checkpoint} vs ${r.peerEngine} (${p.ggufType}), ${p.threads} thread${p.threads > 1 ? 's' : ''}: prefill ${p.prefillTokens} ` +
