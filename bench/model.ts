@@ -241,27 +241,12 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
   const chunks = big ? 2 : 4;
   const steps = quick ? 8 : big ? 16 : 100;
   const prefillS = prefillSeconds(model, state, chunks * chunk, runs);
-  // The frame's parts back to back, between two read probes at this thread count: the bound
-  // takes the faster, read within seconds of the parts it bounds.
+  // The frame's parts back to back between two read probes at this thread count (the bound
+  // takes the faster, read within seconds of the parts it bounds), each two-conversation
+  // figure next to the one it is compared with.
   const probeBefore = probeRead(threads);
   const decodeS = decodeSeconds(model, state, steps, false, runs);
   const decodeTextS = decodeSeconds(model, state, steps, true, runs);
-  const sampler = new Sampler(1);
-  const codes = new Int32Array(8);
-  const hidden = new Float32Array(D).map((_, i) => Math.cos(i));
-  const frames = quick ? 4 : big ? 8 : 40;
-  const depthS = best(runs, () => {
-    for (let i = 0; i < frames; i++) s.depthformer.frame(hidden, sampler, AUDIO_SAMPLING, codes);
-  });
-  const out = new Float32Array(s.detokenizer.maxSamples(conv.detokenizer));
-  const detS = best(runs, () => {
-    conv.detokenizer.startTurn();
-    for (let i = 0; i < frames; i++) {
-      for (let k = 0; k < 8; k++) codes[k] = (i * 131 + k * 17) % 2048;
-      s.detokenizer.frame(conv.detokenizer, codes, out, 0);
-    }
-  });
-  const probeAfter = probeRead(threads);
   const pair = [state, other.backbone];
   const pairS = best(runs, () => {
     state.reset();
@@ -272,17 +257,33 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
       stack.forwardRows(pair, 2);
     }
   });
-  const headS = best(runs, () => {
-    for (let i = 0; i < steps; i++) s.backbone.logits(hidden, s.logits, s.logitsScratch);
-  });
+  const sampler = new Sampler(1);
+  const codes = new Int32Array(8);
+  const hidden = new Float32Array(D).map((_, i) => Math.cos(i));
+  const frames = quick ? 4 : big ? 8 : 40;
   // The pipeline's Depthformer stage carves two-row heads: both conversations' in one call.
   const pairSlot = pairHeads(model, domain);
   const hidden2 = new Float32Array(2 * D).map((_, i) => Math.cos(i * 0.7));
   const samplers = [sampler, new Sampler(2)];
   const audioOptions = [AUDIO_SAMPLING, AUDIO_SAMPLING];
   const codes2 = new Int32Array(8);
+  const depthS = best(runs, () => {
+    for (let i = 0; i < frames; i++) s.depthformer.frame(hidden, sampler, AUDIO_SAMPLING, codes);
+  });
   const depthPairS = best(runs, () => {
     for (let i = 0; i < frames; i++) Depthformer.framePair(pairSlot.depthformer, s.depthformer, hidden2, samplers, audioOptions, codes, codes2);
+  });
+  const out = new Float32Array(s.detokenizer.maxSamples(conv.detokenizer));
+  const detS = best(runs, () => {
+    conv.detokenizer.startTurn();
+    for (let i = 0; i < frames; i++) {
+      for (let k = 0; k < 8; k++) codes[k] = (i * 131 + k * 17) % 2048;
+      s.detokenizer.frame(conv.detokenizer, codes, out, 0);
+    }
+  });
+  const probeAfter = probeRead(threads);
+  const headS = best(runs, () => {
+    for (let i = 0; i < steps; i++) s.backbone.logits(hidden, s.logits, s.logitsScratch);
   });
   const headPairS = best(runs, () => {
     for (let i = 0; i < steps; i++) s.backbone.logitsRows(hidden2, pairSlot.logits, 2, pairSlot.scratch);
