@@ -29,7 +29,7 @@ void RowPool::ResizeHeld(int n) {
   // Helpers start from the current generation: a call made before a helper first runs is
   // still seen as new.
   const uint32_t g0 = gen_.load(std::memory_order_acquire);
-  for (int i = 1; i < n; ++i) helpers_.emplace_back([this, i, g0] { Loop(i, g0); });
+  for (int i = 1; i < n; ++i) helpers_.emplace_back([this, g0] { Loop(g0); });
 }
 
 void RowPool::Run(Fn fn, const void* ctx, int64_t rows, int64_t align, int64_t work) {
@@ -38,22 +38,35 @@ void RowPool::Run(Fn fn, const void* ctx, int64_t rows, int64_t align, int64_t w
     fn(ctx, 0, rows);
     return;
   }
-  const int64_t units = (rows + align - 1) / align;
-  for (int i = 0; i <= n; ++i) parts_[i] = std::min(rows, (units * i / n) * align);
   fn_ = fn;
   ctx_ = ctx;
+  rows_ = rows;
+  align_ = align;
+  units_ = (rows + align - 1) / align;
+  chunks_ = std::min<int64_t>(units_, int64_t{n} * kChunksPerThread);
+  next_.store(0, std::memory_order_relaxed);
   pending_.store(n - 1, std::memory_order_relaxed);
   gen_.fetch_add(1, std::memory_order_release);
   if (sleepers_.load(std::memory_order_acquire) > 0) {
     { std::lock_guard<std::mutex> lock(mu_); }
     cv_.notify_all();
   }
-  fn(ctx, parts_[0], parts_[1]);
+  Work();
   while (pending_.load(std::memory_order_acquire) != 0) CpuRelax();
   busy_.store(false, std::memory_order_release);
 }
 
-void RowPool::Loop(int index, uint32_t seen) {
+void RowPool::Work() {
+  for (;;) {
+    const int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
+    if (c >= chunks_) return;
+    const int64_t r0 = std::min(rows_, (units_ * c / chunks_) * align_);
+    const int64_t r1 = std::min(rows_, (units_ * (c + 1) / chunks_) * align_);
+    if (r0 < r1) fn_(ctx_, r0, r1);
+  }
+}
+
+void RowPool::Loop(uint32_t seen) {
   for (;;) {
     int spins = 0;
     while (gen_.load(std::memory_order_acquire) == seen) {
@@ -72,7 +85,7 @@ void RowPool::Loop(int index, uint32_t seen) {
       spins = 0;
     }
     seen = gen_.load(std::memory_order_acquire);
-    fn_(ctx_, parts_[index], parts_[index + 1]);
+    Work();
     pending_.fetch_sub(1, std::memory_order_acq_rel);
   }
 }

@@ -30,15 +30,20 @@ class RowPool {
   // pool whose helpers are being replaced (such a Run computes alone).
   void Resize(int n);
 
-  // fn(ctx, r0, r1) over [0, rows), in contiguous parts aligned to `align` rows; `work` is the
-  // call's multiply-adds, below kMinWork it runs on the calling thread alone.
+  // fn(ctx, r0, r1) over [0, rows), in contiguous parts aligned to `align` rows, which the
+  // calling thread and the helpers take in turn as each finishes one (kChunksPerThread parts per
+  // thread, so a thread slowed by the machine or woken late leaves its share to the others);
+  // `work` is the call's multiply-adds, below kMinWork it runs on the calling thread alone.
   void Run(Fn fn, const void* ctx, int64_t rows, int64_t align, int64_t work);
 
  private:
   static constexpr int64_t kMinWork = 1 << 16;  // multiply-adds below which a split costs more than it saves
 
+  static constexpr int64_t kChunksPerThread = 6;
   void ResizeHeld(int n);
-  void Loop(int index, uint32_t seen);
+  void Loop(uint32_t seen);
+  // Takes the current call's parts until none is left.
+  void Work();
 
   std::vector<std::thread> helpers_;
   std::atomic<uint32_t> gen_{0};
@@ -50,7 +55,10 @@ class RowPool {
   std::condition_variable cv_;
   Fn fn_ = nullptr;
   const void* ctx_ = nullptr;
-  int64_t parts_[kMaxThreads + 1] = {};
+  // The current call: its rows in `chunks_` parts of whole `align_`-row units; `next_` the next
+  // part to take.
+  int64_t rows_ = 0, align_ = 1, units_ = 0, chunks_ = 0;
+  std::atomic<int64_t> next_{0};
 };
 
 // The calling thread's pool.
