@@ -873,10 +873,10 @@ struct Int512 {
   // Steps whose groups one 16-lane vector of scales holds.
   static constexpr int kChunk = 16 / kGroupsPerStep;
 
-  // NA ≤ kLaidMany activation rows against mb weight rows, one weight row at a time, each weight
+  // NA ≤ kVnniMany activation rows against mb weight rows, one weight row at a time, each weight
   // vector unpacked once for all NA. q4's activations are laid out once per call for all the
-  // rows (Laid), each step's 64 for the low nibbles then its 64 for the high ones, so a step loads
-  // them whole instead of joining halves. The scales' products s_g·xs_g are formed for 16 groups
+  // rows, each step's 64 for the low nibbles then its 64 for the high ones, so a step loads them
+  // whole instead of joining halves. The scales' products s_g·xs_g are formed for 16 groups
   // at once and spread to each step's lanes by a permute. The same products fused into the same
   // sums as Pass forms them: the bits are Pass's for any NA.
   template <int NA>
