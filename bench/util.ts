@@ -44,13 +44,17 @@ export function fastestSeconds(runs: number, body: () => void): number {
 
 export const round = (x: number, digits = 1): number => Number(x.toFixed(digits));
 
+/** The read probe's 256 MiB array, made on first use and kept: a run probes many times. */
+let probeArray: Float32Array | null = null;
+
 /**
  * Streaming read bandwidth in bytes/s for each thread count (this thread and its compute
  * helpers, reading parts): the fastest of `repeats` passes over one 256 MiB array, well past the
  * caches.
  */
 export function readBandwidth(threads: readonly number[], repeats: number): number[] {
-  const big = new Float32Array(64 * 1024 * 1024).fill(1);
+  probeArray ??= new Float32Array(64 * 1024 * 1024).fill(1);
+  const big = probeArray;
   try {
     return threads.map((n) => {
       setComputeThreads(n);

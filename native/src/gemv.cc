@@ -529,6 +529,13 @@ constexpr int64_t kNearAhead = 2048;
 constexpr int64_t kFarAhead = 8192;
 constexpr int64_t kFarAheadQ8 = 24576;
 
+// The AVX-512 one-row streams' requests for the bytes ahead of p: into L1 kNearAhead on, into
+// L2 `far` on.
+inline __attribute__((always_inline)) void StreamAhead(const void* p, int64_t far) {
+  _mm_prefetch(static_cast<const char*>(p) + kNearAhead, _MM_HINT_T0);
+  _mm_prefetch(static_cast<const char*>(p) + far, _MM_HINT_T1);
+}
+
 // Activation rows the AVX2 integer GEMV takes against one pass over q4 weight rows (GemvRows): a
 // detokenizer frame's six positions unpack each weight block once. q8, with a stored term per
 // activation, takes four.
@@ -763,6 +770,8 @@ template <bool Q4, int G>
 struct Int512 {
   static constexpr int kLanesPerGroup = G / (Q4 ? 8 : 4);
   static constexpr int kGroupsPerStep = 16 / kLanesPerGroup;
+  // How far on a one-row stream asks for its bytes into L2 (StreamAhead).
+  static constexpr int64_t kFar = Q4 ? kFarAhead : kFarAheadQ8;
 
   // The step's (or half step's) group values, one per lane; reads exactly the groups it uses.
   template <bool Half>
@@ -790,11 +799,15 @@ struct Int512 {
     }
   }
 
+  // Lane l's group within a step: l / kLanesPerGroup.
+  VOXSLAB_VNNI static inline __attribute__((always_inline)) __m512i LaneGroups() {
+    return _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                             __builtin_ctz(static_cast<unsigned>(kLanesPerGroup)));
+  }
+
   // Lane l of the result is v[l / kLanesPerGroup].
   VOXSLAB_VNNI static inline __attribute__((always_inline)) __m512 Spread(__m128 v) {
-    const __m512i idx = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                          __builtin_ctz(static_cast<unsigned>(kLanesPerGroup)));
-    return _mm512_permutexvar_ps(idx, _mm512_castps128_ps512(v));
+    return _mm512_permutexvar_ps(LaneGroups(), _mm512_castps128_ps512(v));
   }
 
   template <int R, int NA, bool Half>
@@ -848,12 +861,11 @@ struct Int512 {
     for (int r = 0; r < R; ++r)
       for (int a = 0; a < NA; ++a) acc[r][a] = _mm512_setzero_ps();
     for (int64_t z = 0; z < steps; ++z) {
-      // The stream outruns the hardware prefetcher otherwise. One row: kNearAhead and kFarAhead
-      // on in the same stream. R rows: the next R, one pass ahead (past the last row of a block
-      // of rows this reads on into the next).
+      // The stream outruns the hardware prefetcher otherwise. One row: ahead in the same stream
+      // (StreamAhead). R rows: the next R, one pass ahead (past the last row of a block of rows
+      // this reads on into the next).
       if constexpr (R == 1) {
-        _mm_prefetch(reinterpret_cast<const char*>(r0 + z * 64 + kNearAhead), _MM_HINT_T0);
-        _mm_prefetch(reinterpret_cast<const char*>(r0 + z * 64 + (Q4 ? kFarAhead : kFarAheadQ8)), _MM_HINT_T1);
+        StreamAhead(r0 + z * 64, kFar);
       } else {
         const char* ahead = reinterpret_cast<const char*>(r0 + R * rowBytes + z * 64);
         for (int r = 0; r < R; ++r) _mm_prefetch(ahead + r * rowBytes, _MM_HINT_T0);
@@ -905,8 +917,7 @@ struct Int512 {
       }
     }
     const __m512i nib = _mm512_set1_epi8(15);
-    const __m512i first = _mm512_srli_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                                            __builtin_ctz(static_cast<unsigned>(kLanesPerGroup)));
+    const __m512i first = LaneGroups();
     const __m512i next = _mm512_set1_epi32(kGroupsPerStep);
     for (int64_t m = 0; m < mb; ++m) {
       const uint8_t* r0 = w + m * rowBytes;
@@ -922,8 +933,7 @@ struct Int512 {
         __m512i idx = first;
         const int64_t z1 = std::min(steps, z0 + kChunk);
         for (int64_t z = z0; z < z1; ++z, idx = _mm512_add_epi32(idx, next)) {
-          _mm_prefetch(reinterpret_cast<const char*>(r0 + z * 64 + kNearAhead), _MM_HINT_T0);
-          _mm_prefetch(reinterpret_cast<const char*>(r0 + z * 64 + (Q4 ? kFarAhead : kFarAheadQ8)), _MM_HINT_T1);
+          StreamAhead(r0 + z * 64, kFar);
           const __m512i wv = _mm512_loadu_si512(r0 + z * 64);
           const __m512i lo = Q4 ? _mm512_and_si512(wv, nib) : wv;
           const __m512i hi = Q4 ? _mm512_and_si512(_mm512_srli_epi16(wv, 4), nib) : wv;
@@ -952,13 +962,16 @@ struct Int512 {
     }
   }
 
-  // Every weight row of a block against NA activations, R weight rows per pass (the R × NA
-  // accumulators, R weight vectors and the activation vectors must stay in the 32 registers).
-  template <int NA, int R>
+  // Every weight row of a block against NA activations, where Laid does not take them: one
+  // activation one weight row at a time (a single stream kept ahead of), more four rows per pass
+  // (the R × NA accumulators, R weight vectors and the activation vectors must stay in the 32
+  // registers).
+  template <int NA>
   VOXSLAB_VNNI static void Rows(const uint8_t* w, const uint16_t* scales, const uint16_t* biases, const int8_t* const* xq, const float* const* xs,
                                 const float* const* xsum, float* const* y, int64_t mb, int64_t K) {
     const int64_t groups = K / G;
     const int64_t rowBytes = Q4 ? K / 2 : K;
+    constexpr int R = NA == 1 ? 1 : 4;
     int64_t m = 0;
     for (; m + R <= mb; m += R) Pass<R, NA>(w + m * rowBytes, scales + m * groups, biases, xq, xs, xsum, y, m, K);
     for (; m < mb; ++m) Pass<1, NA>(w + m * rowBytes, scales + m * groups, biases, xq, xs, xsum, y, m, K);
@@ -966,14 +979,10 @@ struct Int512 {
 };
 
 // Up to kVnniMany activation rows against `mb` weight rows (group 32 or 64): Int512::Laid where
-// they fit (VnniLaid). Otherwise up to four: rows read from memory (Stream) against one or two
-// activations go one at a time, a single stream kept ahead of, which streams faster than four side
-// by side; otherwise, and for rows already in cache, four per pass.
-template <bool Stream>
+// they fit (VnniLaid), otherwise up to four through Int512::Rows.
 VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group,
                                    const int8_t* const* xq, const float* const* xs, const float* const* xsum,
                                    float* const* y, int na, int64_t mb, int64_t K) {
-  constexpr int R = Stream ? 1 : 4;
 #define VOXSLAB_LAID(Q, G)                                                                \
   switch (na) {                                                                           \
     case 1: Int512<Q, G>::Laid<1>(w, scales, biases, xq, xs, xsum, y, mb, K); break;      \
@@ -985,10 +994,10 @@ VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const uint16_t* sc
   }
 #define VOXSLAB_ROWS(Q, G)                                          \
   switch (na) {                                                     \
-    case 1: Int512<Q, G>::Rows<1, R>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
-    case 2: Int512<Q, G>::Rows<2, R>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
-    case 3: Int512<Q, G>::Rows<3, 4>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
-    default: Int512<Q, G>::Rows<4, 4>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
+    case 1: Int512<Q, G>::Rows<1>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
+    case 2: Int512<Q, G>::Rows<2>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
+    case 3: Int512<Q, G>::Rows<3>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
+    default: Int512<Q, G>::Rows<4>(w, scales, biases, xq, xs, xsum, y, mb, K); break; \
   }
   if (VnniLaid(q4, na, K)) {
     if (q4) {
@@ -1008,7 +1017,7 @@ VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const uint16_t* sc
 // Integer GEMV with AVX-512 VNNI on 512-bit vectors (Int512), one activation row.
 VOXSLAB_VNNI void GemvIntVnni(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group,
                               const int8_t* xq, const float* xs, const float* xsum, float* y, int64_t M, int64_t K) {
-  GemvIntVnniMulti<true>(q4, w, scales, biases, group, &xq, &xs, &xsum, &y, 1, M, K);
+  GemvIntVnniMulti(q4, w, scales, biases, group, &xq, &xs, &xsum, &y, 1, M, K);
 }
 
 // 16 float weights (f32, f16 or bf16) from element i, as f32.
@@ -1060,8 +1069,7 @@ __attribute__((target("avx512f,avx2,fma,f16c"))) void GemvAvx512(WeightType type
     __m512 a = _mm512_setzero_ps();
     int64_t k = 0;
     for (; k < K16; k += 16) {
-      _mm_prefetch(wb + (m * K + k) * bytes + kNearAhead, _MM_HINT_T0);
-      _mm_prefetch(wb + (m * K + k) * bytes + kFarAhead, _MM_HINT_T1);
+      StreamAhead(wb + (m * K + k) * bytes, kFarAhead);
       a = _mm512_fmadd_ps(Load16(type, w, m * K + k), _mm512_loadu_ps(x + k), a);
     }
     float t = 0;
@@ -1168,8 +1176,7 @@ void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
       constexpr int kMany = std::max(kAvx2Many, kVnniMany);
       const int64_t step = kGemvIntVector == GemvIntAvx2 ? (q4 ? kAvx2Many : 4) : VnniLaid(q4, kVnniMany, t.K) ? kVnniMany : 4;
       for (int64_t i0 = 0; i0 < t.n; i0 += step) {
-        // The first pass over the block reads it from memory; later ones find it in cache.
-        const auto many = kGemvIntVector != GemvIntVnni ? GemvIntAvx2Many : i0 == 0 ? GemvIntVnniMulti<true> : GemvIntVnniMulti<false>;
+        const auto many = kGemvIntVector == GemvIntVnni ? GemvIntVnniMulti : GemvIntAvx2Many;
         const int na = static_cast<int>(std::min<int64_t>(step, t.n - i0));
         const int8_t* xq[kMany] = {};
         const float* xs[kMany] = {};

@@ -42,8 +42,7 @@ void RowPool::Run(Fn fn, const void* ctx, int64_t rows, int64_t align, int64_t w
   ctx_ = ctx;
   rows_ = rows;
   align_ = align;
-  units_ = (rows + align - 1) / align;
-  chunks_ = std::min<int64_t>(units_, int64_t{n} * kChunksPerThread);
+  chunks_ = std::min<int64_t>((rows + align - 1) / align, int64_t{n} * kChunksPerThread);
   next_.store(0, std::memory_order_relaxed);
   pending_.store(n - 1, std::memory_order_relaxed);
   gen_.fetch_add(1, std::memory_order_release);
@@ -57,11 +56,12 @@ void RowPool::Run(Fn fn, const void* ctx, int64_t rows, int64_t align, int64_t w
 }
 
 void RowPool::Work() {
+  const int64_t units = (rows_ + align_ - 1) / align_;
   for (;;) {
     const int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
     if (c >= chunks_) return;
-    const int64_t r0 = std::min(rows_, (units_ * c / chunks_) * align_);
-    const int64_t r1 = std::min(rows_, (units_ * (c + 1) / chunks_) * align_);
+    const int64_t r0 = std::min(rows_, (units * c / chunks_) * align_);
+    const int64_t r1 = std::min(rows_, (units * (c + 1) / chunks_) * align_);
     if (r0 < r1) fn_(ctx_, r0, r1);
   }
 }

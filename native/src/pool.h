@@ -57,7 +57,7 @@ class RowPool {
   const void* ctx_ = nullptr;
   // The current call: its rows in `chunks_` parts of whole `align_`-row units; `next_` the next
   // part to take.
-  int64_t rows_ = 0, align_ = 1, units_ = 0, chunks_ = 0;
+  int64_t rows_ = 0, align_ = 1, chunks_ = 0;
   std::atomic<int64_t> next_{0};
 };
 

@@ -211,8 +211,8 @@ t.test(`int8-activation GEMV (q8/q4) matches its exact integer arithmetic, withi
 
 t.test(`rows over long inputs (past what the kernels lay out per call): each row's bits equal a single call's (${kernelIsa()})`, async (t) => {
   const r = prng(23);
-  // q4 2112: whole 16-group chunks of scales, a part chunk and a half step; 16448 is past the
-  // one-row kernel's laid-out activations.
+  // q4 2112: whole 16-group chunks of scales, a part chunk and a half step; 16448: two inputs
+  // laid out, four past what fits; 49216: past what fits even for one input (and a half step).
   for (const [bits, cols] of [
     [8, 2048],
     [8, 16384],
@@ -221,6 +221,7 @@ t.test(`rows over long inputs (past what the kernels lay out per call): each row
     [4, 2112],
     [4, 16384],
     [4, 16448],
+    [4, 49216],
   ] as const) {
     for (const group of [32, 64]) {
       const rows = 6;
