@@ -26,6 +26,7 @@ inline Vec Splat(float x) { return x; }
 inline Vec Fma(Vec a, Vec b, Vec c) { return a * b + c; }
 inline Vec Add(Vec a, Vec b) { return a + b; }
 inline Vec Sub(Vec a, Vec b) { return a - b; }
+inline Vec Mul(Vec a, Vec b) { return a * b; }
 inline Vec Max(Vec a, Vec b) { return std::max(a, b); }
 inline float MaxOf(Vec v) { return v; }
 inline float Sum(Vec v) { return v; }
@@ -36,6 +37,7 @@ inline void Sum4(Vec a, Vec b, Vec c, Vec d, float* out) {
   out[3] = d;
 }
 inline Vec Exp(Vec x) { return std::exp(x); }
+constexpr bool kPairSums = false;
 #include "attention_core.h"
 }  // namespace scalar
 
@@ -60,6 +62,7 @@ inline Vec Splat(float x) { return _mm256_set1_ps(x); }
 inline Vec Fma(Vec a, Vec b, Vec c) { return _mm256_fmadd_ps(a, b, c); }
 inline Vec Add(Vec a, Vec b) { return _mm256_add_ps(a, b); }
 inline Vec Sub(Vec a, Vec b) { return _mm256_sub_ps(a, b); }
+inline Vec Mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
 inline Vec Max(Vec a, Vec b) { return _mm256_max_ps(a, b); }
 inline float MaxOf(Vec v) {
   __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
@@ -82,6 +85,7 @@ inline Vec Exp(Vec x) {
   const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), _mm256_cmp_ps(x, _mm256_set1_ps(kExpLo), _CMP_GE_OQ));
 }
+constexpr bool kPairSums = false;
 #include "attention_core.h"
 }  // namespace avx2
 #pragma GCC pop_options
@@ -104,6 +108,7 @@ inline Vec Splat(float x) { return _mm512_set1_ps(x); }
 inline Vec Fma(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
 inline Vec Add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
 inline Vec Sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
+inline Vec Mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
 inline Vec Max(Vec a, Vec b) { return _mm512_max_ps(a, b); }
 inline float MaxOf(Vec v) { return _mm512_reduce_max_ps(v); }
 inline float Sum(Vec v) { return Hsum512(v); }
@@ -125,6 +130,30 @@ inline Vec Exp(Vec x) {
   const __m512i e = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(n), _mm512_set1_epi32(127)), 23);
   return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(kExpLo), _CMP_GE_OQ), _mm512_mul_ps(y, _mm512_castsi512_ps(e)));
 }
+// [a_i + a_(i+8) | b_i + b_(i+8)]: Sum4's first additions for two vectors.
+inline Vec Halves(Vec a, Vec b) { return _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44), _mm512_shuffle_f32x4(a, b, 0xEE)); }
+// 128-bit lane L: the four partials h_i + h_(i+4) of the L-th vector halved into x, then y.
+inline Vec Quarters(Vec x, Vec y) { return _mm512_add_ps(_mm512_shuffle_f32x4(x, y, 0x88), _mm512_shuffle_f32x4(x, y, 0xDD)); }
+// Sum4's sums of eight vectors (two keys of up to four rows, acc[key·4 + row]) in one transposing
+// tree whose every addition is one Sum4 makes (lanes i + 8, then i + 4, then the pairs of hadd),
+// scaled and stored to each row's scores at keys jj and jj + 1.
+template <int NB>
+inline void StorePairSums(const Vec* acc, float scale, float* const* sc, int64_t jj) {
+  const Vec z = Quarters(Halves(acc[0], acc[1]), Halves(acc[2], acc[3]));
+  const Vec w = Quarters(Halves(acc[4], acc[5]), Halves(acc[6], acc[7]));
+  // Lane L: [t0 + t1, t2 + t3] of acc[L], then of acc[4 + L]; then each pair's sum.
+  const Vec u = _mm512_add_ps(_mm512_shuffle_ps(z, w, 0x88), _mm512_shuffle_ps(z, w, 0xDD));
+  const Vec s = _mm512_mul_ps(_mm512_add_ps(_mm512_add_ps(u, _mm512_permute_ps(u, 0xB1)), _mm512_setzero_ps()), _mm512_set1_ps(scale));
+  // Row r's two scores side by side in 64 bits: elements 4r and 4r + 2.
+  const __m512 c = _mm512_permutexvar_ps(_mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0), s);
+  const __m128 lo = _mm512_castps512_ps128(c);
+  const __m128 hi = _mm512_extractf32x4_ps(c, 1);
+  _mm_storel_pi(reinterpret_cast<__m64*>(sc[0] + jj), lo);
+  if constexpr (NB > 1) _mm_storeh_pi(reinterpret_cast<__m64*>(sc[1] + jj), lo);
+  if constexpr (NB > 2) _mm_storel_pi(reinterpret_cast<__m64*>(sc[2] + jj), hi);
+  if constexpr (NB > 3) _mm_storeh_pi(reinterpret_cast<__m64*>(sc[3] + jj), hi);
+}
+constexpr bool kPairSums = true;
 #include "attention_core.h"
 }  // namespace avx512
 #pragma GCC pop_options
@@ -179,7 +208,9 @@ void Attention(const AttentionParams& a, const float* q, const void* kraw, const
   const HeadsTask task{&a, q, kraw, vraw, out, p, u, vb, scratch, SlotFloats(a.tq, a.tk, a.hd, group)};
   // Multiply-adds of the scores and the weighted values (all keys: an upper bound under a mask).
   const int64_t work = 2 * a.Tq * a.Tk * a.Hq * a.hd * (p != nullptr ? 2 : 1);
-  Pool().Run(RunHeads, &task, a.Hkv, 1, work);
+  // Parts of Hkv / threads heads: each thread reads its heads' share of every key row in the
+  // cache's order, so the threads stream side by side instead of each striding through one head.
+  Pool().Run(RunHeads, &task, a.Hkv, std::max<int64_t>(1, a.Hkv / Pool().threads()), work);
 }
 
 }  // namespace voxslab

@@ -1,6 +1,6 @@
 // A range of KV heads' share of tiled attention, written once over a vector vocabulary (Vec,
-// kLanes, kPvVectors, Zero, Load, LoadHalf, StoreU, Splat, Fma, Add, Sub, Max, MaxOf, Sum, Sum4,
-// Exp) and included once per instruction set by attention.cc, inside that set's namespace. No
+// kLanes, kPvVectors, Zero, Load, LoadHalf, StoreU, Splat, Fma, Add, Sub, Mul, Max, MaxOf, Sum, Sum4,
+// Exp, kPairSums, StorePairSums) and included once per instruction set by attention.cc, inside that set's namespace. No
 // include guard: that is the point.
 //
 // Each KV head's query heads and query tiles run in a fixed order, in the head's own slot of
@@ -16,12 +16,51 @@ inline void WidenV(const uint16_t* h, float* out, int64_t n) {
   for (; i < n; ++i) out[i] = F16(h[i]);
 }
 
+// A cache vector or value as f32: an f16 cache is read in place by the FMA loops, widened as
+// it is loaded, which gives the bits of reading its widened copy.
+inline Vec LoadE(const float* p) { return Load(p); }
+inline Vec LoadE(const uint16_t* p) { return LoadHalf(p); }
+inline float ToF(float x) { return x; }
+inline float ToF(uint16_t h) { return F16(h); }
+
 // Up to kBlock query rows that see the same keys, scored and weighted together: each key and
 // value vector is loaded once for the block. A row's arithmetic does not depend on the block
 // it is in (missing rows are zeros that nothing reads).
 constexpr int kBlock = 4;
 // Floats per cache line: the prefetch step.
 constexpr int kLineFloats = 16;
+
+// The next key tile's rows of this thread's heads, prefetched into L2 in the cache's own order
+// (key by key, a key's heads side by side) while this tile is read head by head: the memory sees
+// one forward stream, where a prefetch per head one tile on is a stride per head that halves the
+// rate. Head pass `first / tk` of the tile, at key jj, fetches the next tile's (key, head) pair
+// first + jj, so the tile's passes cover the next tile once.
+struct Ahead {
+  const char* base;   // the next tile's first row at the thread's first head; null: none
+  int64_t rowBytes;   // one key row to the next
+  int64_t headBytes;  // one head's bytes in a row
+  int64_t heads;      // the thread's heads
+  int64_t rows;       // key rows in the next tile
+  int64_t first;      // the pair fetched at this pass's key 0
+};
+
+// Walks an Ahead's pairs from key jj on; Next() prefetches one.
+struct AheadCursor {
+  const Ahead& a;
+  int64_t row, hc;
+  AheadCursor(const Ahead& ah, int64_t jj) : a(ah), row((ah.first + jj) / ah.heads), hc((ah.first + jj) % ah.heads) {}
+  // Inlined into the FMA loops, which would otherwise spill their accumulators around a call.
+  __attribute__((always_inline)) void Next() {
+    if (a.base != nullptr && row < a.rows) {
+      const char* at = a.base + row * a.rowBytes + hc * a.headBytes;
+      for (int64_t b = 0; b < a.headBytes; b += 64) __builtin_prefetch(at + b, 0, 2);
+    }
+    if (++hc == a.heads) {
+      hc = 0;
+      ++row;
+    }
+  }
+};
 
 struct Row {
   int64_t st;     // the row's slot in mx, sm, acc, qu, qv
@@ -31,7 +70,7 @@ struct Row {
 };
 
 inline void ScoreBlock(const AttentionParams& a, const Row* rows, int nb, int64_t ja, int64_t jb, int64_t j0, int64_t i0, const float* kr,
-                       int64_t ks, const float* qu, const float* qv, const float* p) {
+                       int64_t ks, const float* qu, const float* qv, const float* p, const Ahead& ahead) {
   const int64_t hd = a.hd;
   const bool rel = p != nullptr;
   const float* qs[kBlock];
@@ -41,11 +80,10 @@ inline void ScoreBlock(const AttentionParams& a, const Row* rows, int nb, int64_
     qs[r] = qu + rows[rr].st * hd;
     qr[r] = qv + rows[rr].st * hd;
   }
+  AheadCursor next(ahead, ja);
   for (int64_t jj = ja; jj <= jb; ++jj) {
     const float* kv = kr + jj * ks;
-    // The same head's key one tile on: a head's rows are a strided stream the hardware
-    // prefetcher does not run far enough ahead on.
-    for (int64_t d = 0; d < hd; d += kLineFloats) __builtin_prefetch(kv + a.tk * ks + d);
+    next.Next();
     Vec acc[kBlock] = {Zero(), Zero(), Zero(), Zero()};
     float tail[kBlock] = {0, 0, 0, 0};
     const float* pr[kBlock] = {nullptr, nullptr, nullptr, nullptr};
@@ -67,22 +105,45 @@ inline void ScoreBlock(const AttentionParams& a, const Row* rows, int nb, int64_
   }
 }
 
+// Keys jj and jj + 1 of up to NB rows (acc[key·kBlock + row]) summed as Sum4 sums each vector,
+// scaled and stored to the rows' scores: defined by a vocabulary that sets kPairSums.
+template <int NB>
+void StorePairSums(const Vec* acc, float scale, float* const* sc, int64_t jj);
+
 // ScoreBlock for NB rows and a head of C whole vectors, without relative positions: the rows'
 // queries held in registers, each key's C vectors loaded once for the NB rows. Its arithmetic
 // per row is ScoreBlock's: C products in one chain, then the same four-way sum.
-template <int NB, int C>
-inline void ScoreRegs(const AttentionParams& a, const Row* rows, int64_t ja, int64_t jb, const float* kr, int64_t ks, const float* qu) {
+template <int NB, int C, typename E>
+inline void ScoreRegs(const AttentionParams& a, const Row* rows, int64_t ja, int64_t jb, const E* kr, int64_t ks, const float* qu,
+                      const Ahead& ahead) {
   Vec qr[NB][C];
   for (int r = 0; r < NB; ++r)
     for (int c = 0; c < C; ++c) qr[r][c] = Load(qu + rows[r].st * a.hd + c * kLanes);
   float* sc[NB];
   for (int r = 0; r < NB; ++r) sc[r] = rows[r].sc;
-  for (int64_t jj = ja; jj <= jb; ++jj) {
-    const float* kv = kr + jj * ks;
-    for (int c = 0; c < C * kLanes; c += kLineFloats) __builtin_prefetch(kv + a.tk * ks + c);
+  AheadCursor next(ahead, ja);
+  int64_t jj = ja;
+  // Two keys at a time where the vocabulary sums eight vectors at once.
+  if constexpr (kPairSums)
+    for (; jj < jb; jj += 2) {
+      const E* kv = kr + jj * ks;
+      next.Next();
+      next.Next();
+      Vec acc[2 * kBlock] = {Zero(), Zero(), Zero(), Zero(), Zero(), Zero(), Zero(), Zero()};
+      for (int c = 0; c < C; ++c) {
+        const Vec k0 = LoadE(kv + c * kLanes);
+        for (int r = 0; r < NB; ++r) acc[r] = Fma(qr[r][c], k0, acc[r]);
+        const Vec k1 = LoadE(kv + ks + c * kLanes);
+        for (int r = 0; r < NB; ++r) acc[kBlock + r] = Fma(qr[r][c], k1, acc[kBlock + r]);
+      }
+      StorePairSums<NB>(acc, a.scale, sc, jj);
+    }
+  for (; jj <= jb; ++jj) {
+    const E* kv = kr + jj * ks;
+    next.Next();
     Vec acc[kBlock] = {Zero(), Zero(), Zero(), Zero()};
     for (int c = 0; c < C; ++c) {
-      const Vec k = Load(kv + c * kLanes);
+      const Vec k = LoadE(kv + c * kLanes);
       for (int r = 0; r < NB; ++r) acc[r] = Fma(qr[r][c], k, acc[r]);
     }
     float sum[kBlock];
@@ -91,41 +152,48 @@ inline void ScoreRegs(const AttentionParams& a, const Row* rows, int64_t ja, int
   }
 }
 
-template <int NB>
-inline bool ScoreRegsFor(const AttentionParams& a, const Row* rows, int64_t ja, int64_t jb, const float* kr, int64_t ks, const float* qu) {
-  if (a.hd == kLanes) ScoreRegs<NB, 1>(a, rows, ja, jb, kr, ks, qu);
-  else if (a.hd == 2 * kLanes) ScoreRegs<NB, 2>(a, rows, ja, jb, kr, ks, qu);
-  else if (a.hd == 4 * kLanes) ScoreRegs<NB, 4>(a, rows, ja, jb, kr, ks, qu);
-  else if (a.hd == 8 * kLanes) ScoreRegs<NB, 8>(a, rows, ja, jb, kr, ks, qu);
+template <int NB, typename E>
+inline bool ScoreRegsFor(const AttentionParams& a, const Row* rows, int64_t ja, int64_t jb, const E* kr, int64_t ks, const float* qu,
+                         const Ahead& ahead) {
+  if (a.hd == kLanes) ScoreRegs<NB, 1, E>(a, rows, ja, jb, kr, ks, qu, ahead);
+  else if (a.hd == 2 * kLanes) ScoreRegs<NB, 2, E>(a, rows, ja, jb, kr, ks, qu, ahead);
+  else if (a.hd == 4 * kLanes) ScoreRegs<NB, 4, E>(a, rows, ja, jb, kr, ks, qu, ahead);
+  else if (a.hd == 8 * kLanes) ScoreRegs<NB, 8, E>(a, rows, ja, jb, kr, ks, qu, ahead);
   else return false;
   return true;
 }
 
-inline bool ScoreFast(const AttentionParams& a, const Row* rows, int nb, int64_t ja, int64_t jb, const float* kr, int64_t ks, const float* qu) {
+// Whether ScoreRegs takes a head of hd floats.
+inline bool RegsHead(int64_t hd) { return hd == kLanes || hd == 2 * kLanes || hd == 4 * kLanes || hd == 8 * kLanes; }
+
+template <typename E>
+inline bool ScoreFast(const AttentionParams& a, const Row* rows, int nb, int64_t ja, int64_t jb, const E* kr, int64_t ks, const float* qu,
+                      const Ahead& ahead) {
   switch (nb) {
-    case 1: return ScoreRegsFor<1>(a, rows, ja, jb, kr, ks, qu);
-    case 2: return ScoreRegsFor<2>(a, rows, ja, jb, kr, ks, qu);
-    case 3: return ScoreRegsFor<3>(a, rows, ja, jb, kr, ks, qu);
-    default: return ScoreRegsFor<4>(a, rows, ja, jb, kr, ks, qu);
+    case 1: return ScoreRegsFor<1>(a, rows, ja, jb, kr, ks, qu, ahead);
+    case 2: return ScoreRegsFor<2>(a, rows, ja, jb, kr, ks, qu, ahead);
+    case 3: return ScoreRegsFor<3>(a, rows, ja, jb, kr, ks, qu, ahead);
+    default: return ScoreRegsFor<4>(a, rows, ja, jb, kr, ks, qu, ahead);
   }
 }
 
 // acc += Σ w·v over keys [ja, jb] for NB rows, kPvVectors vectors of each row at once: that many
 // independent chains per row, each value vector loaded once for the NB rows.
-template <int NB>
-inline void WeighValues(const AttentionParams& a, const Row* rows, float* const* ai, int64_t ja, int64_t jb, const float* vr, int64_t ks) {
+template <int NB, typename E>
+inline void WeighValues(const AttentionParams& a, const Row* rows, float* const* ai, int64_t ja, int64_t jb, const E* vr, int64_t ks,
+                        const Ahead& ahead) {
   const int64_t hd = a.hd;
   int64_t d = 0;
+  AheadCursor next(ahead, ja);
   for (; d + kPvVectors * kLanes <= hd; d += kPvVectors * kLanes) {
     Vec av[NB][kPvVectors];
     for (int r = 0; r < NB; ++r)
       for (int c = 0; c < kPvVectors; ++c) av[r][c] = Load(ai[r] + d + c * kLanes);
     for (int64_t k = ja; k <= jb; ++k) {
-      const float* vk = vr + k * ks + d;
-      if (d == 0)
-        for (int64_t c = 0; c < hd; c += kLineFloats) __builtin_prefetch(vr + (a.tk + k) * ks + c);
+      const E* vk = vr + k * ks + d;
+      if (d == 0) next.Next();
       Vec v[kPvVectors];
-      for (int c = 0; c < kPvVectors; ++c) v[c] = Load(vk + c * kLanes);
+      for (int c = 0; c < kPvVectors; ++c) v[c] = LoadE(vk + c * kLanes);
       for (int r = 0; r < NB; ++r) {
         const Vec w = Splat(rows[r].sc[k]);
         for (int c = 0; c < kPvVectors; ++c) av[r][c] = Fma(w, v[c], av[r][c]);
@@ -138,7 +206,7 @@ inline void WeighValues(const AttentionParams& a, const Row* rows, float* const*
     Vec av[NB];
     for (int r = 0; r < NB; ++r) av[r] = Load(ai[r] + d);
     for (int64_t k = ja; k <= jb; ++k) {
-      const Vec v = Load(vr + k * ks + d);
+      const Vec v = LoadE(vr + k * ks + d);
       for (int r = 0; r < NB; ++r) av[r] = Fma(Splat(rows[r].sc[k]), v, av[r]);
     }
     for (int r = 0; r < NB; ++r) StoreU(ai[r] + d, av[r]);
@@ -146,14 +214,15 @@ inline void WeighValues(const AttentionParams& a, const Row* rows, float* const*
   for (; d < hd; ++d)
     for (int r = 0; r < NB; ++r) {
       float t = ai[r][d];
-      for (int64_t k = ja; k <= jb; ++k) t += rows[r].sc[k] * vr[k * ks + d];
+      for (int64_t k = ja; k <= jb; ++k) t += rows[r].sc[k] * ToF(vr[k * ks + d]);
       ai[r][d] = t;
     }
 }
 
 // Online softmax of each row over this tile's scores [ja, jb], then acc += Σ w·v for the block.
-inline void WeighBlock(const AttentionParams& a, const Row* rows, int nb, int64_t ja, int64_t jb, const float* vr, int64_t ks, float* mx,
-                       float* sm, float* acc) {
+template <typename E>
+inline void WeighBlock(const AttentionParams& a, const Row* rows, int nb, int64_t ja, int64_t jb, const E* vr, int64_t ks, float* mx,
+                       float* sm, float* acc, const Ahead& ahead) {
   const int64_t hd = a.hd;
   float* ai[kBlock];
   for (int r = 0; r < kBlock; ++r) ai[r] = acc + rows[r < nb ? r : 0].st * hd;
@@ -167,8 +236,12 @@ inline void WeighBlock(const AttentionParams& a, const Row* rows, int nb, int64_
     for (; j <= jb; ++j) tileMax = std::max(tileMax, sc[j]);
     const float m = std::max(mx[st], tileMax);
     const float alpha = mx[st] == -INFINITY ? 0.0f : std::exp(mx[st] - m);
-    if (alpha != 1.0f)
-      for (int64_t d = 0; d < hd; ++d) ai[r][d] *= alpha;
+    if (alpha != 1.0f) {
+      const Vec av = Splat(alpha);
+      int64_t d = 0;
+      for (; d + kLanes <= hd; d += kLanes) StoreU(ai[r] + d, Mul(Load(ai[r] + d), av));
+      for (; d < hd; ++d) ai[r][d] *= alpha;
+    }
     // Weights e^(s − m) in place, and their sum in a fixed order.
     const Vec mv = Splat(m);
     Vec lv = Zero();
@@ -187,10 +260,10 @@ inline void WeighBlock(const AttentionParams& a, const Row* rows, int nb, int64_
     sm[st] = sm[st] * alpha + l;
   }
   switch (nb) {
-    case 1: WeighValues<1>(a, rows, ai, ja, jb, vr, ks); break;
-    case 2: WeighValues<2>(a, rows, ai, ja, jb, vr, ks); break;
-    case 3: WeighValues<3>(a, rows, ai, ja, jb, vr, ks); break;
-    default: WeighValues<4>(a, rows, ai, ja, jb, vr, ks); break;
+    case 1: WeighValues<1, E>(a, rows, ai, ja, jb, vr, ks, ahead); break;
+    case 2: WeighValues<2, E>(a, rows, ai, ja, jb, vr, ks, ahead); break;
+    case 3: WeighValues<3, E>(a, rows, ai, ja, jb, vr, ks, ahead); break;
+    default: WeighValues<4, E>(a, rows, ai, ja, jb, vr, ks, ahead); break;
   }
 }
 
@@ -246,36 +319,55 @@ inline void AttentionHeads(const AttentionParams& a, const float* q, const void*
     if (a.mask == AttentionMask::kSliding) jlo = std::max<int64_t>(0, qlo - a.window + 1 - a.kpos0);
     // Key tiles on multiples of tk, whatever the query tile: a query's tiles, and so its bits,
     // are the same alone or in any chunk.
+    const int64_t eb = a.kvF16 ? 2 : 4;
+    // An f16 cache is read in place where ScoreRegs scores it, else widened a tile at a time.
+    const bool widen = a.kvF16 && (rel || !RegsHead(hd));
     for (int64_t j0 = jlo - jlo % a.tk; j0 <= jhi; j0 += a.tk) {
       const int64_t nk = std::min(a.tk, jhi - j0 + 1);
+      // The next tile's rows this call reads, for the prefetch.
+      const int64_t nextRows = std::max<int64_t>(0, std::min(a.tk, jhi - (j0 + a.tk) + 1));
+      const int64_t nextAt = ((j0 + a.tk) * a.Hkv + kh0) * hd * eb;
+      const char* kNext = nextRows > 0 ? static_cast<const char*>(kraw) + nextAt : nullptr;
+      const char* vNext = nextRows > 0 ? static_cast<const char*>(vraw) + nextAt : nullptr;
       for (int64_t kh = kh0; kh < kh1; ++kh) {
         const Slot sl = slotOf(kh);
-        const float* kr;
-        const float* vr;
-        int64_t ks;
-        if (a.kvF16) {
-          const uint16_t* k16 = static_cast<const uint16_t*>(kraw) + (j0 * a.Hkv + kh) * hd;
-          const uint16_t* v16 = static_cast<const uint16_t*>(vraw) + (j0 * a.Hkv + kh) * hd;
+        const int64_t first = (kh - kh0) * a.tk;
+        const Ahead kAhead{kNext, stride * eb, hd * eb, kh1 - kh0, nextRows, first};
+        const Ahead vAhead{vNext, stride * eb, hd * eb, kh1 - kh0, nextRows, first};
+        // A widened f16 tile is prefetched as it is widened; the FMA loops then read the scratch.
+        const Ahead none{nullptr, 0, 0, 1, 0, 0};
+        const int64_t at = (j0 * a.Hkv + kh) * hd;
+        const uint16_t* k16 = a.kvF16 ? static_cast<const uint16_t*>(kraw) + at : nullptr;
+        const uint16_t* v16 = a.kvF16 ? static_cast<const uint16_t*>(vraw) + at : nullptr;
+        const float* kr = a.kvF16 ? sl.kt : static_cast<const float*>(kraw) + at;
+        const float* vr = a.kvF16 ? sl.vt : static_cast<const float*>(vraw) + at;
+        int64_t ks = stride;
+        if (widen) {
+          AheadCursor nextK(kAhead, 0), nextV(vAhead, 0);
           for (int64_t jj = 0; jj < nk; ++jj) {
+            nextK.Next();
+            nextV.Next();
             WidenV(k16 + jj * stride, sl.kt + jj * hd, hd);
             WidenV(v16 + jj * stride, sl.vt + jj * hd, hd);
           }
-          kr = sl.kt;
-          vr = sl.vt;
           ks = hd;
-        } else {
-          kr = static_cast<const float*>(kraw) + (j0 * a.Hkv + kh) * hd;
-          vr = static_cast<const float*>(vraw) + (j0 * a.Hkv + kh) * hd;
-          ks = stride;
         }
+        const Ahead& ka = widen ? none : kAhead;
+        const Ahead& va = widen ? none : vAhead;
         // Rows in (query, head) order; consecutive rows that see the same keys form a block.
         Row block[kBlock];
         int nb = 0;
         int64_t ba = 0, bb = -1;
         auto flush = [&]() {
           if (nb == 0) return;
-          if (p != nullptr || !ScoreFast(a, block, nb, ba, bb, kr, ks, sl.qu)) ScoreBlock(a, block, nb, ba, bb, j0, i0, kr, ks, sl.qu, sl.qv, p);
-          WeighBlock(a, block, nb, ba, bb, vr, ks, sl.mx, sl.sm, sl.acc);
+          if (a.kvF16 && !widen) {
+            ScoreFast(a, block, nb, ba, bb, k16, stride, sl.qu, ka);
+            WeighBlock(a, block, nb, ba, bb, v16, stride, sl.mx, sl.sm, sl.acc, va);
+          } else {
+            if (p != nullptr || !ScoreFast(a, block, nb, ba, bb, kr, ks, sl.qu, ka))
+              ScoreBlock(a, block, nb, ba, bb, j0, i0, kr, ks, sl.qu, sl.qv, p, ka);
+            WeighBlock(a, block, nb, ba, bb, vr, ks, sl.mx, sl.sm, sl.acc, va);
+          }
           nb = 0;
         };
         for (int64_t i = 0; i < nq; ++i) {

@@ -221,26 +221,31 @@ t.test('an f16 KV cache reads as its values widened to f32, bit for bit', async 
   const Tk = 77;
   const Hq = 4;
   const Hkv = 2;
-  const hd = 16;
-  const q = Float32Array.from({ length: Hq * hd }, () => r() * 2 - 1);
-  const k16 = Uint16Array.from({ length: Tk * Hkv * hd }, () => f32ToF16(r() * 2 - 1));
-  const v16 = Uint16Array.from({ length: Tk * Hkv * hd }, () => f32ToF16(r() * 2 - 1));
-  const k32 = Float32Array.from(k16, (h) => f16ToF32(h));
-  const v32 = Float32Array.from(v16, (h) => f16ToF32(h));
-  const scratch = new Float32Array(attentionScratchFloats(1, 16, hd, Hq, Hkv));
-  for (const [mode, window] of [
-    [1, 0],
-    [2, 30],
-  ] as const) {
-    const a = new Float32Array(Hq * hd);
-    const b = new Float32Array(Hq * hd);
-    native.attention(q, k16, v16, a, null, null, null, scratch, 1, Tk, Hq, Hkv, hd, Tk - 1, 0, window, mode, 0.25, 1, 16);
-    native.attention(q, k32, v32, b, null, null, null, scratch, 1, Tk, Hq, Hkv, hd, Tk - 1, 0, window, mode, 0.25, 1, 16);
-    t.ok(
-      a.every((x, i) => Object.is(x, b[i])),
-      `mode ${mode}: the same bits as the widened f32 cache`,
-    );
+  // Heads of whole vectors are read in place; 24 is widened a tile at a time first.
+  for (const hd of [16, 24, 64]) {
+    const k16 = Uint16Array.from({ length: Tk * Hkv * hd }, () => f32ToF16(r() * 2 - 1));
+    const v16 = Uint16Array.from({ length: Tk * Hkv * hd }, () => f32ToF16(r() * 2 - 1));
+    const k32 = Float32Array.from(k16, (h) => f16ToF32(h));
+    const v32 = Float32Array.from(v16, (h) => f16ToF32(h));
+    for (const Tq of [1, 5]) {
+      const q = Float32Array.from({ length: Tq * Hq * hd }, () => r() * 2 - 1);
+      const scratch = new Float32Array(attentionScratchFloats(Tq, 16, hd, Hq, Hkv));
+      for (const [mode, window] of [
+        [1, 0],
+        [2, 30],
+      ] as const) {
+        const a = new Float32Array(Tq * Hq * hd);
+        const b = new Float32Array(Tq * Hq * hd);
+        native.attention(q, k16, v16, a, null, null, null, scratch, Tq, Tk, Hq, Hkv, hd, Tk - Tq, 0, window, mode, 0.25, Tq, 16);
+        native.attention(q, k32, v32, b, null, null, null, scratch, Tq, Tk, Hq, Hkv, hd, Tk - Tq, 0, window, mode, 0.25, Tq, 16);
+        t.ok(Buffer.from(a.buffer).equals(Buffer.from(b.buffer)), `hd ${hd}, ${Tq} queries, mode ${mode}: the same bits as the widened f32 cache`);
+      }
+    }
   }
+  const hd = 16;
+  const q = new Float32Array(Hq * hd);
+  const k16 = new Uint16Array(Tk * Hkv * hd);
+  const scratch = new Float32Array(attentionScratchFloats(1, 16, hd, Hq, Hkv));
   t.throws(
     () => native.attention(q, k16, new Uint16Array(4), new Float32Array(Hq * hd), null, null, null, scratch, 1, Tk, Hq, Hkv, hd, Tk - 1, 0, 0, 1, 0.25, 1, 16),
     /k and v need/,
