@@ -107,8 +107,9 @@ void Rope(float* x, const float* cos, const float* sin, int64_t rows, int64_t he
 // score(i, j) = ((q_i + u)·k_j + (q_i + v)·p_{T−1−(i−j)})·scale.
 // scratch: AttentionScratchFloats(tq, tk, hd, Hq / Hkv, Hkv) floats (never a function of T): one
 // slot per KV head, so the KV heads split among the calling thread's helpers (pool.h).
-// k and v are f32, or f16 (IEEE half) when kvF16 is set: a half-size KV cache; each key and
-// value row is widened to f32 in the scratch as it is read.
+// k and v are f32, or f16 (IEEE half) when kvF16 is set: a half-size KV cache, each vector
+// widened to f32 as it is loaded (heads the register loops do not take: a tile at a time into
+// the scratch), with the bits of its widened copy.
 struct AttentionParams {
   int64_t Tq, Tk, Hq, Hkv, hd;
   int64_t qpos0, kpos0, window;
