@@ -32,32 +32,45 @@ constexpr int kLineFloats = 16;
 
 // The next key tile's rows of this thread's heads, prefetched into L2 in the cache's own order
 // (key by key, a key's heads side by side) while this tile is read head by head: the memory sees
-// one forward stream, where a prefetch per head one tile on is a stride per head that halves the
-// rate. Head pass `first / tk` of the tile, at key jj, fetches the next tile's (key, head) pair
-// first + jj, so the tile's passes cover the next tile once.
+// forward streams, where a prefetch per head one tile on is a stride per head that halves the
+// rate. The tile's rows are dealt to kAheadStreams streams (consecutive quarters), as the memory
+// keeps more reads in flight for a few streams than for one; the n-th prefetch of a tile, over
+// its head passes in turn, takes stream n % kAheadStreams at that stream's (n / kAheadStreams)-th
+// (key, head) pair, so the tile's passes cover the next tile once.
+constexpr int64_t kAheadStreams = 4;
+
 struct Ahead {
   const char* base;   // the next tile's first row at the thread's first head; null: none
   int64_t rowBytes;   // one key row to the next
   int64_t headBytes;  // one head's bytes in a row
   int64_t heads;      // the thread's heads
   int64_t rows;       // key rows in the next tile
-  int64_t first;      // the pair fetched at this pass's key 0
+  int64_t streamRows; // rows per stream: ceil(tk / kAheadStreams)
+  int64_t first;      // the prefetch this pass makes at its key 0: pass · tk
 };
 
-// Walks an Ahead's pairs from key jj on; Next() prefetches one.
+// Walks an Ahead's prefetches from key jj on; Next() makes one.
 struct AheadCursor {
   const Ahead& a;
-  int64_t row, hc;
-  AheadCursor(const Ahead& ah, int64_t jj) : a(ah), row((ah.first + jj) / ah.heads), hc((ah.first + jj) % ah.heads) {}
+  int64_t stream, row, hc;  // the next prefetch's stream and its pair in that stream
+  AheadCursor(const Ahead& ah, int64_t jj)
+      : a(ah),
+        stream((ah.first + jj) % kAheadStreams),
+        row((ah.first + jj) / kAheadStreams / ah.heads),
+        hc((ah.first + jj) / kAheadStreams % ah.heads) {}
   // Inlined into the FMA loops, which would otherwise spill their accumulators around a call.
   __attribute__((always_inline)) void Next() {
-    if (a.base != nullptr && row < a.rows) {
-      const char* at = a.base + row * a.rowBytes + hc * a.headBytes;
+    const int64_t r = stream * a.streamRows + row;
+    if (a.base != nullptr && r < a.rows) {
+      const char* at = a.base + r * a.rowBytes + hc * a.headBytes;
       for (int64_t b = 0; b < a.headBytes; b += 64) __builtin_prefetch(at + b, 0, 2);
     }
-    if (++hc == a.heads) {
-      hc = 0;
-      ++row;
+    if (++stream == kAheadStreams) {
+      stream = 0;
+      if (++hc == a.heads) {
+        hc = 0;
+        ++row;
+      }
     }
   }
 };
@@ -325,6 +338,8 @@ inline void AttentionHeads(const AttentionParams& a, const float* q, const void*
     for (int64_t j0 = jlo - jlo % a.tk; j0 <= jhi; j0 += a.tk) {
       const int64_t nk = std::min(a.tk, jhi - j0 + 1);
       // The next tile's rows this call reads, for the prefetch.
+      const int64_t heads = kh1 - kh0;
+      const int64_t streamRows = (a.tk + kAheadStreams - 1) / kAheadStreams;
       const int64_t nextRows = std::max<int64_t>(0, std::min(a.tk, jhi - (j0 + a.tk) + 1));
       const int64_t nextAt = ((j0 + a.tk) * a.Hkv + kh0) * hd * eb;
       const char* kNext = nextRows > 0 ? static_cast<const char*>(kraw) + nextAt : nullptr;
@@ -332,10 +347,10 @@ inline void AttentionHeads(const AttentionParams& a, const float* q, const void*
       for (int64_t kh = kh0; kh < kh1; ++kh) {
         const Slot sl = slotOf(kh);
         const int64_t first = (kh - kh0) * a.tk;
-        const Ahead kAhead{kNext, stride * eb, hd * eb, kh1 - kh0, nextRows, first};
-        const Ahead vAhead{vNext, stride * eb, hd * eb, kh1 - kh0, nextRows, first};
+        const Ahead kAhead{kNext, stride * eb, hd * eb, heads, nextRows, streamRows, first};
+        const Ahead vAhead{vNext, stride * eb, hd * eb, heads, nextRows, streamRows, first};
         // A widened f16 tile is prefetched as it is widened; the FMA loops then read the scratch.
-        const Ahead none{nullptr, 0, 0, 1, 0, 0};
+        const Ahead none{nullptr, 0, 0, 1, 0, 1, 0};
         const int64_t at = (j0 * a.Hkv + kh) * hd;
         const uint16_t* k16 = a.kvF16 ? static_cast<const uint16_t*>(kraw) + at : nullptr;
         const uint16_t* v16 = a.kvF16 ? static_cast<const uint16_t*>(vraw) + at : nullptr;
