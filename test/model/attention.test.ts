@@ -252,43 +252,49 @@ t.test('an f16 KV cache reads as its values widened to f32, bit for bit', async 
   );
 });
 
-t.test('the KV heads split over two compute threads give the bits of one thread (f32 and f16 caches, every mask, relative positions)', async (t) => {
-  const { setComputeThreads } = await import('../../src/model/blocks/kernels.js');
-  const r = prng(47);
-  const rand = (n: number) => Float32Array.from({ length: n }, () => r() * 2 - 1);
-  const shapes = [
-    { Tq: 1, Tk: 700, Hq: 32, Hkv: 8, hd: 64, mode: 'causal', qpos0: 699, tq: 1, tk: 64 },
-    { Tq: 40, Tk: 300, Hq: 32, Hkv: 8, hd: 64, mode: 'causal', qpos0: 260, tq: 40, tk: 64 },
-    { Tq: 40, Tk: 300, Hq: 8, Hkv: 2, hd: 64, mode: 'sliding', window: 100, qpos0: 260, tq: 16, tk: 64 },
-    { Tq: 90, Tk: 90, Hq: 8, Hkv: 8, hd: 64, mode: 'full', tq: 32, tk: 32, rel: true },
-  ] as const;
-  try {
-    for (const s of shapes) {
-      const q = rand(s.Tq * s.Hq * s.hd);
-      const k = rand(s.Tk * s.Hkv * s.hd);
-      const v = rand(s.Tk * s.Hkv * s.hd);
-      const rel = 'rel' in s ? { p: rand((2 * s.Tk - 1) * s.Hq * s.hd), u: rand(s.Hq * s.hd), v: rand(s.Hq * s.hd) } : null;
-      const scratch = new Float32Array(attentionScratchFloats(s.tq, s.tk, s.hd, s.Hq, s.Hkv));
-      for (const f16 of rel === null ? [false, true] : [false]) {
-        const K = f16 ? Uint16Array.from(k, (x) => f32ToF16(x)) : k;
-        const V = f16 ? Uint16Array.from(v, (x) => f32ToF16(x)) : v;
-        const outs = [1, 2].map((threads) => {
-          setComputeThreads(threads);
-          const out = new Float32Array(s.Tq * s.Hq * s.hd);
-          attention(s, q, K, V, out, scratch, rel);
-          return out;
-        });
-        t.same(
-          Buffer.from(outs[1]!.buffer),
-          Buffer.from(outs[0]!.buffer),
-          `${s.mode}${rel ? ' rel-pos' : ''} Tq=${s.Tq} Tk=${s.Tk} H=${s.Hq}/${s.Hkv}${f16 ? ' f16' : ''}: the same bytes`,
-        );
+t.test(
+  'the KV heads split over two, three or eight compute threads give the bits of one thread (f32 and f16 caches, every mask, relative positions)',
+  async (t) => {
+    const { setComputeThreads } = await import('../../src/model/blocks/kernels.js');
+    const r = prng(47);
+    const rand = (n: number) => Float32Array.from({ length: n }, () => r() * 2 - 1);
+    const shapes = [
+      { Tq: 1, Tk: 700, Hq: 32, Hkv: 8, hd: 64, mode: 'causal', qpos0: 699, tq: 1, tk: 64 },
+      { Tq: 40, Tk: 300, Hq: 32, Hkv: 8, hd: 64, mode: 'causal', qpos0: 260, tq: 40, tk: 64 },
+      { Tq: 40, Tk: 300, Hq: 8, Hkv: 2, hd: 64, mode: 'sliding', window: 100, qpos0: 260, tq: 16, tk: 64 },
+      { Tq: 90, Tk: 90, Hq: 8, Hkv: 8, hd: 64, mode: 'full', tq: 32, tk: 32, rel: true },
+    ] as const;
+    try {
+      for (const s of shapes) {
+        const q = rand(s.Tq * s.Hq * s.hd);
+        const k = rand(s.Tk * s.Hkv * s.hd);
+        const v = rand(s.Tk * s.Hkv * s.hd);
+        const rel = 'rel' in s ? { p: rand((2 * s.Tk - 1) * s.Hq * s.hd), u: rand(s.Hq * s.hd), v: rand(s.Hq * s.hd) } : null;
+        const scratch = new Float32Array(attentionScratchFloats(s.tq, s.tk, s.hd, s.Hq, s.Hkv));
+        for (const f16 of rel === null ? [false, true] : [false]) {
+          const K = f16 ? Uint16Array.from(k, (x) => f32ToF16(x)) : k;
+          const V = f16 ? Uint16Array.from(v, (x) => f32ToF16(x)) : v;
+          // Three and eight: more threads than this machine's cores, and parts of uneven sizes.
+          const threads = [1, 2, 3, 8];
+          const outs = threads.map((n) => {
+            setComputeThreads(n);
+            const out = new Float32Array(s.Tq * s.Hq * s.hd);
+            attention(s, q, K, V, out, scratch, rel);
+            return out;
+          });
+          for (let i = 1; i < threads.length; i++)
+            t.same(
+              Buffer.from(outs[i]!.buffer),
+              Buffer.from(outs[0]!.buffer),
+              `${s.mode}${rel ? ' rel-pos' : ''} Tq=${s.Tq} Tk=${s.Tk} H=${s.Hq}/${s.Hkv}${f16 ? ' f16' : ''}, ${threads[i]} threads: the same bytes`,
+            );
+        }
       }
+    } finally {
+      setComputeThreads(1);
     }
-  } finally {
-    setComputeThreads(1);
-  }
-});
+  },
+);
 
 t.test("a query row's output does not depend on the rows computed beside it: each row of a chunk equals that query alone, bit for bit", async (t) => {
   const r = prng(53);
