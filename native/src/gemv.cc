@@ -949,16 +949,21 @@ struct Int512 {
         }
       }
       if (rowBytes % 64 != 0) Step<1, NA, true>(acc, r0, rowBytes, s0, groups, xq, xs, steps);
-      // Hsum512(v) is Hsum of v's two halves added, so Hsum4 and BiasDot4 give the first four
-      // activations' bits at once.
-      int a = 0;
-      if constexpr (NA >= 4) {
-        alignas(16) float out[4];
-        _mm_store_ps(out, _mm_add_ps(Hsum4(Halves(acc[0][0]), Halves(acc[0][1]), Halves(acc[0][2]), Halves(acc[0][3])),
-                                     BiasDot4(biases + m * groups, xsum, groups)));
-        for (; a < 4; ++a) y[a][m] = out[a];
+      // Hsum512(v) is Hsum of v's two halves added, so Hsum4 and BiasDot4 give four activations'
+      // bits at once: the per-output sums cost as much as a short row's multiply-adds.
+      if constexpr (NA == 1) {
+        y[0][m] = Hsum512(acc[0][0]) + BiasDot(biases + m * groups, xsum[0], groups);
+      } else {
+        for (int a0 = 0; a0 < NA; a0 += 4) {
+          // A last set of fewer than four repeats its last activation in the spare lanes.
+          const int b1 = std::min(a0 + 1, NA - 1), b2 = std::min(a0 + 2, NA - 1), b3 = std::min(a0 + 3, NA - 1);
+          const float* xs4[4] = {xsum[a0], xsum[b1], xsum[b2], xsum[b3]};
+          alignas(16) float out[4];
+          _mm_store_ps(out, _mm_add_ps(Hsum4(Halves(acc[0][a0]), Halves(acc[0][b1]), Halves(acc[0][b2]), Halves(acc[0][b3])),
+                                       BiasDot4(biases + m * groups, xs4, groups)));
+          for (int a = a0; a < std::min(a0 + 4, NA); ++a) y[a][m] = out[a - a0];
+        }
       }
-      for (; a < NA; ++a) y[a][m] = Hsum512(acc[0][a]) + BiasDot(biases + m * groups, xsum[a], groups);
     }
   }
 
