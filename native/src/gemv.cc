@@ -302,6 +302,22 @@ __attribute__((target("avx2,fma,f16c"))) inline __m128 BiasDot4(const uint16_t* 
   return _mm_add_ps(Hsum4(b0, b1, b2, b3), t);
 }
 
+// BiasDot of four bias rows (bi, bi + stride, …) with one input sum at once, each lane BiasDot's bits.
+__attribute__((target("avx2,fma,f16c"))) inline __m128 BiasDot4Rows(const uint16_t* bi, int64_t stride, const float* xsum, int64_t groups) {
+  __m256 b0 = _mm256_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
+  int64_t g = 0;
+  for (; g + 8 <= groups; g += 8) {
+    const __m256 x = _mm256_loadu_ps(xsum + g);
+    b0 = _mm256_fmadd_ps(Half8(bi + g), x, b0);
+    b1 = _mm256_fmadd_ps(Half8(bi + stride + g), x, b1);
+    b2 = _mm256_fmadd_ps(Half8(bi + 2 * stride + g), x, b2);
+    b3 = _mm256_fmadd_ps(Half8(bi + 3 * stride + g), x, b3);
+  }
+  const __m128 t = _mm_setr_ps(BiasTail(bi, xsum, g, groups), BiasTail(bi + stride, xsum, g, groups), BiasTail(bi + 2 * stride, xsum, g, groups),
+                               BiasTail(bi + 3 * stride, xsum, g, groups));
+  return _mm_add_ps(Hsum4(b0, b1, b2, b3), t);
+}
+
 __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const void* w, const uint16_t* scales,
                                                         const uint16_t* biases, int group, const float* x, float* y,
                                                         int64_t M, int64_t K, float* xsum) {
@@ -882,6 +898,10 @@ struct Int512 {
     return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
   }
 
+  // Rows of at most this many steps (q4 K ≤ 1024, q8 K ≤ 512) against one activation take Laid
+  // with Fours: four rows' totals at once; longer rows measured slower so.
+  static constexpr int64_t kShortSteps = 8;
+
   // Steps whose groups one 16-lane vector of scales holds.
   static constexpr int kChunk = 16 / kGroupsPerStep;
 
@@ -891,7 +911,7 @@ struct Int512 {
   // whole instead of joining halves. The scales' products s_g·xs_g are formed for 16 groups
   // at once and spread to each step's lanes by a permute. The same products fused into the same
   // sums as Pass forms them: the bits are Pass's for any NA.
-  template <int NA>
+  template <int NA, bool Fours = false>
   VOXSLAB_VNNI static void Laid(const uint8_t* w, const uint16_t* scales, const uint16_t* biases, const int8_t* const* xq,
                                 const float* const* xs, const float* const* xsum, float* const* y, int64_t mb, int64_t K) {
     const int64_t groups = K / G;
@@ -919,6 +939,7 @@ struct Int512 {
     const __m512i nib = _mm512_set1_epi8(15);
     const __m512i first = LaneGroups();
     const __m512i next = _mm512_set1_epi32(kGroupsPerStep);
+    [[maybe_unused]] __m256 pend[Fours ? 4 : 1];  // Fours: the halves of up to four rows' sums
     for (int64_t m = 0; m < mb; ++m) {
       const uint8_t* r0 = w + m * rowBytes;
       const uint16_t* s0 = scales + m * groups;
@@ -949,9 +970,17 @@ struct Int512 {
         }
       }
       if (rowBytes % 64 != 0) Step<1, NA, true>(acc, r0, rowBytes, s0, groups, xq, xs, steps);
-      // Hsum512(v) is Hsum of v's two halves added, so Hsum4 and BiasDot4 give four activations'
-      // bits at once: the per-output sums cost as much as a short row's multiply-adds.
-      if constexpr (NA == 1) {
+      // Hsum512(v) is Hsum of v's two halves added, so Hsum4 with BiasDot4 (four activations of
+      // a row) or BiasDot4Rows (Fours: four rows of one activation) gives four outputs' bits at
+      // once: the per-output sums cost as much as a short row's multiply-adds.
+      if constexpr (Fours) {
+        pend[m % 4] = Halves(acc[0][0]);
+        if (m % 4 == 3) {
+          alignas(16) float out[4];
+          _mm_store_ps(out, _mm_add_ps(Hsum4(pend[0], pend[1], pend[2], pend[3]), BiasDot4Rows(biases + (m - 3) * groups, groups, xsum[0], groups)));
+          for (int r = 0; r < 4; ++r) y[0][m - 3 + r] = out[r];
+        }
+      } else if constexpr (NA == 1) {
         y[0][m] = Hsum512(acc[0][0]) + BiasDot(biases + m * groups, xsum[0], groups);
       } else {
         for (int a0 = 0; a0 < NA; a0 += 4) {
@@ -965,6 +994,8 @@ struct Int512 {
         }
       }
     }
+    if constexpr (Fours)
+      for (int64_t m = mb - mb % 4; m < mb; ++m) y[0][m] = Hsum(pend[m % 4]) + BiasDot(biases + m * groups, xsum[0], groups);
   }
 
   // Every weight row of a block against NA activations, where Laid does not take them: one
@@ -990,7 +1021,12 @@ VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const uint16_t* sc
                                    float* const* y, int na, int64_t mb, int64_t K) {
 #define VOXSLAB_LAID(Q, G)                                                                \
   switch (na) {                                                                           \
-    case 1: Int512<Q, G>::Laid<1>(w, scales, biases, xq, xs, xsum, y, mb, K); break;      \
+    case 1:                                                                               \
+      if ((Q ? K / 2 : K) / 64 <= Int512<Q, G>::kShortSteps)                              \
+        Int512<Q, G>::Laid<1, true>(w, scales, biases, xq, xs, xsum, y, mb, K);           \
+      else                                                                                \
+        Int512<Q, G>::Laid<1>(w, scales, biases, xq, xs, xsum, y, mb, K);                 \
+      break;                                                                              \
     case 2: Int512<Q, G>::Laid<2>(w, scales, biases, xq, xs, xsum, y, mb, K); break;      \
     case 3: Int512<Q, G>::Laid<3>(w, scales, biases, xq, xs, xsum, y, mb, K); break;      \
     case 4: Int512<Q, G>::Laid<4>(w, scales, biases, xq, xs, xsum, y, mb, K); break;      \

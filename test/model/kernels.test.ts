@@ -213,7 +213,14 @@ t.test(`rows over long inputs (past what the kernels lay out per call): each row
   const r = prng(23);
   // q4 2112: whole 16-group chunks of scales, a part chunk and a half step; 16448: two inputs
   // laid out, four past what fits; 49216: past what fits even for one input (and a half step).
+  // Short rows (q4 ≤ 1024 inputs, q8 ≤ 512), whose single calls form four rows' totals at once:
+  // q4 1088 is eight steps and a half, seven rows leave three after the last four.
   for (const [bits, cols] of [
+    [8, 448],
+    [8, 512],
+    [4, 512],
+    [4, 1024],
+    [4, 1088],
     [8, 2048],
     [8, 16384],
     [8, 16448],
@@ -224,7 +231,7 @@ t.test(`rows over long inputs (past what the kernels lay out per call): each row
     [4, 49216],
   ] as const) {
     for (const group of [32, 64]) {
-      const rows = 6;
+      const rows = cols <= 1088 ? 7 : 6;
       const q = quantize(
         Float32Array.from({ length: rows * cols }, () => r() - 0.5),
         rows,
