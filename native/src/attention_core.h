@@ -1,7 +1,7 @@
 // A range of KV heads' share of tiled attention, written once over a vector vocabulary (Vec,
-// kLanes, kPvVectors, Zero, Load, LoadHalf, StoreU, Splat, Fma, Add, Sub, Mul, Max, MaxOf, Sum, Sum4,
-// Exp, kPairSums, StorePairSums) and included once per instruction set by attention.cc, inside that set's namespace. No
-// include guard: that is the point.
+// kLanes, kPvVectors, Zero, Load, LoadHalf, StoreU, Splat, Fma, Add, Sub, Mul, Max, MaxOf, Sum,
+// Sum4, Exp, kPairSums, StorePairSums) and included once per instruction set by attention.cc,
+// inside that set's namespace. No include guard: that is the point.
 //
 // Each KV head's query heads and query tiles run in a fixed order, in the head's own slot of
 // the scratch, so a call split over KV heads among threads gives the bits of one thread.
