@@ -174,7 +174,7 @@ const HeadsFn kHeads = ChooseHeads();
 
 // Floats of one KV head's slot, rounded to whole cache lines so threads never share one.
 int64_t SlotFloats(int64_t tq, int64_t tk, int64_t hd, int64_t group) {
-  constexpr int64_t line = scalar::kLineFloats;
+  constexpr int64_t line = 16;  // floats per cache line
   return (scalar::kBlock * tk + group * tq * (2 + 3 * hd) + 2 * tk * hd + line - 1) / line * line;
 }
 

@@ -27,8 +27,6 @@ inline float ToF(uint16_t h) { return F16(h); }
 // value vector is loaded once for the block. A row's arithmetic does not depend on the block
 // it is in (missing rows are zeros that nothing reads).
 constexpr int kBlock = 4;
-// Floats per cache line: the prefetch step.
-constexpr int kLineFloats = 16;
 
 // The next key tile's rows of this thread's heads, prefetched into L2 in the cache's own order
 // (key by key, a key's heads side by side) while this tile is read head by head: the memory sees
@@ -335,11 +333,11 @@ inline void AttentionHeads(const AttentionParams& a, const float* q, const void*
     const int64_t eb = a.kvF16 ? 2 : 4;
     // An f16 cache is read in place where ScoreRegs scores it, else widened a tile at a time.
     const bool widen = a.kvF16 && (rel || !RegsHead(hd));
+    const int64_t heads = kh1 - kh0;
+    const int64_t streamRows = (a.tk + kAheadStreams - 1) / kAheadStreams;
     for (int64_t j0 = jlo - jlo % a.tk; j0 <= jhi; j0 += a.tk) {
       const int64_t nk = std::min(a.tk, jhi - j0 + 1);
       // The next tile's rows this call reads, for the prefetch.
-      const int64_t heads = kh1 - kh0;
-      const int64_t streamRows = (a.tk + kAheadStreams - 1) / kAheadStreams;
       const int64_t nextRows = std::max<int64_t>(0, std::min(a.tk, jhi - (j0 + a.tk) + 1));
       const int64_t nextAt = ((j0 + a.tk) * a.Hkv + kh0) * hd * eb;
       const char* kNext = nextRows > 0 ? static_cast<const char*>(kraw) + nextAt : nullptr;

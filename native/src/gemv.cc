@@ -286,36 +286,16 @@ __attribute__((target("avx2,fma,f16c"))) inline float BiasDot(const uint16_t* bi
   return Hsum(bacc) + BiasTail(bi, xsum, g, groups);
 }
 
-// BiasDot of one bias row with four input sums at once, each lane BiasDot's bits.
-__attribute__((target("avx2,fma,f16c"))) inline __m128 BiasDot4(const uint16_t* bi, const float* const* xsum, int64_t groups) {
-  __m256 b0 = _mm256_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
+// Four BiasDots at once, lane i that of bias row bi + i·stride with input sums xsum[i], to its
+// bits: one row with four activations' sums (stride 0), or four rows with one activation's.
+__attribute__((target("avx2,fma,f16c"))) inline __m128 BiasDot4(const uint16_t* bi, int64_t stride, const float* const* xsum, int64_t groups) {
+  __m256 b[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   int64_t g = 0;
-  for (; g + 8 <= groups; g += 8) {
-    const __m256 h = Half8(bi + g);
-    b0 = _mm256_fmadd_ps(h, _mm256_loadu_ps(xsum[0] + g), b0);
-    b1 = _mm256_fmadd_ps(h, _mm256_loadu_ps(xsum[1] + g), b1);
-    b2 = _mm256_fmadd_ps(h, _mm256_loadu_ps(xsum[2] + g), b2);
-    b3 = _mm256_fmadd_ps(h, _mm256_loadu_ps(xsum[3] + g), b3);
-  }
-  const __m128 t = _mm_setr_ps(BiasTail(bi, xsum[0], g, groups), BiasTail(bi, xsum[1], g, groups), BiasTail(bi, xsum[2], g, groups),
-                               BiasTail(bi, xsum[3], g, groups));
-  return _mm_add_ps(Hsum4(b0, b1, b2, b3), t);
-}
-
-// BiasDot of four bias rows (bi, bi + stride, …) with one input sum at once, each lane BiasDot's bits.
-__attribute__((target("avx2,fma,f16c"))) inline __m128 BiasDot4Rows(const uint16_t* bi, int64_t stride, const float* xsum, int64_t groups) {
-  __m256 b0 = _mm256_setzero_ps(), b1 = b0, b2 = b0, b3 = b0;
-  int64_t g = 0;
-  for (; g + 8 <= groups; g += 8) {
-    const __m256 x = _mm256_loadu_ps(xsum + g);
-    b0 = _mm256_fmadd_ps(Half8(bi + g), x, b0);
-    b1 = _mm256_fmadd_ps(Half8(bi + stride + g), x, b1);
-    b2 = _mm256_fmadd_ps(Half8(bi + 2 * stride + g), x, b2);
-    b3 = _mm256_fmadd_ps(Half8(bi + 3 * stride + g), x, b3);
-  }
-  const __m128 t = _mm_setr_ps(BiasTail(bi, xsum, g, groups), BiasTail(bi + stride, xsum, g, groups), BiasTail(bi + 2 * stride, xsum, g, groups),
-                               BiasTail(bi + 3 * stride, xsum, g, groups));
-  return _mm_add_ps(Hsum4(b0, b1, b2, b3), t);
+  for (; g + 8 <= groups; g += 8)
+    for (int i = 0; i < 4; ++i) b[i] = _mm256_fmadd_ps(Half8(bi + i * stride + g), _mm256_loadu_ps(xsum[i] + g), b[i]);
+  const __m128 t = _mm_setr_ps(BiasTail(bi, xsum[0], g, groups), BiasTail(bi + stride, xsum[1], g, groups), BiasTail(bi + 2 * stride, xsum[2], g, groups),
+                               BiasTail(bi + 3 * stride, xsum[3], g, groups));
+  return _mm_add_ps(Hsum4(b[0], b[1], b[2], b[3]), t);
 }
 
 __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const void* w, const uint16_t* scales,
@@ -713,7 +693,7 @@ struct IntRowsAvx2 {
     if constexpr (kFour != 0) {
       for (int64_t m = 0; m < M; ++m) {
         alignas(16) float d[4];
-        _mm_store_ps(d, BiasDot4(bi + m * groups, xsum, groups));
+        _mm_store_ps(d, BiasDot4(bi + m * groups, 0, xsum, groups));
         for (int a = 0; a < 4; ++a) y[a][m] += d[a];
       }
     }
@@ -898,8 +878,8 @@ struct Int512 {
     return _mm256_add_ps(_mm512_castps512_ps256(v), _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
   }
 
-  // Rows of at most this many steps (q4 K ≤ 1024, q8 K ≤ 512) against one activation take Laid
-  // with Fours: four rows' totals at once; longer rows measured slower so.
+  // Rows of at most this many steps (q4 K ≤ 1024, q8 K ≤ 512) against one activation go through
+  // Laid with Fours: four rows' totals at once; longer rows measured slower so.
   static constexpr int64_t kShortSteps = 8;
 
   // Steps whose groups one 16-lane vector of scales holds.
@@ -917,6 +897,8 @@ struct Int512 {
     const int64_t groups = K / G;
     const int64_t rowBytes = Q4 ? K / 2 : K;
     const int64_t steps = rowBytes / 64;
+    if constexpr (NA == 1 && !Fours)
+      if (steps <= kShortSteps) return Laid<1, true>(w, scales, biases, xq, xs, xsum, y, mb, K);
     // Per activation and step: (q4) the laid-out 128 bytes, (q8) its own 64.
     constexpr int64_t kPer = Q4 ? 128 : 64;
     alignas(64) int8_t laid[Q4 ? kLaidBytes : 64];
@@ -970,14 +952,15 @@ struct Int512 {
         }
       }
       if (rowBytes % 64 != 0) Step<1, NA, true>(acc, r0, rowBytes, s0, groups, xq, xs, steps);
-      // Hsum512(v) is Hsum of v's two halves added, so Hsum4 with BiasDot4 (four activations of
-      // a row) or BiasDot4Rows (Fours: four rows of one activation) gives four outputs' bits at
-      // once: the per-output sums cost as much as a short row's multiply-adds.
+      // Hsum512(v) is Hsum of v's two halves added, so Hsum4 with BiasDot4 gives four outputs'
+      // bits at once (four activations of a row, or with Fours four rows of one activation): the
+      // per-output sums cost as much as a short row's multiply-adds.
       if constexpr (Fours) {
         pend[m % 4] = Halves(acc[0][0]);
         if (m % 4 == 3) {
           alignas(16) float out[4];
-          _mm_store_ps(out, _mm_add_ps(Hsum4(pend[0], pend[1], pend[2], pend[3]), BiasDot4Rows(biases + (m - 3) * groups, groups, xsum[0], groups)));
+          const float* xs4[4] = {xsum[0], xsum[0], xsum[0], xsum[0]};
+          _mm_store_ps(out, _mm_add_ps(Hsum4(pend[0], pend[1], pend[2], pend[3]), BiasDot4(biases + (m - 3) * groups, groups, xs4, groups)));
           for (int r = 0; r < 4; ++r) y[0][m - 3 + r] = out[r];
         }
       } else if constexpr (NA == 1) {
@@ -989,7 +972,7 @@ struct Int512 {
           const float* xs4[4] = {xsum[a0], xsum[b1], xsum[b2], xsum[b3]};
           alignas(16) float out[4];
           _mm_store_ps(out, _mm_add_ps(Hsum4(Halves(acc[0][a0]), Halves(acc[0][b1]), Halves(acc[0][b2]), Halves(acc[0][b3])),
-                                       BiasDot4(biases + m * groups, xs4, groups)));
+                                       BiasDot4(biases + m * groups, 0, xs4, groups)));
           for (int a = a0; a < std::min(a0 + 4, NA); ++a) y[a][m] = out[a - a0];
         }
       }
@@ -1021,12 +1004,7 @@ VOXSLAB_VNNI void GemvIntVnniMulti(bool q4, const uint8_t* w, const uint16_t* sc
                                    float* const* y, int na, int64_t mb, int64_t K) {
 #define VOXSLAB_LAID(Q, G)                                                                \
   switch (na) {                                                                           \
-    case 1:                                                                               \
-      if ((Q ? K / 2 : K) / 64 <= Int512<Q, G>::kShortSteps)                              \
-        Int512<Q, G>::Laid<1, true>(w, scales, biases, xq, xs, xsum, y, mb, K);           \
-      else                                                                                \
-        Int512<Q, G>::Laid<1>(w, scales, biases, xq, xs, xsum, y, mb, K);                 \
-      break;                                                                              \
+    case 1: Int512<Q, G>::Laid<1>(w, scales, biases, xq, xs, xsum, y, mb, K); break;      \
     case 2: Int512<Q, G>::Laid<2>(w, scales, biases, xq, xs, xsum, y, mb, K); break;      \
     case 3: Int512<Q, G>::Laid<3>(w, scales, biases, xq, xs, xsum, y, mb, K); break;      \
     case 4: Int512<Q, G>::Laid<4>(w, scales, biases, xq, xs, xsum, y, mb, K); break;      \
