@@ -925,13 +925,17 @@ struct Int512 {
     for (int64_t m = 0; m < mb; ++m) {
       const uint8_t* r0 = w + m * rowBytes;
       const uint16_t* s0 = scales + m * groups;
+      // Every loop over the activations unrolled, and the half step given a copy: sums indexed at
+      // run time or by address are kept in memory by GCC, loaded and stored at every step.
       __m512 acc[1][NA];
+      #pragma GCC unroll 8
       for (int a = 0; a < NA; ++a) acc[0][a] = _mm512_setzero_ps();
       for (int64_t z0 = 0; z0 < steps; z0 += kChunk) {
         const int64_t g0 = z0 * kGroupsPerStep;
         const __mmask16 k = static_cast<__mmask16>((1u << std::min<int64_t>(16, (steps - z0) * kGroupsPerStep)) - 1);
         const __m512 sv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, s0 + g0));
         __m512 prod[NA];
+        #pragma GCC unroll 8
         for (int a = 0; a < NA; ++a) prod[a] = _mm512_mul_ps(sv, _mm512_maskz_loadu_ps(k, xs[a] + g0));
         __m512i idx = first;
         const int64_t z1 = std::min(steps, z0 + kChunk);
@@ -940,18 +944,22 @@ struct Int512 {
           const __m512i wv = _mm512_loadu_si512(r0 + z * 64);
           const __m512i lo = Q4 ? _mm512_and_si512(wv, nib) : wv;
           const __m512i hi = Q4 ? _mm512_and_si512(_mm512_srli_epi16(wv, 4), nib) : wv;
+          #pragma GCC unroll 8
           for (int a = 0; a < NA; ++a) {
             __m512i d = _mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, _mm512_loadu_si512(xv[a] + z * kPer));
             if (Q4) d = _mm512_dpbusd_epi32(d, hi, _mm512_loadu_si512(xv[a] + z * kPer + 64));
             acc[0][a] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(d), _mm512_permutexvar_ps(idx, prod[a]), acc[0][a]);
           }
-          // Four or more sums stay in registers from step to step (GCC otherwise stores some every
-          // step).
-          if constexpr (NA >= 4)
-            for (int a = 0; a < NA; ++a) __asm__("" : "+v"(acc[0][a]));
         }
       }
-      if (rowBytes % 64 != 0) Step<1, NA, true>(acc, r0, rowBytes, s0, groups, xq, xs, steps);
+      if (rowBytes % 64 != 0) {
+        __m512 half[1][NA];
+        #pragma GCC unroll 8
+        for (int a = 0; a < NA; ++a) half[0][a] = acc[0][a];
+        Step<1, NA, true>(half, r0, rowBytes, s0, groups, xq, xs, steps);
+        #pragma GCC unroll 8
+        for (int a = 0; a < NA; ++a) acc[0][a] = half[0][a];
+      }
       // Hsum512(v) is Hsum of v's two halves added, so Hsum4 with BiasDot4 gives four outputs'
       // bits at once (four activations of a row, or with Fours four rows of one activation): the
       // per-output sums cost as much as a short row's multiply-adds.
@@ -966,6 +974,7 @@ struct Int512 {
       } else if constexpr (NA == 1) {
         y[0][m] = Hsum512(acc[0][0]) + BiasDot(biases + m * groups, xsum[0], groups);
       } else {
+        #pragma GCC unroll 8
         for (int a0 = 0; a0 < NA; a0 += 4) {
           // A last set of fewer than four repeats its last activation in the spare lanes.
           const int b1 = std::min(a0 + 1, NA - 1), b2 = std::min(a0 + 2, NA - 1), b3 = std::min(a0 + 3, NA - 1);
