@@ -923,10 +923,10 @@ struct Int512 {
     const __m512i next = _mm512_set1_epi32(kGroupsPerStep);
     // Rows of one chunk of groups with up to four activations hold the activations' group values
     // in registers for every row (for more, they would push the sums out).
-    constexpr bool kHold = NA <= 4;
+    const bool held = NA <= 4 && steps <= kChunk;
     __m512 xs1[NA];
-    if constexpr (kHold) {
-      const __mmask16 k = static_cast<__mmask16>((1u << std::min<int64_t>(16, steps * kGroupsPerStep)) - 1);
+    if (held) {
+      const __mmask16 k = static_cast<__mmask16>((1u << (steps * kGroupsPerStep)) - 1);
       #pragma GCC unroll 8
       for (int a = 0; a < NA; ++a) xs1[a] = _mm512_maskz_loadu_ps(k, xs[a]);
     }
@@ -945,7 +945,7 @@ struct Int512 {
         const __m512 sv = _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(k, s0 + g0));
         __m512 prod[NA];
         #pragma GCC unroll 8
-        for (int a = 0; a < NA; ++a) prod[a] = _mm512_mul_ps(sv, kHold && steps <= kChunk ? xs1[a] : _mm512_maskz_loadu_ps(k, xs[a] + g0));
+        for (int a = 0; a < NA; ++a) prod[a] = _mm512_mul_ps(sv, held ? xs1[a] : _mm512_maskz_loadu_ps(k, xs[a] + g0));
         __m512i idx = first;
         const int64_t z1 = std::min(steps, z0 + kChunk);
         for (int64_t z = z0; z < z1; ++z, idx = _mm512_add_epi32(idx, next)) {
