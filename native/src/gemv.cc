@@ -51,19 +51,83 @@ void QuantizeScalar(const float* x, int64_t K, int group, int8_t* xq, float* xs,
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// SplitEvensOdds with byte shuffles: each 16-byte lane to its evens then odds, then the lanes'
+// halves gathered.
+__attribute__((target("avx2"))) void SplitEvensOddsAvx2(int8_t* xq, int64_t K) {
+  const __m256i lane = _mm256_setr_epi8(0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15, 0, 2, 4, 6, 8, 10, 12, 14, 1, 3, 5, 7, 9, 11, 13, 15);
+  for (int64_t b = 0; b + 64 <= K; b += 64) {
+    __m256i* p = reinterpret_cast<__m256i*>(xq + b);
+    // Each half as its 16 evens, then its 16 odds.
+    const __m256i a = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_loadu_si256(p), lane), 0xD8);
+    const __m256i c = _mm256_permute4x64_epi64(_mm256_shuffle_epi8(_mm256_loadu_si256(p + 1), lane), 0xD8);
+    _mm256_storeu_si256(p, _mm256_permute2x128_si256(a, c, 0x20));
+    _mm256_storeu_si256(p + 1, _mm256_permute2x128_si256(a, c, 0x31));
+  }
+}
+
+// v[j] lane r becomes v[r] lane j (a 16×16 block of floats transposed in registers).
+__attribute__((target("avx512f"))) inline __attribute__((always_inline)) void Transpose16(__m512 (&v)[16]) {
+  __m512 t[16];
+  for (int r = 0; r < 16; r += 2) {
+    t[r] = _mm512_unpacklo_ps(v[r], v[r + 1]);
+    t[r + 1] = _mm512_unpackhi_ps(v[r], v[r + 1]);
+  }
+  // u[4q + c]: in each 128-bit lane k, rows 4q…4q+3 of column 4k + c.
+  __m512 u[16];
+  for (int q = 0; q < 4; ++q) {
+    u[4 * q] = _mm512_shuffle_ps(t[4 * q], t[4 * q + 2], 0x44);
+    u[4 * q + 1] = _mm512_shuffle_ps(t[4 * q], t[4 * q + 2], 0xEE);
+    u[4 * q + 2] = _mm512_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0x44);
+    u[4 * q + 3] = _mm512_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0xEE);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512 a0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88), a1 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+    const __m512 b0 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88), b1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+    v[c] = _mm512_shuffle_f32x4(a0, b0, 0x88);
+    v[4 + c] = _mm512_shuffle_f32x4(a1, b1, 0x88);
+    v[8 + c] = _mm512_shuffle_f32x4(a0, b0, 0xDD);
+    v[12 + c] = _mm512_shuffle_f32x4(a1, b1, 0xDD);
+  }
+}
+
+// The same for 8×8 on AVX2.
+__attribute__((target("avx2"))) inline __attribute__((always_inline)) void Transpose8(__m256 (&v)[8]) {
+  __m256 t[8];
+  for (int r = 0; r < 8; r += 2) {
+    t[r] = _mm256_unpacklo_ps(v[r], v[r + 1]);
+    t[r + 1] = _mm256_unpackhi_ps(v[r], v[r + 1]);
+  }
+  // u[4q + c]: in each 128-bit lane k, rows 4q…4q+3 of column 4k + c.
+  __m256 u[8];
+  for (int q = 0; q < 2; ++q) {
+    u[4 * q] = _mm256_shuffle_ps(t[4 * q], t[4 * q + 2], 0x44);
+    u[4 * q + 1] = _mm256_shuffle_ps(t[4 * q], t[4 * q + 2], 0xEE);
+    u[4 * q + 2] = _mm256_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0x44);
+    u[4 * q + 3] = _mm256_shuffle_ps(t[4 * q + 1], t[4 * q + 3], 0xEE);
+  }
+  for (int c = 0; c < 4; ++c) {
+    v[c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x20);
+    v[4 + c] = _mm256_permute2f128_ps(u[c], u[4 + c], 0x31);
+  }
+}
+
 // The same values as QuantizeScalar, bit for bit: each group's sum still adds its elements one
-// after another from 0, but sixteen groups go at once, one per lane (gathered at the group
-// stride); the maximum and the rounding are exact in any order. min/max take their operands in
+// after another from 0, but sixteen groups go at once, one per lane (their rows transposed in
+// blocks of 16); the maximum and the rounding are exact in any order. min/max take their operands in
 // the order std::min/std::max do, so a NaN input gives 127 as there.
 __attribute__((target("avx512f,avx2,fma"))) void QuantizeAvx512(const float* x, int64_t K, int group, int8_t* xq, float* xs, float* xsum) {
   const int64_t groups = K / group;
-  const __m512i idx = _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), _mm512_set1_epi32(group));
   for (int64_t g0 = 0; g0 < groups; g0 += 16) {
-    const __mmask16 live = groups - g0 >= 16 ? __mmask16(0xFFFF) : static_cast<__mmask16>((1u << (groups - g0)) - 1);
+    const int live = static_cast<int>(std::min<int64_t>(16, groups - g0));
     __m512 sum = _mm512_setzero_ps();
     const float* base = x + g0 * group;
-    for (int i = 0; i < group; ++i) sum = _mm512_add_ps(sum, _mm512_mask_i32gather_ps(_mm512_setzero_ps(), live, idx, base + i, 4));
-    _mm512_mask_storeu_ps(xsum + g0, live, sum);
+    for (int i = 0; i < group; i += 16) {
+      __m512 v[16];
+      for (int r = 0; r < 16; ++r) v[r] = r < live ? _mm512_loadu_ps(base + r * group + i) : _mm512_setzero_ps();
+      Transpose16(v);
+      for (int j = 0; j < 16; ++j) sum = _mm512_add_ps(sum, v[j]);
+    }
+    _mm512_mask_storeu_ps(xsum + g0, static_cast<__mmask16>((1u << live) - 1), sum);
   }
   const __m512 hi = _mm512_set1_ps(127.0f), lo = _mm512_set1_ps(-127.0f);
   for (int64_t g = 0; g < groups; ++g) {
@@ -82,18 +146,21 @@ __attribute__((target("avx512f,avx2,fma"))) void QuantizeAvx512(const float* x, 
   }
 }
 
-// The same on AVX2 for groups of a multiple of 32: eight groups' sums at once (one per lane),
+// The same on AVX2 for groups of a multiple of 32: eight groups' sums at once (one per lane, 8×8 blocks),
 // then 32 values of a group at a time, packed to bytes in order.
 __attribute__((target("avx2,fma"))) void QuantizeAvx2(const float* x, int64_t K, int group, int8_t* xq, float* xs, float* xsum) {
   const int64_t groups = K / group;
-  const __m256i idx = _mm256_mullo_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(group));
   for (int64_t g0 = 0; g0 < groups; g0 += 8) {
     const int live = static_cast<int>(std::min<int64_t>(8, groups - g0));
     const __m256i mask = _mm256_cmpgt_epi32(_mm256_set1_epi32(live), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
     __m256 sum = _mm256_setzero_ps();
     const float* base = x + g0 * group;
-    for (int i = 0; i < group; ++i)
-      sum = _mm256_add_ps(sum, _mm256_mask_i32gather_ps(_mm256_setzero_ps(), base + i, idx, _mm256_castsi256_ps(mask), 4));
+    for (int i = 0; i < group; i += 8) {
+      __m256 v[8];
+      for (int r = 0; r < 8; ++r) v[r] = r < live ? _mm256_loadu_ps(base + r * group + i) : _mm256_setzero_ps();
+      Transpose8(v);
+      for (int j = 0; j < 8; ++j) sum = _mm256_add_ps(sum, v[j]);
+    }
     _mm256_maskstore_ps(xsum + g0, mask, sum);
   }
   const __m256 hi = _mm256_set1_ps(127.0f), lo = _mm256_set1_ps(-127.0f);
@@ -135,7 +202,11 @@ void QuantizeActivations(const float* x, int64_t K, int group, bool q4, int8_t* 
 #else
   QuantizeScalar(x, K, group, xq, xs, xsum);
 #endif
-  if (q4) SplitEvensOdds(xq, K);
+  if (!q4) return;
+#ifdef VOXSLAB_X86
+  if (ChosenIsa() >= Isa::kAvx2) return SplitEvensOddsAvx2(xq, K);
+#endif
+  SplitEvensOdds(xq, K);
 }
 
 namespace {
