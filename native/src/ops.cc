@@ -128,11 +128,50 @@ __attribute__((target("avx2,fma"))) void SigmoidMulAvx2(const float* a, const fl
 
 }  // namespace
 
+namespace {
+
+// Σx² in double (each square exact) over 16 interleaved lanes, the lanes combined pairwise, then
+// the tail in order: the same bits on any instruction set, without one chain of dependent adds.
+double SumSquares(const float* x, int64_t n) {
+  double s[16] = {};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int l = 0; l < 16; ++l) s[l] += static_cast<double>(x[i + l]) * x[i + l];
+  for (int half = 8; half >= 1; half /= 2)
+    for (int l = 0; l < half; ++l) s[l] += s[l + half];
+  double t = s[0];
+  for (; i < n; ++i) t += static_cast<double>(x[i]) * x[i];
+  return t;
+}
+
+#ifdef VOXSLAB_X86
+// The same sums, lanes 4j…4j+3 in acc[j].
+__attribute__((target("avx2"))) double SumSquaresAvx2(const float* x, int64_t n) {
+  __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    for (int j = 0; j < 4; ++j) {
+      const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * j));
+      acc[j] = _mm256_add_pd(acc[j], _mm256_mul_pd(v, v));
+    }
+  const __m256d s4 = _mm256_add_pd(_mm256_add_pd(acc[0], acc[2]), _mm256_add_pd(acc[1], acc[3]));
+  const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
+  double t = _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
+  for (; i < n; ++i) t += static_cast<double>(x[i]) * x[i];
+  return t;
+}
+#endif
+
+}  // namespace
+
 void RmsNorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
-    double ss = 0;
-    for (int64_t i = 0; i < dim; ++i) ss += static_cast<double>(xr[i]) * xr[i];
+#ifdef VOXSLAB_X86
+    const double ss = ChosenIsa() >= Isa::kAvx2 ? SumSquaresAvx2(xr, dim) : SumSquares(xr, dim);
+#else
+    const double ss = SumSquares(xr, dim);
+#endif
     const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
     for (int64_t i = 0; i < dim; ++i) y[r * dim + i] = xr[i] * inv * w[i];
   }
