@@ -40,9 +40,13 @@ void RowPool::Run(Fn fn, const void* ctx, int64_t rows, int64_t align, int64_t w
   }
   fn_ = fn;
   ctx_ = ctx;
-  rows_ = rows;
-  align_ = align;
-  chunks_ = std::min<int64_t>((rows + align - 1) / align, int64_t{n} * kChunksPerThread);
+  const int64_t units = (rows + align - 1) / align;
+  int64_t c = 0;
+  for (int64_t done = 0; done < units; ++c) {
+    done += c == kMaxChunks - 1 ? units - done : (units - done + 2 * n - 1) / (2 * n);
+    bounds_[c + 1] = std::min(rows, done * align);
+  }
+  chunks_ = c;
   next_.store(0, std::memory_order_relaxed);
   pending_.store(n - 1, std::memory_order_relaxed);
   gen_.fetch_add(1, std::memory_order_release);
@@ -56,13 +60,10 @@ void RowPool::Run(Fn fn, const void* ctx, int64_t rows, int64_t align, int64_t w
 }
 
 void RowPool::Work() {
-  const int64_t units = (rows_ + align_ - 1) / align_;
   for (;;) {
     const int64_t c = next_.fetch_add(1, std::memory_order_relaxed);
     if (c >= chunks_) return;
-    const int64_t r0 = std::min(rows_, (units * c / chunks_) * align_);
-    const int64_t r1 = std::min(rows_, (units * (c + 1) / chunks_) * align_);
-    if (r0 < r1) fn_(ctx_, r0, r1);
+    fn_(ctx_, bounds_[c], bounds_[c + 1]);
   }
 }
 

@@ -31,15 +31,18 @@ class RowPool {
   void Resize(int n);
 
   // fn(ctx, r0, r1) over [0, rows), in contiguous parts aligned to `align` rows, which the
-  // calling thread and the helpers take in turn as each finishes one (kChunksPerThread parts per
-  // thread, so a thread slowed by the machine or woken late leaves its share to the others);
-  // `work` is the call's multiply-adds, below kMinWork it runs on the calling thread alone.
+  // calling thread and the helpers take in turn as each finishes one, so a thread slowed by the
+  // machine or woken late leaves its share to the others. Each part is 1/(2n) of the rows left
+  // for n threads: long first parts keep each thread's stream long, short last ones let the
+  // threads end together. `work` is the call's multiply-adds, below kMinWork it runs on the
+  // calling thread alone.
   void Run(Fn fn, const void* ctx, int64_t rows, int64_t align, int64_t work);
 
  private:
   static constexpr int64_t kMinWork = 1 << 16;  // multiply-adds below which a split costs more than it saves
 
-  static constexpr int64_t kChunksPerThread = 6;
+  // Parts of one call at most (the last takes all that is left): more than a model's rows need.
+  static constexpr int kMaxChunks = 128;
   void ResizeHeld(int n);
   void Loop(uint32_t seen);
   // Takes the current call's parts until none is left.
@@ -55,9 +58,10 @@ class RowPool {
   std::condition_variable cv_;
   Fn fn_ = nullptr;
   const void* ctx_ = nullptr;
-  // The current call: its rows in `chunks_` parts of whole `align_`-row units; `next_` the next
-  // part to take.
-  int64_t rows_ = 0, align_ = 1, chunks_ = 0;
+  // The current call: its rows in `chunks_` parts, part c rows [bounds_[c], bounds_[c + 1]);
+  // `next_` the next part to take.
+  int64_t chunks_ = 0;
+  int64_t bounds_[kMaxChunks + 1] = {};
   std::atomic<int64_t> next_{0};
 };
 
