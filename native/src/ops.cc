@@ -126,10 +126,6 @@ __attribute__((target("avx2,fma"))) void SigmoidMulAvx2(const float* a, const fl
 #pragma GCC diagnostic pop
 #endif
 
-}  // namespace
-
-namespace {
-
 // Σx² in double (each square exact) over 16 interleaved lanes, the lanes combined pairwise, then
 // the tail in order: the same bits on any instruction set, without one chain of dependent adds.
 double SumSquares(const float* x, int64_t n) {
@@ -206,11 +202,35 @@ void SigmoidMul(const float* a, const float* gate, const float* up, float* y, in
   SigmoidMulScalar<Up>(a, gate, up, y, 0, n);
 }
 
+// One value's time in the multiply-adds RowPool::Run weighs a call by (an integer GEMV's).
+constexpr int64_t kSigmoidWork = 48;
+
+struct SigmoidTask {
+  const float* a;
+  const float* gate;
+  const float* up;
+  float* y;
+};
+
+template <bool Up>
+void SigmoidMulPart(const void* ctx, int64_t i0, int64_t i1) {
+  const auto& t = *static_cast<const SigmoidTask*>(ctx);
+  SigmoidMul<Up>(t.a + i0, t.gate + i0, Up ? t.up + i0 : nullptr, t.y + i0, i1 - i0);
+}
+
+// SigmoidMul with the values split among the calling thread's helpers, in parts of whole
+// 32-value blocks: each value meets the vector paths' blocks as on one thread.
+template <bool Up>
+void SigmoidMulSplit(const float* a, const float* gate, const float* up, float* y, int64_t n) {
+  const SigmoidTask task{a, gate, up, y};
+  Pool().Run(SigmoidMulPart<Up>, &task, n, 32, n * kSigmoidWork);
+}
+
 }  // namespace
 
-void Silu(const float* x, float* y, int64_t n) { SigmoidMul<false>(x, x, nullptr, y, n); }
+void Silu(const float* x, float* y, int64_t n) { SigmoidMulSplit<false>(x, x, nullptr, y, n); }
 
-void SwiGlu(const float* gate, const float* up, float* y, int64_t n) { SigmoidMul<true>(gate, gate, up, y, n); }
+void SwiGlu(const float* gate, const float* up, float* y, int64_t n) { SigmoidMulSplit<true>(gate, gate, up, y, n); }
 
 void Glu(const float* x, float* y, int64_t rows, int64_t dim) {
   for (int64_t r = 0; r < rows; ++r) SigmoidMul<false>(x + r * 2 * dim, x + r * 2 * dim + dim, nullptr, y + r * dim, dim);

@@ -389,7 +389,7 @@ t.test(
   },
 );
 
-t.test('two, three and eight compute threads give the same bits as one', async (t) => {
+t.test('two, three and eight compute threads give the same bits as one (linear layers, GEMM, SwiGLU and SiLU)', async (t) => {
   const r = prng(22);
   const rows = 300;
   const cols = 1024;
@@ -419,15 +419,29 @@ t.test('two, three and eight compute threads give the same bits as one', async (
       gemm(A, W, bias, C, 13, rows, cols, new Float32Array(GEMM_PACK_FLOATS));
       return C;
     });
+  // Activations long enough to split, with a tail and gates past the vector exponential's range.
+  const n = 20_011;
+  const g = Float32Array.from({ length: n }, () => (r() - 0.5) * 24);
+  g[100] = 800;
+  g[9_000] = -800;
+  g[15_000] = Number.NaN;
+  const up = Float32Array.from({ length: n }, () => r() - 0.5);
+  const runActivations = (): Float32Array[] => {
+    const sw = new Float32Array(n);
+    swiglu(g, up, sw, n);
+    const si = new Float32Array(n);
+    silu(g, si, n);
+    return [sw, si];
+  };
   t.equal(computeThreads(), 1);
-  const a = [...run(), ...runGemm()];
+  const a = [...run(), ...runGemm(), ...runActivations()];
   // Three and eight threads on a machine with fewer cores: helpers start late or are descheduled,
   // and the threads that run take their parts.
   for (const n of [2, 3, 8]) {
     t.equal(setComputeThreads(n), n, `${n} threads`);
     let b: Float32Array[];
     try {
-      b = [...run(), ...runGemm()];
+      b = [...run(), ...runGemm(), ...runActivations()];
     } finally {
       setComputeThreads(1);
     }
