@@ -89,6 +89,7 @@ void GemvIntMany(const WeightRef* w, float* const* y, const int64_t* M, int coun
 void RmsNorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps);
 void LayerNorm(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t dim, float eps);
 void GeluExact(const float* x, float* y, int64_t n);
+// Silu and SwiGlu split long inputs among the calling thread's helpers (the same bits).
 void Silu(const float* x, float* y, int64_t n);
 // y = silu(gate)·up
 void SwiGlu(const float* gate, const float* up, float* y, int64_t n);

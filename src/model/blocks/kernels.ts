@@ -28,9 +28,10 @@ export function gemv(w: Weights, x: Float32Array, y: Float32Array, xsum: Float32
 
 /**
  * Threads (this one plus native helpers) that share the rows of every row-by-row linear layer
- * (`linear1`, `linearRows`, float `gemv`) called from the calling JS thread: each thread (a
- * pipeline stage's worker) has its own helpers, 1 by default. Rows are computed as on one
- * thread, so results do not depend on it. Set during setup: it starts or stops threads.
+ * (`linear1`, `linearRows`, float `gemv`), and long SwiGLU and SiLU inputs, called from the
+ * calling JS thread: each thread (a pipeline stage's worker) has its own helpers, 1 by default.
+ * Rows are computed as on one thread, so results do not depend on it. Set during setup: it
+ * starts or stops threads.
  */
 export function setComputeThreads(n: number): number {
   return native.setComputeThreads(n);
