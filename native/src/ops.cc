@@ -126,48 +126,62 @@ __attribute__((target("avx2,fma"))) void SigmoidMulAvx2(const float* a, const fl
 #pragma GCC diagnostic pop
 #endif
 
-// Σx² in double (each square exact) over 16 interleaved lanes, the lanes combined pairwise, then
+// Σx (Square: Σ(x − c)²) in double over 16 interleaved lanes, the lanes combined pairwise, then
 // the tail in order: the same bits on any instruction set, without one chain of dependent adds.
-double SumSquares(const float* x, int64_t n) {
+template <bool Square>
+double LaneSum(const float* x, int64_t n, double c) {
+  const auto term = [c](float v) {
+    const double d = static_cast<double>(v) - c;
+    return Square ? d * d : d;
+  };
   double s[16] = {};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
-    for (int l = 0; l < 16; ++l) s[l] += static_cast<double>(x[i + l]) * x[i + l];
+    for (int l = 0; l < 16; ++l) s[l] += term(x[i + l]);
   for (int half = 8; half >= 1; half /= 2)
     for (int l = 0; l < half; ++l) s[l] += s[l + half];
   double t = s[0];
-  for (; i < n; ++i) t += static_cast<double>(x[i]) * x[i];
+  for (; i < n; ++i) t += term(x[i]);
   return t;
 }
 
 #ifdef VOXSLAB_X86
 // The same sums, lanes 4j…4j+3 in acc[j].
-__attribute__((target("avx2"))) double SumSquaresAvx2(const float* x, int64_t n) {
+template <bool Square>
+__attribute__((target("avx2"))) double LaneSumAvx2(const float* x, int64_t n, double c) {
+  const __m256d cv = _mm256_set1_pd(c);
   __m256d acc[4] = {_mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd(), _mm256_setzero_pd()};
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
     for (int j = 0; j < 4; ++j) {
-      const __m256d v = _mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * j));
-      acc[j] = _mm256_add_pd(acc[j], _mm256_mul_pd(v, v));
+      const __m256d d = _mm256_sub_pd(_mm256_cvtps_pd(_mm_loadu_ps(x + i + 4 * j)), cv);
+      acc[j] = _mm256_add_pd(acc[j], Square ? _mm256_mul_pd(d, d) : d);
     }
   const __m256d s4 = _mm256_add_pd(_mm256_add_pd(acc[0], acc[2]), _mm256_add_pd(acc[1], acc[3]));
   const __m128d s2 = _mm_add_pd(_mm256_castpd256_pd128(s4), _mm256_extractf128_pd(s4, 1));
   double t = _mm_cvtsd_f64(_mm_add_sd(s2, _mm_unpackhi_pd(s2, s2)));
-  for (; i < n; ++i) t += static_cast<double>(x[i]) * x[i];
+  for (; i < n; ++i) {
+    const double d = static_cast<double>(x[i]) - c;
+    t += Square ? d * d : d;
+  }
   return t;
 }
 #endif
+
+template <bool Square>
+double RowSum(const float* x, int64_t n, double c) {
+#ifdef VOXSLAB_X86
+  if (ChosenIsa() >= Isa::kAvx2) return LaneSumAvx2<Square>(x, n, c);
+#endif
+  return LaneSum<Square>(x, n, c);
+}
 
 }  // namespace
 
 void RmsNorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
-#ifdef VOXSLAB_X86
-    const double ss = ChosenIsa() >= Isa::kAvx2 ? SumSquaresAvx2(xr, dim) : SumSquares(xr, dim);
-#else
-    const double ss = SumSquares(xr, dim);
-#endif
+    const double ss = RowSum<true>(xr, dim, 0.0);
     const float inv = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(dim) + eps));
     for (int64_t i = 0; i < dim; ++i) y[r * dim + i] = xr[i] * inv * w[i];
   }
@@ -176,11 +190,8 @@ void RmsNorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim
 void LayerNorm(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t dim, float eps) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;
-    double s = 0;
-    for (int64_t i = 0; i < dim; ++i) s += xr[i];
-    const double mean = s / static_cast<double>(dim);
-    double v = 0;
-    for (int64_t i = 0; i < dim; ++i) v += (xr[i] - mean) * (xr[i] - mean);
+    const double mean = RowSum<false>(xr, dim, 0.0) / static_cast<double>(dim);
+    const double v = RowSum<true>(xr, dim, mean);
     const double inv = 1.0 / std::sqrt(v / static_cast<double>(dim) + eps);
     for (int64_t i = 0; i < dim; ++i) y[r * dim + i] = static_cast<float>((xr[i] - mean) * inv) * w[i] + b[i];
   }
