@@ -199,6 +199,7 @@ export interface NativeAddon {
     pack: Float32Array,
   ): void;
   norm(kind: number, x: Float32Array, w: Float32Array, b: Float32Array | null, y: Float32Array, rows: number, dim: number, eps: number): void;
+  addNorm(x: Float32Array, r: Float32Array, w: Float32Array, y: Float32Array, rows: number, dim: number, eps: number): void;
   activation(kind: number, x: Float32Array, y: Float32Array, n: number, other: Float32Array | number | null): void;
   rope(x: Float32Array, cos: Float32Array, sin: Float32Array, rows: number, heads: number, hd: number, pos0: number, adjacent: boolean): void;
   attention(

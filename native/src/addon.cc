@@ -693,6 +693,23 @@ Napi::Value NormValue(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// addNorm(x, r, w, y, rows, dim, eps): x += r, then y = RMSNorm(x)·w (y may be x; r apart from both).
+Napi::Value AddNormValue(const Napi::CallbackInfo& info) {
+  const char* fn = "addNorm";
+  ExpectArgs(info, 7, fn);
+  const int64_t rows = CountArg(info, 4, fn, "rows");
+  const int64_t dim = CountArg(info, 5, fn, "dim");
+  const double eps = NumberArg(info, 6, fn, "eps");
+  if (dim == 0 || !(eps >= 0)) ThrowRange(info.Env(), "addNorm: dim must be positive and eps non-negative");
+  auto x = F32Arg(info, 0, fn, "x", Mul(info, fn, {rows, dim}));
+  auto r = F32Arg(info, 1, fn, "r", Mul(info, fn, {rows, dim}));
+  auto w = F32Arg(info, 2, fn, "w", static_cast<size_t>(dim));
+  auto y = F32Arg(info, 3, fn, "y", Mul(info, fn, {rows, dim}));
+  if (Overlap(r, x) || Overlap(r, y)) ThrowRange(info.Env(), "addNorm: r must not overlap x or y");
+  voxslab::AddRmsNorm(x.data, r.data, w.data, y.data, rows, dim, static_cast<float>(eps));
+  return info.Env().Undefined();
+}
+
 // activation(kind, x, y, n, other | null): 0 GELU, 1 SiLU, 2 SwiGLU (x = gate, other = up), 3 GLU (n = rows, dim via other length)
 Napi::Value ActivationValue(const Napi::CallbackInfo& info) {
   const char* fn = "activation";
@@ -1053,6 +1070,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   Export<SetComputeThreadsValue>(env, exports, "setComputeThreads");
   Export<NoArgs<voxslab::ComputeThreads>>(env, exports, "computeThreads");
   Export<NormValue>(env, exports, "norm");
+  Export<AddNormValue>(env, exports, "addNorm");
   Export<ActivationValue>(env, exports, "activation");
   Export<RopeValue>(env, exports, "rope");
   Export<AttentionValue>(env, exports, "attention");

@@ -87,6 +87,8 @@ constexpr int kGemvManyMax = 4;
 void GemvIntMany(const WeightRef* w, float* const* y, const int64_t* M, int count, const float* x, int64_t K, void* scratch);
 
 void RmsNorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps);
+// x += r (a residual), then y = RmsNorm(x): the add and the next layer's norm in one call.
+void AddRmsNorm(float* x, const float* r, const float* w, float* y, int64_t rows, int64_t dim, float eps);
 void LayerNorm(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t dim, float eps);
 void GeluExact(const float* x, float* y, int64_t n);
 // Silu and SwiGlu split long inputs among the calling thread's helpers (the same bits).

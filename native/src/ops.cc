@@ -187,6 +187,11 @@ void RmsNorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim
   }
 }
 
+void AddRmsNorm(float* x, const float* r, const float* w, float* y, int64_t rows, int64_t dim, float eps) {
+  for (int64_t i = 0; i < rows * dim; ++i) x[i] += r[i];
+  RmsNorm(x, w, y, rows, dim, eps);
+}
+
 void LayerNorm(const float* x, const float* w, const float* b, float* y, int64_t rows, int64_t dim, float eps) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* xr = x + r * dim;

@@ -17,6 +17,7 @@ import {
   prefillScratchFloats,
   setComputeThreads,
   layerNorm,
+  addRmsNorm,
   rmsNorm,
   rope,
   ropeTables,
@@ -747,6 +748,36 @@ t.test(`stride-2 3×3 convolution: every output the f32 steps of the scalar loop
     }
     t.ok(same, `${depthwise ? 'depthwise ' : ''}${Cin}→${Cout} channels, ${inTotal}×${inCols} in${relu ? ', ReLU' : ''}`);
   }
+});
+
+t.test('addRmsNorm: the residual added and the norm taken, with the bits of the add then rmsNorm', async (t) => {
+  const r = prng(43);
+  for (const [rows, dim] of [
+    [1, 1024],
+    [2, 37],
+    [3, 2048],
+  ] as const) {
+    const x = Float32Array.from({ length: rows * dim }, () => (r() - 0.5) * 8);
+    const res = Float32Array.from({ length: rows * dim }, () => (r() - 0.5) * 3);
+    const w = Float32Array.from({ length: dim }, () => r() + 0.5);
+    const x2 = x.slice();
+    for (let i = 0; i < rows * dim; i++) x2[i] = x2[i]! + res[i]!;
+    const want = new Float32Array(rows * dim);
+    rmsNorm(x2, w, want, rows, dim, 1e-5);
+    const y = new Float32Array(rows * dim);
+    addRmsNorm(x, res, w, y, rows, dim, 1e-5);
+    t.ok(
+      x.every((v, i) => Object.is(v, x2[i])),
+      `${rows}×${dim}: x holds the sum`,
+    );
+    t.ok(
+      y.every((v, i) => Object.is(v, want[i])),
+      `${rows}×${dim}: y is rmsNorm of it`,
+    );
+  }
+  const x = new Float32Array(64);
+  t.throws(() => addRmsNorm(x, x.subarray(32), new Float32Array(32), new Float32Array(32), 1, 32), /must not overlap/, 'a residual overlapping x is refused');
+  t.throws(() => addRmsNorm(x, new Float32Array(16), new Float32Array(32), new Float32Array(32), 1, 32), RangeError, 'a short residual is refused');
 });
 
 t.test('norms, activations and RoPE match references', async (t) => {

@@ -14,6 +14,7 @@ import type { WeightsImage } from '../format/image.js';
 import {
   attentionScratchFloats,
   gemvScratchFloats,
+  addRmsNorm,
   linear1,
   linearMany,
   linearSet,
@@ -251,7 +252,8 @@ export class Depthformer {
       }
       for (let l = 0; l < a.#layers.length; l++) {
         const L = a.#layers[l]!;
-        rmsNorm(x, L.opNorm, ln, 2, f.dim, EPS);
+        if (l === 0) rmsNorm(x, L.opNorm, ln, 2, f.dim, EPS);
+        else addRmsNorm(x, o, L.opNorm, ln, 2, f.dim, EPS);
         linearRows(L.q, ln, v.q as Float32Array, 2, scratch);
         linearRows(L.k, ln, v.k as Float32Array, 2, scratch);
         linearRows(L.v, ln, v.v as Float32Array, 2, scratch);
@@ -265,15 +267,13 @@ export class Depthformer {
           a.#attend(r === 0 ? a : b, l, i, rv.q, rv.ctx);
         }
         linearRows(L.out, v.ctx as Float32Array, o, 2, scratch);
-        for (let j = 0; j < 2 * f.dim; j++) x[j] = x[j]! + o[j]!;
-        rmsNorm(x, L.ffnNorm, ln, 2, f.dim, EPS);
+        addRmsNorm(x, o, L.ffnNorm, ln, 2, f.dim, EPS);
         linearRows(L.w1, ln, v.gate as Float32Array, 2, scratch);
         linearRows(L.w3, ln, v.up as Float32Array, 2, scratch);
         swiglu(v.gate as Float32Array, v.up as Float32Array, v.act as Float32Array, 2 * f.ffn);
         linearRows(L.w2, v.act as Float32Array, o, 2, scratch);
-        for (let j = 0; j < 2 * f.dim; j++) x[j] = x[j]! + o[j]!;
       }
-      rmsNorm(x, a.#norm[i]!, ln, 2, f.dim, EPS);
+      addRmsNorm(x, o, a.#norm[i]!, ln, 2, f.dim, EPS);
       linearRows(a.#logits[i]!, ln, v.logits as Float32Array, 2, scratch);
       codesA[i] = samplers[0]!.sample(rows[0]!.logits, codes, options[0]!, i > 0 ? END_OF_AUDIO : -1);
       codesB[i] = samplers[1]!.sample(rows[1]!.logits, codes, options[1]!, i > 0 ? END_OF_AUDIO : -1);
@@ -314,7 +314,9 @@ export class Depthformer {
       if (i > 0) rowInto(this.#embed[i - 1]!, forced ? (forced[i - 1] as number) : codes[i - 1]!, x, 0, 1, true);
       for (let l = 0; l < this.#layers.length; l++) {
         const L = this.#layers[l]!;
-        rmsNorm(x, L.opNorm, ln, 1, f.dim, EPS);
+        // The previous layer's FFN output added to x with this norm.
+        if (l === 0) rmsNorm(x, L.opNorm, ln, 1, f.dim, EPS);
+        else addRmsNorm(x, o, L.opNorm, ln, 1, f.dim, EPS);
         linearMany(L.qkv, ln, scratch);
         rmsNorm(q, L.qNorm, q, f.heads, hd, EPS);
         rmsNorm(k, L.kNorm, k, f.kvHeads, hd, EPS);
@@ -323,14 +325,12 @@ export class Depthformer {
         Depthformer.#cache(this, l, i, k, vv);
         this.#attend(this, l, i, q, ctx);
         linear1(L.out, ctx, o, scratch);
-        for (let j = 0; j < f.dim; j++) x[j] = x[j]! + o[j]!;
-        rmsNorm(x, L.ffnNorm, ln, 1, f.dim, EPS);
+        addRmsNorm(x, o, L.ffnNorm, ln, 1, f.dim, EPS);
         linearMany(L.gateUp, ln, scratch);
         swiglu(v.gate as Float32Array, v.up as Float32Array, v.act as Float32Array, f.ffn);
         linear1(L.w2, v.act as Float32Array, o, scratch);
-        for (let j = 0; j < f.dim; j++) x[j] = x[j]! + o[j]!;
       }
-      rmsNorm(x, this.#norm[i]!, ln, 1, f.dim, EPS);
+      addRmsNorm(x, o, this.#norm[i]!, ln, 1, f.dim, EPS);
       linear1(this.#logits[i]!, ln, logits, scratch);
       if (logitsOut !== null) for (let j = 0; j < this.config.audio.codes; j++) logitsOut[i * this.config.audio.codes + j] = logits[j]!;
       codes[i] = sampler.sample(logits, this.config.audio.codes, options, i > 0 ? END_OF_AUDIO : -1);

@@ -182,6 +182,11 @@ export function rmsNorm(x: Float32Array, w: Float32Array, y: Float32Array, rows:
   native.norm(NORM.rms, x, w, null, y, rows, dim, eps);
 }
 
+/** x += r (a residual, `rows`×`dim`), then y = RMSNorm(x)·w, as `rmsNorm` gives it: one call where a layer ends and the next begins. */
+export function addRmsNorm(x: Float32Array, r: Float32Array, w: Float32Array, y: Float32Array, rows: number, dim: number, eps = 1e-5): void {
+  native.addNorm(x, r, w, y, rows, dim, eps);
+}
+
 export function layerNorm(x: Float32Array, w: Float32Array, b: Float32Array, y: Float32Array, rows: number, dim: number, eps = 1e-5): void {
   native.norm(NORM.layer, x, w, b, y, rows, dim, eps);
 }
