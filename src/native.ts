@@ -160,10 +160,11 @@ export interface NativeAddon {
     K: number,
     scratch: Float32Array,
   ): void;
-  /** gemvIntMany(type, x, K, scratch, count, then per matrix: w, scales, biases, group, y, M). */
+  /** gemvIntMany(type, X, n, K, scratch, count, then per matrix: w, scales, biases, group, Y, M). */
   gemvIntMany(
     type: number,
     x: Float32Array,
+    n: number,
     K: number,
     scratch: Float32Array,
     count: number,

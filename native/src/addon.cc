@@ -618,39 +618,44 @@ Napi::Value GemvIntValue(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
-// gemvIntMany(type, x, K, scratch, count, then per matrix: w, scales, biases, group, y, M): q8/q4
-// matrices of one type and group reading the same x, in one call.
+// gemvIntMany(type, X, n, K, scratch, count, then per matrix: w, scales, biases, group, Y, M):
+// q8/q4 matrices of one type and group reading the same n rows X [n][K] (outputs [n][M]), the
+// rows quantized once and all the matrices' rows split among the compute threads in one call.
 Napi::Value GemvIntManyValue(const Napi::CallbackInfo& info) {
   const char* fn = "gemvIntMany";
-  if (info.Length() < 5) ThrowType(info.Env(), "gemvIntMany: expected at least 5 arguments");
+  constexpr size_t kBase = 6;
+  if (info.Length() < kBase) ThrowType(info.Env(), "gemvIntMany: expected at least 6 arguments");
   const voxslab::WeightType type = WeightTypeArg(info, 0, fn);
   if (!voxslab::Quantized(type)) ThrowRange(info.Env(), "gemvIntMany: type must be 3 (q8) or 4 (q4)");
-  const int64_t K = CountArg(info, 2, fn, "K");
-  const int64_t count = CountArg(info, 4, fn, "count");
+  const int64_t n = CountArg(info, 2, fn, "n");
+  const int64_t K = CountArg(info, 3, fn, "K");
+  const int64_t count = CountArg(info, 5, fn, "count");
+  if (n < 1) ThrowRange(info.Env(), "gemvIntMany: n must be at least 1");
   if (count < 1 || count > voxslab::kGemvManyMax) ThrowRange(info.Env(), "gemvIntMany: count must be 1 to " + std::to_string(voxslab::kGemvManyMax));
-  if (info.Length() != static_cast<size_t>(5 + 6 * count)) ThrowType(info.Env(), "gemvIntMany: expected " + std::to_string(5 + 6 * count) + " arguments");
-  auto x = F32Arg(info, 1, fn, "x", static_cast<size_t>(K));
+  if (info.Length() != kBase + 6 * count) ThrowType(info.Env(), "gemvIntMany: expected " + std::to_string(kBase + 6 * count) + " arguments");
+  auto x = F32Arg(info, 1, fn, "X", Mul(info, fn, {n, K}));
   voxslab::WeightRef w[voxslab::kGemvManyMax];
   float* y[voxslab::kGemvManyMax];
   int64_t M[voxslab::kGemvManyMax];
   View<float> ys[voxslab::kGemvManyMax];
   for (int64_t i = 0; i < count; ++i) {
-    const size_t at = static_cast<size_t>(5 + 6 * i);
+    const size_t at = kBase + 6 * static_cast<size_t>(i);
     M[i] = CountArg(info, at + 5, fn, "M");
     w[i] = WeightArg(info, fn, type, at, M[i], K);
     if (w[i].group < 32 || w[i].group != w[0].group) ThrowRange(info.Env(), "gemvIntMany: every matrix needs the same group, at least 32");
-    ys[i] = F32Arg(info, at + 4, fn, "y", static_cast<size_t>(M[i]));
+    ys[i] = F32Arg(info, at + 4, fn, "Y", Mul(info, fn, {n, M[i]}));
     y[i] = ys[i].data;
   }
-  const int64_t need = voxslab::GemvIntScratchBytes(K, w[0].group);
-  auto scratch = F32Arg(info, 3, fn, "scratch", static_cast<size_t>((need + 3) / 4));
+  const int64_t need = n * voxslab::GemvIntScratchBytes(K, w[0].group);
+  auto scratch = F32Arg(info, 4, fn, "scratch", static_cast<size_t>((need + 3) / 4));
   for (int64_t i = 0; i < count; ++i) {
     bool bad = Overlap(x, ys[i]) || Overlap(scratch, ys[i]);
     for (int64_t j = 0; j < i; ++j) bad = bad || Overlap(ys[i], ys[j]);
     if (bad) ThrowRange(info.Env(), "gemvIntMany: the outputs must not overlap each other, x or scratch");
   }
   if (Overlap(x, scratch)) ThrowRange(info.Env(), "gemvIntMany: x and scratch must not overlap");
-  voxslab::GemvIntMany(w, y, M, static_cast<int>(count), x.data, K, scratch.data);
+  if (n == 1) voxslab::GemvIntMany(w, y, M, static_cast<int>(count), x.data, K, scratch.data);
+  else voxslab::GemvRowsMany(w, y, M, static_cast<int>(count), x.data, n, K, scratch.data);
   return info.Env().Undefined();
 }
 

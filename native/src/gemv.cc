@@ -1315,22 +1315,54 @@ void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
   }
 }
 
+// Each of the n rows of X quantized into its `per` bytes of scratch: xsum, xs, then xq.
+void QuantizeRows(const float* X, int64_t n, int64_t K, int group, bool q4, void* scratch, int64_t per) {
+  const int64_t groups = K / group;
+  for (int64_t t = 0; t < n; ++t) {
+    float* xsum = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + t * per);
+    float* xs = xsum + groups;
+    QuantizeActivations(X + t * K, K, group, q4, reinterpret_cast<int8_t*>(xs + groups), xs, xsum);
+  }
+}
+
+struct ManyRowsTask {
+  const RowsTask* tasks;
+  const int64_t* start;  // [count + 1] the first global row of each matrix
+  int count;
+};
+
+// Global rows [r0, r1) of the stacked matrices: each part of each matrix as GemvRows computes it.
+void RunManyRowsBlocks(const void* c, int64_t r0, int64_t r1) {
+  const ManyRowsTask& t = *static_cast<const ManyRowsTask*>(c);
+  for (int i = 0; i < t.count; ++i) {
+    const int64_t a = std::max(r0, t.start[i]);
+    const int64_t b = std::min(r1, t.start[i + 1]);
+    if (a < b) RunRowsBlocks(&t.tasks[i], a - t.start[i], b - t.start[i]);
+  }
+}
+
 }  // namespace
 
 void GemvRows(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group, const float* X, float* Y,
               int64_t n, int64_t M, int64_t K, void* scratch) {
   const bool quant = Quantized(type);
   const int64_t per = quant ? GemvIntScratchBytes(K, group) : 0;
-  if (quant) {
-    const int64_t groups = K / group;
-    for (int64_t t = 0; t < n; ++t) {
-      float* xsum = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + t * per);
-      float* xs = xsum + groups;
-      QuantizeActivations(X + t * K, K, group, type == WeightType::kQ4, reinterpret_cast<int8_t*>(xs + groups), xs, xsum);
-    }
-  }
+  if (quant) QuantizeRows(X, n, K, group, type == WeightType::kQ4, scratch, per);
   const RowsTask task{{type, w, scales, biases, group}, X, Y, static_cast<const uint8_t*>(scratch), per, n, M, K, ElemBytes(type)};
   Pool().Run(RunRowsBlocks, &task, M, 32, n * M * K);
+}
+
+void GemvRowsMany(const WeightRef* w, float* const* Y, const int64_t* M, int count, const float* X, int64_t n, int64_t K, void* scratch) {
+  const int64_t per = GemvIntScratchBytes(K, w[0].group);
+  QuantizeRows(X, n, K, w[0].group, w[0].type == WeightType::kQ4, scratch, per);
+  RowsTask tasks[kGemvManyMax];
+  int64_t start[kGemvManyMax + 1] = {0};
+  for (int i = 0; i < count; ++i) {
+    tasks[i] = RowsTask{w[i], X, Y[i], static_cast<const uint8_t*>(scratch), per, n, M[i], K, ElemBytes(w[i].type)};
+    start[i + 1] = start[i] + M[i];
+  }
+  const ManyRowsTask task{tasks, start, count};
+  Pool().Run(RunManyRowsBlocks, &task, start[count], 32, n * start[count] * K);
 }
 
 void GemvSplit(WeightType type, const void* w, const float* x, float* y, int64_t M, int64_t K) {

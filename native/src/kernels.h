@@ -85,6 +85,9 @@ void Gemm(const float* A, const WeightRef& W, const float* bias, float* C, int64
 // one call's; every row gets the bits GemvInt gives it. `scratch` as GemvInt's.
 constexpr int kGemvManyMax = 4;
 void GemvIntMany(const WeightRef* w, float* const* y, const int64_t* M, int count, const float* x, int64_t K, void* scratch);
+// The same for n rows X [n][K] (Y_i [n][M_i]): the rows quantized once, every row with the bits
+// GemvRows gives it. `scratch` as GemvRows's.
+void GemvRowsMany(const WeightRef* w, float* const* Y, const int64_t* M, int count, const float* X, int64_t n, int64_t K, void* scratch);
 
 void RmsNorm(const float* x, const float* w, float* y, int64_t rows, int64_t dim, float eps);
 // x += r (a residual), then y = RmsNorm(x): the add and the next layer's norm in one call.

@@ -200,11 +200,18 @@ t.test('a decode step allocates nothing in steady state', async (t) => {
   t.ok(probe.arrayBuffers <= 0, `no ArrayBuffer growth (${probe.arrayBuffers} bytes; a backing store released meanwhile makes it negative)`);
 });
 
-t.test('a batched step of two conversations gives each the bits of its own single step', async (t) => {
-  for (const kv of ['f32', 'f16'] as const) {
+t.test('a batched step of two conversations gives each the bits of its own single step (f32 and q4 weights)', async (t) => {
+  // q4: the q, k, v and the gate, up projections of both rows each run as one fused call.
+  const q4 = join(dir, 'q4-rows');
+  await quantizeCheckpoint({ input: dir, output: q4, bits: 4, group: 64 });
+  for (const [kv, from] of [
+    ['f32', dir],
+    ['f16', dir],
+    ['f32', q4],
+  ] as const) {
     const context = 64;
-    const batch = setup(2, context);
-    const solo = [setup(2, context), setup(2, context)];
+    const batch = setup(2, context, from);
+    const solo = [setup(2, context, from), setup(2, context, from)];
     const { config, domain } = batch;
     const D = config.backbone.hidden;
     const stateOf = (d: MemoryDomain, i: number) => {
@@ -236,11 +243,12 @@ t.test('a batched step of two conversations gives each the bits of its own singl
       for (let c = 0; c < 2; c++) {
         const row = new Float32Array(D);
         solo[c]!.backbone.embedText(toks[c]!, row, 0);
-        const want = solo[c]!.backbone.forward(own[c]!, row, 1);
+        // A step (not Backbone.forward, which prefills: q4 layers through the prefill kernel).
+        const want = solo[c]!.backbone.stack.forward(own[c]!, 1, row);
         for (let i = 0; i < D; i++) if (!Object.is(got[c * D + i], want[i])) same = false;
       }
     }
-    t.ok(same, `KV ${kv}: six batched steps, both rows bit for bit`);
+    t.ok(same, `KV ${kv}, ${from === q4 ? 'q4' : 'f32'} weights: six batched steps, both rows bit for bit`);
     t.same(
       states.map((s) => s.position),
       own.map((s) => s.position),

@@ -11,6 +11,7 @@ import {
   kernelIsa,
   linear1,
   linearMany,
+  linearRowsMany,
   linearPrefill,
   linearRows,
   linearSet,
@@ -456,6 +457,20 @@ t.test('two, three and eight compute threads give the same bits as one (linear l
   }
 });
 
+/** Three random q8/q4 matrices for the fused-set tests: row counts that are not multiples of the split's alignment, so parts straddle matrices. */
+function setMatrices(r: () => number, bits: 4 | 8, group: number, cols: number): Weights[] {
+  return [37, 130, 9].map((rows) => {
+    const q = quantize(
+      Float32Array.from({ length: rows * cols }, () => r() - 0.5),
+      rows,
+      cols,
+      bits,
+      group,
+    );
+    return { kind: bits === 8 ? 'q8' : 'q4', data: q.data, scales: q.scales, biases: q.biases, group, rows, cols } as Weights;
+  });
+}
+
 t.test('linearMany gives each matrix the bits linear1 gives it, on one and two threads', async (t) => {
   const r = prng(23);
   const cols = 512;
@@ -466,17 +481,7 @@ t.test('linearMany gives each matrix the bits linear1 gives it, on one and two t
     [8, 32],
     [4, 32],
   ] as const) {
-    // Row counts that are not multiples of the split's alignment, so parts straddle matrices.
-    const mats = [37, 130, 9].map((rows) => {
-      const q = quantize(
-        Float32Array.from({ length: rows * cols }, () => r() - 0.5),
-        rows,
-        cols,
-        bits,
-        group,
-      );
-      return { kind: bits === 8 ? 'q8' : 'q4', data: q.data, scales: q.scales, biases: q.biases, group, rows, cols } as Weights;
-    });
+    const mats = setMatrices(r, bits, group, cols);
     for (const n of [2, 3]) {
       const ws = mats.slice(0, n);
       const set = linearSet(
@@ -503,10 +508,60 @@ t.test('linearMany gives each matrix the bits linear1 gives it, on one and two t
   }
   const f = { kind: 'f32', data: new Float32Array(4 * cols), rows: 4, cols } as Weights;
   t.notOk(linearSet([f, f], [new Float32Array(4), new Float32Array(4)]).fused, 'float matrices run one call each');
-  t.throws(() => native.gemvIntMany(4, x, cols, scratch, 1, new Uint8Array(2), new Uint16Array(1), new Uint16Array(1), 64, new Float32Array(4), 4), {
+  t.throws(() => native.gemvIntMany(4, x, 1, cols, scratch, 1, new Uint8Array(2), new Uint16Array(1), new Uint16Array(1), 64, new Float32Array(4), 4), {
     name: 'RangeError',
     message: /w has 2 elements, needs/,
   });
+});
+
+t.test('linearRowsMany gives each matrix the bits linearRows gives it, on one and two threads', async (t) => {
+  const r = prng(24);
+  const cols = 512;
+  for (const [bits, group] of [
+    [4, 64],
+    [8, 32],
+  ] as const) {
+    const mats = setMatrices(r, bits, group, cols);
+    for (const n of [2, 6]) {
+      const X = Float32Array.from({ length: n * cols }, () => r() * 2 - 1);
+      const scratch = new Float32Array(n * gemvScratchFloats(cols));
+      for (const count of [2, 3]) {
+        const ws = mats.slice(0, count);
+        const set = linearSet(
+          ws,
+          ws.map((m) => new Float32Array(m.rows)),
+        );
+        const Y = ws.map((m) => new Float32Array(n * m.rows));
+        for (const threads of [1, 2]) {
+          setComputeThreads(threads);
+          try {
+            for (const y of Y) y.fill(Number.NaN);
+            linearRowsMany(set, X, Y, n, scratch);
+            const same = ws.every((m, i) => {
+              const want = new Float32Array(n * m.rows);
+              linearRows(m, X, want, n, new Float32Array(n * gemvScratchFloats(cols)));
+              return want.every((v, j) => Object.is(v, Y[i]![j]));
+            });
+            t.ok(same, `q${bits} g${group}, ${count} matrices, ${n} rows, ${threads} thread(s): every row's bits`);
+          } finally {
+            setComputeThreads(1);
+          }
+        }
+      }
+    }
+  }
+  const q = quantize(new Float32Array(64 * cols), 64, cols, 4, 64);
+  const w = { kind: 'q4', data: q.data, scales: q.scales, biases: q.biases, group: 64, rows: 64, cols } as Weights;
+  const set = linearSet([w, w], [new Float32Array(64), new Float32Array(64)]);
+  const X = new Float32Array(2 * cols);
+  t.throws(() => linearRowsMany(set, X, [new Float32Array(128)], 2, new Float32Array(2 * gemvScratchFloats(cols))), /1 outputs for 2 matrices/);
+  t.throws(
+    () => linearRowsMany(set, X, [new Float32Array(128), new Float32Array(64)], 2, new Float32Array(2 * gemvScratchFloats(cols))),
+    { name: 'RangeError', message: /Y has 64 values, needs 128/ },
+    'an output one row short is refused',
+  );
+  const Y0 = new Float32Array(256);
+  t.throws(() => linearRowsMany(set, X, [Y0.subarray(0, 128), Y0.subarray(64, 192)], 2, new Float32Array(2 * gemvScratchFloats(cols))), /must not overlap/);
 });
 
 t.test('bias sum in f32 vs narrow operands (negative control)', async (t) => {

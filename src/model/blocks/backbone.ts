@@ -27,6 +27,7 @@ import {
   linearPrefill,
   linear1,
   linearMany,
+  linearRowsMany,
   linearSet,
   type LinearSet,
   linearRows,
@@ -256,6 +257,9 @@ export class Lfm2Stack {
   readonly #shiftRow: Float32Array; // one f16 cache row widened for the rotation
   /** Per row of a batched step (forwardRows): views of the plan's row planes, made once. */
   readonly #rowViews: Readonly<Record<'bx' | 'y' | 'q' | 'k' | 'v' | 'ctx', Float32Array>>[];
+  /** The outputs of the q, k, v and of the gate, up sets for a call of several rows: made once. */
+  readonly #qkvRows: readonly Float32Array[];
+  readonly #gateUpRows: readonly Float32Array[];
   /** True while `forward` runs a prefill chunk: its quantized layers take linearPrefill. */
   #prefill = false;
   /** Whether the plan's row scratch holds linearPrefill's (the backbone's prefill workspace). */
@@ -281,6 +285,8 @@ export class Lfm2Stack {
     this.#prefillPlanned = o.category === 'workspace.prefill';
     this.region = arena.carvePlan(o.name, o.category, (o.planner ?? plan)(lfm2Pass(dims, o.chunk, this.#prefillPlanned).build()));
     this.#v = this.region.views as Record<string, Float32Array>;
+    this.#qkvRows = [this.#v['att.q']!, this.#v['att.k']!, this.#v['att.v']!];
+    this.#gateUpRows = [this.#v['ffn.gate']!, this.#v['ffn.up']!];
     const f32 = (name: string): Float32Array =>
       image.toF32(
         name,
@@ -457,6 +463,7 @@ export class Lfm2Stack {
     const q = v['att.q'] as Float32Array;
     const k = v['att.k'] as Float32Array;
     if (n === 1 && !this.#prefill) linearMany(L.qkv!, ln, v['gemv.scratch'] as Float32Array);
+    else if (!this.#prefill && L.qkv!.fused) linearRowsMany(L.qkv!, ln, this.#qkvRows, n, v['gemv.scratch'] as Float32Array);
     else {
       this.#linear(ln, L.q!, q, n, b.heads * b.headDim, D, rowwise);
       this.#linear(ln, L.k!, k, n, b.kvHeads * b.headDim, D, rowwise);
@@ -477,6 +484,7 @@ export class Lfm2Stack {
     const gate = v['ffn.gate'] as Float32Array;
     const up = v['ffn.up'] as Float32Array;
     if (n === 1 && !this.#prefill) linearMany(L.gateUp, fl, v['gemv.scratch'] as Float32Array);
+    else if (!this.#prefill && L.gateUp.fused) linearRowsMany(L.gateUp, fl, this.#gateUpRows, n, v['gemv.scratch'] as Float32Array);
     else {
       this.#linear(fl, L.w1, gate, n, b.ffn, D, rowwise);
       this.#linear(fl, L.w3, up, n, b.ffn, D, rowwise);

@@ -17,6 +17,7 @@ import {
   addRmsNorm,
   linear1,
   linearMany,
+  linearRowsMany,
   linearSet,
   type LinearSet,
   linearRows,
@@ -107,6 +108,8 @@ export class Depthformer {
   readonly #cos: Float32Array;
   readonly #sin: Float32Array;
   readonly #kvViews: Float32Array[]; // [layers][k|v] views of the frame cache, [codebooks][kv heads × head dim] each, made once
+  readonly #qkvRows: readonly Float32Array[]; // the q, k, v and the gate, up outputs of every row (framePair), made once
+  readonly #gateUpRows: readonly Float32Array[];
   readonly #scale: number; // 1/√head dim, made once: a double computed per call would be boxed
 
   constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, state: Float32Array, planner: Planner = plan, rows = 1) {
@@ -119,6 +122,8 @@ export class Depthformer {
     this.#v = this.region.views as Record<string, Float32Array>;
     const kd = f.kvHeads * f.headDim;
     const row = (name: string, r: number, n: number): Float32Array => (this.#v[name] as Float32Array).subarray(r * n, (r + 1) * n);
+    this.#qkvRows = [this.#v.q!, this.#v.k!, this.#v.v!];
+    this.#gateUpRows = [this.#v.gate!, this.#v.up!];
     this.#rowViews = Array.from({ length: rows }, (_, r) => ({
       q: row('q', r, f.dim),
       k: row('k', r, kd),
@@ -254,9 +259,7 @@ export class Depthformer {
         const L = a.#layers[l]!;
         if (l === 0) rmsNorm(x, L.opNorm, ln, 2, f.dim, EPS);
         else addRmsNorm(x, o, L.opNorm, ln, 2, f.dim, EPS);
-        linearRows(L.q, ln, v.q as Float32Array, 2, scratch);
-        linearRows(L.k, ln, v.k as Float32Array, 2, scratch);
-        linearRows(L.v, ln, v.v as Float32Array, 2, scratch);
+        linearRowsMany(L.qkv, ln, a.#qkvRows, 2, scratch);
         rmsNorm(v.q as Float32Array, L.qNorm, v.q as Float32Array, 2 * f.heads, hd, EPS);
         rmsNorm(v.k as Float32Array, L.kNorm, v.k as Float32Array, 2 * f.kvHeads, hd, EPS);
         for (let r = 0; r < 2; r++) {
@@ -268,8 +271,7 @@ export class Depthformer {
         }
         linearRows(L.out, v.ctx as Float32Array, o, 2, scratch);
         addRmsNorm(x, o, L.ffnNorm, ln, 2, f.dim, EPS);
-        linearRows(L.w1, ln, v.gate as Float32Array, 2, scratch);
-        linearRows(L.w3, ln, v.up as Float32Array, 2, scratch);
+        linearRowsMany(L.gateUp, ln, a.#gateUpRows, 2, scratch);
         swiglu(v.gate as Float32Array, v.up as Float32Array, v.act as Float32Array, 2 * f.ffn);
         linearRows(L.w2, v.act as Float32Array, o, 2, scratch);
       }

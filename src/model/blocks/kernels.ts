@@ -92,23 +92,36 @@ export function linearSet(w: readonly Weights[], y: readonly Float32Array[]): Li
  * threads, so small matrices do not each pay a call and a wake-up.
  */
 export function linearMany(set: LinearSet, x: Float32Array, scratch: Float32Array): void {
-  const w = set.w;
-  const y = set.y;
-  if (!set.fused) {
-    for (let i = 0; i < w.length; i++) linear1(w[i]!, x, y[i]!, scratch);
-    return;
-  }
+  if (set.fused) fusedRows(set.w, x, set.y, 1, scratch);
+  else for (let i = 0; i < set.w.length; i++) linear1(set.w[i]!, x, set.y[i]!, scratch);
+}
+
+/**
+ * Y_i[t] = W_i·X[t] for t < n and every matrix of the set, into `Y` (one [n][rows] output per
+ * matrix, not the set's own), each row as `linearRows` computes it: a quantized set quantizes
+ * the n rows once and splits all the matrices' rows among the compute threads in one call.
+ * `scratch` holds n·gemvScratchFloats(cols) floats.
+ */
+export function linearRowsMany(set: LinearSet, X: Float32Array, Y: readonly Float32Array[], n: number, scratch: Float32Array): void {
+  if (Y.length !== set.w.length) throw new ArgumentError(`linearRowsMany: ${Y.length} outputs for ${set.w.length} matrices`);
+  if (set.fused) fusedRows(set.w, X, Y, n, scratch);
+  else for (let i = 0; i < set.w.length; i++) linearRows(set.w[i]!, X, Y[i]!, n, scratch);
+}
+
+/** One native call for a fused set (two or three matrices, spelled out: nothing is allocated). */
+function fusedRows(w: readonly Weights[], X: Float32Array, Y: readonly Float32Array[], n: number, scratch: Float32Array): void {
   const a = w[0] as Extract<Weights, { kind: 'q8' | 'q4' }>;
   const b = w[1] as Extract<Weights, { kind: 'q8' | 'q4' }>;
   const t = TYPE[a.kind];
   if (w.length === 2) {
-    native.gemvIntMany(t, x, a.cols, scratch, 2, a.data, a.scales, a.biases, a.group, y[0]!, a.rows, b.data, b.scales, b.biases, b.group, y[1]!, b.rows);
+    native.gemvIntMany(t, X, n, a.cols, scratch, 2, a.data, a.scales, a.biases, a.group, Y[0]!, a.rows, b.data, b.scales, b.biases, b.group, Y[1]!, b.rows);
     return;
   }
   const c = w[2] as Extract<Weights, { kind: 'q8' | 'q4' }>;
   native.gemvIntMany(
     t,
-    x,
+    X,
+    n,
     a.cols,
     scratch,
     3,
@@ -116,19 +129,19 @@ export function linearMany(set: LinearSet, x: Float32Array, scratch: Float32Arra
     a.scales,
     a.biases,
     a.group,
-    y[0]!,
+    Y[0]!,
     a.rows,
     b.data,
     b.scales,
     b.biases,
     b.group,
-    y[1]!,
+    Y[1]!,
     b.rows,
     c.data,
     c.scales,
     c.biases,
     c.group,
-    y[2]!,
+    Y[2]!,
     c.rows,
   );
 }
