@@ -234,14 +234,7 @@ t.test(`rows over long inputs (past what the kernels lay out per call): each row
   ] as const) {
     for (const group of [32, 64]) {
       const rows = cols <= 1088 ? 7 : 6;
-      const q = quantize(
-        Float32Array.from({ length: rows * cols }, () => r() - 0.5),
-        rows,
-        cols,
-        bits,
-        group,
-      );
-      const W: Weights = { kind: bits === 8 ? 'q8' : 'q4', data: q.data, scales: q.scales, biases: q.biases, group, rows, cols };
+      const W = randomQuantized(r, rows, cols, bits, group);
       for (const n of [2, 5]) {
         const X = Float32Array.from({ length: n * cols }, () => r() * 2 - 1);
         t.ok(rowsMatchSingle(W, X, n), `q${bits} g${group} ${rows}×${cols}, ${n} inputs`, { diagnostic: false });
@@ -457,18 +450,21 @@ t.test('two, three and eight compute threads give the same bits as one (linear l
   }
 });
 
+/** A q8/q4 matrix of random weights in [−0.5, 0.5). */
+function randomQuantized(r: () => number, rows: number, cols: number, bits: 4 | 8, group: number): Weights {
+  const q = quantize(
+    Float32Array.from({ length: rows * cols }, () => r() - 0.5),
+    rows,
+    cols,
+    bits,
+    group,
+  );
+  return { kind: bits === 8 ? 'q8' : 'q4', data: q.data, scales: q.scales, biases: q.biases, group, rows, cols };
+}
+
 /** Three random q8/q4 matrices for the fused-set tests: row counts that are not multiples of the split's alignment, so parts straddle matrices. */
 function setMatrices(r: () => number, bits: 4 | 8, group: number, cols: number): Weights[] {
-  return [37, 130, 9].map((rows) => {
-    const q = quantize(
-      Float32Array.from({ length: rows * cols }, () => r() - 0.5),
-      rows,
-      cols,
-      bits,
-      group,
-    );
-    return { kind: bits === 8 ? 'q8' : 'q4', data: q.data, scales: q.scales, biases: q.biases, group, rows, cols } as Weights;
-  });
+  return [37, 130, 9].map((rows) => randomQuantized(r, rows, cols, bits, group));
 }
 
 t.test('linearMany gives each matrix the bits linear1 gives it, on one and two threads', async (t) => {
