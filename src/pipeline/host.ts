@@ -201,6 +201,8 @@ export function serveStage(expected: StageName): void {
         slots: s.slotStats(),
         allocationsAfterReady: trap?.count ?? 0,
         heapDelta: heapUsedNow() - heapAtReady,
+        heapCommitted: v8.getHeapStatistics().total_physical_size,
+        arrayBuffers: process.memoryUsage().arrayBuffers,
         nonFinite: s.nonFinite,
         canary: firstDamage(s),
         busyMs: Math.round((busy[0] as number) * 1000) / 1000,

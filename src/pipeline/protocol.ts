@@ -199,6 +199,13 @@ export interface StageStats {
   /** Constructor calls trapped after readiness (test mode), JS heap change over the run. */
   allocationsAfterReady: number;
   heapDelta: number;
+  /**
+   * Bytes of the worker's JS heap the OS holds (V8's physical heap size): it follows V8's heap
+   * sizing as garbage comes and goes, so it moves while `heapDelta` (live bytes) holds.
+   */
+  heapCommitted: number;
+  /** Bytes of the ArrayBuffers the worker's isolate holds, as V8 counts them (shared ones included). */
+  arrayBuffers: number;
   nonFinite: number;
   /** The first damaged red zone among the stage's arenas, or null (always null without red zones). */
   canary: string | null;

@@ -3,12 +3,20 @@
  * to each other on the tiny model — each reply is the other's next input — for a fixed time.
  * It holds when
  * - no stage worker constructs a buffer or typed array after readiness (the constructor trap),
- * - after warm-up the JS heap of the main thread and of every worker, and the process RSS, grow
- *   by less than 1 MiB (heaps measured after a full collection),
+ * - after warm-up the live JS heap of the main thread and of every worker (after a full
+ *   collection) grows by less than 1 MiB, and so do the ArrayBuffer bytes each of them holds
+ *   and the memory outside the JS heaps (the process RSS less every heap's committed bytes:
+ *   native memory, buffers, stacks; freed memory the allocator keeps absorbs some growth, so
+ *   the ArrayBuffer counts are the exact check for buffers),
  * - closing both conversations returns the ledger to its baseline, and closing the engine to 0,
  * - the same exchange replayed on a fresh engine without the harness gives the same bytes.
  *
  *   node dist/test/soak/soak.js [--seconds N | --minutes N] [--json]      (npm run soak -- ...)
+ *
+ * Growth is the median of the last sixth of the samples less that of the first sixth: one RSS
+ * sample moves by megabytes as V8 sizes six heaps, and a median of many does not. The heaps'
+ * committed bytes are reported, not gated: V8 grows and shrinks them with the garbage, and what
+ * is live in them is gated.
  *
  * Exit 0 when every check holds, 1 otherwise; the last line says which.
  */
@@ -62,57 +70,131 @@ async function turn(conv: Conv, input: Float32Array, parts: Float32Array[]): Pro
 }
 
 /**
+ * The replies' bytes, chained: one running SHA-256 over every reply, with a checkpoint every
+ * 256 turns so a replay that differs is placed within 256 turns. Held in buffers sized before
+ * the run, so the harness's own record does not grow with it.
+ */
+class Transcript {
+  static readonly EVERY = 256;
+  readonly #hash = createHash('sha256');
+  readonly #checkpoints: Uint8Array;
+  readonly #length = new DataView(new ArrayBuffer(8));
+  turns = 0;
+  constructor(maxTurns: number) {
+    this.#checkpoints = new Uint8Array((Math.ceil(maxTurns / Transcript.EVERY) + 1) * 32);
+  }
+  add(reply: Float32Array): void {
+    this.#length.setFloat64(0, reply.length);
+    this.#hash.update(this.#length).update(new Uint8Array(reply.buffer, reply.byteOffset, reply.byteLength));
+    this.turns++;
+    const k = this.turns / Transcript.EVERY;
+    if (Number.isInteger(k) && (k + 1) * 32 <= this.#checkpoints.length) this.#checkpoints.set(this.#hash.copy().digest(), k * 32);
+  }
+  /** The first turn of the 256 where `other` differs, or -1 when both record the same bytes. */
+  firstDifference(other: Transcript): number {
+    if (other.turns !== this.turns) return Math.min(other.turns, this.turns);
+    const n = Math.floor(this.turns / Transcript.EVERY);
+    for (let k = 1; k <= n && (k + 1) * 32 <= this.#checkpoints.length; k++) {
+      const a = this.#checkpoints.subarray(k * 32, k * 32 + 32);
+      if (!a.every((x, i) => x === other.#checkpoints[k * 32 + i])) return (k - 1) * Transcript.EVERY;
+    }
+    const same = this.#hash.copy().digest().equals(other.#hash.copy().digest());
+    return same ? -1 : n * Transcript.EVERY;
+  }
+}
+
+/**
  * A and B alternate: A hears the fixture first, then each reply is the other's input (the
  * fixture again after an empty reply). Runs `turns` turns, or until `until` (ms) when turns is 0.
  */
-async function exchange(engine: Engine, turns: number, until: number, each?: (i: number) => Promise<void>): Promise<string[]> {
+async function exchange(engine: Engine, transcript: Transcript, turns: number, until: number, each?: () => Promise<void>): Promise<void> {
   const rate = engine.outputRate;
   const first = resampleSignal(fixture.samples, fixture.rate, rate);
   const convs = [await engine.open({ inputRate: rate, seed: 1 }), await engine.open({ inputRate: rate, seed: 2 })];
   const parts: Float32Array[] = [];
   for (const c of convs) c.on('audio', (e) => parts.push(e.pcm as Float32Array));
-  const hashes: string[] = [];
   let input = first;
   for (let i = 0; turns > 0 ? i < turns : performance.now() < until; i++) {
     const reply = await turn(convs[i % 2]!, input, parts);
-    hashes.push(
-      createHash('sha256')
-        .update(new Uint8Array(reply.buffer, reply.byteOffset, reply.byteLength))
-        .digest('hex'),
-    );
+    transcript.add(reply);
     input = reply.length > 0 ? reply : first;
-    await each?.(i);
+    await each?.();
   }
   for (const c of convs) await c.close();
-  return hashes;
 }
 
-interface Sample {
-  at: number;
-  heap: number;
-  rss: number;
-  workers: Record<string, number>;
+const STAGES = ['capture', 'frontend', 'conformer', 'depthformer', 'playback'] as const;
+/**
+ * Columns of a sample: time, RSS, then the main thread's live heap, committed heap and
+ * ArrayBuffer bytes, then each stage's three.
+ */
+const COLUMNS = 2 + 3 * (1 + STAGES.length);
+
+/** Samples in a table sized before the run: one every `interval` s after warm-up, and a last one. */
+class Samples {
+  readonly table: Float64Array;
+  count = 0;
+  constructor(
+    readonly interval: number,
+    span: number,
+  ) {
+    this.table = new Float64Array((Math.ceil(span / interval) + 2) * COLUMNS);
+  }
+  get full(): boolean {
+    return (this.count + 1) * COLUMNS > this.table.length;
+  }
+  get lastAt(): number {
+    return this.count === 0 ? -Infinity : (this.table[(this.count - 1) * COLUMNS] as number);
+  }
+  /** Column `c` of every sample. */
+  column(c: number): Float64Array {
+    const out = new Float64Array(this.count);
+    for (let i = 0; i < this.count; i++) out[i] = this.table[i * COLUMNS + c] as number;
+    return out;
+  }
 }
 
-async function sample(engine: Engine, t0: number): Promise<Sample> {
+async function sample(engine: Engine, t0: number, into: Samples): Promise<void> {
   gc();
   const stats = await engine.pipeline.stats();
-  const workers: Record<string, number> = {};
-  for (const s of stats) workers[s.stage] = s.heapDelta;
   const m = process.memoryUsage();
-  return { at: (performance.now() - t0) / 1000, heap: m.heapUsed, rss: m.rss, workers };
+  const row = into.table.subarray(into.count * COLUMNS, (into.count + 1) * COLUMNS);
+  row[0] = (performance.now() - t0) / 1000;
+  row[1] = m.rss;
+  row[2] = m.heapUsed;
+  row[3] = v8.getHeapStatistics().total_physical_size;
+  row[4] = m.arrayBuffers;
+  for (const s of stats) {
+    const at = 5 + 3 * STAGES.indexOf(s.stage as (typeof STAGES)[number]);
+    row[at] = s.heapDelta;
+    row[at + 1] = s.heapCommitted;
+    row[at + 2] = s.arrayBuffers;
+  }
+  into.count++;
+}
+
+/** Median of the last sixth of `v` less the median of its first sixth. */
+function growth(v: Float64Array): number {
+  const k = Math.max(1, Math.floor(v.length / 6));
+  const median = (part: Float64Array): number => {
+    const sorted = Float64Array.from(part).sort();
+    const h = sorted.length >> 1;
+    return sorted.length % 2 === 1 ? (sorted[h] as number) : ((sorted[h - 1] as number) + (sorted[h] as number)) / 2;
+  };
+  return median(v.subarray(v.length - k)) - median(v.subarray(0, k));
 }
 
 const failures: string[] = [];
 const t0 = performance.now();
 const engine = await load(model, { ...options, trapAllocations: true });
 const base = engine.snapshot().held.total;
-const samples: Sample[] = [];
-const hashes = await exchange(engine, 0, t0 + seconds * 1000, async (i) => {
+// Tiny runs some 30 turns a second; the bound only sizes the transcript's checkpoints.
+const transcript = new Transcript(seconds * 200);
+const samples = new Samples(Math.max(0.15, (seconds - WARMUP) / 1000), seconds - WARMUP);
+await exchange(engine, transcript, 0, t0 + seconds * 1000, async () => {
   const now = (performance.now() - t0) / 1000;
-  if (now >= WARMUP && (samples.length === 0 || i % 4 === 0)) samples.push(await sample(engine, t0));
+  if (now >= WARMUP && now - samples.lastAt >= samples.interval && !samples.full) await sample(engine, t0, samples);
 });
-samples.push(await sample(engine, t0));
 const stats = await engine.pipeline.stats();
 const afterClose = engine.snapshot().held.total;
 await engine.close();
@@ -120,32 +202,45 @@ const afterEngine = engine.snapshot().held.total;
 
 const trapped = Object.fromEntries(stats.map((s) => [s.stage, s.allocationsAfterReady]));
 for (const [stage, n] of Object.entries(trapped)) if (n !== 0) failures.push(`${stage}: ${n} constructor calls after readiness`);
-const first = samples[0]!;
-const last = samples[samples.length - 1]!;
+const rss = samples.column(1);
+const committed = samples.column(3);
+for (let k = 0; k < STAGES.length; k++) {
+  const c = samples.column(6 + 3 * k);
+  for (let i = 0; i < c.length; i++) committed[i] = (committed[i] as number) + (c[i] as number);
+}
+const outside = rss.map((r, i) => r - (committed[i] as number));
 const drift = {
-  heap: last.heap - first.heap,
-  rss: last.rss - first.rss,
-  workers: Object.fromEntries(Object.keys(last.workers).map((k) => [k, last.workers[k]! - first.workers[k]!])),
+  heap: growth(samples.column(2)),
+  outsideHeaps: growth(outside),
+  rss: growth(rss),
+  heapsCommitted: growth(committed),
+  arrayBuffers: growth(samples.column(4)),
+  workers: Object.fromEntries(STAGES.map((name, k) => [name, growth(samples.column(5 + 3 * k))])),
+  workerArrayBuffers: Object.fromEntries(STAGES.map((name, k) => [name, growth(samples.column(7 + 3 * k))])),
 };
 // Growth is the failure: memory handed back after warm-up (a negative drift) is not a leak.
+if (samples.count < 12) failures.push(`only ${samples.count} samples after warm-up (at least 12 needed)`);
 if (drift.heap >= MiB) failures.push(`main thread heap grew ${drift.heap} bytes`);
-if (drift.rss >= MiB) failures.push(`RSS grew ${drift.rss} bytes`);
+if (drift.arrayBuffers >= MiB) failures.push(`main thread ArrayBuffers grew ${drift.arrayBuffers} bytes`);
+if (drift.outsideHeaps >= MiB) failures.push(`memory outside the JS heaps grew ${drift.outsideHeaps} bytes`);
 for (const [k, v] of Object.entries(drift.workers)) if (v >= MiB) failures.push(`${k} worker heap grew ${v} bytes`);
+for (const [k, v] of Object.entries(drift.workerArrayBuffers)) if (v >= MiB) failures.push(`${k} worker ArrayBuffers grew ${v} bytes`);
 if (afterClose !== base) failures.push(`ledger after closing both conversations: ${afterClose} bytes, baseline ${base}`);
 if (afterEngine !== 0) failures.push(`ledger after closing the engine: ${afterEngine} bytes`);
 
 // The same exchange without the harness: no trap, no sampling, no collections.
 const plain = await load(model, options);
-const replay = await exchange(plain, hashes.length, 0);
+const replay = new Transcript(transcript.turns);
+await exchange(plain, replay, transcript.turns, 0);
 await plain.close();
-const firstDiff = hashes.findIndex((h, i) => h !== replay[i]);
-if (firstDiff >= 0) failures.push(`turn ${firstDiff}: the replay's bytes differ`);
+const firstDiff = transcript.firstDifference(replay);
+if (firstDiff >= 0) failures.push(`the replay's bytes differ from turn ${firstDiff} on`);
 
 const report = {
   seconds,
   warmupSeconds: WARMUP,
-  turns: hashes.length,
-  samples: samples.length,
+  turns: transcript.turns,
+  samples: samples.count,
   trapped,
   drift,
   ledger: { baseline: base, afterClose, afterEngine },
@@ -154,11 +249,13 @@ const report = {
 };
 if (values.json === true) console.log(JSON.stringify(report, null, 2));
 else {
-  console.log(`soak: ${hashes.length} turns in ${seconds} s (warm-up ${WARMUP} s, ${samples.length} samples)`);
+  console.log(`soak: ${transcript.turns} turns in ${seconds} s (warm-up ${WARMUP} s, ${samples.count} samples)`);
   console.log(`  constructor calls after readiness: ${JSON.stringify(trapped)}`);
-  console.log(`  drift after warm-up: heap ${drift.heap} B, RSS ${drift.rss} B, workers ${JSON.stringify(drift.workers)}`);
+  console.log(`  growth after warm-up (median of the last sixth less the first's): heap ${drift.heap} B, workers ${JSON.stringify(drift.workers)}`);
+  console.log(`  ArrayBuffers: main ${drift.arrayBuffers} B, workers ${JSON.stringify(drift.workerArrayBuffers)}`);
+  console.log(`  outside the JS heaps ${drift.outsideHeaps} B; not gated: RSS ${drift.rss} B, heaps' committed bytes ${drift.heapsCommitted} B`);
   console.log(`  ledger: baseline ${base}, after closing the conversations ${afterClose}, after closing the engine ${afterEngine}`);
-  console.log(`  replay without the harness: ${firstDiff < 0 ? 'identical bytes' : `differs at turn ${firstDiff}`}`);
+  console.log(`  replay without the harness: ${firstDiff < 0 ? 'identical bytes' : `differs from turn ${firstDiff} on`}`);
 }
 console.log(failures.length === 0 ? 'soak: ok' : `soak: FAILED — ${failures.join('; ')}`);
 process.exit(failures.length === 0 ? 0 : 1);
