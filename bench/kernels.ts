@@ -29,7 +29,7 @@ import {
 import { KEY_TILE } from '../src/model/blocks/backbone.js';
 import { quantize } from '../src/model/format/quant.js';
 import { native } from '../src/native.js';
-import { fastestSeconds as best, median, readBandwidth, round } from './util.js';
+import { fastestSeconds as best, hugePageBytes, median, readBandwidth, round } from './util.js';
 
 export interface KernelsBenchResult {
   bench: 'kernels';
@@ -172,11 +172,18 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
   ).map(([name, q]) => {
     const one = q.data.byteLength + q.scales.byteLength + q.biases.byteLength;
     const copies = Math.max(2, Math.ceil((4 * llc) / one));
+    // Each copy on huge pages, as the model's weight arenas are.
+    const copy = (from: Uint8Array): Uint8Array => {
+      const to = hugePageBytes(from.byteLength);
+      to.set(from);
+      return to;
+    };
+    const copy16 = (from: Uint16Array): Uint16Array => new Uint16Array(copy(new Uint8Array(from.buffer, from.byteOffset, from.byteLength)).buffer);
     const set: Weights[] = Array.from({ length: copies }, () => ({
       kind: name,
-      data: q.data.slice(),
-      scales: q.scales.slice(),
-      biases: q.biases.slice(),
+      data: copy(q.data),
+      scales: copy16(q.scales),
+      biases: copy16(q.biases),
       group: 64,
       rows,
       cols,
