@@ -595,6 +595,8 @@ constexpr int64_t kStreamAhead = 4096;
 constexpr int64_t kNearAhead = 2048;
 constexpr int64_t kFarAhead = 8192;
 constexpr int64_t kFarAheadQ8 = 24576;
+// q8 rows of at least this many bytes against one activation ask for nothing ahead (Int512::Laid).
+constexpr int64_t kLongRowQ8 = 8192;
 
 // The AVX-512 one-row streams' requests for the bytes ahead of p: into L1 kNearAhead on, into
 // L2 `far` on.
@@ -970,6 +972,9 @@ struct Int512 {
     const int64_t steps = rowBytes / 64;
     if constexpr (NA == 1 && !Fours)
       if (steps <= kShortSteps) return Laid<1, true>(w, scales, biases, xq, xs, xsum, y, mb, K);
+    // One activation on long q8 rows goes through its bytes fast enough that the hardware
+    // prefetcher alone keeps ahead (on huge pages, as the weights are); requests of our own slow it.
+    const bool ahead = Q4 || NA > 1 || rowBytes < kLongRowQ8;
     // Per activation and step: (q4) the laid-out 128 bytes, (q8) its own 64.
     constexpr int64_t kPer = Q4 ? 128 : 64;
     alignas(64) int8_t laid[Q4 ? kLaidBytes : 64];
@@ -1020,7 +1025,7 @@ struct Int512 {
         __m512i idx = first;
         const int64_t z1 = std::min(steps, z0 + kChunk);
         for (int64_t z = z0; z < z1; ++z, idx = _mm512_add_epi32(idx, next)) {
-          StreamAhead(r0 + z * 64, kFar);
+          if (ahead) StreamAhead(r0 + z * 64, kFar);
           const __m512i wv = _mm512_loadu_si512(r0 + z * 64);
           const __m512i lo = Q4 ? _mm512_and_si512(wv, nib) : wv;
           const __m512i hi = Q4 ? _mm512_and_si512(_mm512_srli_epi16(wv, 4), nib) : wv;
