@@ -1330,6 +1330,17 @@ void QuantizeRows(const float* X, int64_t n, int64_t K, int group, bool q4, void
   }
 }
 
+// f(i, a, b) for each of `count` stacked matrices (matrix i's first global row start[i]) that
+// global rows [r0, r1) reach, with [a, b) its own rows among them.
+template <typename F>
+inline void EachMatrixPart(const int64_t* start, int count, int64_t r0, int64_t r1, F&& f) {
+  for (int i = 0; i < count; ++i) {
+    const int64_t a = std::max(r0, start[i]);
+    const int64_t b = std::min(r1, start[i + 1]);
+    if (a < b) f(i, a - start[i], b - start[i]);
+  }
+}
+
 struct ManyRowsTask {
   const RowsTask* tasks;
   const int64_t* start;  // [count + 1] the first global row of each matrix
@@ -1339,11 +1350,7 @@ struct ManyRowsTask {
 // Global rows [r0, r1) of the stacked matrices: each part of each matrix as GemvRows computes it.
 void RunManyRowsBlocks(const void* c, int64_t r0, int64_t r1) {
   const ManyRowsTask& t = *static_cast<const ManyRowsTask*>(c);
-  for (int i = 0; i < t.count; ++i) {
-    const int64_t a = std::max(r0, t.start[i]);
-    const int64_t b = std::min(r1, t.start[i + 1]);
-    if (a < b) RunRowsBlocks(&t.tasks[i], a - t.start[i], b - t.start[i]);
-  }
+  EachMatrixPart(t.start, t.count, r0, r1, [&](int i, int64_t a, int64_t b) { RunRowsBlocks(&t.tasks[i], a, b); });
 }
 
 }  // namespace
@@ -1391,11 +1398,7 @@ struct ManyTask {
 // Global rows [r0, r1) of the stacked matrices: each part of each matrix as GemvInt computes it.
 void RunManyRows(const void* c, int64_t r0, int64_t r1) {
   const ManyTask& t = *static_cast<const ManyTask*>(c);
-  for (int i = 0; i < t.count; ++i) {
-    const int64_t a = std::max(r0, t.start[i]);
-    const int64_t b = std::min(r1, t.start[i + 1]);
-    if (a < b) IntRows(t.w[i], a - t.start[i], b - a, t.K, t.xq, t.xs, t.xsum, t.y[i] + (a - t.start[i]));
-  }
+  EachMatrixPart(t.start, t.count, r0, r1, [&](int i, int64_t a, int64_t b) { IntRows(t.w[i], a, b - a, t.K, t.xq, t.xs, t.xsum, t.y[i] + a); });
 }
 
 }  // namespace

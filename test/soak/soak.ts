@@ -35,6 +35,7 @@ const { makeCheckpoint } = await import('../../src/io/checkpoint.js');
 const { load } = await import('../../src/index.js');
 const { resampleSignal } = await import('../../src/dsp/resample.js');
 const { readWavSamples } = await import('../helpers.js');
+const { median } = await import('../../bench/util.js');
 type Engine = Awaited<ReturnType<typeof load>>;
 type Conv = Awaited<ReturnType<Engine['open']>>;
 
@@ -176,12 +177,7 @@ async function sample(engine: Engine, t0: number, into: Samples): Promise<void> 
 /** Median of the last sixth of `v` less the median of its first sixth. */
 function growth(v: Float64Array): number {
   const k = Math.max(1, Math.floor(v.length / 6));
-  const median = (part: Float64Array): number => {
-    const sorted = Float64Array.from(part).sort();
-    const h = sorted.length >> 1;
-    return sorted.length % 2 === 1 ? (sorted[h] as number) : ((sorted[h - 1] as number) + (sorted[h] as number)) / 2;
-  };
-  return median(v.subarray(v.length - k)) - median(v.subarray(0, k));
+  return median(Array.from(v.subarray(v.length - k))) - median(Array.from(v.subarray(0, k)));
 }
 
 const failures: string[] = [];
