@@ -586,12 +586,12 @@ __attribute__((target("avx2,fma"))) inline __m256 Avx2IntDot(bool q4, const uint
   return Avx2Dot(q4, a, b, xa, xb);
 }
 
-// Weight rows taken one at a time are one stream, which the hardware prefetcher alone lets fall
-// behind while the core computes, so the GEMVs ask for the bytes ahead (past a row's end, the
-// next row's): the AVX2 integer GEMV kStreamAhead on into L1; the AVX-512 ones kNearAhead on
+// A weight stream is one the hardware prefetcher alone lets fall behind while the core computes,
+// so the GEMVs ask for the bytes ahead (past a row's end, the next row's): the AVX2 integer GEMV
+// kStreamAhead on into L1, for each of its streams; the AVX-512 ones kNearAhead on
 // into L1 and kFarAhead on into L2, where the L1 requests then find them. q8, which goes through
 // its bytes faster than q4, asks for them into L2 kFarAheadQ8 on.
-constexpr int64_t kStreamAhead = 4096;
+constexpr int64_t kStreamAhead = 2048;
 constexpr int64_t kNearAhead = 2048;
 constexpr int64_t kFarAhead = 8192;
 constexpr int64_t kFarAheadQ8 = 24576;
@@ -631,8 +631,6 @@ struct IntRowsAvx2 {
   static constexpr bool kTwo = G < kPer;                               // q4, group 32: two groups per block
   static constexpr int64_t kBlocksPerGroup = kTwo ? 1 : G / kPer;       // otherwise
   static constexpr int64_t kBlocks8 = kTwo ? 4 : 8 * kBlocksPerGroup;  // blocks of eight groups
-  // Bytes of a row that Run takes one at a time: every q4 row, q8 rows up to 2 KiB.
-  static constexpr int64_t kShortRow = Q4 ? INT64_MAX : 2048;
   __attribute__((target("avx2,fma,f16c"))) static inline void Ahead(const uint8_t* p) {
     for (int64_t o = 0; o < kBlocks8 * 32; o += 64) _mm_prefetch(reinterpret_cast<const char*>(p + kStreamAhead + o), _MM_HINT_T0);
   }
@@ -647,9 +645,10 @@ struct IntRowsAvx2 {
     }
   }
 
+  // R weight rows `stride` rows apart (the rows' scales as far apart, their outputs too).
   template <int R>
   __attribute__((target("avx2,fma,f16c"))) static void Rows(const uint8_t* w, int64_t rowBytes, const uint16_t* sc, int64_t groups,
-                                                            const int8_t* xq, const float* xs, float* out) {
+                                                            const int8_t* xq, const float* xs, float* out, int64_t stride) {
     const int64_t blocks = rowBytes / 32;
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
@@ -657,10 +656,10 @@ struct IntRowsAvx2 {
     for (int64_t g0 = 0; g0 + 8 <= groups; g0 += 8) {
       const __m256 x8 = _mm256_loadu_ps(xs + g0);
       // A block of whole groups broadcasts its lane scale from memory (a load, not a shuffle).
-      if constexpr (R == 1) Ahead(w + b * 32);
+      for (int r = 0; r < R; ++r) Ahead(w + r * stride * rowBytes + b * 32);
       alignas(32) float s8[R][8];
       for (int r = 0; r < R; ++r) {
-        _mm256_store_ps(s8[r], _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + r * groups + g0))), x8));
+        _mm256_store_ps(s8[r], _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + r * stride * groups + g0))), x8));
       }
 #pragma GCC unroll 4
       for (int64_t j = 0; j < kBlocks8; ++j, ++b) {
@@ -669,7 +668,7 @@ struct IntRowsAvx2 {
         const __m256i xh = Q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
         for (int r = 0; r < R; ++r) {
           const __m256 lanes = kTwo ? _mm256_permutevar8x32_ps(_mm256_load_ps(s8[r]), Index(j)) : _mm256_broadcast_ss(&s8[r][j / kBlocksPerGroup]);
-          acc[r] = _mm256_fmadd_ps(Avx2IntDot(Q4, w + r * rowBytes + b * 32, xa, xh), lanes, acc[r]);
+          acc[r] = _mm256_fmadd_ps(Avx2IntDot(Q4, w + r * stride * rowBytes + b * 32, xa, xh), lanes, acc[r]);
         }
       }
     }
@@ -679,10 +678,10 @@ struct IntRowsAvx2 {
       const __m256i xh = Q4 ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xb + 32)) : xa;
       const int64_t g = kTwo ? 2 * b : b / kBlocksPerGroup;
       for (int r = 0; r < R; ++r) {
-        acc[r] = _mm256_fmadd_ps(Avx2IntDot(Q4, w + r * rowBytes + b * 32, xa, xh), VnniScale(sc + r * groups, xs, g, kTwo), acc[r]);
+        acc[r] = _mm256_fmadd_ps(Avx2IntDot(Q4, w + r * stride * rowBytes + b * 32, xa, xh), VnniScale(sc + r * stride * groups, xs, g, kTwo), acc[r]);
       }
     }
-    for (int r = 0; r < R; ++r) out[r] = Hsum(acc[r]);
+    for (int r = 0; r < R; ++r) out[r * stride] = Hsum(acc[r]);
   }
 
   // q8 activation blocks whose Avx2Q8Term RunMany makes once for all its rows (64 KiB of stack for four positions).
@@ -793,14 +792,13 @@ struct IntRowsAvx2 {
                                                            const float* xs, const float* xsum, float* y, int64_t M, int64_t K) {
     const int64_t groups = K / G;
     const int64_t rowBytes = Q4 ? K / 2 : K;
-    int64_t m = 0;
-    // Short rows one at a time: one stream kept ahead of by Ahead, where four short streams side
-    // by side each end before the prefetcher is up to speed. q4, with twice q8's arithmetic per
-    // byte, streams faster this way at every row length; q8's long rows four at a time.
-    if (rowBytes > kShortRow)
-      for (; m + 4 <= M; m += 4) Rows<4>(w + m * rowBytes, rowBytes, sc + m * groups, groups, xq, xs, y + m);
-    for (; m < M; ++m) Rows<1>(w + m * rowBytes, rowBytes, sc + m * groups, groups, xq, xs, y + m);
-    for (m = 0; m < M; ++m) y[m] += BiasDot(bi + m * groups, xsum, groups);
+    // Two streams, each kept ahead of by Ahead: row i of the first half beside row i of the
+    // second. One core reads two distant streams from memory faster than one, where two adjacent
+    // rows (or four) read slower than a row at a time.
+    const int64_t h = M / 2;
+    for (int64_t i = 0; i < h; ++i) Rows<2>(w + i * rowBytes, rowBytes, sc + i * groups, groups, xq, xs, y + i, h);
+    if (M % 2 != 0) Rows<1>(w + (M - 1) * rowBytes, rowBytes, sc + (M - 1) * groups, groups, xq, xs, y + M - 1, 1);
+    for (int64_t m = 0; m < M; ++m) y[m] += BiasDot(bi + m * groups, xsum, groups);
   }
 };
 
