@@ -178,7 +178,10 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
       to.set(from);
       return to;
     };
-    const copy16 = (from: Uint16Array): Uint16Array => new Uint16Array(copy(new Uint8Array(from.buffer, from.byteOffset, from.byteLength)).buffer);
+    const copy16 = (from: Uint16Array): Uint16Array => {
+      const to = copy(new Uint8Array(from.buffer, from.byteOffset, from.byteLength));
+      return new Uint16Array(to.buffer, to.byteOffset, from.length);
+    };
     const set: Weights[] = Array.from({ length: copies }, () => ({
       kind: name,
       data: copy(q.data),

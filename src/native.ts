@@ -78,6 +78,8 @@ export interface NativeAddon {
   pageSize(): number;
   /** Resident bytes of the view's byte range (mincore). */
   residentBytes(view: ByteView): number;
+  /** The low 30 bits of the address of the view's first byte (its residue modulo a power of two up to 2^30). */
+  addressLow(view: ByteView): number;
   /** mlock every page overlapping the view. */
   lockRange(view: ByteView): NativeResult;
   unlockRange(view: ByteView): NativeResult;

@@ -274,6 +274,13 @@ Napi::Value ResidentBytes(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(r));
 }
 
+// The low 30 bits of the view's first address: its residue modulo any power of two up to 2^30.
+Napi::Value AddressLow(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 1, "addressLow");
+  Bytes b = TypedArrayBytes(info, 0, "addressLow");
+  return Napi::Number::New(info.Env(), static_cast<double>(reinterpret_cast<uintptr_t>(b.data) & ((uintptr_t{1} << 30) - 1)));
+}
+
 Napi::Value LockRange(const Napi::CallbackInfo& info) {
   ExpectArgs(info, 1, "lockRange");
   Bytes b = TypedArrayBytes(info, 0, "lockRange");
@@ -1112,6 +1119,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   Export<NoArgs<voxslab::ConfiguredCpus>>(env, exports, "configuredCpus");
   Export<NoArgs<voxslab::PageSize>>(env, exports, "pageSize");
   Export<ResidentBytes>(env, exports, "residentBytes");
+  Export<AddressLow>(env, exports, "addressLow");
   Export<LockRange>(env, exports, "lockRange");
   Export<UnlockRange>(env, exports, "unlockRange");
   Export<AdviseHugePages>(env, exports, "adviseHugePages");

@@ -4,6 +4,7 @@ import { categoryIndex, type Category } from './layout.js';
 import type { Ledger } from './ledger.js';
 import type { Plan } from './planner.js';
 import type { Slab } from './slab.js';
+import { native } from '../native.js';
 
 export type TypedArray =
   | Int8Array
@@ -24,10 +25,11 @@ export interface TypedArrayConstructor<T extends TypedArray> {
   readonly name: string;
 }
 
-/** Where a carved region lies in its arena's slab. */
+/** Where a carved region lies in its arena. */
 export interface Region {
   readonly name: string;
   readonly category: Category;
+  /** From the arena's base (Arena.base): the same in a dry run and in memory. */
   readonly offset: number;
   /** Payload bytes asked for. */
   readonly bytes: number;
@@ -98,6 +100,8 @@ export class Arena {
   readonly #names = new Set<string>();
   readonly #bytes: Uint8Array;
   readonly #backed: boolean;
+  // Where the carved space starts: the first byte at an address aligned to the policy (0 unbacked).
+  readonly #base: number;
   #cursor: number;
   #sealed = false;
 
@@ -109,12 +113,13 @@ export class Arena {
     this.#ledger = ledger;
     this.#backed = slab.buffer.byteLength >= slab.bytes;
     this.#bytes = this.#backed ? new Uint8Array(slab.buffer, 0, slab.bytes) : new Uint8Array(0);
-    this.#cursor = 0;
+    this.#base = this.#backed ? (policy.alignment - (native.addressLow(this.#bytes) % policy.alignment)) % policy.alignment : 0;
+    this.#cursor = this.#base;
     const guard = policy.guardBytes;
     if (guard > 0) {
-      if (guard > slab.bytes) throw new ArgumentError(`arena '${name}': slab too small for its leading red zone`);
-      this.#fillGuard(0, guard);
-      this.#cursor = guard;
+      if (this.#base + guard > slab.bytes) throw new ArgumentError(`arena '${name}': slab too small for its leading red zone`);
+      this.#fillGuard(this.#base, this.#base + guard);
+      this.#cursor += guard;
     }
   }
 
@@ -122,13 +127,21 @@ export class Arena {
     return this.#sealed;
   }
 
-  /** Bytes carved so far, guards included. */
+  /**
+   * Bytes carved so far, guards and the policy's whole lead included (the bytes an arena of the
+   * same carves needs, whatever its buffer's address: a dry run's figure is a real arena's).
+   */
   get used(): number {
-    return this.#cursor;
+    return this.#cursor - this.#base + this.policy.leadBytes;
   }
 
   get capacity(): number {
     return this.slab.bytes;
+  }
+
+  /** The slab offset where the carved space starts: its first byte at an address aligned to the policy (0 unbacked). */
+  get base(): number {
+    return this.#base;
   }
 
   get regions(): readonly Region[] {
@@ -170,7 +183,7 @@ export class Arena {
     this.slab.charge(category, bytes, next - start);
     this.#cursor = next;
     this.#names.add(name);
-    this.#regions.push(Object.freeze({ name, category, offset: start, bytes, footprint: next - start }));
+    this.#regions.push(Object.freeze({ name, category, offset: start - this.#base, bytes, footprint: next - start }));
     return view;
   }
 
@@ -222,11 +235,11 @@ export class Arena {
   /** The first damaged guard band, or null when every canary is intact. */
   checkRedZones(): RedZoneFault | null {
     if (this.policy.guardBytes === 0 || !this.#backed) return null;
-    let from = 0;
+    let from = this.#base;
     let before = ARENA_START;
     for (let r = 0; r <= this.#regions.length; r++) {
       const region = this.#regions[r];
-      const to = region === undefined ? this.#cursor : region.offset;
+      const to = region === undefined ? this.#cursor : this.#base + region.offset;
       for (let i = from; i < to; i++) {
         const expected = canaryByte(i);
         const found = this.#bytes[i] as number;
@@ -235,7 +248,7 @@ export class Arena {
         }
       }
       if (region !== undefined) {
-        from = region.offset + region.bytes;
+        from = this.#base + region.offset + region.bytes;
         before = region.name;
       }
     }

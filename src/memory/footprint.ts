@@ -86,6 +86,15 @@ export class FootprintPolicy {
     return alignUp(this.redZone, this.alignment);
   }
 
+  /**
+   * Bytes an arena may skip at its start so that its regions are `alignment`-aligned in memory,
+   * not only within their slab: a SharedArrayBuffer's own bytes start wherever the allocator put
+   * them (glibc: 16 bytes past a page). Arena sizes count them whatever the buffer's address.
+   */
+  get leadBytes(): number {
+    return this.alignment - 1;
+  }
+
   /** Upper bound on the arena bytes one carve of `requested` payload bytes consumes. */
   regionFootprint(requested: number, what = 'region'): number {
     checkSize(requested, what);
@@ -100,9 +109,9 @@ export class FootprintPolicy {
     return out;
   }
 
-  /** Arena payload bytes that hold regions of the given sizes, in order, with guards. */
+  /** Arena payload bytes that hold regions of the given sizes, in order, with guards and the lead. */
   arenaBytes(sizes: readonly number[], what = 'arena'): number {
-    let total = this.guardBytes;
+    let total = this.leadBytes + this.guardBytes;
     for (let i = 0; i < sizes.length; i++) {
       total += this.regionFootprint(sizes[i] as number, `${what} region ${i}`);
       if (!Number.isSafeInteger(total)) throw new ArgumentError(`${what}: total size overflows`);

@@ -16,6 +16,7 @@
 import { Worker } from 'node:worker_threads';
 import * as Comlink from 'comlink';
 import type { Arena } from '../memory/arena.js';
+import type { FootprintPolicy } from '../memory/footprint.js';
 import type { MemoryDomain } from '../memory/domain.js';
 import type { Owner } from '../memory/ledger.js';
 import type { SlabRecord } from '../memory/slab.js';
@@ -101,13 +102,13 @@ export function defaultPinMap(cpus: readonly number[], threads: StageThreads = {
 
 /** The control block (doorbells, attention words, stop flag): owner `model`, category `metadata`. */
 export function carveControl(domain: MemoryDomain): { arena: Arena; control: Int32Array } {
-  const arena = domain.createArena(domain.owner('model', 0), 'pipeline control', { bytes: 4 * CONTROL_WORDS });
+  const arena = domain.createArena(domain.owner('model', 0), 'pipeline control', { bytes: domain.policy.arenaBytes([4 * CONTROL_WORDS]) });
   return { arena, control: arena.carve('control', 'metadata', Int32Array, CONTROL_WORDS) };
 }
 
 /** Bytes of one conversation's ring arena (its barge-in words too). */
-function ringArenaBytes(capacities: Readonly<Record<RingName, number>>, mirrored: boolean): number {
-  return RING_NAMES.reduce((s, n) => s + (mirrored && n === 'input' ? RING_HEADER_BYTES : ringBytes(capacities[n])) + 64, 4 * DUPLEX_WORDS + 64);
+function ringArenaBytes(policy: FootprintPolicy, capacities: Readonly<Record<RingName, number>>, mirrored: boolean): number {
+  return policy.arenaBytes([...RING_NAMES.map((n) => (mirrored && n === 'input' ? RING_HEADER_BYTES : ringBytes(capacities[n]))), 4 * DUPLEX_WORDS]);
 }
 
 /** The capture ring's data words in a mirrored mapping, held under the cap by its session. */
@@ -132,7 +133,9 @@ export function carveRings(
   capacities: Readonly<Record<RingName, number>>,
   mirrored = captureMirrored(),
 ): { arena: Arena; views: Record<RingName, Int32Array>; duplex: Int32Array; mirror: CaptureMirror | null } {
-  const arena = domain.createArena(domain.owner('session', index), `conversation ${index} rings`, { bytes: ringArenaBytes(capacities, mirrored) });
+  const arena = domain.createArena(domain.owner('session', index), `conversation ${index} rings`, {
+    bytes: ringArenaBytes(domain.policy, capacities, mirrored),
+  });
   const views = {} as Record<RingName, Int32Array>;
   let duplex: Int32Array;
   let mirror: CaptureMirror | null = null;
@@ -437,7 +440,8 @@ export class Pipeline {
     const stages = await Promise.all(this.workers.map((w) => w.call('size', spec)));
     const mirrored = captureMirrored();
     const rings =
-      this.domain.policy.slabFootprint(ringArenaBytes(spec.capacities, mirrored), 'conversation rings') + (mirrored ? 4 * spec.capacities.input : 0);
+      this.domain.policy.slabFootprint(ringArenaBytes(this.domain.policy, spec.capacities, mirrored), 'conversation rings') +
+      (mirrored ? 4 * spec.capacities.input : 0);
     return stages.reduce((s, b) => s + b, rings);
   }
 

@@ -29,7 +29,7 @@ t.test('red zones catch a one-byte overrun at every boundary', async (t) => {
     raw[p.at] = saved;
   }
   t.equal(arena.checkRedZones(), null, 'restored');
-  t.equal(raw[0], canaryByte(0));
+  t.equal(raw[arena.base], canaryByte(arena.base), 'the leading guard starts at the base');
 });
 
 t.test('a sealed arena refuses and counts a post-readiness carve', async (t) => {

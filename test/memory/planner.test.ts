@@ -188,7 +188,7 @@ t.test('an arena carved from a plan: carved equals high-water, views at planned 
   t.type(carved.views.b1, Float32Array);
   for (const b of p.buffers) {
     const v = carved.views[b.name]!;
-    t.equal(v.byteOffset, carved.region.offset + b.offset, `${b.name} at its offset`, { diagnostic: false });
+    t.equal(v.byteOffset, arena.base + carved.region.offset + b.offset, `${b.name} at its offset`, { diagnostic: false });
     t.equal(v.byteLength, b.bytes, { diagnostic: false });
   }
   // Run the pass: each op fills the buffers it produces with their own tag and checks that

@@ -334,13 +334,13 @@ export function buildWeightsImage(
   const policy = domain.policy;
   const groups: Item[][] = [];
   let current: Item[] = [];
-  let size = policy.guardBytes;
+  let size = policy.arenaBytes([]);
   for (const it of items) {
     const f = policy.regionFootprint(it.bytes, `tensor '${it.name}'`);
     if (current.length > 0 && size + f > policy.maxSlabBytes) {
       groups.push(current);
       current = [];
-      size = policy.guardBytes;
+      size = policy.arenaBytes([]);
     }
     current.push(it);
     size += f;
