@@ -359,14 +359,20 @@ __attribute__((target("avx2,fma,f16c"))) inline float BiasDot(const uint16_t* bi
 
 // Four BiasDots at once, lane i that of bias row bi + i·stride with input sums xsum[i], to its
 // bits: one row with four activations' sums (stride 0), or four rows with one activation's.
-__attribute__((target("avx2,fma,f16c"))) inline __m128 BiasDot4(const uint16_t* bi, int64_t stride, const float* const* xsum, int64_t groups) {
+// Bias rows bi[i] with input sums xsum[i].
+__attribute__((target("avx2,fma,f16c"))) inline __m128 BiasDot4(const uint16_t* const* bi, const float* const* xsum, int64_t groups) {
   __m256 b[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
   int64_t g = 0;
   for (; g + 8 <= groups; g += 8)
-    for (int i = 0; i < 4; ++i) b[i] = _mm256_fmadd_ps(Half8(bi + i * stride + g), _mm256_loadu_ps(xsum[i] + g), b[i]);
-  const __m128 t = _mm_setr_ps(BiasTail(bi, xsum[0], g, groups), BiasTail(bi + stride, xsum[1], g, groups), BiasTail(bi + 2 * stride, xsum[2], g, groups),
-                               BiasTail(bi + 3 * stride, xsum[3], g, groups));
+    for (int i = 0; i < 4; ++i) b[i] = _mm256_fmadd_ps(Half8(bi[i] + g), _mm256_loadu_ps(xsum[i] + g), b[i]);
+  const __m128 t = _mm_setr_ps(BiasTail(bi[0], xsum[0], g, groups), BiasTail(bi[1], xsum[1], g, groups), BiasTail(bi[2], xsum[2], g, groups),
+                               BiasTail(bi[3], xsum[3], g, groups));
   return _mm_add_ps(Hsum4(b[0], b[1], b[2], b[3]), t);
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline __m128 BiasDot4(const uint16_t* bi, int64_t stride, const float* const* xsum, int64_t groups) {
+  const uint16_t* rows[4] = {bi, bi + stride, bi + 2 * stride, bi + 3 * stride};
+  return BiasDot4(rows, xsum, groups);
 }
 
 __attribute__((target("avx2,fma,f16c"))) void GemvAvx2(WeightType type, const void* w, const uint16_t* scales,
@@ -622,9 +628,11 @@ constexpr bool VnniLaid(bool q4, int na, int64_t K) { return na <= kVnniMany && 
 // R weight rows of the AVX2 integer GEMV at once, for q4/q8 with groups of G (32 or 64): the
 // activation blocks are loaded once for the R rows, whose weights stream side by side. The lane
 // scales s_g·xs_g are made eight groups at a time (one f16 conversion and one multiply per row),
-// and each block picks its own with one permute; groups past the last eight take the same
-// values one by one (the same products). Each row sums its blocks in order in one accumulator,
-// so a row's bits do not depend on R.
+// one pass of eight ahead of their use (a store read back at once holds up the broadcasts that
+// load it); a block of whole groups broadcasts its own from memory, a q4 block of two groups
+// permutes its pair; groups past the last eight take the same values one by one (the same
+// products). Each row sums its blocks in order in one accumulator, so a row's bits do not
+// depend on R.
 template <bool Q4, int G>
 struct IntRowsAvx2 {
   static constexpr int64_t kPer = Q4 ? 64 : 32;                        // elements per 32-byte block
@@ -645,22 +653,28 @@ struct IntRowsAvx2 {
     }
   }
 
-  // R weight rows `stride` rows apart (the rows' scales as far apart, their outputs too).
+  // The lane scales of groups g0 to g0 + 7 of R rows rowStride scales apart.
   template <int R>
-  __attribute__((target("avx2,fma,f16c"))) static void Rows(const uint8_t* w, int64_t rowBytes, const uint16_t* sc, int64_t groups,
-                                                            const int8_t* xq, const float* xs, float* out, int64_t stride) {
+  __attribute__((target("avx2,fma,f16c"))) static inline void Fill(float (*s8)[8], const uint16_t* sc, int64_t rowStride, const float* xs, int64_t g0) {
+    const __m256 x8 = _mm256_loadu_ps(xs + g0);
+    for (int r = 0; r < R; ++r)
+      _mm256_store_ps(s8[r], _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + r * rowStride + g0))), x8));
+  }
+
+  // R weight rows `stride` rows apart (the rows' scales as far apart), each row's lanes into acc.
+  template <int R>
+  __attribute__((target("avx2,fma,f16c"))) static inline void Rows(const uint8_t* w, int64_t rowBytes, const uint16_t* sc, int64_t groups,
+                                                                   const int8_t* xq, const float* xs, __m256* acc, int64_t stride) {
     const int64_t blocks = rowBytes / 32;
-    __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     int64_t b = 0;
-    for (int64_t g0 = 0; g0 + 8 <= groups; g0 += 8) {
-      const __m256 x8 = _mm256_loadu_ps(xs + g0);
-      // A block of whole groups broadcasts its lane scale from memory (a load, not a shuffle).
+    alignas(32) float s8all[2][R][8];
+    if (groups >= 8) Fill<R>(s8all[0], sc, stride * groups, xs, 0);
+    int cur = 0;
+    for (int64_t g0 = 0; g0 + 8 <= groups; g0 += 8, cur ^= 1) {
+      if (g0 + 16 <= groups) Fill<R>(s8all[cur ^ 1], sc, stride * groups, xs, g0 + 8);
       for (int r = 0; r < R; ++r) Ahead(w + r * stride * rowBytes + b * 32);
-      alignas(32) float s8[R][8];
-      for (int r = 0; r < R; ++r) {
-        _mm256_store_ps(s8[r], _mm256_mul_ps(_mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(sc + r * stride * groups + g0))), x8));
-      }
+      float (*s8)[8] = s8all[cur];
 #pragma GCC unroll 4
       for (int64_t j = 0; j < kBlocks8; ++j, ++b) {
         const int8_t* xb = xq + b * kPer;
@@ -681,7 +695,6 @@ struct IntRowsAvx2 {
         acc[r] = _mm256_fmadd_ps(Avx2IntDot(Q4, w + r * stride * rowBytes + b * 32, xa, xh), VnniScale(sc + r * stride * groups, xs, g, kTwo), acc[r]);
       }
     }
-    for (int r = 0; r < R; ++r) out[r * stride] = Hsum(acc[r]);
   }
 
   // q8 activation blocks whose Avx2Q8Term RunMany makes once for all its rows (64 KiB of stack for four positions).
@@ -794,11 +807,32 @@ struct IntRowsAvx2 {
     const int64_t rowBytes = Q4 ? K / 2 : K;
     // Two streams, each kept ahead of by Ahead: row i of the first half beside row i of the
     // second. One core reads two distant streams from memory faster than one, where two adjacent
-    // rows (or four) read slower than a row at a time.
+    // rows (or four) read slower than a row at a time. Two steps of the pair end together:
+    // their four sums and bias terms at once, each with the bits of Hsum and BiasDot alone.
     const int64_t h = M / 2;
-    for (int64_t i = 0; i < h; ++i) Rows<2>(w + i * rowBytes, rowBytes, sc + i * groups, groups, xq, xs, y + i, h);
-    if (M % 2 != 0) Rows<1>(w + (M - 1) * rowBytes, rowBytes, sc + (M - 1) * groups, groups, xq, xs, y + M - 1, 1);
-    for (int64_t m = 0; m < M; ++m) y[m] += BiasDot(bi + m * groups, xsum, groups);
+    const float* const xsum4[4] = {xsum, xsum, xsum, xsum};
+    int64_t i = 0;
+    for (; i + 2 <= h; i += 2) {
+      __m256 acc[4];
+      Rows<2>(w + i * rowBytes, rowBytes, sc + i * groups, groups, xq, xs, acc, h);
+      Rows<2>(w + (i + 1) * rowBytes, rowBytes, sc + (i + 1) * groups, groups, xq, xs, acc + 2, h);
+      const int64_t m[4] = {i, i + h, i + 1, i + 1 + h};
+      const uint16_t* const b4[4] = {bi + m[0] * groups, bi + m[1] * groups, bi + m[2] * groups, bi + m[3] * groups};
+      alignas(16) float s[4];
+      _mm_store_ps(s, _mm_add_ps(Hsum4(acc[0], acc[1], acc[2], acc[3]), BiasDot4(b4, xsum4, groups)));
+      for (int r = 0; r < 4; ++r) y[m[r]] = s[r];
+    }
+    for (; i < h; ++i) One(w, sc, bi, xq, xs, xsum, y, i, groups, rowBytes), One(w, sc, bi, xq, xs, xsum, y, i + h, groups, rowBytes);
+    if (M % 2 != 0) One(w, sc, bi, xq, xs, xsum, y, M - 1, groups, rowBytes);
+  }
+
+  // Row m alone.
+  __attribute__((target("avx2,fma,f16c"))) static void One(const uint8_t* w, const uint16_t* sc, const uint16_t* bi, const int8_t* xq,
+                                                           const float* xs, const float* xsum, float* y, int64_t m, int64_t groups,
+                                                           int64_t rowBytes) {
+    __m256 acc;
+    Rows<1>(w + m * rowBytes, rowBytes, sc + m * groups, groups, xq, xs, &acc, 1);
+    y[m] = Hsum(acc) + BiasDot(bi + m * groups, xsum, groups);
   }
 };
 
