@@ -222,12 +222,38 @@ function frameWeightBytes(model: SpeechModel): number {
 }
 
 /**
+ * The tensors as float views, neighbours in one slab (a matrix, its scales and its biases)
+ * joined into one view across the alignment padding between them: one probe call where a
+ * kernel makes one call.
+ */
+function ranges(tensors: readonly Uint8Array[]): Float32Array[] {
+  const out: Float32Array[] = [];
+  let at = 0;
+  let end = 0;
+  let buffer: ArrayBufferLike | null = null;
+  const flush = (): void => {
+    if (buffer !== null && end > at) out.push(new Float32Array(buffer, at, (end - at) >> 2));
+  };
+  for (const t of tensors) {
+    if (t.buffer === buffer && t.byteOffset >= end && t.byteOffset - end < 64) end = t.byteOffset + t.byteLength;
+    else {
+      flush();
+      buffer = t.buffer;
+      at = t.byteOffset;
+      end = t.byteOffset + t.byteLength;
+    }
+  }
+  flush();
+  return out;
+}
+
+/**
  * Milliseconds to read a frame's weight bytes alone (ModelBenchRow.frameReadMs) with this
- * thread's compute threads: each tensor through the read probe, in the frame's order, nothing
+ * thread's compute threads: each matrix through the read probe, in the frame's order, nothing
  * computed; the fastest of `runs`.
  */
 function frameReadMs(model: SpeechModel, runs: number): number {
-  const parts = frameParts(model).map((p) => ({ times: p.times, floats: p.tensors.map((t) => new Float32Array(t.buffer, t.byteOffset, t.byteLength >> 2)) }));
+  const parts = frameParts(model).map((p) => ({ times: p.times, floats: ranges(p.tensors) }));
   let best = Number.POSITIVE_INFINITY;
   for (let r = 0; r < runs; r++) {
     let ms = 0;
