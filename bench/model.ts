@@ -79,10 +79,10 @@ export interface ModelBenchRow {
   frameBoundMs: number;
   frameOverBound: number;
   /**
-   * The same weight bytes read alone, tensor by tensor in the frame's order (the read probe's
-   * loop over each, nothing computed), with as many threads, and that time over the bound: what
-   * this machine's memory system gives a frame's reads before any arithmetic. A Depthformer
-   * re-read that partly hits the last-level cache can take it below 1.
+   * The same weight bytes read alone, matrix by matrix in the frame's order (the read probe's
+   * loop over each with its scales and biases, nothing computed), with as many threads, and that
+   * time over the bound: what this machine's memory system gives a frame's reads before any
+   * arithmetic. A Depthformer re-read that partly hits the last-level cache can take it below 1.
    */
   frameReadMs: number;
   frameReadOverBound: number;
