@@ -4,6 +4,7 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { BadInputError } from '../../src/errors.js';
 import { MemoryDomain } from '../../src/memory/index.js';
+import { native } from '../../src/native.js';
 import { loadCheckpoint, makeCheckpoint } from '../../src/io/checkpoint.js';
 
 import { buildWeightsImage, BN_EPS, DETOKENIZER_PREFIX } from '../../src/model/format/image.js';
@@ -46,6 +47,9 @@ t.test('a loaded checkpoint holds exactly the generated values, charged once to 
       `${name} equals its generated values`,
     );
   }
+  // The kernels' loads assume it: every tensor starts on a cache line in memory.
+  const off = image.names.filter((n) => image.bytes(n).byteLength > 0 && native.addressLow(image.bytes(n)) % 64 !== 0);
+  t.same(off, [], 'every tensor starts at a 64-byte-aligned address');
   const s = domain.snapshot();
   const model = s.owners.find((o) => o.name === 'model/0')!;
   t.equal(model.categories.weights!.requested, report.weightBytes);
