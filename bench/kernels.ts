@@ -29,7 +29,7 @@ import {
 import { KEY_TILE } from '../src/model/blocks/backbone.js';
 import { quantize } from '../src/model/format/quant.js';
 import { native } from '../src/native.js';
-import { fastestSeconds as best, hugePageBytes, median, readBandwidth, round } from './util.js';
+import { fastestSeconds as best, hugePageCopy, median, readBandwidth, round } from './util.js';
 
 export interface KernelsBenchResult {
   bench: 'kernels';
@@ -136,12 +136,14 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
 
   const rows = 2048;
   const cols = 8192;
-  const w = Float32Array.from({ length: rows * cols }, (_, j) => ((j * 7) % 17) / 17 - 0.5);
+  // Every matrix in hugePageCopy, as the model's weights are held (aligned, on huge pages).
+  const w = hugePageCopy(Float32Array.from({ length: rows * cols }, (_, j) => ((j * 7) % 17) / 17 - 0.5));
   const x = Float32Array.from({ length: cols }, (_, j) => ((j * 3) % 7) / 7);
   const y = new Float32Array(rows);
   const gemvRows: KernelsBenchResult['gemv'] = [];
-  const q8 = quantize(w, rows, cols, 8, 64);
-  const q4 = quantize(w, rows, cols, 4, 64);
+  const held = (q: ReturnType<typeof quantize>) => ({ data: hugePageCopy(q.data), scales: hugePageCopy(q.scales), biases: hugePageCopy(q.biases) });
+  const q8 = held(quantize(w, rows, cols, 8, 64));
+  const q4 = held(quantize(w, rows, cols, 4, 64));
   const xsum = new Float32Array(cols / 64);
   for (const [kind, weights, bytes] of [
     ['f32', { kind: 'f32' as const, data: w, rows, cols }, w.byteLength],
@@ -172,21 +174,11 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
   ).map(([name, q]) => {
     const one = q.data.byteLength + q.scales.byteLength + q.biases.byteLength;
     const copies = Math.max(2, Math.ceil((4 * llc) / one));
-    // Each copy on huge pages, as the model's weight arenas are.
-    const copy = (from: Uint8Array): Uint8Array => {
-      const to = hugePageBytes(from.byteLength);
-      to.set(from);
-      return to;
-    };
-    const copy16 = (from: Uint16Array): Uint16Array => {
-      const to = copy(new Uint8Array(from.buffer, from.byteOffset, from.byteLength));
-      return new Uint16Array(to.buffer, to.byteOffset, from.length);
-    };
     const set: Weights[] = Array.from({ length: copies }, () => ({
       kind: name,
-      data: copy(q.data),
-      scales: copy16(q.scales),
-      biases: copy16(q.biases),
+      data: hugePageCopy(q.data),
+      scales: hugePageCopy(q.scales),
+      biases: hugePageCopy(q.biases),
       group: 64,
       rows,
       cols,

@@ -1,5 +1,6 @@
 import { Worker } from 'node:worker_threads';
 import { setComputeThreads } from '../src/model/blocks/kernels.js';
+import { alignmentLead } from '../src/memory/footprint.js';
 import { native } from '../src/native.js';
 
 /** Median of a list of numbers. */
@@ -55,10 +56,17 @@ const VIEW_ALIGNMENT = 4096;
  */
 export function hugePageBytes(bytes: number): Uint8Array {
   const raw = new Uint8Array(bytes + VIEW_ALIGNMENT);
-  const skip = (VIEW_ALIGNMENT - (native.addressLow(raw) % VIEW_ALIGNMENT)) % VIEW_ALIGNMENT;
+  const skip = alignmentLead(raw, VIEW_ALIGNMENT);
   const b = raw.subarray(skip, skip + bytes);
   native.adviseHugePages(b);
   return b;
+}
+
+/** A copy of `from` in hugePageBytes, as the model's weight arenas hold their tensors. */
+export function hugePageCopy<T extends Uint8Array | Uint16Array | Float32Array>(from: T): T {
+  const to = hugePageBytes(from.byteLength);
+  to.set(new Uint8Array(from.buffer, from.byteOffset, from.byteLength));
+  return new (from.constructor as new (b: ArrayBufferLike, o: number, n: number) => T)(to.buffer, to.byteOffset, from.length);
 }
 
 /** The read probe's 256 MiB array (huge pages), made on first use and kept: a run probes many times. */

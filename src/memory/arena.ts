@@ -1,10 +1,9 @@
 import { AllocationError, ArgumentError, CorruptionError, InternalError, ReadinessError } from '../errors.js';
-import { alignUp, checkSize, type FootprintPolicy } from './footprint.js';
+import { alignmentLead, alignUp, checkSize, type FootprintPolicy } from './footprint.js';
 import { categoryIndex, type Category } from './layout.js';
 import type { Ledger } from './ledger.js';
 import type { Plan } from './planner.js';
 import type { Slab } from './slab.js';
-import { native } from '../native.js';
 
 export type TypedArray =
   | Int8Array
@@ -113,7 +112,7 @@ export class Arena {
     this.#ledger = ledger;
     this.#backed = slab.buffer.byteLength >= slab.bytes;
     this.#bytes = this.#backed ? new Uint8Array(slab.buffer, 0, slab.bytes) : new Uint8Array(0);
-    this.#base = this.#backed ? (policy.alignment - (native.addressLow(this.#bytes) % policy.alignment)) % policy.alignment : 0;
+    this.#base = this.#backed ? alignmentLead(this.#bytes, policy.alignment) : 0;
     this.#cursor = this.#base;
     const guard = policy.guardBytes;
     if (guard > 0) {

@@ -134,6 +134,11 @@ export class FootprintPolicy {
   }
 }
 
+/** Bytes from the start of `view` to its first byte at an address that is a multiple of the power-of-two `alignment` (at most 2^30). */
+export function alignmentLead(view: Uint8Array, alignment: number): number {
+  return (alignment - (native.addressLow(view) % alignment)) % alignment;
+}
+
 /** Rejects anything but a non-negative safe integer byte count. */
 export function checkSize(n: unknown, what: string): asserts n is number {
   if (typeof n !== 'number') throw new ArgumentError(`${what}: size must be a number, got ${typeof n}`);
