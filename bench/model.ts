@@ -86,6 +86,13 @@ export interface ModelBenchRow {
    */
   frameReadMs: number;
   frameReadOverBound: number;
+  /**
+   * Each stage's weight bytes over its measured time (GB/s): a backbone step (`decodeTokensPerSecond`'s),
+   * the text head alone, a Depthformer frame, a detokenizer frame. Beside the read probe it tells a
+   * stage that streams its weights (near the probe, or above it where a re-read hits the
+   * last-level cache) from one held by its arithmetic (far below).
+   */
+  stageReadGBps: PartRates;
   /** Inside a real reply: wall ms per generated audio frame (its text steps included). */
   replyMsPerFrame: number;
   /**
@@ -98,6 +105,14 @@ export interface ModelBenchRow {
   firstReplyEncoderMs: number;
   firstReplyPrefillMs: number;
   replyRealTimeFactor: number;
+}
+
+/** One figure per stage of a generated frame. */
+export interface PartRates {
+  step: number;
+  textHead: number;
+  depthformer: number;
+  detokenizer: number;
 }
 
 /**
@@ -195,30 +210,43 @@ function weightKinds(model: SpeechModel): string {
 }
 
 /**
- * The weight tensors one generated frame reads, in the frame's order, each group with how many
- * times a frame reads it (the text step's share is a fraction): from the image's own tensors.
+ * The weight tensors one generated frame reads, in the frame's order, each group with its stage
+ * and how many times a frame reads it (the text step's share is a fraction): from the image's
+ * own tensors.
  */
-function frameParts(model: SpeechModel): { tensors: Uint8Array[]; times: number }[] {
+function frameParts(model: SpeechModel): { stage: keyof PartRates; tensors: Uint8Array[]; times: number }[] {
   const image = model.image;
   const c = model.config;
   const views = (prefix: string): Uint8Array[] => image.names.filter((n) => n.startsWith(prefix)).map((n) => image.bytes(n));
   const layers = [...views('lfm.layers.'), ...views('lfm.embedding_norm.')];
-  const parts = [
-    { tensors: layers, times: 1 },
-    { tensors: [...layers, ...views('lfm.embed_tokens.')], times: c.interleave.text / c.interleave.audio },
-    { tensors: views('depth_linear.'), times: 1 },
+  const text = c.interleave.text / c.interleave.audio;
+  const parts: { stage: keyof PartRates; tensors: Uint8Array[]; times: number }[] = [
+    { stage: 'step', tensors: layers, times: 1 + text },
+    { stage: 'textHead', tensors: views('lfm.embed_tokens.'), times: text },
+    { stage: 'depthformer', tensors: views('depth_linear.'), times: 1 },
   ];
   for (let i = 0; i < c.audio.codebooks; i++) {
     const own = views(`depth_embeddings.${i}.to_logits.`);
-    parts.push({ tensors: [...views('depthformer.layers.'), ...(own.length > 0 ? own : views(`depth_embeddings.${i}.embedding.`))], times: 1 });
+    parts.push({
+      stage: 'depthformer',
+      tensors: [...views('depthformer.layers.'), ...(own.length > 0 ? own : views(`depth_embeddings.${i}.embedding.`))],
+      times: 1,
+    });
   }
-  parts.push({ tensors: [...views('audio_detokenizer.lfm.'), ...views('audio_detokenizer.lin.')], times: 1 });
+  parts.push({ stage: 'detokenizer', tensors: [...views('audio_detokenizer.lfm.'), ...views('audio_detokenizer.lin.')], times: 1 });
   return parts;
 }
 
-/** Weight bytes one generated frame reads (ModelBenchRow.frameWeightMiB). */
-function frameWeightBytes(model: SpeechModel): number {
-  return frameParts(model).reduce((sum, p) => sum + p.times * p.tensors.reduce((s, t) => s + t.byteLength, 0), 0);
+/** Weight bytes one generated frame reads (ModelBenchRow.frameWeightMiB), in all and per stage (once each). */
+function frameWeightBytes(model: SpeechModel): { total: number; stage: PartRates } {
+  const stage: PartRates = { step: 0, textHead: 0, depthformer: 0, detokenizer: 0 };
+  let total = 0;
+  for (const p of frameParts(model)) {
+    const bytes = p.tensors.reduce((s, t) => s + t.byteLength, 0);
+    total += p.times * bytes;
+    stage[p.stage] += bytes;
+  }
+  return { total, stage };
 }
 
 /**
@@ -363,7 +391,7 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
   const r = conv.reply({});
   const replyMs = performance.now() - t0;
   const first = firstReply(model, 2);
-  const frameBytes = frameWeightBytes(model);
+  const { total: frameBytes, stage: stageBytes } = frameWeightBytes(model);
   const stepMs = (decodeS / steps) * 1000;
   const textMs = (decodeTextS / steps) * 1000;
   const depthMs = (depthS / frames) * 1000;
@@ -403,6 +431,12 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
     frameWeightMiB: round(frameBytes / 2 ** 20, 1),
     frameProbeGBps: [probeBefore, probeAfter],
     frameReadMs: round(readMs, 3),
+    stageReadGBps: {
+      step: round(stageBytes.step / stepMs / 1e6, 1),
+      textHead: round(stageBytes.textHead / headMs / 1e6, 1),
+      depthformer: round(stageBytes.depthformer / depthMs / 1e6, 1),
+      detokenizer: round(stageBytes.detokenizer / detMs / 1e6, 1),
+    },
     replyMsPerFrame: round(replyMsPerFrame, 3),
     replyRealTimeFactor: round(replyMsPerFrame / 80, 4),
     firstReplyMs: round(first.ms, 1),
@@ -572,7 +606,9 @@ export function format(r: ModelBenchResult): string {
       `      Depthformer ${m.depthformerMsPerFrame} ms/frame, detokenizer ${m.detokenizerMsPerFrame} ms/frame → ${m.frameMs} ms per 80 ms frame ` +
         `(real-time factor ${m.realTimeFactor}; ${m.frameWeightMiB} MiB of weights at the read probe's ${m.readGBps} GB/s take ` +
         `${m.frameBoundMs} ms: ×${m.frameOverBound} of that bound; the probes around the frame's parts read ${m.frameProbeGBps.join(' and ')} GB/s; ` +
-        `the same bytes read alone in the frame's order take ${m.frameReadMs} ms, ×${m.frameReadOverBound}); in a real reply ${m.replyMsPerFrame} ms per frame (${m.replyRealTimeFactor}); first reply ` +
+        `the same bytes read alone in the frame's order take ${m.frameReadMs} ms, ×${m.frameReadOverBound}; the stages read their weights at ` +
+        `${m.stageReadGBps.step} (step), ${m.stageReadGBps.textHead} (text head), ${m.stageReadGBps.depthformer} (Depthformer) and ` +
+        `${m.stageReadGBps.detokenizer} (detokenizer) GB/s); in a real reply ${m.replyMsPerFrame} ms per frame (${m.replyRealTimeFactor}); first reply ` +
         `sample ${m.firstReplyMs} ms after a 3 s turn (encoder ${m.firstReplyEncoderMs}, prefill ${m.firstReplyPrefillMs})`,
     );
   }
