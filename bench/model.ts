@@ -92,7 +92,7 @@ export interface ModelBenchRow {
    * stage that streams its weights (near the probe, or above it where a re-read hits the
    * last-level cache) from one held by its arithmetic (far below).
    */
-  stageReadGBps: PartRates;
+  stageReadGBps: StageRates;
   /** Inside a real reply: wall ms per generated audio frame (its text steps included). */
   replyMsPerFrame: number;
   /**
@@ -108,7 +108,7 @@ export interface ModelBenchRow {
 }
 
 /** One figure per stage of a generated frame. */
-export interface PartRates {
+export interface StageRates {
   step: number;
   textHead: number;
   depthformer: number;
@@ -214,13 +214,13 @@ function weightKinds(model: SpeechModel): string {
  * and how many times a frame reads it (the text step's share is a fraction): from the image's
  * own tensors.
  */
-function frameParts(model: SpeechModel): { stage: keyof PartRates; tensors: Uint8Array[]; times: number }[] {
+function frameParts(model: SpeechModel): { stage: keyof StageRates; tensors: Uint8Array[]; times: number }[] {
   const image = model.image;
   const c = model.config;
   const views = (prefix: string): Uint8Array[] => image.names.filter((n) => n.startsWith(prefix)).map((n) => image.bytes(n));
   const layers = [...views('lfm.layers.'), ...views('lfm.embedding_norm.')];
   const text = c.interleave.text / c.interleave.audio;
-  const parts: { stage: keyof PartRates; tensors: Uint8Array[]; times: number }[] = [
+  const parts: { stage: keyof StageRates; tensors: Uint8Array[]; times: number }[] = [
     { stage: 'step', tensors: layers, times: 1 + text },
     { stage: 'textHead', tensors: views('lfm.embed_tokens.'), times: text },
     { stage: 'depthformer', tensors: views('depth_linear.'), times: 1 },
@@ -238,8 +238,8 @@ function frameParts(model: SpeechModel): { stage: keyof PartRates; tensors: Uint
 }
 
 /** Weight bytes one generated frame reads (ModelBenchRow.frameWeightMiB), in all and per stage (once each). */
-function frameWeightBytes(model: SpeechModel): { total: number; stage: PartRates } {
-  const stage: PartRates = { step: 0, textHead: 0, depthformer: 0, detokenizer: 0 };
+function frameWeightBytes(model: SpeechModel): { total: number; stage: StageRates } {
+  const stage: StageRates = { step: 0, textHead: 0, depthformer: 0, detokenizer: 0 };
   let total = 0;
   for (const p of frameParts(model)) {
     const bytes = p.tensors.reduce((s, t) => s + t.byteLength, 0);
