@@ -209,18 +209,21 @@ function weightKinds(model: SpeechModel): string {
   return [...kinds].sort().join('+');
 }
 
+/** A group of a frame's weight tensors, its stage, and how many times a frame reads it. */
+type FramePart = { stage: keyof StageRates; tensors: Uint8Array[]; times: number };
+
 /**
  * The weight tensors one generated frame reads, in the frame's order, each group with its stage
  * and how many times a frame reads it (the text step's share is a fraction): from the image's
  * own tensors.
  */
-function frameParts(model: SpeechModel): { stage: keyof StageRates; tensors: Uint8Array[]; times: number }[] {
+function frameParts(model: SpeechModel): FramePart[] {
   const image = model.image;
   const c = model.config;
   const views = (prefix: string): Uint8Array[] => image.names.filter((n) => n.startsWith(prefix)).map((n) => image.bytes(n));
   const layers = [...views('lfm.layers.'), ...views('lfm.embedding_norm.')];
   const text = c.interleave.text / c.interleave.audio;
-  const parts: { stage: keyof StageRates; tensors: Uint8Array[]; times: number }[] = [
+  const parts: FramePart[] = [
     { stage: 'step', tensors: layers, times: 1 + text },
     { stage: 'textHead', tensors: views('lfm.embed_tokens.'), times: text },
     { stage: 'depthformer', tensors: views('depth_linear.'), times: 1 },
@@ -590,6 +593,11 @@ export async function run(options: { quick?: boolean; models?: string[]; product
   return { bench: 'model', rows, peer, peerEngine, notMeasured };
 }
 
+/** A stage's read rate with its ratio to the row's read probe. */
+function stageRate(m: ModelBenchRow, stage: keyof StageRates): string {
+  return `${m.stageReadGBps[stage]} (×${round(m.stageReadGBps[stage] / m.readGBps, 2)})`;
+}
+
 export function format(r: ModelBenchResult): string {
   const lines = [
     'model stages (a generated 80 ms frame = audio step + Depthformer + detokenizer + 6/12 of a text step; threads share the rows of row-by-row ' +
@@ -606,9 +614,9 @@ export function format(r: ModelBenchResult): string {
       `      Depthformer ${m.depthformerMsPerFrame} ms/frame, detokenizer ${m.detokenizerMsPerFrame} ms/frame → ${m.frameMs} ms per 80 ms frame ` +
         `(real-time factor ${m.realTimeFactor}; ${m.frameWeightMiB} MiB of weights at the read probe's ${m.readGBps} GB/s take ` +
         `${m.frameBoundMs} ms: ×${m.frameOverBound} of that bound; the probes around the frame's parts read ${m.frameProbeGBps.join(' and ')} GB/s; ` +
-        `the same bytes read alone in the frame's order take ${m.frameReadMs} ms, ×${m.frameReadOverBound}; the stages read their weights at ` +
-        `${m.stageReadGBps.step} (step), ${m.stageReadGBps.textHead} (text head), ${m.stageReadGBps.depthformer} (Depthformer) and ` +
-        `${m.stageReadGBps.detokenizer} (detokenizer) GB/s); in a real reply ${m.replyMsPerFrame} ms per frame (${m.replyRealTimeFactor}); first reply ` +
+        `the same bytes read alone in the frame's order take ${m.frameReadMs} ms, ×${m.frameReadOverBound}; the stages read their weights at (GB/s, ×the probe) ` +
+        `step ${stageRate(m, 'step')}, text head ${stageRate(m, 'textHead')}, Depthformer ${stageRate(m, 'depthformer')}, ` +
+        `detokenizer ${stageRate(m, 'detokenizer')}); in a real reply ${m.replyMsPerFrame} ms per frame (${m.replyRealTimeFactor}); first reply ` +
         `sample ${m.firstReplyMs} ms after a 3 s turn (encoder ${m.firstReplyEncoderMs}, prefill ${m.firstReplyPrefillMs})`,
     );
   }
