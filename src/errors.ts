@@ -97,13 +97,18 @@ export class BadInputError extends VoxslabError {
   }
 }
 
-/** A pipeline stage's worker thread exited or failed; its conversations end with this. Exit code 1. */
+/**
+ * A pipeline stage's worker thread exited or failed; its conversations end with this. Exit code
+ * that of its cause when the cause is a catalogue error (a cap refusal stays 3), else 1.
+ */
 export class WorkerError extends VoxslabError {
   override readonly code = 'ERR_VOXSLAB_WORKER';
+  override readonly exitCode: number;
   readonly stage: string;
   constructor(stage: string, message: string, options?: ErrorOptions) {
     super(`${stage} worker: ${message}`, options);
     this.stage = stage;
+    this.exitCode = options?.cause instanceof VoxslabError ? options.cause.exitCode : 1;
   }
 }
 
@@ -147,4 +152,82 @@ export function exitCodeOf(error: unknown): number {
     if (typeof code === 'number') return code;
   }
   return 1;
+}
+
+/** Every catalogue class by its code: how an error that crossed a thread is made whole again. */
+const CATALOGUE: Readonly<Record<string, abstract new (...args: never[]) => VoxslabError>> = Object.freeze({
+  ERR_VOXSLAB: VoxslabError,
+  ERR_VOXSLAB_INTERNAL: InternalError,
+  ERR_VOXSLAB_ARGUMENT: ArgumentError,
+  ERR_VOXSLAB_USAGE: UsageError,
+  ERR_VOXSLAB_MEMORY_LIMIT: MemoryLimitError,
+  ERR_VOXSLAB_ALLOCATION: AllocationError,
+  ERR_VOXSLAB_AFTER_READINESS: ReadinessError,
+  ERR_VOXSLAB_CORRUPTION: CorruptionError,
+  ERR_VOXSLAB_SHARED_STATE: SharedStateError,
+  ERR_VOXSLAB_BAD_INPUT: BadInputError,
+  ERR_VOXSLAB_WORKER: WorkerError,
+  ERR_VOXSLAB_CONTROL_TIMEOUT: ControlTimeoutError,
+  ERR_VOXSLAB_ABORTED: AbortedError,
+  ERR_VOXSLAB_CLOSED: ClosedError,
+  ERR_VOXSLAB_UNSUPPORTED: UnsupportedError,
+  ERR_VOXSLAB_DEVICE: DeviceError,
+});
+
+/**
+ * A catalogue error as plain data (structured-clone safe): what a worker sends in place of the
+ * error, since a thread boundary keeps only an Error's message and name.
+ */
+export interface ErrorRecord {
+  readonly voxslabError: true;
+  readonly code: string;
+  readonly message: string;
+  readonly stack: string;
+  /** The class's own fields (owner, file, field, stage, …): numbers, strings or undefined. */
+  readonly fields: Readonly<Record<string, string | number | boolean | undefined>>;
+}
+
+export function isErrorRecord(value: unknown): value is ErrorRecord {
+  return value !== null && typeof value === 'object' && (value as { voxslabError?: unknown }).voxslabError === true;
+}
+
+/**
+ * The record of `error` when it belongs to the catalogue, or carries a catalogue code (the native
+ * addon's errors do); anything else is returned as it is.
+ */
+export function errorRecord(error: unknown): ErrorRecord | unknown {
+  if (!(error instanceof Error)) return error;
+  const code = (error as { code?: unknown }).code;
+  if (typeof code !== 'string' || !Object.hasOwn(CATALOGUE, code)) return error;
+  const fields: Record<string, string | number | boolean | undefined> = {};
+  for (const [k, v] of Object.entries(error)) {
+    if (k !== 'cause' && (v === undefined || typeof v === 'string' || typeof v === 'number' || typeof v === 'boolean')) fields[k] = v;
+  }
+  return { voxslabError: true, code, message: error.message, stack: error.stack ?? '', fields };
+}
+
+/**
+ * The catalogue error a record (or an Error carrying a catalogue code) stands for: its class, its
+ * message, its fields and the stack where it was thrown. Anything else is returned as it is.
+ */
+export function reviveError(value: unknown): unknown {
+  let record: ErrorRecord;
+  if (isErrorRecord(value)) record = value;
+  else if (value instanceof Error && !(value instanceof VoxslabError)) {
+    const r = errorRecord(value);
+    if (!isErrorRecord(r)) return value;
+    record = r;
+  } else return value;
+  const Class = CATALOGUE[record.code] ?? InternalError;
+  // Made without running the constructor (each class formats its message from its own arguments).
+  const error = Reflect.construct(Error, [record.message], Class) as VoxslabError;
+  Object.defineProperty(error, 'name', { value: Class.name, writable: true, configurable: true, enumerable: false });
+  for (const [k, v] of Object.entries(record.fields)) {
+    if (k !== 'name' && k !== 'message' && k !== 'stack') Object.defineProperty(error, k, { value: v, writable: false, enumerable: true, configurable: true });
+  }
+  Object.defineProperty(error, 'code', { value: record.code, enumerable: true, configurable: true });
+  // A record without one (a native error that named no exit code) is an internal fault.
+  if (!Object.hasOwn(record.fields, 'exitCode')) Object.defineProperty(error, 'exitCode', { value: 1, enumerable: true, configurable: true });
+  if (record.stack !== '') Object.defineProperty(error, 'stack', { value: record.stack, writable: true, configurable: true, enumerable: false });
+  return error;
 }

@@ -4,7 +4,7 @@
  */
 import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
-import { ArgumentError, InternalError } from './errors.js';
+import { BadInputError, InternalError } from './errors.js';
 
 export interface NativeResult {
   ok: boolean;
@@ -302,5 +302,5 @@ export const native: NativeAddon = load();
 // Checked here, once per thread that loads the addon: the native side cannot throw while it loads.
 const badKernels = native.kernelsRequestError();
 if (badKernels !== '') {
-  throw new ArgumentError(`VOXSLAB_KERNELS must be scalar, avx2 or avx512 (got '${badKernels}')`);
+  throw new BadInputError({ field: 'VOXSLAB_KERNELS' }, `'${badKernels}' names no instruction set (scalar, avx2 or avx512)`);
 }

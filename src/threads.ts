@@ -92,3 +92,12 @@ export function withWorkerOptions<T>(make: (o: { execArgv?: string[]; env?: Node
     }
   }
 }
+
+/**
+ * V8 limits of a pipeline stage's worker. A stage runs a little of its own code in a loop, so a
+ * small code range serves it, where V8's default reserves 512 MiB of address space per isolate
+ * (2.5 GiB for five stages, which a process under an address-space limit does not have). The
+ * heap bound makes a runaway worker fail as ERR_WORKER_OUT_OF_MEMORY, a WorkerError, instead of
+ * aborting the whole process.
+ */
+export const STAGE_RESOURCE_LIMITS = Object.freeze({ codeRangeSizeMb: 32, maxOldGenerationSizeMb: 1024 });

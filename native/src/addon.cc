@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <initializer_list>
 #include <string>
+#include <system_error>
 
 #include "apm.h"
 #include "cpu.h"
@@ -22,16 +23,19 @@ using voxslab::CpuFeatures;
 
 // Argument errors carry the catalogue's code (ERR_VOXSLAB_ARGUMENT), so callers can tell them
 // from faults without parsing messages.
+template <typename E>
+E Coded(E e, const char* code, int exit_code) {
+  e.Set("code", Napi::String::New(e.Env(), code));
+  e.Set("exitCode", Napi::Number::New(e.Env(), exit_code));
+  return e;
+}
+
 [[noreturn]] void ThrowType(const Napi::Env& env, const std::string& message) {
-  Napi::TypeError e = Napi::TypeError::New(env, message);
-  e.Set("code", Napi::String::New(env, "ERR_VOXSLAB_ARGUMENT"));
-  throw e;
+  throw Coded(Napi::TypeError::New(env, message), "ERR_VOXSLAB_ARGUMENT", 2);
 }
 
 [[noreturn]] void ThrowRange(const Napi::Env& env, const std::string& message) {
-  Napi::RangeError e = Napi::RangeError::New(env, message);
-  e.Set("code", Napi::String::New(env, "ERR_VOXSLAB_ARGUMENT"));
-  throw e;
+  throw Coded(Napi::RangeError::New(env, message), "ERR_VOXSLAB_ARGUMENT", 2);
 }
 
 void ExpectArgs(const Napi::CallbackInfo& info, size_t n, const char* fn) {
@@ -184,9 +188,30 @@ Napi::Value NoArgs(const Napi::CallbackInfo& info) {
   return Js(info.Env(), F());
 }
 
+// No C++ exception crosses into Node: a failed allocation or a thread the system would not
+// start becomes a JS error with the catalogue's code (std::terminate otherwise ends the process).
+template <Napi::Value (*F)(const Napi::CallbackInfo&)>
+Napi::Value Guarded(const Napi::CallbackInfo& info) {
+  // The name is read only on failure: the call itself stays free of allocation.
+  const auto fn = [&info] { return std::string(static_cast<const char*>(info.Data())); };
+  try {
+    return F(info);
+  } catch (const Napi::Error&) {
+    throw;
+  } catch (const std::bad_alloc&) {
+    throw Coded(Napi::Error::New(info.Env(), fn() + ": out of memory"), "ERR_VOXSLAB_ALLOCATION", 3);
+  } catch (const std::system_error& e) {
+    throw Coded(Napi::Error::New(info.Env(), fn() + ": the system refused: " + e.what()), "ERR_VOXSLAB_ALLOCATION", 3);
+  } catch (const std::exception& e) {
+    throw Coded(Napi::Error::New(info.Env(), fn() + ": " + e.what()), "ERR_VOXSLAB_INTERNAL", 1);
+  } catch (...) {
+    throw Coded(Napi::Error::New(info.Env(), fn() + ": an unknown native exception"), "ERR_VOXSLAB_INTERNAL", 1);
+  }
+}
+
 template <Napi::Value (*F)(const Napi::CallbackInfo&)>
 void Export(Napi::Env env, Napi::Object exports, const char* name) {
-  exports.Set(name, Napi::Function::New(env, F, name, const_cast<char*>(name)));
+  exports.Set(name, Napi::Function::New(env, Guarded<F>, name, const_cast<char*>(name)));
 }
 
 Napi::Object Result(const Napi::Env& env, int err) {

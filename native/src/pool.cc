@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <system_error>
 
 #include "kernels.h"
 #include "simd.h"
@@ -29,7 +30,13 @@ void RowPool::ResizeHeld(int n) {
   // Helpers start from the current generation: a call made before a helper first runs is
   // still seen as new.
   const uint32_t g0 = gen_.load(std::memory_order_acquire);
-  for (int i = 1; i < n; ++i) helpers_.emplace_back([this, g0] { Loop(g0); });
+  for (int i = 1; i < n; ++i) {
+    try {
+      helpers_.emplace_back([this, g0] { Loop(g0); });
+    } catch (const std::system_error&) {
+      break;  // the system would start no more threads: a smaller pool, which threads() reports
+    }
+  }
 }
 
 void RowPool::Run(Fn fn, const void* ctx, int64_t rows, int64_t align, int64_t work) {

@@ -8,7 +8,8 @@ import { parseArgs } from 'node:util';
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { UsageError, exitCodeOf } from '../errors.js';
+import { UsageError } from '../errors.js';
+import { reportFailure } from './failure.js';
 import { defaultOf, flagOf, flagValue, optionHelp, parseArgsOptions, parseFlag, wrap, type OptionKey } from '../options.js';
 import { PLAN_KEYS, planConfig, planIntervals } from './plan.js';
 import { melFile, resampleFile } from './audio.js';
@@ -16,7 +17,8 @@ import { runCommand } from './run.js';
 import { serveCommand } from './serve.js';
 import { devicesCommand, talkCommand } from './talk.js';
 import { registeredBenches, type Bench } from './benches.js';
-import { makeCheckpoint, resolveModel, type FloatDtype } from '../io/checkpoint.js';
+import { builtinConfig, makeCheckpoint, resolveModel, type FloatDtype } from '../io/checkpoint.js';
+import { checkFolderWritable, stagedFolder } from '../io/files.js';
 import { quantizeCheckpoint } from '../io/quantize.js';
 import { exportGguf } from '../io/gguf.js';
 import type { GgufType } from '../model/format/gguf.js';
@@ -72,6 +74,10 @@ const COMMANDS: Record<string, Command> = {
       const config = v.config as string;
       const out = last(v, 'output');
       const group = Number(defaultOf('group'));
+      // Refused before any work: an unknown configuration, then an output that exists as a file,
+      // a non-empty folder, a name too long.
+      builtinConfig(config);
+      checkFolderWritable(out, '--out');
       if (dtype === 'q8' || dtype === 'q4') {
         // Generate in f32, then quantize with the same tool users run on real checkpoints.
         const tmp = mkdtempSync(join(tmpdir(), 'voxslab-make-'));
@@ -84,7 +90,7 @@ const COMMANDS: Record<string, Command> = {
         }
         return;
       }
-      const r = makeCheckpoint({ config, seed, out, dtype: dtype as FloatDtype });
+      const r = await stagedFolder(out, '--out', (tmp) => makeCheckpoint({ config, seed, out: tmp, dtype: dtype as FloatDtype }));
       log(`wrote ${r.files.length} files, ${r.bytes} bytes, to ${out}`);
     },
   },
@@ -410,24 +416,7 @@ async function main(argv: string[]): Promise<number> {
   return 0;
 }
 
-/** parseArgs rejects unknown options, missing values and values given to boolean flags: usage errors. */
-function isParseError(error: unknown): boolean {
-  const code = (error as { code?: unknown } | null)?.code;
-  return typeof code === 'string' && code.startsWith('ERR_PARSE_ARGS_');
-}
-
 /** Runs one command line to its exit code: errors are printed as one line (a trace only for an internal fault). */
 export function runCli(argv: string[]): Promise<number> {
-  return main(argv).then(
-    (code) => code,
-    (error: unknown) => {
-      const code = isParseError(error) ? 2 : exitCodeOf(error);
-      const raw = error instanceof Error ? error.message : String(error);
-      const message = code === 1 ? raw : raw.replace(/\s*\n\s*/g, ' ');
-      process.stderr.write(`voxslab: ${message}\n`);
-      if (code === 1)
-        process.stderr.write(`voxslab: internal fault; please report it with this trace:\n${error instanceof Error ? (error.stack ?? '') : ''}\n`);
-      return code;
-    },
-  );
+  return main(argv).then((code) => code, reportFailure);
 }

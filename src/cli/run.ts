@@ -7,12 +7,23 @@
  * records the manifest, per-stage times, allocation counts, text tokens and audio codes, and
  * `--dump` writes every stage's outputs as .npy files with a JSON index.
  */
-import { mkdirSync, renameSync, rmSync } from 'node:fs';
+import { rmSync, writeFileSync } from 'node:fs';
 import { basename, join, resolve } from 'node:path';
 import { BadInputError, UsageError } from '../errors.js';
 import { MemoryDomain } from '../memory/domain.js';
-import { checkOutputs, checkWritable, openFileSource, stagingName, WavFileWriter, writeWhole } from '../io/files.js';
+import {
+  checkFolderWritable,
+  checkOutputs,
+  checkWritable,
+  commitStaged,
+  openFileSource,
+  stagedFolder,
+  stagingName,
+  WavFileWriter,
+  writeWhole,
+} from '../io/files.js';
 import { resolveModel } from '../io/checkpoint.js';
+import { computeThreadsShortfall } from '../model/blocks/kernels.js';
 import { encodeNpyFloat32, encodeNpyInt32 } from '../dsp/npy.js';
 import { WavReader } from '../dsp/wav.js';
 import { flagValue, parseFlag } from '../options.js';
@@ -109,8 +120,8 @@ class Dump {
     p.chunks.push(data.slice());
   }
 
+  /** Writes the parts into `dir`, an existing folder (the run's staged --dump folder). */
   write(dir: string, prefix: string): { file: string; stage: string; dtype: string; shape: number[] }[] {
-    mkdirSync(dir, { recursive: true });
     const index: { file: string; stage: string; dtype: string; shape: number[] }[] = [];
     for (const [name, p] of this.#parts) {
       const total = p.chunks.reduce((a, c) => a + c.length, 0);
@@ -123,7 +134,7 @@ class Dump {
       }
       const shape = [total / per, ...p.row];
       const file = `${prefix}${name}.npy`;
-      writeWhole(join(dir, file), data instanceof Int32Array ? encodeNpyInt32(data, shape) : encodeNpyFloat32(data, shape), '--dump');
+      writeFileSync(join(dir, file), data instanceof Int32Array ? encodeNpyInt32(data, shape) : encodeNpyFloat32(data, shape));
       index.push({ file, stage: p.what, dtype: p.dtype, shape });
     }
     return index;
@@ -225,6 +236,7 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
   );
   for (const f of r.outputs) checkWritable(f, '--out');
   if (r.report !== undefined) checkWritable(r.report, '--report');
+  if (r.dump !== undefined) checkFolderWritable(r.dump, '--dump');
   const rate = flagValue<number>('outputRate', r.rate);
   const seed = flagValue<number>('seed', r.seed);
   const segment = flagValue<number>('segmentSeconds', r.segment);
@@ -271,10 +283,12 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
       if (r.hooks?.gateReplies !== undefined) po.gateReplies = r.hooks.gateReplies;
       if (r.hooks?.turnEndPauseMs !== undefined) po.turnEndPauseMs = r.hooks.turnEndPauseMs;
       const text = await runPipeline({ dir, domain, options: po, jobs, rate, seed, segment, report: r.report, realtime: r.realtime === true, t0, log });
-      for (const j of jobs) renameSync(j.staging, j.output);
+      for (const j of jobs) commitStaged(j.staging, j.output, '--out');
       return text;
     }
     const model = SpeechModel.load(dir, domain, options);
+    const shortfall = computeThreadsShortfall();
+    if (shortfall !== null) log(`--threads: ${shortfall}`);
     jobs.forEach((j, i) => {
       j.conversation = model.conversation({ seed: seed + i, inputRate: j.reader.info.sampleRate });
     });
@@ -284,7 +298,7 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
     const atReadiness = domain.snapshot().allocations;
     const lines: string[] = [];
     const results: Record<string, unknown>[] = [];
-    const index: { conversation: number; file: string; stage: string; dtype: string; shape: number[] }[] = [];
+    const dumps: Dump[] = [];
     const c = model.config;
     for (const [i, j] of jobs.entries()) {
       const conv = j.conversation!;
@@ -310,7 +324,7 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
               },
             },
       );
-      const writer = new WavFileWriter(j.staging, { sampleRate: rate, channels: 1, format: 'float32', extensible: false });
+      const writer = new WavFileWriter(j.staging, { sampleRate: rate, channels: 1, format: 'float32', extensible: false }, undefined, j.output);
       const tokens: number[] = [];
       const codes: number[][] = [];
       const D = c.backbone.hidden;
@@ -342,7 +356,7 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
       if (dump !== null) {
         dump.add('text_tokens', 'emitted text token ids', Int32Array.from(tokens), []);
         dump.add('codes', 'emitted audio frames [frames][codebooks] (2048 = end of audio)', Int32Array.from(codes.flat()), [c.audio.codebooks]);
-        for (const e of dump.write(r.dump as string, `c${i}_`)) index.push({ conversation: i, ...e });
+        dumps.push(dump);
       }
       const timings: Record<string, { ms: number; count: number }> = {};
       STAGES.forEach((s, k) => {
@@ -379,8 +393,13 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
       );
     }
     const atEnd = domain.snapshot().allocations;
-    if (r.dump !== undefined)
-      writeWhole(join(r.dump, 'index.json'), `${JSON.stringify({ schema: 'voxslab.dump/v1', model: dir, files: index }, null, 2)}\n`, '--dump');
+    if (r.dump !== undefined) {
+      // The whole folder appears at once, or nothing of it does.
+      await stagedFolder(r.dump, '--dump', (tmp) => {
+        const files = dumps.flatMap((d, i) => d.write(tmp, `c${i}_`).map((e) => ({ conversation: i, ...e })));
+        writeFileSync(join(tmp, 'index.json'), `${JSON.stringify({ schema: 'voxslab.dump/v1', model: dir, files }, null, 2)}\n`);
+      });
+    }
     if (r.report !== undefined) {
       const s = model.slot;
       const plans = {
@@ -401,7 +420,7 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
         manifest: domain.manifest({ plans }),
       });
     }
-    for (const j of jobs) renameSync(j.staging, j.output);
+    for (const j of jobs) commitStaged(j.staging, j.output, '--out');
     return lines.join('\n');
   } finally {
     for (const j of jobs) {
@@ -507,7 +526,8 @@ async function runPipeline(p: PipelineRun): Promise<string> {
       }
       return took;
     };
-    for (const f of flows) f.writer = new WavFileWriter(f.job.staging, { sampleRate: p.rate, channels: 1, format: 'float32', extensible: false });
+    for (const f of flows)
+      f.writer = new WavFileWriter(f.job.staging, { sampleRate: p.rate, channels: 1, format: 'float32', extensible: false }, undefined, f.job.output);
     const started = performance.now();
     const mainCpuAtStart = threadCpuMs();
     let mainSleepCpuMs = 0;
@@ -653,7 +673,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
     const captureRing = flows.every((f) => f.conv.mirror !== null) ? 'mirrored' : 'copy-on-wrap';
     p.log(
       `pipeline: ${flows.length} conversation(s) in ${(wallMs / 1000).toFixed(2)} s wall; capture ring ${captureRing}; ` +
-        `${pipeline.placement.map((w) => `${w.stage}@${w.affinity.join('+')}${helperText(w.helpers)}${w.pinError === null ? '' : ` (pin failed: ${w.pinError})`}`).join(', ')}`,
+        `${pipeline.placement.map((w) => `${w.stage}@${w.affinity.join('+')}${helperText(w.helpers)}${w.pinError === null ? '' : ` (pin failed: ${w.pinError})`}${w.threadsError === null ? '' : ` (${w.threadsError})`}`).join(', ')}`,
     );
     if (p.report !== undefined) {
       const rings = flows.map(({ conv: v }) =>

@@ -5,7 +5,7 @@ import { join } from 'node:path';
 import { BUILTIN_CONFIGS, type ModelConfig, resolveConfig } from '../model/format/config.js';
 import { buildWeightsImage, type LoadReport, type WeightsImage } from '../model/format/image.js';
 import type { MemoryDomain } from '../memory/domain.js';
-import { openFileSource } from './files.js';
+import { makeFolders, openFileSource } from './files.js';
 import type { ByteSource } from '../bytes.js';
 import { checkpointLayout, DTYPE_BYTES, type Dtype, type TensorSpec } from '../model/format/layout.js';
 import { encodeSafetensorsHeader } from '../model/format/safetensors.js';
@@ -100,14 +100,20 @@ export const CHECKPOINT_FILES: readonly string[] = Object.freeze([
   'audio_detokenizer/model.safetensors',
 ]);
 
+/** A built-in configuration's two documents; an unknown name is a usage error. */
+export function builtinConfig(name: string): (typeof BUILTIN_CONFIGS)[string] {
+  const pair = BUILTIN_CONFIGS[name];
+  if (pair === undefined) throw new UsageError(`make-checkpoint: unknown configuration '${name}' (${Object.keys(BUILTIN_CONFIGS).join(', ')})`);
+  return pair;
+}
+
 /**
  * Writes `config.json`, `model.safetensors`, `tokenizer.json` (with `tokenizer_config.json`)
  * and `audio_detokenizer/` for a built-in
  * configuration. The same seed gives the same bytes.
  */
 export function makeCheckpoint(o: MakeCheckpointOptions): { files: string[]; bytes: number } {
-  const pair = BUILTIN_CONFIGS[o.config];
-  if (pair === undefined) throw new UsageError(`make-checkpoint: unknown configuration '${o.config}' (${Object.keys(BUILTIN_CONFIGS).join(', ')})`);
+  const pair = builtinConfig(o.config);
   const config = resolveConfig(o.config, pair[0], pair[1]);
   const layout = checkpointLayout(config);
   const dtype = STORED[o.dtype];
@@ -162,11 +168,11 @@ export function resolveModel(model: string, log: (line: string) => void): string
   const dir = join(checkpointCache(), `${model}-seed1-f32-v${SYNTH_VERSION}`);
   if (existsSync(join(dir, 'config.json'))) return dir;
   let tmp: string;
+  const field = process.env.VOXSLAB_CACHE === undefined ? 'checkpoint cache' : 'VOXSLAB_CACHE';
+  makeFolders(checkpointCache(), checkpointCache(), field);
   try {
-    mkdirSync(checkpointCache(), { recursive: true });
     tmp = mkdtempSync(join(checkpointCache(), `.${model}-`));
   } catch (cause) {
-    const field = process.env.VOXSLAB_CACHE === undefined ? 'checkpoint cache' : 'VOXSLAB_CACHE';
     throw new BadInputError(
       { file: checkpointCache(), field },
       `cannot make the built-in '${model}' checkpoint there (${(cause as NodeJS.ErrnoException).code ?? 'error'}): it must be a folder this user can write`,

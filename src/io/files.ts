@@ -97,45 +97,126 @@ export function readMonoWav(file: string): { rate: number; samples: Float32Array
   }
 }
 
+/** Why an output could not be written, in words, from the system's error code. */
+const WRITE_REASONS: Readonly<Record<string, string>> = Object.freeze({
+  EACCES: 'permission denied',
+  EPERM: 'permission denied',
+  EROFS: 'the file system is read-only',
+  ENOSPC: 'no space left on the device',
+  EDQUOT: 'the disk quota is exhausted',
+  EFBIG: 'the file would be too large for the file system',
+  ENAMETOOLONG: 'the name is too long',
+  ENOTDIR: 'a part of the path is not a folder',
+  EISDIR: 'it is a folder',
+  EEXIST: 'it exists and is not a folder',
+  ENOENT: 'a folder on the path does not exist, or files cannot be made there',
+  EIO: 'an input/output error on the device',
+  ELOOP: 'too many symbolic links on the path',
+  EMFILE: 'too many open files',
+  ENFILE: 'too many open files',
+  EXDEV: 'its temporary file is on another file system',
+});
+
+/**
+ * A system error writing an output as bad input naming the path the user gave (`file`) and its
+ * flag, never a temporary name; voxslab's own errors pass as they are.
+ */
+export function outputError(error: unknown, file: string, flag: string): unknown {
+  const code = (error as NodeJS.ErrnoException | null)?.code;
+  if (typeof code !== 'string' || !/^E[A-Z]+$/.test(code)) return error;
+  return new BadInputError({ file, field: flag }, `cannot write it: ${WRITE_REASONS[code] ?? 'the system refused'} (${code})`, { cause: error });
+}
+
+/** Longest file name (bytes) and path (bytes) Linux accepts: NAME_MAX and PATH_MAX less the NUL. */
+const NAME_MAX = 255;
+const PATH_MAX = 4095;
+
+/**
+ * Makes `dir` and the folders above it that are missing, one at a time (Node's recursive mkdir
+ * never returns on some paths, e.g. under /proc). Errors name `shown` and its flag.
+ */
+export function makeFolders(dir: string, shown = dir, flag = '--out'): void {
+  const abs = resolve(dir);
+  const missing: string[] = [];
+  for (let d = abs; ; d = dirname(d)) {
+    let st: Stats | null = null;
+    try {
+      st = statSync(d);
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code;
+      if (code !== 'ENOENT') throw outputError(error, shown, flag);
+    }
+    if (st !== null) {
+      if (!st.isDirectory()) throw new BadInputError({ file: shown, field: flag }, `${d} is not a folder`);
+      break;
+    }
+    missing.push(d);
+    if (dirname(d) === d) break;
+  }
+  for (const d of missing.reverse()) {
+    try {
+      mkdirSync(d);
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw outputError(error, shown, flag);
+    }
+  }
+}
+
 export class WavFileWriter {
   readonly path: string;
   readonly format: WavFormat;
+  /** The name errors give: the output the user asked for, when `path` is its temporary name. */
+  readonly #shown: string;
+  readonly #flag: string;
   readonly #fd: number;
   readonly #buf: Uint8Array;
   #frames = 0;
   #headerBytes: number;
 
-  constructor(path: string, format: WavFormat, bufferFrames = 4096) {
+  constructor(path: string, format: WavFormat, bufferFrames = 4096, shown = path, flag = '--out') {
     this.path = path;
     this.format = format;
+    this.#shown = shown;
+    this.#flag = flag;
     try {
       this.#fd = openSync(path, 'w');
     } catch (cause) {
-      throw new BadInputError({ file: path }, `cannot create (${(cause as NodeJS.ErrnoException).code ?? 'error'})`, { cause });
+      throw outputError(cause, shown, flag);
     }
     const header = wavHeader(format, 0);
     this.#headerBytes = header.length;
-    writeSync(this.#fd, header);
+    this.#write(header, header.length, null);
     this.#buf = new Uint8Array(bufferFrames * format.channels * bytesPerSample(format.format));
   }
 
-  /** Appends interleaved samples (a whole number of frames). */
+  #write(bytes: Uint8Array, n: number, at: number | null): void {
+    try {
+      writeSync(this.#fd, bytes, 0, n, at);
+    } catch (cause) {
+      throw outputError(cause, this.#shown, this.#flag);
+    }
+  }
+
+  /** Appends interleaved samples (a whole number of frames). A full disk is bad input naming the output. */
   write(interleaved: Float32Array): void {
     const ch = this.format.channels;
     const per = this.#buf.length / bytesPerSample(this.format.format);
     for (let i = 0; i < interleaved.length; i += per) {
       const part = interleaved.subarray(i, Math.min(interleaved.length, i + per));
       const n = encodeSamples(this.format.format, part, this.#buf);
-      writeSync(this.#fd, this.#buf, 0, n);
+      this.#write(this.#buf, n, null);
     }
     this.#frames += interleaved.length / ch;
   }
 
   close(): void {
-    const dataBytes = this.#frames * this.format.channels * bytesPerSample(this.format.format);
-    if (dataBytes % 2 === 1) writeSync(this.#fd, new Uint8Array(1));
-    writeSync(this.#fd, wavHeader(this.format, this.#frames), 0, this.#headerBytes, 0);
-    closeSync(this.#fd);
+    try {
+      const dataBytes = this.#frames * this.format.channels * bytesPerSample(this.format.format);
+      if (dataBytes % 2 === 1) this.#write(new Uint8Array(1), 1, null);
+      this.#write(wavHeader(this.format, this.#frames), this.#headerBytes, 0);
+    } finally {
+      closeSync(this.#fd);
+    }
   }
 }
 
@@ -163,25 +244,76 @@ export function checkOutputs(inputs: readonly [flag: string, path: string][], ou
   }
 }
 
-/** A temporary name beside `file`, renamed into place only when everything succeeded. */
+/**
+ * A temporary name beside `file`, renamed into place only when everything succeeded. A long name
+ * is shortened so that the temporary one fits the file system's limit as the output's does.
+ */
 export function stagingName(file: string): string {
-  return join(dirname(file), `.${basename(file)}.${process.pid}.partial`);
+  const tail = `.${process.pid}.partial`;
+  let base = basename(file);
+  while (Buffer.byteLength(`.${base}${tail}`) > NAME_MAX) base = base.slice(0, -1);
+  return join(dirname(file), `.${base}${tail}`);
 }
 
-/** An output file can be made: its folder exists, and it is not a folder or a device. */
+/** A name the file system can hold: each part at most NAME_MAX bytes, the whole at most PATH_MAX. */
+function checkName(file: string, flag: string): void {
+  const abs = resolve(file);
+  if (Buffer.byteLength(abs) > PATH_MAX)
+    throw new BadInputError({ file, field: flag }, `the path is too long (${Buffer.byteLength(abs)} bytes; the limit is ${PATH_MAX})`);
+  for (const part of abs.split('/')) {
+    if (Buffer.byteLength(part) > NAME_MAX) {
+      throw new BadInputError(
+        { file, field: flag },
+        `the name '${part.slice(0, 24)}…' is too long (${Buffer.byteLength(part)} bytes; the limit is ${NAME_MAX})`,
+      );
+    }
+  }
+}
+
+/** An output file can be made: its name fits, its folder exists, and it is not a folder or a device. */
 export function checkWritable(file: string, flag = '--out'): void {
+  checkName(file, flag);
   const dir = dirname(resolve(file));
   let d: Stats;
   try {
     d = statSync(dir);
-  } catch {
-    throw new BadInputError({ file, field: flag }, `its folder ${dir} does not exist`);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') throw new BadInputError({ file, field: flag }, `its folder ${dir} does not exist`);
+    throw outputError(error, file, flag);
   }
   if (!d.isDirectory()) throw new BadInputError({ file, field: flag }, `${dir} is not a folder`);
-  if (!existsSync(file)) return;
-  const st = statSync(file);
+  let st: Stats;
+  try {
+    st = statSync(file);
+  } catch {
+    return;
+  }
   if (st.isDirectory()) throw new BadInputError({ file, field: flag }, 'is a folder; give a file name');
   if (!st.isFile()) throw new BadInputError({ file, field: flag }, 'exists and is not a regular file (a device or a pipe); give a file name');
+}
+
+/** An output folder can be made: its name fits, and it is a new or empty folder. */
+export function checkFolderWritable(dir: string, flag: string): void {
+  checkName(dir, flag);
+  let st: Stats;
+  try {
+    st = statSync(dir);
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return;
+    throw outputError(error, dir, flag);
+  }
+  if (!st.isDirectory()) throw new BadInputError({ file: dir, field: flag }, 'exists and is not a folder');
+  if (readdirSync(dir).length > 0) throw new BadInputError({ file: dir, field: flag }, 'exists and is not empty; give a new folder');
+}
+
+/** Moves a finished temporary output into place; errors name the output. */
+export function commitStaged(tmp: string, file: string, flag: string): void {
+  try {
+    renameSync(tmp, file);
+  } catch (error) {
+    rmSync(tmp, { force: true, recursive: true });
+    throw outputError(error, file, flag);
+  }
 }
 
 /**
@@ -194,14 +326,11 @@ export function staged<T>(file: string, flag: string, write: (tmp: string) => T)
   const tmp = stagingName(file);
   try {
     const value = write(tmp);
-    renameSync(tmp, file);
+    commitStaged(tmp, file, flag);
     return value;
   } catch (error) {
     rmSync(tmp, { force: true, recursive: true });
-    const code = (error as NodeJS.ErrnoException).code;
-    // System errors (ENOSPC, EACCES, …) name the output; voxslab's own errors pass as they are.
-    if (typeof code === 'string' && /^E[A-Z]+$/.test(code)) throw new BadInputError({ file, field: flag }, `cannot write it (${code})`, { cause: error });
-    throw error;
+    throw outputError(error, file, flag);
   }
 }
 
@@ -211,16 +340,16 @@ export function writeWhole(file: string, data: string | Uint8Array, flag = '--ou
 }
 
 /** Makes a folder of outputs through a temporary folder beside it, renamed into place on success. */
-export async function stagedFolder<T>(dir: string, flag: string, write: (tmp: string) => Promise<T>): Promise<T> {
-  if (existsSync(dir)) {
-    if (!statSync(dir).isDirectory()) throw new BadInputError({ file: dir, field: flag }, 'exists and is not a folder');
-    if (readdirSync(dir).length > 0) throw new BadInputError({ file: dir, field: flag }, 'exists and is not empty; give a new folder');
-  }
-  const parent = dirname(resolve(dir));
-  if (!existsSync(parent)) mkdirSync(parent, { recursive: true });
+export async function stagedFolder<T>(dir: string, flag: string, write: (tmp: string) => Promise<T> | T): Promise<T> {
+  checkFolderWritable(dir, flag);
+  makeFolders(dirname(resolve(dir)), dir, flag);
   const tmp = stagingName(resolve(dir));
-  rmSync(tmp, { force: true, recursive: true });
-  mkdirSync(tmp);
+  try {
+    rmSync(tmp, { force: true, recursive: true });
+    mkdirSync(tmp);
+  } catch (error) {
+    throw outputError(error, dir, flag);
+  }
   try {
     const value = await write(tmp);
     // An empty output folder given in advance is replaced only now, when the new one is whole.
@@ -229,6 +358,6 @@ export async function stagedFolder<T>(dir: string, flag: string, write: (tmp: st
     return value;
   } catch (error) {
     rmSync(tmp, { force: true, recursive: true });
-    throw error;
+    throw outputError(error, dir, flag);
   }
 }

@@ -20,7 +20,7 @@ import type { FootprintPolicy } from '../memory/footprint.js';
 import type { MemoryDomain } from '../memory/domain.js';
 import type { Owner } from '../memory/ledger.js';
 import type { SlabRecord } from '../memory/slab.js';
-import { AllocationError, ArgumentError, ControlTimeoutError, MemoryLimitError, WorkerError } from '../errors.js';
+import { AllocationError, ArgumentError, ControlTimeoutError, MemoryLimitError, WorkerError, reviveError } from '../errors.js';
 import { optionValue } from '../options.js';
 import { loadCheckpoint } from '../io/checkpoint.js';
 import type { ModelConfig } from '../model/format/config.js';
@@ -29,7 +29,7 @@ import type { TextTokenizer } from '../model/format/tokenizer.js';
 import { resolveSpeechOptions, speechSetup, type SpeechModelOptions, type SpeechSetup } from './conversation.js';
 import { native } from '../native.js';
 import { nodeEndpoint } from './endpoint.js';
-import { withWorkerOptions } from '../threads.js';
+import { STAGE_RESOURCE_LIMITS, withWorkerOptions } from '../threads.js';
 import { captureMirrored, Doorbells, RecordRing, RING_HEADER_BYTES, ringBytes, type SharedRing } from './ring.js';
 import {
   CONTROL_WORDS,
@@ -221,7 +221,7 @@ class StageWorker {
     this.name = name;
     this.#bells = bells;
     this.#timeoutMs = timeoutMs;
-    this.worker = withWorkerOptions((o) => new Worker(new URL(`../../workers/${name}.js`, import.meta.url), o));
+    this.worker = withWorkerOptions((o) => new Worker(new URL(`../../workers/${name}.js`, import.meta.url), { ...o, resourceLimits: STAGE_RESOURCE_LIMITS }));
     this.api = Comlink.wrap<StageApi>(nodeEndpoint(this.worker as never));
     const fail = (e: WorkerError): void => {
       if (this.failure === null) {
@@ -231,7 +231,7 @@ class StageWorker {
       for (const reject of this.#pending) reject(e);
       this.#pending.clear();
     };
-    this.worker.once('error', (err) => fail(new WorkerError(name, `failed: ${err.message}`, { cause: err })));
+    this.worker.once('error', (err) => fail(new WorkerError(name, `failed: ${err.message}`, { cause: reviveError(err) })));
     const threadId = this.worker.threadId;
     this.worker.once('exit', (code) => {
       this.exited = true;
@@ -260,6 +260,8 @@ class StageWorker {
     try {
       const fn = this.api[method] as unknown as (...a: unknown[]) => Promise<Awaited<ReturnType<StageApi[K]>>>;
       return await Promise.race([fn(...args), guard]);
+    } catch (error) {
+      throw reviveError(error);
     } finally {
       clearTimeout(timer);
       this.#pending.delete(rejectGuard);

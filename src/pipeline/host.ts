@@ -15,8 +15,9 @@ import * as Comlink from 'comlink';
 import { nodeEndpoint } from './endpoint.js';
 import { MemoryDomain } from '../memory/domain.js';
 import type { SlabRecord } from '../memory/slab.js';
-import { AllocationError, ArgumentError } from '../errors.js';
+import { AllocationError, ArgumentError, errorRecord } from '../errors.js';
 import { WeightsImage } from '../model/format/image.js';
+import { computeThreadsShortfall } from '../model/blocks/kernels.js';
 import { native } from '../native.js';
 import {
   BELL,
@@ -149,6 +150,7 @@ export function serveStage(expected: StageName): void {
         cpu: native.currentCpu(),
         pinError,
         helpers: native.computeHelperCpus(),
+        threadsError: computeThreadsShortfall(),
         slabs: stage.arenas.map((a) => a.slab.record()),
       };
     },
@@ -221,5 +223,19 @@ export function serveStage(expected: StageName): void {
       for (const a of stage?.arenas ?? []) domain!.releaseSlab(a.slab);
     },
   };
-  Comlink.expose(api, nodeEndpoint(parentPort));
+  // A thread boundary keeps only an Error's message and name: catalogue errors cross as records
+  // the coordinator makes whole again (reviveError), so a cap refusal here is one on the main thread.
+  const guarded = Object.fromEntries(
+    Object.entries(api).map(([name, fn]) => [
+      name,
+      (...args: unknown[]): unknown => {
+        try {
+          return (fn as (...a: unknown[]) => unknown)(...args);
+        } catch (error) {
+          throw errorRecord(error);
+        }
+      },
+    ]),
+  ) as unknown as StageApi;
+  Comlink.expose(guarded, nodeEndpoint(parentPort));
 }

@@ -158,6 +158,8 @@ export interface StageReady {
   pinError: string | null;
   /** The worker's own native compute helpers (`threads` − 1 of them): the CPUs each may run on. */
   helpers: number[][];
+  /** Set when the system started fewer helpers than asked (the stage runs with those it has). */
+  threadsError: string | null;
   /** The slabs the worker created (returned to the cap by the coordinator if it dies). */
   slabs: SlabRecord[];
 }

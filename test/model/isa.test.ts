@@ -38,9 +38,16 @@ t.test('one instruction-set choice: every kernel family follows VOXSLAB_KERNELS,
   if (paths.includes('avx2')) t.same(run('avx2'), ['avx2+fma', 'avx2+fma'], 'avx2: both on AVX2');
   for (const bad of ['sse', 'AVX2', 'avx512f+vnni']) {
     const [name, message] = run(bad);
-    t.equal(name, 'ArgumentError', `${bad}: refused when the addon loads`);
-    t.equal(message, `VOXSLAB_KERNELS must be scalar, avx2 or avx512 (got '${bad}')`);
+    t.equal(name, 'BadInputError', `${bad}: refused when the addon loads`);
+    t.equal(message, `field VOXSLAB_KERNELS: '${bad}' names no instruction set (scalar, avx2 or avx512)`);
   }
+  // Through the command: one line and the bad-input exit code, not an uncaught trace.
+  const cli = spawnSync(process.execPath, ['dist/src/cli/main.js', 'plan', '--config', 'tiny'], {
+    encoding: 'utf8',
+    env: { ...process.env, VOXSLAB_KERNELS: 'bogus' },
+  });
+  t.equal(cli.status, 4, 'voxslab exits 4');
+  t.equal(cli.stderr, "voxslab: field VOXSLAB_KERNELS: 'bogus' names no instruction set (scalar, avx2 or avx512)\n", 'one line naming the variable');
 });
 
 t.test('the prefill kernel gives the same bits with VNNI and on AVX2 (the integer GEMM on both)', async (t) => {

@@ -26,6 +26,9 @@ export function gemv(w: Weights, x: Float32Array, y: Float32Array, xsum: Float32
   else native.gemv(TYPE[w.kind], w.data, null, null, 0, x, y, w.rows, w.cols, null);
 }
 
+/** Threads the last setComputeThreads of this thread asked for. */
+let asked = 1;
+
 /**
  * Threads (this one plus native helpers) that share the rows of every row-by-row linear layer
  * (`linear1`, `linearRows`, float `gemv`), and long SwiGLU and SiLU inputs, called from the
@@ -34,7 +37,17 @@ export function gemv(w: Weights, x: Float32Array, y: Float32Array, xsum: Float32
  * starts or stops threads.
  */
 export function setComputeThreads(n: number): number {
+  asked = n;
   return native.setComputeThreads(n);
+}
+
+/**
+ * Set when the last setComputeThreads of this thread started fewer threads than it asked for
+ * (the system refused more): the layers run on those that started.
+ */
+export function computeThreadsShortfall(): string | null {
+  const started = native.computeThreads();
+  return started < asked ? `${started} of ${asked} compute threads started (the system refused more)` : null;
 }
 
 export const computeThreads = (): number => native.computeThreads();
