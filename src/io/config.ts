@@ -5,18 +5,21 @@
 import { existsSync, statSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { BadInputError } from '../errors.js';
-import { readTextFile } from './files.js';
+import { MAX_TEXT_BYTES, readFileBytes } from './files.js';
+import { CONFIG_JSON, parseBoundedJson, TOKENIZER_JSON } from '../model/format/json.js';
 import { BUILTIN_CONFIGS, BUILTIN_NAMES, resolveConfig, type ModelConfig } from '../model/format/config.js';
 import { TextTokenizer } from '../model/format/tokenizer.js';
 
-/** A JSON file's value; unreadable files and invalid JSON are bad input naming the file. */
-export function readJsonFile(file: string, what: string): unknown {
-  const text = readTextFile(file, what);
-  try {
-    return JSON.parse(text) as unknown;
-  } catch (cause) {
-    throw new BadInputError({ file }, `not valid JSON: ${(cause as Error).message}`, { cause });
-  }
+/** Largest configuration file read (a real checkpoint's is a few kilobytes). */
+export const MAX_CONFIG_BYTES = 1 << 20;
+
+/**
+ * A JSON file's value, its size and shape bounded before it is parsed (json.ts); unreadable
+ * files and invalid JSON are bad input naming the file.
+ */
+export function readJsonFile(file: string, what: 'configuration' | 'tokenizer'): unknown {
+  const config = what === 'configuration';
+  return parseBoundedJson(readFileBytes(file, what, config ? MAX_CONFIG_BYTES : MAX_TEXT_BYTES), config ? CONFIG_JSON : TOKENIZER_JSON, file);
 }
 
 /**

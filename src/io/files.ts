@@ -26,10 +26,10 @@ import { bytesPerSample, encodeSamples, WavReader, wavHeader } from '../dsp/wav.
 export const MAX_TEXT_BYTES = 64 << 20;
 
 /**
- * A whole text file of at most `maxBytes`; a folder, a device, a file too large or an
+ * A whole file's bytes, at most `maxBytes`; a folder, a device, a file too large or an
  * unreadable one is bad input naming the file (so `/dev/zero` is refused, not read forever).
  */
-export function readTextFile(file: string, what: string, maxBytes = MAX_TEXT_BYTES): string {
+export function readFileBytes(file: string, what: string, maxBytes: number): Buffer {
   let st: Stats;
   try {
     st = statSync(file);
@@ -40,10 +40,15 @@ export function readTextFile(file: string, what: string, maxBytes = MAX_TEXT_BYT
   if (!st.isFile()) throw new BadInputError({ file }, `the ${what} is not a regular file`);
   if (st.size > maxBytes) throw new BadInputError({ file }, `the ${what} is ${st.size} bytes; the limit is ${maxBytes}`);
   try {
-    return readFileSync(file, 'utf8');
+    return readFileSync(file);
   } catch (cause) {
     throw new BadInputError({ file }, `cannot read the ${what} (${(cause as NodeJS.ErrnoException).code ?? 'error'})`, { cause });
   }
+}
+
+/** A whole text file of at most `maxBytes` (see readFileBytes). */
+export function readTextFile(file: string, what: string, maxBytes = MAX_TEXT_BYTES): string {
+  return readFileBytes(file, what, maxBytes).toString('utf8');
 }
 
 /**

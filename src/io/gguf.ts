@@ -12,7 +12,8 @@ import { MemoryDomain } from '../memory/domain.js';
 import { EPS } from '../model/blocks/backbone.js';
 import { encodeGgufHeader, encodeTensor, ggmlBytes, type GgufType, lfm2GgufPlan, type TokenizerJson } from '../model/format/gguf.js';
 import { CHECKPOINT_FILES, loadCheckpoint } from './checkpoint.js';
-import { checkOutputs, readTextFile, staged } from './files.js';
+import { checkOutputs, staged } from './files.js';
+import { readJsonFile } from './config.js';
 import { Progress } from './progress.js';
 
 export interface ExportGgufOptions {
@@ -31,13 +32,7 @@ export function exportGguf(o: ExportGgufOptions): { tensors: number; bytes: numb
     [['--out', o.out]],
   );
   const tokenizerFile = join(o.model, 'tokenizer.json');
-  let tokenizer: TokenizerJson;
-  try {
-    tokenizer = JSON.parse(readTextFile(tokenizerFile, 'tokenizer')) as TokenizerJson;
-  } catch (error) {
-    if (error instanceof SyntaxError) throw new BadInputError({ file: tokenizerFile }, `is not JSON (${error.message})`);
-    throw error;
-  }
+  const tokenizer = readJsonFile(tokenizerFile, 'tokenizer') as TokenizerJson;
   const domain = MemoryDomain.create();
   const { config, image, release } = loadCheckpoint(o.model, domain);
   try {

@@ -5,7 +5,7 @@
  * [rows, cols / group]) — and everything else is copied as it is. Tensors are quantized in
  * parallel on a piscina pool and written in order; progress goes to stderr.
  */
-import { closeSync, copyFileSync, mkdirSync, openSync, readFileSync, writeFileSync, writeSync } from 'node:fs';
+import { closeSync, copyFileSync, mkdirSync, openSync, writeFileSync, writeSync } from 'node:fs';
 import { availableParallelism } from 'node:os';
 import { join } from 'node:path';
 import { Piscina } from 'piscina';
@@ -15,6 +15,7 @@ import { type Bits, isQuantizable, QUANT_METADATA_KEY } from '../model/format/qu
 import type { QuantResult, QuantTask } from '../model/format/quant.js';
 import { encodeSafetensorsHeader, readSafetensorsHeader, type TensorEntry } from '../model/format/safetensors.js';
 import { checkOutputs, openFileSource, stagedFolder } from './files.js';
+import { readJsonFile } from './config.js';
 import { Progress } from './progress.js';
 import { withWorkerOptions } from '../threads.js';
 
@@ -172,12 +173,8 @@ async function quantizeInto(o: QuantizeOptions): Promise<QuantizeResult> {
       'audio_detokenizer/model.safetensors',
     );
     for (const f of ['config.json', join('audio_detokenizer', 'config.json')]) {
-      let cfg: Record<string, unknown>;
-      try {
-        cfg = JSON.parse(readFileSync(join(o.input, f), 'utf8')) as Record<string, unknown>;
-      } catch (cause) {
-        throw new BadInputError({ file: join(o.input, f) }, 'cannot read the configuration', { cause });
-      }
+      const cfg = readJsonFile(join(o.input, f), 'configuration');
+      if (cfg === null || typeof cfg !== 'object' || Array.isArray(cfg)) throw new BadInputError({ file: join(o.input, f) }, 'not a JSON object');
       writeFileSync(join(o.output, f), `${JSON.stringify({ ...cfg, quantization: { bits: o.bits, group_size: o.group } }, null, 2)}\n`);
     }
     for (const extra of ['tokenizer.json', 'tokenizer_config.json']) {

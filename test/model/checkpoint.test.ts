@@ -189,7 +189,9 @@ t.test('a corpus of malformed checkpoints: each a BadInputError naming the tenso
     ['huge header length', rawHeader('{}', new Uint8Array(0), 1n << 40n), /header of 1099511627776 bytes exceeds the 100000000-byte limit/],
     ['header past the end', rawHeader('{}', new Uint8Array(0), 5000n), /header of 5000 bytes runs past the end/],
     ['tiny header', rawHeader('{', new Uint8Array(0), 1n), /cannot hold a JSON object/],
-    ['bad JSON', rawHeader('{"a": '), /header is not valid JSON/],
+    ['bad JSON', rawHeader('{"a": '), /field header, offset 8: not valid JSON/],
+    ['deep nesting', rawHeader(`{"a": ${'['.repeat(1_000_000)}${']'.repeat(1_000_000)}}`), /field header, offset 17: nested deeper than 4 levels/],
+    ['a 50 MB string', rawHeader(`{"__metadata__": {"a": "${'x'.repeat(50_000_000)}"}}`), /field header, offset 31: a string longer than 65536 bytes/],
     [
       'not UTF-8',
       (() => {
@@ -197,7 +199,7 @@ t.test('a corpus of malformed checkpoints: each a BadInputError naming the tenso
         b[9] = 0xff;
         return b;
       })(),
-      /header is not valid UTF-8/,
+      /field header, offset 8: not valid UTF-8/,
     ],
     ['header is an array', rawHeader('[1,2]'), /header is not a JSON object/],
     ['metadata not strings', rawHeader('{"__metadata__": {"a": 1}}'), /field __metadata__: metadata must map strings to strings/],

@@ -57,6 +57,20 @@ t.test('nonsense values are refused with the field path', async (t) => {
     ['a vast vocabulary', (m) => (m.lfm.vocab_size = 2 ** 40), /field lfm\.vocab_size: Too big/],
     ['a vast detokenizer', (_m, d) => (d.hidden_size = 1e7), /audio_detokenizer\/config\.json, field hidden_size: Too big/],
     ['main context missing', (m) => delete m.lfm.max_position_embeddings, /config\.json, field lfm\.max_position_embeddings/],
+    // Each field in range, the size derived from them absurd: the field to change is named.
+    ['a hop of no samples', (m) => (m.preprocessor.window_stride = 1e-9), /config\.json, field preprocessor\.window_stride: a hop of 0 samples/],
+    ['a window of no samples', (m) => (m.preprocessor.window_size = 1e-9), /config\.json, field preprocessor\.window_size: a window of 0 samples/],
+    ['a window past n_fft', (m) => (m.preprocessor.window_size = 0.05), /field preprocessor\.window_size: a window of 800 samples is longer than n_fft 512/],
+    ['an odd n_fft', (m) => (m.preprocessor.n_fft = 511), /field preprocessor\.n_fft: 511 must be even/],
+    ['features the encoder does not take', (m) => (m.preprocessor.features = 80), /field encoder\.feat_in: 128 but the preprocessor makes 80 features/],
+    ['an FFN multiplier of 1e9', (m) => (m.lfm.block_ffn_dim_multiplier = 1e9), /field lfm\.block_ffn_dim_multiplier: gives an FFN width of 128000000000/],
+    ['heads of one value', (m) => (m.lfm.num_attention_heads = 64), /field lfm\.num_attention_heads: gives heads of 1 values; RoPE needs an even head size/],
+    ['odd Depthformer heads', (m) => (m.depthformer.num_attention_heads = 64), /field depthformer\.num_attention_heads: gives heads of 1 values/],
+    [
+      'odd detokenizer heads',
+      (_m, d) => ((d.num_attention_heads = 64), (d.num_key_value_heads = 64)),
+      /audio_detokenizer\/config\.json, field num_attention_heads/,
+    ],
   ];
   for (const [what, mutate, pattern] of cases) {
     const m = clone(main) as Record<string, any>;
@@ -93,4 +107,26 @@ t.test('configurations load from a checkpoint folder or a config file', async (t
   writeFileSync(join(lone, 'broken.json'), '{"codebooks": 8,');
   t.throws(() => loadConfig(join(lone, 'broken.json')), { name: 'BadInputError', message: /broken\.json: not valid JSON/ });
   t.throws(() => loadConfig('no-such-config'), /not a built-in configuration \(tiny, small, lfm2-audio-1\.5b\)/);
+  // Bounded before parsing: a document the parser would need the heap for is refused by its shape.
+  const shaped = (name: string, extra: string): string => {
+    const f = join(lone, name);
+    writeFileSync(f, `${JSON.stringify({ ...main, audio_detokenizer: det }).slice(0, -1)}, "junk": ${extra}}`);
+    return f;
+  };
+  t.throws(() => loadConfig(shaped('deep.json', `${'['.repeat(100_000)}${']'.repeat(100_000)}`)), {
+    name: 'BadInputError',
+    message: /deep\.json, offset \d+: nested deeper than 16 levels/,
+  });
+  t.throws(() => loadConfig(shaped('long.json', `"${'x'.repeat(100_000)}"`)), {
+    name: 'BadInputError',
+    message: /long\.json, offset \d+: a string longer than 65536 bytes/,
+  });
+  t.throws(() => loadConfig(shaped('wide.json', `[${'0,'.repeat(600_000)}0]`)), {
+    name: 'BadInputError',
+    message: /wide\.json: the configuration is \d+ bytes; the limit is 1048576/,
+  });
+  t.throws(() => loadConfig(shaped('many.json', `[${'0,'.repeat(120_000)}0]`)), {
+    name: 'BadInputError',
+    message: /many\.json, offset \d+: more than 100000 values/,
+  });
 });

@@ -197,69 +197,108 @@ export function resolveConfig(
   const kinds = (types: readonly string[]): LayerKind[] => types.map((t) => (t === 'conv' ? 'conv' : 'attention'));
   const dh = d.hidden_size / d.num_attention_heads;
   const df = m.depthformer;
-  return Object.freeze({
-    name,
-    frontend: Object.freeze({
-      sampleRate: sr,
-      nFft: m.preprocessor.n_fft,
-      winLength: Math.round(m.preprocessor.window_size * sr),
-      hop: Math.round(m.preprocessor.window_stride * sr),
-      nMels: m.preprocessor.features,
+  return checkDerived(
+    files,
+    Object.freeze({
+      name,
+      frontend: Object.freeze({
+        sampleRate: sr,
+        nFft: m.preprocessor.n_fft,
+        winLength: Math.round(m.preprocessor.window_size * sr),
+        hop: Math.round(m.preprocessor.window_stride * sr),
+        nMels: m.preprocessor.features,
+      }),
+      encoder: Object.freeze({
+        layers: e.n_layers,
+        d: e.d_model,
+        heads: e.n_heads,
+        headDim: e.d_model / e.n_heads,
+        ffn: e.d_model * e.ff_expansion_factor,
+        convKernel: e.conv_kernel_size,
+        channels: e.subsampling_conv_channels,
+        factor: e.subsampling_factor,
+        stages,
+        featIn: e.feat_in,
+        featOut: halve(e.feat_in, stages),
+      }),
+      adapter: Object.freeze({ in: e.d_model, hidden: m.lfm.hidden_size, out: m.lfm.hidden_size }),
+      backbone: Object.freeze({
+        hidden: m.lfm.hidden_size,
+        layers: Object.freeze(kinds(m.lfm.layer_types)),
+        heads: m.lfm.num_attention_heads,
+        kvHeads: m.lfm.num_key_value_heads,
+        headDim: m.lfm.hidden_size / m.lfm.num_attention_heads,
+        ffn: lfm2Ffn(m.lfm),
+        convKernel: m.lfm.conv_L_cache,
+        vocab: m.lfm.vocab_size,
+        maxContext: m.lfm.max_position_embeddings,
+        ropeTheta: m.lfm.rope_theta,
+      }),
+      audio: Object.freeze({ codebooks: m.codebooks, codes: 2049 }),
+      interleave: Object.freeze({ text: m.interleaved_n_text, audio: m.interleaved_n_audio }),
+      depthformer: Object.freeze({
+        layers: df.layers,
+        dim: df.dim,
+        heads: df.num_attention_heads,
+        kvHeads: df.num_key_value_heads,
+        headDim: df.dim / df.num_attention_heads,
+        ffn: df.intermediate_size ?? df.multiple_of * Math.ceil(Math.trunc((8 * df.dim) / 3) / df.multiple_of),
+      }),
+      detokenizer: Object.freeze({
+        hidden: d.hidden_size,
+        layers: Object.freeze(kinds(d.layer_types)),
+        heads: d.num_attention_heads,
+        kvHeads: d.num_key_value_heads,
+        headDim: dh,
+        ffn: lfm2Ffn(d),
+        convKernel: d.conv_L_cache,
+        window: d.sliding_window,
+        outBins: d.output_size,
+        nFft: 1280,
+        hop: 320,
+        sampleRate: 24000,
+        upsample: 6,
+        codes: 2048,
+        ropeTheta: d.rope_theta,
+      }),
     }),
-    encoder: Object.freeze({
-      layers: e.n_layers,
-      d: e.d_model,
-      heads: e.n_heads,
-      headDim: e.d_model / e.n_heads,
-      ffn: e.d_model * e.ff_expansion_factor,
-      convKernel: e.conv_kernel_size,
-      channels: e.subsampling_conv_channels,
-      factor: e.subsampling_factor,
-      stages,
-      featIn: e.feat_in,
-      featOut: halve(e.feat_in, stages),
-    }),
-    adapter: Object.freeze({ in: e.d_model, hidden: m.lfm.hidden_size, out: m.lfm.hidden_size }),
-    backbone: Object.freeze({
-      hidden: m.lfm.hidden_size,
-      layers: Object.freeze(kinds(m.lfm.layer_types)),
-      heads: m.lfm.num_attention_heads,
-      kvHeads: m.lfm.num_key_value_heads,
-      headDim: m.lfm.hidden_size / m.lfm.num_attention_heads,
-      ffn: lfm2Ffn(m.lfm),
-      convKernel: m.lfm.conv_L_cache,
-      vocab: m.lfm.vocab_size,
-      maxContext: m.lfm.max_position_embeddings,
-      ropeTheta: m.lfm.rope_theta,
-    }),
-    audio: Object.freeze({ codebooks: m.codebooks, codes: 2049 }),
-    interleave: Object.freeze({ text: m.interleaved_n_text, audio: m.interleaved_n_audio }),
-    depthformer: Object.freeze({
-      layers: df.layers,
-      dim: df.dim,
-      heads: df.num_attention_heads,
-      kvHeads: df.num_key_value_heads,
-      headDim: df.dim / df.num_attention_heads,
-      ffn: df.intermediate_size ?? df.multiple_of * Math.ceil(Math.trunc((8 * df.dim) / 3) / df.multiple_of),
-    }),
-    detokenizer: Object.freeze({
-      hidden: d.hidden_size,
-      layers: Object.freeze(kinds(d.layer_types)),
-      heads: d.num_attention_heads,
-      kvHeads: d.num_key_value_heads,
-      headDim: dh,
-      ffn: lfm2Ffn(d),
-      convKernel: d.conv_L_cache,
-      window: d.sliding_window,
-      outBins: d.output_size,
-      nFft: 1280,
-      hop: 320,
-      sampleRate: 24000,
-      upsample: 6,
-      codes: 2048,
-      ropeTheta: d.rope_theta,
-    }),
-  });
+  );
+}
+
+/** The widest FFN a derived width may reach (a bound, as `upTo`'s). */
+const MAX_FFN = 128 * K;
+
+/**
+ * Sizes derived from several fields are checked here, each naming the field to change: every
+ * field may be in range while their product is not (a 0-sample hop, an odd RoPE head, an FFN
+ * multiplier of 1e9), and nothing downstream should see such a size.
+ */
+function checkDerived(files: { main: string; detokenizer: string }, c: ModelConfig): ModelConfig {
+  const bad = (file: string, field: string, reason: string): never => {
+    throw new BadInputError({ file, field }, reason);
+  };
+  const f = c.frontend;
+  if (f.winLength < 1) bad(files.main, 'preprocessor.window_size', `a window of ${f.winLength} samples at ${f.sampleRate} Hz; it must hold at least one`);
+  if (f.hop < 1) bad(files.main, 'preprocessor.window_stride', `a hop of ${f.hop} samples at ${f.sampleRate} Hz; it must be at least one`);
+  if (f.nFft % 2 !== 0 || f.nFft < 2) bad(files.main, 'preprocessor.n_fft', `${f.nFft} must be even`);
+  if (f.winLength > f.nFft) bad(files.main, 'preprocessor.window_size', `a window of ${f.winLength} samples is longer than n_fft ${f.nFft}`);
+  if (f.nMels !== c.encoder.featIn) bad(files.main, 'encoder.feat_in', `${c.encoder.featIn} but the preprocessor makes ${f.nMels} features`);
+  // RoPE rotates pairs of a head's values.
+  const heads: [string, string, number][] = [
+    [files.main, 'lfm.num_attention_heads', c.backbone.headDim],
+    [files.main, 'depthformer.num_attention_heads', c.depthformer.headDim],
+    [files.detokenizer, 'num_attention_heads', c.detokenizer.headDim],
+  ];
+  for (const [file, field, dim] of heads) if (dim % 2 !== 0) bad(file, field, `gives heads of ${dim} values; RoPE needs an even head size`);
+  const ffns: [string, string, number][] = [
+    [files.main, 'lfm.block_ffn_dim_multiplier', c.backbone.ffn],
+    [files.main, 'depthformer.intermediate_size', c.depthformer.ffn],
+    [files.detokenizer, 'block_ffn_dim_multiplier', c.detokenizer.ffn],
+  ];
+  for (const [file, field, ffn] of ffns) {
+    if (!Number.isSafeInteger(ffn) || ffn < 1 || ffn > MAX_FFN) bad(file, field, `gives an FFN width of ${ffn}; it must be from 1 to ${MAX_FFN}`);
+  }
+  return c;
 }
 
 const PREPROCESSOR = {

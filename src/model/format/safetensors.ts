@@ -9,6 +9,7 @@
 import { BadInputError } from '../../errors.js';
 import type { ByteSource } from '../../bytes.js';
 import { DTYPE_BYTES, type Dtype } from './layout.js';
+import { HEADER_JSON, parseBoundedJson } from './json.js';
 
 /** Largest header accepted (the reference implementation's limit). */
 export const MAX_HEADER_BYTES = 100_000_000;
@@ -45,18 +46,7 @@ export function readSafetensorsHeader(src: ByteSource): SafetensorsHeader {
     throw new BadInputError({ file, field: 'header length', offset: 0 }, `header of ${n} bytes runs past the end of the ${src.size}-byte file`);
   const raw = new Uint8Array(n);
   src.read(raw, 0, n, 8);
-  let text: string;
-  try {
-    text = new TextDecoder('utf-8', { fatal: true }).decode(raw);
-  } catch (cause) {
-    throw new BadInputError({ file, field: 'header', offset: 8 }, 'header is not valid UTF-8', { cause });
-  }
-  let json: unknown;
-  try {
-    json = JSON.parse(text);
-  } catch (cause) {
-    throw new BadInputError({ file, field: 'header', offset: 8 }, `header is not valid JSON: ${(cause as Error).message}`, { cause });
-  }
+  const json = parseBoundedJson(raw, HEADER_JSON, file, 'header', 8);
   if (json === null || typeof json !== 'object' || Array.isArray(json))
     throw new BadInputError({ file, field: 'header', offset: 8 }, 'header is not a JSON object');
   const dataOffset = 8 + n;
