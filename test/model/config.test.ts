@@ -68,7 +68,10 @@ t.test('nonsense values are refused with the field path', async (t) => {
     ['odd Depthformer heads', (m) => (m.depthformer.num_attention_heads = 64), /field depthformer\.num_attention_heads: gives heads of 1 values/],
     [
       'odd detokenizer heads',
-      (_m, d) => ((d.num_attention_heads = 64), (d.num_key_value_heads = 64)),
+      (_m, d) => {
+        d.num_attention_heads = 64;
+        d.num_key_value_heads = 64;
+      },
       /audio_detokenizer\/config\.json, field num_attention_heads/,
     ],
   ];
