@@ -18,7 +18,8 @@ import { EventEmitter } from 'node:events';
 import type { DuplexDevice } from '../pipeline/session.js';
 import type { ReplyStop } from '../pipeline/dialogue.js';
 import { Duplex } from 'node:stream';
-import { AbortedError, ArgumentError, ClosedError, UnsupportedError, type VoxslabError, type WorkerError } from '../errors.js';
+import { AbortedError, ArgumentError, BadInputError, ClosedError, UnsupportedError, type VoxslabError, type WorkerError } from '../errors.js';
+import { native, WEIGHT_TYPE } from '../native.js';
 import { apmAvailable } from '../dsp/aec.js';
 import { MemoryDomain } from '../memory/domain.js';
 import type { MemoryManifest } from '../memory/manifest.js';
@@ -414,12 +415,15 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   /**
    * Queues user speech at `inputRate`: floats in [-1, 1] or 16-bit integers. Returns false when
    * more than a second of input waits for the pipeline (slow down, as with a stream's `write`).
-   * Non-finite samples reach the model as silence (the stage statistics count them).
+   * A block holding NaN or ±Infinity is refused whole (BadInputError naming the first such
+   * sample's offset in the block): nothing of it is queued, and the conversation goes on.
    */
   write(samples: Float32Array | Int16Array): boolean {
     let f: Float32Array;
-    if (samples instanceof Float32Array) f = samples.slice();
-    else if (samples instanceof Int16Array) {
+    if (samples instanceof Float32Array) {
+      checkFinite(samples, 'samples');
+      f = samples.slice();
+    } else if (samples instanceof Int16Array) {
       f = new Float32Array(samples.length);
       for (let i = 0; i < samples.length; i++) f[i] = (samples[i] as number) / 32768;
     } else throw new ArgumentError('write takes a Float32Array or an Int16Array of samples');
@@ -435,6 +439,8 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     if (!(mic instanceof Float32Array) || !(far instanceof Float32Array) || mic.length !== far.length)
       throw new ArgumentError('writeDuplex takes two Float32Arrays of equal length (microphone, far end)');
     if (!this.#pc.echo) throw new ArgumentError(`conversation ${this.index} was opened without echoDelayMs: write() the microphone alone`);
+    checkFinite(mic, 'mic');
+    checkFinite(far, 'far');
     const block = new Float32Array(2 * mic.length);
     block.set(mic);
     block.set(far, mic.length);
@@ -463,8 +469,10 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     const n = bytes.length / per;
     const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
     const f = new Float32Array(n);
-    if (per === 4) for (let i = 0; i < n; i++) f[i] = v.getFloat32(4 * i, true);
-    else for (let i = 0; i < n; i++) f[i] = v.getInt16(2 * i, true) / 32768;
+    if (per === 4) {
+      for (let i = 0; i < n; i++) f[i] = v.getFloat32(4 * i, true);
+      checkFinite(f, 'samples');
+    } else for (let i = 0; i < n; i++) f[i] = v.getInt16(2 * i, true) / 32768;
     return this.#enqueue(f);
   }
 
@@ -1101,6 +1109,16 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     this.#waiters.shift()?.resolve(t);
     this.#endStreamIfDone();
   }
+}
+
+/**
+ * Refuses a block of samples holding NaN or ±Infinity before any of it is queued: a stage would
+ * take them for silence, and the turn's reply would be lost without a word.
+ */
+function checkFinite(f: Float32Array, field: string): void {
+  const bad = native.firstNonFinite(new Uint8Array(f.buffer, f.byteOffset, f.byteLength), WEIGHT_TYPE.f32);
+  if (bad >= 0)
+    throw new BadInputError({ field, offset: bad }, `sample ${bad} of the block is ${f[bad]}; samples must be finite (nothing of this block was queued)`);
 }
 
 function toS16(x: Float32Array, n: number): Int16Array {

@@ -523,11 +523,16 @@ export class Daemon {
       if (ws.readyState === ws.OPEN) ws.close(1000, 'conversation closed');
     });
     send({ type: 'ready', ...this.#describe(e) });
+    // One line per socket closed: frames that arrive while it closes are dropped unlogged.
+    let closing = false;
     const fail = (code: number, reason: string): void => {
+      if (closing) return;
+      closing = true;
       this.#log(`conversation ${e.id}: closing its socket: ${reason}`);
       ws.close(code, reason.slice(0, 120));
     };
     ws.on('message', (data: RawData, binary: boolean) => {
+      if (closing) return;
       try {
         const buf = Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
         if (binary) {
@@ -546,7 +551,8 @@ export class Daemon {
         else if (type === 'close') void this.#close(e, 1000, 'closed by the client');
         else fail(1008, `unknown message type ${JSON.stringify(type)} (end_turn, close)`);
       } catch (error) {
-        fail(1011, error instanceof Error ? error.message : String(error));
+        // Samples that are not finite (the frame is refused whole) are the client's data: 1007.
+        fail(error instanceof BadInputError ? 1007 : 1011, error instanceof Error ? error.message : String(error));
       }
     });
     ws.on('error', (err) => this.#log(`conversation ${e.id}: socket error: ${err.message}`));

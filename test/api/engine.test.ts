@@ -118,6 +118,45 @@ t.test('the Duplex stream: s16 bytes in, s16 bytes out; ending the input ends th
   await conv.close();
 });
 
+t.test('samples that are not finite are refused whole at every entry, and the conversation is not poisoned', async (t) => {
+  const ref = await reference(5);
+  const engine = await load(model, { replySeconds: REPLY, memoryLimit: '1GiB' });
+  t.teardown(() => engine.close());
+  const conv = await engine.open({ inputRate: speech.rate, seed: 5 });
+  const parts: Float32Array[] = [];
+  conv.on('audio', (e) => parts.push(e.pcm as Float32Array));
+  // A second of speech with 100 NaN in it, then ±Infinity: each block refused, naming its first bad sample.
+  const poisoned = speech.samples.slice(0, speech.rate);
+  for (let i = 0; i < 100; i++) poisoned[500 + 37 * i] = Number.NaN;
+  t.throws(() => conv.write(poisoned), { name: 'BadInputError', code: 'ERR_VOXSLAB_BAD_INPUT', field: 'samples', offset: 500 }, 'NaN');
+  const inf = speech.samples.slice(0, 3000);
+  inf[2999] = Number.NEGATIVE_INFINITY;
+  t.throws(() => conv.write(inf), { name: 'BadInputError', offset: 2999, message: /sample 2999 of the block is -Infinity/ }, '-Infinity');
+  const f32 = Buffer.alloc(8);
+  f32.writeFloatLE(0.5, 0);
+  f32.writeFloatLE(Number.POSITIVE_INFINITY, 4);
+  t.throws(() => conv.writeBytes(f32), { name: 'BadInputError', offset: 1 }, 'Infinity as f32 bytes');
+  // Nothing of those reached a stage: the turn after them is the clean run's, byte for byte.
+  for (let at = 0; at < speech.samples.length; at += 3000) conv.write(speech.samples.subarray(at, at + 3000));
+  conv.endTurn();
+  await conv.nextTurn();
+  const got = Buffer.concat(parts.map(bytes));
+  t.ok(got.length > 0 && got.equals(ref), `the reply equals the clean conversation's (${got.length} bytes)`);
+  // Negative control: the same NaN block let through as silence would change the reply.
+  const silenced = poisoned.map((x) => (Number.isFinite(x) ? x : 0));
+  const other = await talk(engine, 5, Float32Array.from([...silenced, ...speech.samples]));
+  t.notOk(other.pcm.equals(ref), 'speech with those samples as silence gives another reply');
+  // The stream's writable side fails with the same error.
+  const streamed = await engine.open({ inputRate: speech.rate, seed: 5, format: 'f32' });
+  const s = streamed.stream();
+  const failed = new Promise<Error>((resolve) => s.once('error', resolve));
+  s.write(f32);
+  const e = await failed;
+  t.match(e, { name: 'BadInputError', offset: 1 }, 'stream(): the write fails with the typed error');
+  await streamed.close();
+  await conv.close();
+});
+
 t.test('events: the async iterator yields a turn in order and ends at close', async (t) => {
   const engine = await load(model, { replySeconds: REPLY });
   t.teardown(() => engine.close());

@@ -156,6 +156,11 @@ t.test('oversized and malformed frames close only their own socket, with a reaso
   t.match(odd.reason, /3 bytes is not whole s16 samples/);
   const oddF32 = await closeWith((ws) => ws.send(Buffer.alloc(6)), 'f32');
   t.match(oddF32.reason, /not whole f32 samples/);
+  const nan = Buffer.alloc(16);
+  nan.writeFloatLE(Number.NaN, 8);
+  const notFinite = await closeWith((ws) => ws.send(nan), 'f32');
+  t.equal(notFinite.code, 1007, 'an f32 frame holding NaN: 1007, nothing of it queued');
+  t.match(notFinite.reason, /field samples, offset 2: sample 2 of the block is NaN/);
   const garbage = await closeWith((ws) => ws.send('{not json'));
   t.equal(garbage.code, 1007);
   const unknown = await closeWith((ws) => ws.send(JSON.stringify({ type: 'dance' })));
