@@ -458,12 +458,20 @@ interface Flow {
   firstAudioAt: number; // first reply samples received (ms), -1 = none yet
   writer: WavFileWriter | null;
   tokens: number[];
-  codes: number[][];
+  /** Every frame's codes, one after the other (kept for --report only). */
+  codes: number[];
   summary: Int32Array;
   samples: number;
   done: boolean;
   arrivals: number[]; // when each block of reply samples reached this thread (ms)
   lateMs: number; // the longest a player started at the first sample would have starved
+}
+
+/** Flat codes as one row of `per` codes per frame. */
+function frames(flat: readonly number[], per: number): number[][] {
+  const out: number[][] = [];
+  for (let i = 0; i < flat.length; i += per) out.push(flat.slice(i, i + per));
+  return out;
 }
 
 /** p50, p99 and max of the gaps between consecutive arrivals, ms. */
@@ -519,7 +527,8 @@ async function runPipeline(p: PipelineRun): Promise<string> {
           conv.events.skip();
         } else if (kind === REC_CODES || kind === REC_END_OF_AUDIO) {
           conv.events.read(frame, 0);
-          f.codes.push(Array.from(frame));
+          // Flat and only when reported: what the main thread keeps per frame bounds a long reply's memory.
+          if (p.report !== undefined) for (const code of frame) f.codes.push(code);
         } else if (kind === REC_TURN_END) conv.events.read(f.summary, 0);
         else conv.events.skip();
         took = true;
@@ -643,7 +652,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
         encoderFrames: tf.userFrames,
         text,
         tokens: f.tokens,
-        codes: f.codes,
+        codes: frames(f.codes, c.audio.codebooks),
         audioFrames: tf.frames,
         samples: f.samples,
         stop,
