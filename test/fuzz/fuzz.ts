@@ -1,7 +1,8 @@
 /**
  * `npm run fuzz -- [--cases N] [--seconds S] [--workers W] [--seed X]`: mutates seed files — WAV,
- * safetensors, config.json, tokenizer files — and command lines (flags, values, output paths)
- * and runs each case through the real CLI (`runCli`, in worker threads with a memory cap and a
+ * safetensors, config.json, tokenizer files, with deep and long JSON among the mutations — and
+ * command lines (flags, values, counts and lengths at their limits, output paths that exist, are
+ * files, lie under a file or are too long, environment variables) and runs each case through the real CLI (`runCli`, in worker threads with a memory cap and a
  * heap limit). Every result is classified:
  *   success, refusal (exit 2, 3 or 4 with one line) — the only acceptable ones —
  *   crash (the worker died or an error escaped), hang (no answer in the case timeout),
@@ -10,7 +11,7 @@
  *   non-finite sample in the output).
  * Bounded by count and time; exit 0 when no case falls outside the first two classes.
  */
-import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { parseArgs } from 'node:util';
@@ -74,6 +75,13 @@ function mutateBytes(src: Uint8Array, headerBias = 0): Uint8Array {
   return b;
 }
 
+/** An array nested `depth` deep (built from the inside, so the builder itself does not recurse). */
+function nested(depth: number): unknown {
+  let v: unknown = [];
+  for (let i = 1; i < depth; i++) v = [v];
+  return v;
+}
+
 const ODD_NUMBERS = [0, -1, 1, 2, 7, 0.5, 1e9, 2 ** 31, 2 ** 53, 1e300, -1e300, Number.NaN, 3.4e38];
 /** JSON mutations: a value replaced, a key deleted, a value nested; or the text's bytes mutated. */
 function mutateJson(text: string): string {
@@ -91,21 +99,40 @@ function mutateJson(text: string): string {
         o = v as Record<string, unknown>;
         continue;
       }
-      const r = int(7);
+      const r = int(9);
       if (r === 0) delete o[k];
       else if (r === 1) o[k] = pick(ODD_NUMBERS);
       else if (r === 2) o[k] = pick(['', 'x', 'conv', 'full_attention', '\u0000', 'é'.repeat(int(50))]);
       else if (r === 3) o[k] = null;
       else if (r === 4) o[k] = Array.from({ length: pick([0, 1, 3, 300, 100_000]) }, () => pick(['conv', 'full_attention', 1]));
       else if (r === 5) o[k] = { [k]: v };
+      else if (r === 6) o[k] = nested(pick([20, 1000, 100_000]));
+      else if (r === 7) o[k] = 'x'.repeat(pick([70_000, 2_000_000]));
       else o[k] = typeof v === 'number' ? v * pick([2, 10, 1000, -1]) : v;
       break;
     }
   }
-  return JSON.stringify(doc, (_, v) => (typeof v === 'number' && !Number.isFinite(v) ? (Number.isNaN(v) ? 'NaN' : v > 0 ? '1e999' : '-1e999') : v)).replace(
+  return stringifyDeep(doc, (_, v) => (typeof v === 'number' && !Number.isFinite(v) ? (Number.isNaN(v) ? 'NaN' : v > 0 ? '1e999' : '-1e999') : v)).replace(
     /"(NaN|-?1e999)"/g,
     '$1',
   );
+}
+
+/** JSON.stringify, except that arrays nested past 500 levels are written as text (stringify recurses). */
+function stringifyDeep(doc: unknown, replacer: (k: string, v: unknown) => unknown): string {
+  const deep: string[] = [];
+  const text = JSON.stringify(doc, (k, v) => {
+    let d = 0;
+    for (let x: unknown = v; Array.isArray(x) && x.length === 1 && d <= 500; x = x[0]) d++;
+    if (d > 500) {
+      let n = 0;
+      for (let x: unknown = v; Array.isArray(x); x = x[0]) n++;
+      deep.push(`${'['.repeat(n)}${']'.repeat(n)}`);
+      return `\u0000deep${deep.length - 1}`;
+    }
+    return replacer(k, v);
+  });
+  return text.replace(/"\\u0000deep(\d+)"/g, (_, i: string) => deep[Number(i)]!);
 }
 
 interface Case {
@@ -114,10 +141,18 @@ interface Case {
   argv: string[];
   out: string | null;
   dir: string;
+  /** Environment variables set for this case only. */
+  env?: Record<string, string>;
 }
 
 const RATES = ['16000', '8000', '48000', '24000', '0', '-1', '1e309', 'x', '384001', '7999', '44100.5', ''];
-const SPECIAL_OUT = ['/dev/full', '/nonexistent-folder/x.wav', '/dev/null'];
+const SPECIAL_OUT = ['/dev/full', '/nonexistent-folder/x.wav', '/dev/null', '/proc/version', '/proc/x/y.wav', `/tmp/${'n'.repeat(300)}.wav`];
+/** Output paths that exist, are files, lie under a file, or are too long, made in the case's folder. */
+function oddOutput(dir: string): string {
+  const file = join(dir, 'a-file');
+  writeFileSync(file, 'x');
+  return pick([file, join(file, 'under.wav'), join(dir, `${'l'.repeat(pick([250, 256, 300]))}.wav`), join(dir, 'x/'.repeat(1200), 'deep.wav'), dir]);
+}
 
 function makeCase(id: number): Case {
   const dir = join(root, `c${id}`);
@@ -127,13 +162,13 @@ function makeCase(id: number): Case {
   if (r < 0.35) {
     const input = join(dir, 'in.wav');
     writeFileSync(input, rnd() < 0.9 ? mutateBytes(pick(wavSeeds), 64) : pick(wavSeeds));
-    const o = rnd() < 0.9 ? out : rnd() < 0.5 ? input : pick([...SPECIAL_OUT, dir]);
+    const o = rnd() < 0.85 ? out : rnd() < 0.3 ? input : rnd() < 0.5 ? oddOutput(dir) : pick([...SPECIAL_OUT, dir]);
     return { id, kind: 'resample', argv: ['resample', '--in', input, '--rate', pick(RATES), '--out', o], out: o === input ? null : o, dir };
   }
   if (r < 0.6) {
     const input = join(dir, 'in.wav');
     writeFileSync(input, rnd() < 0.9 ? mutateBytes(pick(wavSeeds), 64) : pick(wavSeeds));
-    const o = rnd() < 0.9 ? out : pick([...SPECIAL_OUT, dir, input]);
+    const o = rnd() < 0.85 ? out : rnd() < 0.5 ? oddOutput(dir) : pick([...SPECIAL_OUT, dir, input]);
     return { id, kind: 'mel', argv: ['mel', '--in', input, '--out', o], out: o === input ? null : o, dir };
   }
   if (r < 0.8) {
@@ -143,6 +178,24 @@ function makeCase(id: number): Case {
     writeFileSync(join(dir, 'audio_detokenizer', 'config.json'), rnd() < 0.5 ? mutateJson(jsonSeeds.det) : jsonSeeds.det);
     const argv = ['plan', '--config', cfg, ...(rnd() < 0.3 ? ['--conversations', pick(['1', '2', '0', '-3', '1e9', 'x'])] : [])];
     return { id, kind: 'plan', argv: rnd() < 0.2 ? [...argv, '--context', pick(['1', '0', '128000', '9999999', '-5', 'nan'])] : argv, out: null, dir };
+  }
+  if (r < 0.88) {
+    // Counts and lengths at their limits, odd environment variables and outputs, through a real run.
+    const input = join(dir, 'in.wav');
+    writeFileSync(input, hello);
+    const argv = ['run', '--model', model, '--in', input, '--out', rnd() < 0.7 ? out : rnd() < 0.5 ? oddOutput(dir) : pick(SPECIAL_OUT)];
+    argv.push('--reply', pick(['0.01', '0.5', '1', '1', '2', '0', '3601', '-1', '1e309', 'NaN']));
+    if (rnd() < 0.5) argv.push('--threads', pick(['1', '2', '8', '9', '0', '64', '1.5']));
+    if (rnd() < 0.4) argv.push('--segment', pick(['0', '0.1', '600', '601', '1e9']));
+    if (rnd() < 0.3) argv.push('--context', pick(['1', '64', '4096', '4097', '0']));
+    if (rnd() < 0.3) argv.push('--slots', pick(['1', '2', '3', '0', '64']));
+    if (rnd() < 0.3) argv.push('--report', rnd() < 0.5 ? join(dir, 'r.json') : oddOutput(dir));
+    if (rnd() < 0.2) argv.push('--dump', rnd() < 0.5 ? join(dir, 'dump') : oddOutput(dir));
+    if (rnd() < 0.6) argv.push('--engine', 'single');
+    const env: Record<string, string> = {};
+    if (rnd() < 0.5) env.VOXSLAB_MEMORY_LIMIT = pick(['0', '-1', '1', '1KiB', '20MiB', '64MiB', '1e999', 'x', '99999999GiB', '', '768MiB']);
+    if (rnd() < 0.2) env.VOXSLAB_CAPTURE_MIRROR = pick(['off', 'on', '', 'x']);
+    return { id, kind: 'limits', argv, out: argv[6]!, dir, env };
   }
   if (r < 0.97) {
     // Random command lines from the vocabulary of every command and flag.
@@ -236,7 +289,11 @@ function classify(c: Case, code: number, stderr: string, escaped: string | null)
     return { cls: 'success', detail: '' };
   }
   if (code !== 2 && code !== 3 && code !== 4) return { cls: 'exit-code', detail: `exit ${code}: ${stderr.slice(0, 200)}` };
-  if (c.out !== null && !c.out.startsWith('/dev/') && existsSync(c.out)) return { cls: 'partial', detail: c.out };
+  // A refused case leaves no output and no temporary file (outputs that existed before are not its own).
+  if (c.out !== null && !c.out.startsWith('/dev/') && !c.out.startsWith('/proc/') && !c.out.endsWith('a-file') && c.out !== c.dir && existsSync(c.out))
+    return { cls: 'partial', detail: c.out };
+  const left = readdirSync(c.dir).find((f) => f.includes('.partial'));
+  if (left !== undefined) return { cls: 'partial', detail: join(c.dir, left) };
   const lines = stderr
     .trim()
     .split('\n')
@@ -295,7 +352,7 @@ async function lane(): Promise<void> {
       w.on('message', onMessage);
       w.on('error', onError);
       w.on('exit', onExit);
-      w.postMessage({ id: c.id, argv: c.argv });
+      w.postMessage({ id: c.id, argv: c.argv, env: c.env ?? {} });
     });
     if (typeof result === 'string') {
       record(c, result, 'the worker was replaced');

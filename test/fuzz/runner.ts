@@ -13,8 +13,13 @@ process.stderr.write = ((chunk: string | Uint8Array): boolean => {
   return true;
 }) as typeof process.stderr.write;
 
-parentPort!.on('message', async (m: { id: number; argv: string[] }) => {
+/** This worker's environment as it started: each case's variables are set over it and taken away after. */
+const base = { ...process.env };
+
+parentPort!.on('message', async (m: { id: number; argv: string[]; env: Record<string, string> }) => {
   stderr = '';
+  for (const k of Object.keys(process.env)) if (!(k in base)) delete process.env[k];
+  Object.assign(process.env, base, m.env);
   let code: number;
   let escaped: string | null = null;
   try {
