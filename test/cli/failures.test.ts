@@ -176,6 +176,15 @@ t.test('configurations: derived sizes and oversized JSON are bad input naming th
     c.lfm.block_ffn_dim_multiplier = 1e9;
   });
   refused(t, voxslab('plan', '--config', ffn), 4, /ffn\/config\.json, field lfm\.block_ffn_dim_multiplier: gives an FFN width/);
+  const vocab = variant('vocab', (c) => {
+    Object.assign(c.lfm, { vocab_size: 1048576, hidden_size: 16384, num_attention_heads: 128, num_key_value_heads: 128 });
+  });
+  refused(
+    t,
+    voxslab('plan', '--config', join(vocab, 'config.json')),
+    4,
+    /vocab\/config\.json, field tensor 'lfm\.embed_tokens\.weight': shape \[1048576, 16384\] needs 68719476736 bytes, more than the largest slab/,
+  );
   const heads = variant('heads', (c) => {
     c.lfm.num_attention_heads = 64;
   });

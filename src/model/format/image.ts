@@ -11,7 +11,7 @@
  */
 import { native, WEIGHT_TYPE } from '../../native.js';
 import type { ByteSource } from '../../bytes.js';
-import { BadInputError } from '../../errors.js';
+import { ArgumentError, BadInputError } from '../../errors.js';
 import type { MemoryDomain } from '../../memory/domain.js';
 import type { Arena } from '../../memory/arena.js';
 import type { Category } from '../../memory/layout.js';
@@ -336,7 +336,18 @@ export function buildWeightsImage(
   let current: Item[] = [];
   let size = policy.arenaBytes([]);
   for (const it of items) {
-    const f = policy.regionFootprint(it.bytes, `tensor '${it.name}'`);
+    let f: number;
+    try {
+      f = policy.regionFootprint(it.bytes, `tensor '${it.name}'`);
+    } catch (cause) {
+      // A tensor past the slab limit comes from the configuration's dimensions: bad input naming it.
+      if (!(cause instanceof ArgumentError)) throw cause;
+      throw new BadInputError(
+        { file: config.name, field: `tensor '${it.name}'` },
+        `shape [${it.shape.join(', ')}] needs ${it.bytes} bytes, more than the largest slab (${policy.maxSlabBytes}): check the configuration's dimensions`,
+        { cause },
+      );
+    }
     if (current.length > 0 && size + f > policy.maxSlabBytes) {
       groups.push(current);
       current = [];
