@@ -176,6 +176,14 @@ export const OPTIONS = {
   },
   maxConnections: { kind: 'int', flag: 'max-connections', value: 'N', min: 1, max: 10000, default: 64, doc: 'TCP connections at once' },
   maxMessageBytes: { kind: 'int', flag: 'max-message', value: 'BYTES', min: 1024, max: 2 ** 26, default: 1 << 20, doc: 'largest WebSocket message' },
+  stallSeconds: {
+    kind: 'seconds',
+    flag: 'stall-limit',
+    value: 'SECONDS',
+    max: 3600,
+    default: 30,
+    doc: 'how long a WebSocket client may send audio ahead of real time, or leave its replies unread, before its socket is closed',
+  },
   maxRequestBytes: { kind: 'int', flag: 'max-request', value: 'BYTES', min: 256, max: 2 ** 24, default: 1 << 16, doc: 'largest HTTP request body' },
   silenceMs: { kind: 'int', flag: 'silence', value: 'MS', min: 100, max: 10_000, default: 600, doc: "silence after speech that ends the user's turn" },
   onsetMs: {

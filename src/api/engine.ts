@@ -546,6 +546,36 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     return s;
   }
 
+  /**
+   * Resolves when at most a second of input waits for the pipeline again (at once if it does
+   * now): after a `write` that returned false, write more only then. Resolves at close too.
+   */
+  drained(): Promise<void> {
+    if (this.#closing !== null) return Promise.resolve();
+    return new Promise((resolve) => this.#whenDrained(resolve));
+  }
+
+  /**
+   * Holds the reply back: no more `audio` events until `resumeOutput()`. The reply waits in the
+   * pipeline's rings, which stall the stages that make it (a consumer that cannot keep up, such
+   * as a socket whose client does not read, holds nothing on this thread).
+   */
+  pauseOutput(): void {
+    this.#outputPaused = true;
+  }
+
+  /** Lets the held reply flow again (see `pauseOutput`). */
+  resumeOutput(): void {
+    if (!this.#outputPaused) return;
+    this.#outputPaused = false;
+    this.engine.wake();
+  }
+
+  /** True while the reply is held back (`pauseOutput`, or the stream's reader is full). */
+  get outputPaused(): boolean {
+    return this.#outputPaused;
+  }
+
   /** Every event in order, until the conversation closes. */
   events(): AsyncIterableIterator<ConversationEvent> {
     const buffered: (ConversationEvent | null)[] = [];
@@ -616,6 +646,8 @@ export class Conversation extends EventEmitter<ConversationEvents> {
 
   #end(reason: Error): void {
     this.#rejectWaiters(reason);
+    // Writers waiting for room go on (their next write is refused as closed).
+    for (const cb of this.#drainCallbacks.splice(0)) cb();
     if (this.#stream !== null && !this.#stream.destroyed) this.#stream.push(null);
     for (const push of this.#iterators) push(null);
     this.#iterators.clear();

@@ -19,6 +19,7 @@ export interface ServeRequest {
   maxConnections?: string | undefined;
   maxMessage?: string | undefined;
   maxRequest?: string | undefined;
+  stall?: string | undefined;
   rate?: string | undefined;
   segment?: string | undefined;
   reply?: string | undefined;
@@ -48,6 +49,7 @@ export async function serveCommand(r: ServeRequest, log: (line: string) => void 
     maxConnections: flagValue<number>('maxConnections', r.maxConnections),
     maxMessageBytes: flagValue<number>('maxMessageBytes', r.maxMessage),
     maxRequestBytes: flagValue<number>('maxRequestBytes', r.maxRequest),
+    stallSeconds: flagValue<number>('stallSeconds', r.stall),
     log,
     ...(token === undefined ? {} : { token }),
   };

@@ -26,7 +26,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
-import { ArgumentError, BadInputError, MemoryLimitError, UsageError, VoxslabError } from '../errors.js';
+import { ArgumentError, BadInputError, ClosedError, MemoryLimitError, UsageError, VoxslabError } from '../errors.js';
 import { optionValue } from '../options.js';
 import type { Conversation, Engine, SampleFormat, TurnSummary } from '../api/engine.js';
 import { STAGES } from '../pipeline/clock.js';
@@ -43,6 +43,8 @@ export interface DaemonOptions {
   maxConnections?: number;
   maxMessageBytes?: number;
   maxRequestBytes?: number;
+  /** Seconds a client may send audio ahead of real time, or leave its replies unread, before its socket is closed. */
+  stallSeconds?: number;
   /** Lines for the operator (start, refusals, shutdown). */
   log?: (line: string) => void;
 }
@@ -50,6 +52,16 @@ export interface DaemonOptions {
 const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
 /** Seconds a refused client should wait before asking again. */
 const RETRY_AFTER = 2;
+/**
+ * Reply bytes a socket may hold unsent before its conversation's reply is held back in the
+ * pipeline's rings, and the level at which it flows again. With the input side (at most a second
+ * queued, then the socket is paused, plus one message of at most --max-message bytes), these
+ * bound what one connection holds outside the cap.
+ */
+const OUTPUT_HIGH_BYTES = 1 << 20;
+const OUTPUT_LOW_BYTES = 1 << 18;
+/** How often a held-back socket is looked at (its buffer drained, or its client stalled too long). */
+const OUTPUT_CHECK_MS = 50;
 
 interface Entry {
   id: string;
@@ -90,7 +102,7 @@ export class Daemon {
   readonly host: string;
   readonly #wss: WebSocketServer;
   readonly #token: Buffer | null;
-  readonly #limits: { conversations: number; message: number; request: number };
+  readonly #limits: { conversations: number; message: number; request: number; stallMs: number };
   readonly #entries = new Map<string, Entry>();
   readonly #log: (line: string) => void;
   readonly registry = new Registry();
@@ -117,6 +129,7 @@ export class Daemon {
       conversations: optionValue<number>('maxConversations', options.maxConversations),
       message: optionValue<number>('maxMessageBytes', options.maxMessageBytes),
       request: optionValue<number>('maxRequestBytes', options.maxRequestBytes),
+      stallMs: 1000 * optionValue<number>('stallSeconds', options.stallSeconds),
     };
     this.#log = options.log ?? (() => undefined);
     this.server = createServer((req, res) => void this.#http(req, res));
@@ -286,7 +299,8 @@ export class Daemon {
           outputRate: this.engine.outputRate,
         });
       if (method === 'GET' && path === '/readyz') {
-        const r = await this.#admission(16000);
+        // Ready means a conversation of the largest kind a client may open at 16 kHz fits: with VAD.
+        const r = await this.#admission(16000, true);
         return this.#json(res, r.ok ? 200 : 503, r, r.ok ? {} : { 'Retry-After': String(RETRY_AFTER) });
       }
       if (method === 'GET' && path === '/v1/memory') return this.#json(res, 200, this.engine.memory());
@@ -371,10 +385,10 @@ export class Daemon {
     return v as Record<string, unknown>;
   }
 
-  async #admission(inputRate: number): Promise<{ ok: boolean; reason: string; planned: number; free: number; conversations: number }> {
+  async #admission(inputRate: number, vad: boolean): Promise<{ ok: boolean; reason: string; planned: number; free: number; conversations: number }> {
     const conversations = this.#entries.size;
     if (this.#draining) return { ok: false, reason: 'shutting down', planned: 0, free: 0, conversations };
-    const a = await this.engine.admission(inputRate);
+    const a = await this.engine.admission(inputRate, vad);
     if (conversations >= this.#limits.conversations)
       return { ok: false, reason: `${conversations} of ${this.#limits.conversations} conversations open`, planned: a.planned, free: a.free, conversations };
     return {
@@ -500,9 +514,38 @@ export class Daemon {
     e.socket = ws;
     const c = e.conversation;
     const bytesPer = e.format === 'f32' ? 4 : 2;
+    const stallMs = this.#limits.stallMs;
     const send = (event: Record<string, unknown>): void => {
       if (ws.readyState === ws.OPEN) ws.send(JSON.stringify(event));
     };
+    // Outgoing back-pressure: past OUTPUT_HIGH_BYTES unsent, the reply waits in the rings; a
+    // client that reads nothing for stallMs is closed.
+    let heldSince = -1;
+    let watch: NodeJS.Timeout | null = null;
+    const unwatch = (): void => {
+      if (watch !== null) clearInterval(watch);
+      watch = null;
+    };
+    const holdReply = (): void => {
+      if (watch !== null) return;
+      c.pauseOutput();
+      heldSince = performance.now();
+      watch = setInterval(() => {
+        if (ws.readyState !== ws.OPEN) return unwatch();
+        if (ws.bufferedAmount <= OUTPUT_LOW_BYTES) {
+          unwatch();
+          c.resumeOutput();
+        } else if (performance.now() - heldSince > stallMs) {
+          unwatch();
+          fail(1008, `the client read none of its reply for ${stallMs / 1000} s`, true);
+        }
+      }, OUTPUT_CHECK_MS);
+      watch.unref();
+    };
+    // Incoming: at most a second queued, then the socket is paused until the pipeline has taken it;
+    // a client more than stallMs of audio ahead of real time is closed.
+    const opened = performance.now();
+    let received = 0;
     const listeners = {
       speech_start: (x: object) => send({ type: 'speech_start', ...x }),
       speech_end: (x: object) => send({ type: 'speech_end', ...x }),
@@ -511,7 +554,9 @@ export class Daemon {
       turn_end: (x: object) => send({ type: 'turn_end', ...x }),
       error: (x: Error) => send({ type: 'error', message: x.message, code: (x as VoxslabError).code }),
       audio: (x: { pcm: Float32Array | Int16Array }) => {
-        if (ws.readyState === ws.OPEN) ws.send(Buffer.from(x.pcm.buffer, x.pcm.byteOffset, x.pcm.byteLength));
+        if (ws.readyState !== ws.OPEN) return;
+        ws.send(Buffer.from(x.pcm.buffer, x.pcm.byteOffset, x.pcm.byteLength));
+        if (ws.bufferedAmount > OUTPUT_HIGH_BYTES) holdReply();
       },
     };
     for (const [k, f] of Object.entries(listeners)) c.on(k as 'text', f as never);
@@ -525,11 +570,13 @@ export class Daemon {
     send({ type: 'ready', ...this.#describe(e) });
     // One line per socket closed: frames that arrive while it closes are dropped unlogged.
     let closing = false;
-    const fail = (code: number, reason: string): void => {
+    const fail = (code: number, reason: string, hard = false): void => {
       if (closing) return;
       closing = true;
       this.#log(`conversation ${e.id}: closing its socket: ${reason}`);
-      ws.close(code, reason.slice(0, 120));
+      // A client that reads nothing would never take the close frame: its socket is ended at once.
+      if (hard) ws.terminate();
+      else ws.close(code, reason.slice(0, 120));
     };
     ws.on('message', (data: RawData, binary: boolean) => {
       if (closing) return;
@@ -537,7 +584,15 @@ export class Daemon {
         const buf = Array.isArray(data) ? Buffer.concat(data) : Buffer.isBuffer(data) ? data : Buffer.from(data);
         if (binary) {
           if (buf.length % bytesPer !== 0) return fail(1007, `binary frame of ${buf.length} bytes is not whole ${e.format} samples`);
-          c.writeBytes(buf);
+          received += buf.length / bytesPer;
+          const ahead = received / c.inputRate - (performance.now() - opened) / 1000;
+          if (ahead * 1000 > stallMs) return fail(1008, `audio sent ${ahead.toFixed(1)} s ahead of real time (the limit is ${stallMs / 1000} s)`);
+          if (!c.writeBytes(buf) && !ws.isPaused) {
+            ws.pause();
+            void c.drained().then(() => {
+              if (!closing && ws.readyState === ws.OPEN) ws.resume();
+            });
+          }
           return;
         }
         let msg: unknown;
@@ -551,12 +606,17 @@ export class Daemon {
         else if (type === 'close') void this.#close(e, 1000, 'closed by the client');
         else fail(1008, `unknown message type ${JSON.stringify(type)} (end_turn, close)`);
       } catch (error) {
-        // Samples that are not finite (the frame is refused whole) are the client's data: 1007.
+        // Samples that are not finite (the frame is refused whole) are the client's data: 1007. A
+        // conversation closed under the socket is named by this daemon's id, not the library's index.
+        if (error instanceof ClosedError) return fail(1000, 'conversation closed');
         fail(error instanceof BadInputError ? 1007 : 1011, error instanceof Error ? error.message : String(error));
       }
     });
     ws.on('error', (err) => this.#log(`conversation ${e.id}: socket error: ${err.message}`));
     ws.on('close', () => {
+      unwatch();
+      // A conversation that outlives its socket (opened over HTTP) does not stay held back.
+      c.resumeOutput();
       detach();
       if (e.socket === ws) e.socket = null;
       if (e.ephemeral) void c.close();

@@ -169,14 +169,17 @@ export function resolveModel(model: string, log: (line: string) => void): string
   if (existsSync(join(dir, 'config.json'))) return dir;
   let tmp: string;
   const field = process.env.VOXSLAB_CACHE === undefined ? 'checkpoint cache' : 'VOXSLAB_CACHE';
-  makeFolders(checkpointCache(), checkpointCache(), field);
   try {
+    makeFolders(checkpointCache(), checkpointCache(), field);
     tmp = mkdtempSync(join(checkpointCache(), `.${model}-`));
   } catch (cause) {
+    const why = cause instanceof BadInputError ? cause.reason : ((cause as NodeJS.ErrnoException).code ?? 'error');
     throw new BadInputError(
       { file: checkpointCache(), field },
-      `cannot make the built-in '${model}' checkpoint there (${(cause as NodeJS.ErrnoException).code ?? 'error'}): it must be a folder this user can write`,
-      { cause },
+      `cannot make the built-in '${model}' checkpoint there (${why}): it must be a folder this user can write`,
+      {
+        cause,
+      },
     );
   }
   try {
