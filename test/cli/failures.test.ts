@@ -29,6 +29,9 @@ const limited = (limits: string, extra: Record<string, string>, ...args: string[
     env: { ...bare, ...extra },
   });
 
+/** `run` on the test model and the fixture, its reply to `out` in the work folder. */
+const runArgs = (out: string, ...extra: string[]): string[] => ['run', '--model', model, '--in', fixture, '--out', join(work, out), ...extra];
+
 /** Exit code and one clean line: no stack trace, no internal fault, no abort. */
 function refused(t: Test, r: { status: number | null; stderr: string }, code: number, message: RegExp): void {
   t.equal(r.status, code, `exit ${code}: ${r.stderr.trim().slice(0, 300)}`);
@@ -61,44 +64,12 @@ t.test('a cap refusal inside a stage worker is the memory-limit error: exit 3, o
 
 t.test('helper threads the system will not start leave a smaller pool, said so; nothing aborts', async (t) => {
   // 400 MB stacks in a 4 GiB address space the process already half fills: three helpers cannot all start.
-  const single = limited(
-    '-v 4194304 -s 400000',
-    {},
-    'run',
-    '--model',
-    model,
-    '--in',
-    fixture,
-    '--out',
-    join(work, 'th1.wav'),
-    '--threads',
-    '4',
-    '--reply',
-    '1',
-    '--engine',
-    'single',
-  );
+  const single = limited('-v 4194304 -s 400000', {}, ...runArgs('th1.wav', '--threads', '4', '--reply', '1', '--engine', 'single'));
   t.equal(single.status, 0, single.stderr.slice(0, 400));
   t.notMatch(single.stderr, /terminate called|FATAL ERROR/);
   t.match(single.stderr, /--threads: [123] of 4 compute threads started \(the system refused more\)/, 'the run says how many it has');
   // The issue's command: eight threads a stage in a 4 GiB address space (the stages' isolates reserve little).
-  const r = limited(
-    '-v 4194304',
-    { VOXSLAB_MEMORY_LIMIT: '1GiB' },
-    'run',
-    '--model',
-    model,
-    '--in',
-    fixture,
-    '--out',
-    join(work, 'th.wav'),
-    '--segment',
-    '600',
-    '--threads',
-    '8',
-    '--reply',
-    '1',
-  );
+  const r = limited('-v 4194304', { VOXSLAB_MEMORY_LIMIT: '1GiB' }, ...runArgs('th.wav', '--segment', '600', '--threads', '8', '--reply', '1'));
   t.equal(r.status, 0, r.stderr.slice(0, 400));
   t.notMatch(r.stderr, /terminate called|FATAL ERROR/);
 });
