@@ -15,6 +15,8 @@
  * Thread contract: one thread (the application's); the stages run in their own workers.
  */
 import { EventEmitter } from 'node:events';
+import { readFileSync } from 'node:fs';
+import v8 from 'node:v8';
 import type { DuplexDevice } from '../pipeline/session.js';
 import type { ReplyStop } from '../pipeline/dialogue.js';
 import { Duplex } from 'node:stream';
@@ -195,6 +197,26 @@ function aborted(signal: AbortSignal, what: string): AbortedError {
 }
 
 /** A model loaded into the five stage workers, ready to open conversations. */
+/**
+ * The process's resident memory as the runtime sees it beside the ledger: what each thread's
+ * JavaScript runtime holds (not charged to any owner: it is not voxslab's to plan), what of the
+ * ledger's slabs is resident, and the rest.
+ */
+export interface RuntimeMemory {
+  /** Per thread: V8's committed heap pages, and what V8 allocated outside the heap for it. */
+  threads: { thread: string; heapCommitted: number; malloced: number }[];
+  /** The threads' runtime bytes together. */
+  runtime: number;
+  /** Resident bytes of the ledger's slabs (weights, workspaces, conversations, rings). */
+  ledgerResident: number;
+  /** Resident pages mapped from files: Node's and the libraries' code and read-only data (Linux; 0 elsewhere). */
+  files: number;
+  /** The process's resident set. */
+  rss: number;
+  /** RSS none of the above accounts for: malloc arenas, thread stacks, the libraries' own heaps. */
+  residual: number;
+}
+
 export class Engine {
   readonly pipeline: Pipeline;
   readonly domain: MemoryDomain;
@@ -278,6 +300,21 @@ export class Engine {
   /** The memory manifest: every owner's bytes by category, the cap and the process total. */
   memory(): MemoryManifest {
     return this.domain.manifest();
+  }
+
+  /** Resident memory by thread runtime and ledger (see RuntimeMemory); asks every stage worker. */
+  async runtime(): Promise<RuntimeMemory> {
+    const stats = await this.pipeline.stats();
+    const main = v8.getHeapStatistics();
+    const threads = [
+      { thread: 'main', heapCommitted: main.total_physical_size, malloced: main.malloced_memory },
+      ...stats.map((s) => ({ thread: s.stage, heapCommitted: s.heapCommitted, malloced: s.malloced })),
+    ];
+    const runtime = threads.reduce((a, t) => a + t.heapCommitted + t.malloced, 0);
+    const ledgerResident = this.domain.residentBytes() + stats.reduce((a, s) => a + s.slabResident, 0);
+    const rss = process.memoryUsage.rss();
+    const files = residentFileBytes();
+    return { threads, runtime, ledgerResident, files, rss, residual: rss - runtime - ledgerResident - files };
   }
 
   snapshot(): MemorySnapshot {
@@ -1140,6 +1177,16 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     this.#emit('turn_end', t);
     this.#waiters.shift()?.resolve(t);
     this.#endStreamIfDone();
+  }
+}
+
+/** Resident bytes of this process mapped from files (RssFile in /proc/self/status), 0 where there is none. */
+function residentFileBytes(): number {
+  try {
+    const m = /^RssFile:\s+(\d+) kB$/m.exec(readFileSync('/proc/self/status', 'utf8'));
+    return m === null ? 0 : Number(m[1]) * 1024;
+  } catch {
+    return 0;
   }
 }
 

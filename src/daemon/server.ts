@@ -28,7 +28,7 @@ import { Counter, Gauge, Histogram, Registry } from 'prom-client';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import { ArgumentError, BadInputError, ClosedError, MemoryLimitError, UsageError, VoxslabError } from '../errors.js';
 import { optionValue } from '../options.js';
-import type { Conversation, Engine, SampleFormat, TurnSummary } from '../api/engine.js';
+import type { Conversation, Engine, RuntimeMemory, SampleFormat, TurnSummary } from '../api/engine.js';
 import { STAGES } from '../pipeline/clock.js';
 import { livePage } from './page.js';
 import type { DuplexDevice } from '../pipeline/session.js';
@@ -215,6 +215,40 @@ export class Daemon {
         this.set(d.engine.snapshot().held.total);
       },
     });
+    // RSS explained: the ledger's resident slabs, each thread's runtime, and what neither accounts for.
+    let runtime: Promise<RuntimeMemory> | null = null;
+    const reading = (): Promise<RuntimeMemory> => {
+      // One reading per scrape serves every gauge below.
+      runtime ??= d.engine.runtime().finally(() => setImmediate(() => (runtime = null)));
+      return runtime;
+    };
+    new Gauge({
+      name: 'voxslab_runtime_bytes',
+      help: "Each thread's JavaScript runtime: V8's committed heap and what V8 allocated outside it (no owner's; not under the cap)",
+      labelNames: ['thread', 'kind'],
+      registers: r,
+      async collect() {
+        this.reset();
+        for (const t of (await reading()).threads) {
+          this.set({ thread: t.thread, kind: 'heap' }, t.heapCommitted);
+          this.set({ thread: t.thread, kind: 'malloced' }, t.malloced);
+        }
+      },
+    });
+    new Gauge({
+      name: 'voxslab_resident_bytes',
+      help: "The process's resident set, by what accounts for it: the ledger's slabs, the threads' runtimes, pages mapped from files (code), and the residual",
+      labelNames: ['part'],
+      registers: r,
+      async collect() {
+        const m = await reading();
+        this.set({ part: 'total' }, m.rss);
+        this.set({ part: 'ledger' }, m.ledgerResident);
+        this.set({ part: 'runtime' }, m.runtime);
+        this.set({ part: 'files' }, m.files);
+        this.set({ part: 'residual' }, m.residual);
+      },
+    });
     new Gauge({
       name: 'voxslab_memory_limit_bytes',
       help: 'The cap',
@@ -303,7 +337,7 @@ export class Daemon {
         const r = await this.#admission(16000, true);
         return this.#json(res, r.ok ? 200 : 503, r, r.ok ? {} : { 'Retry-After': String(RETRY_AFTER) });
       }
-      if (method === 'GET' && path === '/v1/memory') return this.#json(res, 200, this.engine.memory());
+      if (method === 'GET' && path === '/v1/memory') return this.#json(res, 200, { ...this.engine.memory(), runtime: await this.engine.runtime() });
       if (method === 'GET' && path === '/metrics') {
         const text = await this.registry.metrics();
         res.writeHead(200, { 'Content-Type': this.registry.contentType });

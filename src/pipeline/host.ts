@@ -205,6 +205,8 @@ export function serveStage(expected: StageName): void {
         heapDelta: heapUsedNow() - heapAtReady,
         heapCommitted: v8.getHeapStatistics().total_physical_size,
         arrayBuffers: process.memoryUsage().arrayBuffers,
+        malloced: v8.getHeapStatistics().malloced_memory,
+        slabResident: domain!.residentBytes(),
         nonFinite: s.nonFinite,
         canary: firstDamage(s),
         busyMs: Math.round((busy[0] as number) * 1000) / 1000,

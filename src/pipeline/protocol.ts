@@ -208,6 +208,10 @@ export interface StageStats {
   heapCommitted: number;
   /** Bytes of the ArrayBuffers the worker's isolate holds, as V8 counts them (shared ones included). */
   arrayBuffers: number;
+  /** Bytes V8 allocated outside its heap for this isolate (its own bookkeeping: the runtime's, not the ledger's). */
+  malloced: number;
+  /** Resident bytes (mincore) of the slabs this worker created (they are the ledger's). */
+  slabResident: number;
   nonFinite: number;
   /** The first damaged red zone among the stage's arenas, or null (always null without red zones). */
   canary: string | null;
