@@ -90,6 +90,12 @@ export interface NativeAddon {
   firstNonFinite(bytes: Uint8Array, type: number): number;
   /** Silences alsa-lib's own error messages; false when built without ALSA. */
   quietAlsa(): boolean;
+  /**
+   * Blocks of at least `bytes` (4096..2^25) get their own mappings from the C allocator, given back
+   * to the system when freed; false where the allocator has no such setting (not glibc).
+   * Process-wide: for voxslab's own processes (the daemon), never for a host application.
+   */
+  mallocMmapThreshold(bytes: number): boolean;
   /** True when the addon was linked with WebRTC's audio processing module. */
   apmAvailable(): boolean;
   /** One engine: echo 0 (off)..3 suppression low/moderate/high, highPass 0|1, noise 0 (off)..4, voice 0 (off)..4 likelihood, delayAgnostic 0|1. */

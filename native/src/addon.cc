@@ -494,6 +494,14 @@ Napi::Value CopyF32Value(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// mallocMmapThreshold(bytes): see SetMallocMmapThreshold (4096 to 2^25 bytes).
+Napi::Value MallocMmapThresholdValue(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 1, "mallocMmapThreshold");
+  const int64_t n = CountArg(info, 0, "mallocMmapThreshold", "bytes");
+  if (n < 4096 || n > (1 << 25)) ThrowRange(info.Env(), "mallocMmapThreshold: bytes must be from 4096 to 33554432");
+  return Napi::Boolean::New(info.Env(), voxslab::SetMallocMmapThreshold(static_cast<int>(n)));
+}
+
 // setComputeThreads(n): threads sharing each GEMV's rows (1–8; 1 stops the helpers).
 Napi::Value SetComputeThreadsValue(const Napi::CallbackInfo& info) {
   ExpectArgs(info, 1, "setComputeThreads");
@@ -1150,6 +1158,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   Export<AdviseHugePages>(env, exports, "adviseHugePages");
   Export<FirstNonFiniteValue>(env, exports, "firstNonFinite");
   Export<NoArgs<voxslab::QuietAlsaErrors>>(env, exports, "quietAlsa");
+  Export<MallocMmapThresholdValue>(env, exports, "mallocMmapThreshold");
   Export<NoArgs<voxslab::ApmAvailable>>(env, exports, "apmAvailable");
   Export<ApmCreateValue>(env, exports, "apmCreate");
   Export<ApmDestroyValue>(env, exports, "apmDestroy");

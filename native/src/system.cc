@@ -11,6 +11,9 @@
 #if defined(__linux__)
 #include <pthread.h>
 #include <sched.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <sys/syscall.h>
 #endif
 #if defined(__unix__) || defined(__APPLE__)
@@ -246,6 +249,15 @@ int g_alsa_quieted = 0;
 extern "C" void QuietAlsa(const char*, int, const char*, int, const char*, ...) { g_alsa_quieted++; }
 #endif
 }  // namespace
+
+bool SetMallocMmapThreshold(int bytes) {
+#ifdef __GLIBC__
+  return bytes > 0 && mallopt(M_MMAP_THRESHOLD, bytes) == 1;
+#else
+  (void)bytes;
+  return false;
+#endif
+}
 
 bool QuietAlsaErrors() {
 #ifdef VOXSLAB_ALSA

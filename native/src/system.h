@@ -48,4 +48,9 @@ void UnmapMirror(void* base, size_t bytes);
 // stderr while PortAudio scans) to a no-op; false when the addon was built without ALSA.
 bool QuietAlsaErrors();
 
+// Asks the C allocator (glibc) to serve blocks of `bytes` and more from their own mappings, which
+// go back to the system when freed instead of staying in malloc's arenas; false where there is
+// no such setting. A process-wide choice: the daemon makes it for itself, a library never does.
+bool SetMallocMmapThreshold(int bytes);
+
 }  // namespace voxslab

@@ -8,6 +8,7 @@ import { checkBind, Daemon } from '../daemon/server.js';
 import { flagValue, parseFlag } from '../options.js';
 import { parsePin, parseStageThreads } from './run.js';
 import { findDevice, listDevices, PortAudioDevice, type AudioDevice } from '../io/devices.js';
+import { native } from '../native.js';
 
 export interface ServeRequest {
   model: string;
@@ -53,6 +54,10 @@ export async function serveCommand(r: ServeRequest, log: (line: string) => void 
     log,
     ...(token === undefined ? {} : { token }),
   };
+  // A process of its own, up for days: socket messages' buffers (64 KiB and more, one per message)
+  // are given back to the system when freed rather than kept in malloc's arenas, so what a burst
+  // of clients used does not stay resident.
+  native.mallocMmapThreshold(32 << 10);
   // Named devices are found before anything is loaded: a missing one is exit 4 at once.
   let devices: { input: AudioDevice; output: AudioDevice } | null = null;
   if (r.inputDevice !== undefined || r.outputDevice !== undefined) {

@@ -576,10 +576,18 @@ export class Daemon {
       }, OUTPUT_CHECK_MS);
       watch.unref();
     };
-    // Incoming: at most a second queued, then the socket is paused until the pipeline has taken it;
-    // a client more than stallMs of audio ahead of real time is closed.
+    // Incoming: the socket is paused while a second of audio waits for the pipeline (until it has
+    // taken it), and while the client is more than stallMs of audio ahead of real time (until real
+    // time catches up: a burst is read at once, a flood at real time). A client held at real time
+    // for stallMs on end, still sending, is closed.
     const opened = performance.now();
     let received = 0;
+    let draining = false;
+    let pacer: NodeJS.Timeout | null = null;
+    let pacedSince = -1;
+    const resumeIfFree = (): void => {
+      if (!draining && pacer === null && !closing && ws.readyState === ws.OPEN) ws.resume();
+    };
     const listeners = {
       speech_start: (x: object) => send({ type: 'speech_start', ...x }),
       speech_end: (x: object) => send({ type: 'speech_end', ...x }),
@@ -619,13 +627,27 @@ export class Daemon {
         if (binary) {
           if (buf.length % bytesPer !== 0) return fail(1007, `binary frame of ${buf.length} bytes is not whole ${e.format} samples`);
           received += buf.length / bytesPer;
-          const ahead = received / c.inputRate - (performance.now() - opened) / 1000;
-          if (ahead * 1000 > stallMs) return fail(1008, `audio sent ${ahead.toFixed(1)} s ahead of real time (the limit is ${stallMs / 1000} s)`);
-          if (!c.writeBytes(buf) && !ws.isPaused) {
+          const now = performance.now();
+          const aheadMs = (1000 * received) / c.inputRate - (now - opened);
+          if (aheadMs <= stallMs) pacedSince = -1;
+          else if (pacedSince < 0) pacedSince = now;
+          else if (now - pacedSince > stallMs)
+            return fail(1008, `audio sent faster than real time for ${stallMs / 1000} s (more than ${stallMs / 1000} s of it ahead)`);
+          if (!c.writeBytes(buf) && !draining) {
+            draining = true;
             ws.pause();
             void c.drained().then(() => {
-              if (!closing && ws.readyState === ws.OPEN) ws.resume();
+              draining = false;
+              resumeIfFree();
             });
+          }
+          if (aheadMs > stallMs && pacer === null) {
+            ws.pause();
+            pacer = setTimeout(() => {
+              pacer = null;
+              resumeIfFree();
+            }, aheadMs - stallMs);
+            pacer.unref();
           }
           return;
         }
@@ -649,6 +671,7 @@ export class Daemon {
     ws.on('error', (err) => this.#log(`conversation ${e.id}: socket error: ${err.message}`));
     ws.on('close', () => {
       unwatch();
+      if (pacer !== null) clearTimeout(pacer);
       // A conversation that outlives its socket (opened over HTTP) does not stay held back.
       c.resumeOutput();
       detach();
