@@ -206,7 +206,8 @@ export function serveStage(expected: StageName): void {
         heapCommitted: v8.getHeapStatistics().total_physical_size,
         arrayBuffers: process.memoryUsage().arrayBuffers,
         malloced: v8.getHeapStatistics().malloced_memory,
-        slabResident: domain!.residentBytes(),
+        // An inspection reading (a view per slab for mincore), not the stage's work: not trapped.
+        slabResident: trap === null ? domain!.residentBytes() : trap.paused(() => domain!.residentBytes()),
         nonFinite: s.nonFinite,
         canary: firstDamage(s),
         busyMs: Math.round((busy[0] as number) * 1000) / 1000,
