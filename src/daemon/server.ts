@@ -74,6 +74,53 @@ interface Entry {
   ephemeral: boolean;
 }
 
+/** How long the same operator line again is counted rather than printed. */
+const REPEAT_WINDOW_MS = 10_000;
+/** Distinct lines counted at once; past them a line is printed as it comes. */
+const REPEAT_KEYS = 1000;
+
+/**
+ * The operator's log: a line is printed once, and the same line again within REPEAT_WINDOW_MS
+ * is counted, then printed once as a summary (how many more, first and last time) when the
+ * window ends, so a client repeating a failure cannot fill the log. Main thread only.
+ */
+export class LogLines {
+  readonly #out: (line: string) => void;
+  readonly #seen = new Map<string, { more: number; first: number; last: number; timer: NodeJS.Timeout }>();
+
+  constructor(out: (line: string) => void) {
+    this.#out = out;
+  }
+
+  line(text: string): void {
+    const now = Date.now();
+    const seen = this.#seen.get(text);
+    if (seen !== undefined) {
+      seen.more++;
+      seen.last = now;
+      return;
+    }
+    this.#out(text);
+    if (this.#seen.size >= REPEAT_KEYS) return;
+    const timer = setTimeout(() => this.#summary(text), REPEAT_WINDOW_MS);
+    timer.unref();
+    this.#seen.set(text, { more: 0, first: now, last: now, timer });
+  }
+
+  #summary(text: string): void {
+    const s = this.#seen.get(text);
+    if (s === undefined) return;
+    clearTimeout(s.timer);
+    this.#seen.delete(text);
+    if (s.more > 0) this.#out(`${text} (${s.more} more time(s), ${new Date(s.first).toISOString()} to ${new Date(s.last).toISOString()})`);
+  }
+
+  /** Prints the summaries still counting. */
+  close(): void {
+    for (const text of [...this.#seen.keys()]) this.#summary(text);
+  }
+}
+
 class HttpError extends Error {
   readonly status: number;
   readonly headers: Record<string, string>;
@@ -105,6 +152,7 @@ export class Daemon {
   readonly #limits: { conversations: number; message: number; request: number; stallMs: number };
   readonly #entries = new Map<string, Entry>();
   readonly #log: (line: string) => void;
+  readonly #lines: LogLines;
   readonly registry = new Registry();
   readonly #refused: Counter;
   readonly #turns: Counter;
@@ -131,7 +179,8 @@ export class Daemon {
       request: optionValue<number>('maxRequestBytes', options.maxRequestBytes),
       stallMs: 1000 * optionValue<number>('stallSeconds', options.stallSeconds),
     };
-    this.#log = options.log ?? (() => undefined);
+    this.#lines = new LogLines(options.log ?? (() => undefined));
+    this.#log = (line) => this.#lines.line(line);
     this.server = createServer((req, res) => void this.#http(req, res));
     this.server.maxConnections = optionValue<number>('maxConnections', options.maxConnections);
     this.server.on('connection', (s) => {
@@ -727,5 +776,6 @@ export class Daemon {
     for (const s of this.#sockets) s.destroy();
     await closed;
     await this.engine.close();
+    this.#lines.close();
   }
 }

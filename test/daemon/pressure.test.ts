@@ -156,3 +156,15 @@ t.test('a client that never reads its reply holds it in the rings, and is closed
   ws.terminate();
   t.equal(await stop(s), 0);
 });
+
+t.test('the operator log prints a repeated line once, then one summary with the count and the first and last time', async (t) => {
+  const { LogLines } = await import('../../src/daemon/server.js');
+  const out: string[] = [];
+  const log = new LogLines((l) => out.push(l));
+  for (let i = 0; i < 4450; i++) log.line('conversation 3: closing its socket: conversation closed');
+  log.line('conversation 4: closing its socket: conversation closed');
+  t.same(out, ['conversation 3: closing its socket: conversation closed', 'conversation 4: closing its socket: conversation closed'], 'each line once');
+  log.close();
+  t.equal(out.length, 3);
+  t.match(out[2], /^conversation 3: closing its socket: conversation closed \(4449 more time\(s\), \d{4}-\d\d-\d\dT[\d:.]+Z to \d{4}-\d\d-\d\dT[\d:.]+Z\)$/);
+});
