@@ -187,7 +187,7 @@ export interface ErrorRecord {
   readonly fields: Readonly<Record<string, string | number | boolean | undefined>>;
 }
 
-export function isErrorRecord(value: unknown): value is ErrorRecord {
+function isErrorRecord(value: unknown): value is ErrorRecord {
   return value !== null && typeof value === 'object' && (value as { voxslabError?: unknown }).voxslabError === true;
 }
 

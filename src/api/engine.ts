@@ -393,9 +393,6 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   readonly #pairs = new WeakSet<Float32Array>();
   readonly #pair: Float32Array;
   #queueAt = 0; // samples of the queue's head already in the ring
-  /** Spent input blocks kept for the next writes (#block), and their samples together. */
-  readonly #spare: Float32Array[] = [];
-  #spareSamples = 0;
   #queuedThisTurn = 0;
   #fedThisTurn = 0;
   readonly #maxTurnSamples: number;
@@ -462,10 +459,9 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     let f: Float32Array;
     if (samples instanceof Float32Array) {
       checkFinite(samples, 'samples');
-      f = this.#block(samples.length);
-      f.set(samples);
+      f = samples.slice();
     } else if (samples instanceof Int16Array) {
-      f = this.#block(samples.length);
+      f = new Float32Array(samples.length);
       for (let i = 0; i < samples.length; i++) f[i] = (samples[i] as number) / 32768;
     } else throw new ArgumentError('write takes a Float32Array or an Int16Array of samples');
     return this.#enqueue(f);
@@ -489,33 +485,6 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     return this.#enqueue(block);
   }
 
-  /**
-   * A block of `n` samples for the queue: a spent one again when one is large enough, so a
-   * steady writer (a socket, a stream) makes no new buffer per write once the first second is
-   * queued.
-   */
-  #block(n: number): Float32Array {
-    const spare = this.#spare;
-    for (let i = spare.length - 1; i >= 0; i--) {
-      const b = spare[i]!;
-      if (b.length < n) continue;
-      spare[i] = spare[spare.length - 1]!;
-      spare.pop();
-      this.#spareSamples -= b.length;
-      return b.length === n ? b : b.subarray(0, n);
-    }
-    return new Float32Array(n);
-  }
-
-  /** Keeps a block the pipeline has taken (its whole buffer), up to two seconds of them. */
-  #recycle(block: Float32Array): void {
-    if (block === this.#flush || this.#pairs.has(block)) return;
-    const whole = block.byteOffset === 0 && block.byteLength === block.buffer.byteLength ? block : new Float32Array(block.buffer as ArrayBuffer);
-    if (this.#spareSamples + whole.length > 2 * this.inputRate) return;
-    this.#spare.push(whole);
-    this.#spareSamples += whole.length;
-  }
-
   #enqueue(f: Float32Array): boolean {
     if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
     if (this.#link !== null) throw new ArgumentError(`conversation ${this.index} runs on a device: its microphone is the input`);
@@ -536,15 +505,10 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     if (bytes.length % per !== 0) throw new ArgumentError(`${bytes.length} bytes is not whole ${this.format} samples`);
     const n = bytes.length / per;
     const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    const f = this.#block(n);
+    const f = new Float32Array(n);
     if (per === 4) {
       for (let i = 0; i < n; i++) f[i] = v.getFloat32(4 * i, true);
-      try {
-        checkFinite(f, 'samples');
-      } catch (error) {
-        this.#recycle(f);
-        throw error;
-      }
+      checkFinite(f, 'samples');
     } else for (let i = 0; i < n; i++) f[i] = v.getInt16(2 * i, true) / 32768;
     return this.#enqueue(f);
   }
@@ -1150,7 +1114,6 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     if (this.#queueAt === head.length) {
       this.#queue.shift();
       this.#queueAt = 0;
-      this.#recycle(head);
     }
     return true;
   }

@@ -26,7 +26,7 @@ export function resampleFile(input: string, rateText: string, output: string): s
     const outLanes = resamplers.map(() => new Float32Array(maxOut));
     const interleaved = new Float32Array(maxOut * channels);
     return staged(output, '--out', (tmp) => {
-      const writer = new WavFileWriter(tmp, { sampleRate: rate, channels, format, extensible }, undefined, output);
+      const writer = new WavFileWriter(tmp, { sampleRate: rate, channels, format, extensible }, { shown: output });
       const emit = (counts: number[]): void => {
         const n = counts[0] as number;
         for (let c = 0; c < channels; c++) {

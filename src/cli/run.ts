@@ -232,7 +232,11 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
   if (r.inputs.length === 0 || r.inputs.length !== r.outputs.length) throw new UsageError('run: give --model DIR and one --out B.wav for every --in A.wav');
   checkOutputs(
     r.inputs.map((f) => ['--in', f] as [string, string]),
-    [...r.outputs.map((f) => ['--out', f] as [string, string]), ...(r.report === undefined ? [] : [['--report', r.report] as [string, string]])],
+    [
+      ...r.outputs.map((f) => ['--out', f] as [string, string]),
+      ...(r.report === undefined ? [] : [['--report', r.report] as [string, string]]),
+      ...(r.dump === undefined ? [] : [['--dump', r.dump] as [string, string]]),
+    ],
   );
   for (const f of r.outputs) checkWritable(f, '--out');
   if (r.report !== undefined) checkWritable(r.report, '--report');
@@ -324,7 +328,7 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
               },
             },
       );
-      const writer = new WavFileWriter(j.staging, { sampleRate: rate, channels: 1, format: 'float32', extensible: false }, undefined, j.output);
+      const writer = new WavFileWriter(j.staging, { sampleRate: rate, channels: 1, format: 'float32', extensible: false }, { shown: j.output });
       const tokens: number[] = [];
       const codes: number[][] = [];
       const D = c.backbone.hidden;
@@ -536,7 +540,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
       return took;
     };
     for (const f of flows)
-      f.writer = new WavFileWriter(f.job.staging, { sampleRate: p.rate, channels: 1, format: 'float32', extensible: false }, undefined, f.job.output);
+      f.writer = new WavFileWriter(f.job.staging, { sampleRate: p.rate, channels: 1, format: 'float32', extensible: false }, { shown: f.job.output });
     const started = performance.now();
     const mainCpuAtStart = threadCpuMs();
     let mainSleepCpuMs = 0;

@@ -178,7 +178,11 @@ export class WavFileWriter {
   #frames = 0;
   #headerBytes: number;
 
-  constructor(path: string, format: WavFormat, bufferFrames = 4096, shown = path, flag = '--out') {
+  /** `shown` and `flag`: what errors name, the output the user asked for when `path` is its temporary name. */
+  constructor(path: string, format: WavFormat, o: { bufferFrames?: number; shown?: string; flag?: string } = {}) {
+    const bufferFrames = o.bufferFrames ?? 4096;
+    const shown = o.shown ?? path;
+    const flag = o.flag ?? '--out';
     this.path = path;
     this.format = format;
     this.#shown = shown;
@@ -331,7 +335,7 @@ export function staged<T>(file: string, flag: string, write: (tmp: string) => T)
   const tmp = stagingName(file);
   try {
     const value = write(tmp);
-    commitStaged(tmp, file, flag);
+    renameSync(tmp, file);
     return value;
   } catch (error) {
     rmSync(tmp, { force: true, recursive: true });

@@ -192,6 +192,8 @@ export function serveStage(expected: StageName): void {
       const cpu = threadCpuMs();
       const compute = computeCpuMs();
       const s = stage!;
+      const heapDelta = heapUsedNow() - heapAtReady;
+      const heap = v8.getHeapStatistics();
       return {
         stage: expected,
         clocks: s.clockReport(),
@@ -202,10 +204,10 @@ export function serveStage(expected: StageName): void {
         systemCopies: s.systemCopies,
         slots: s.slotStats(),
         allocationsAfterReady: trap?.count ?? 0,
-        heapDelta: heapUsedNow() - heapAtReady,
-        heapCommitted: v8.getHeapStatistics().total_physical_size,
+        heapDelta,
+        heapCommitted: heap.total_physical_size,
         arrayBuffers: process.memoryUsage().arrayBuffers,
-        malloced: v8.getHeapStatistics().malloced_memory,
+        malloced: heap.malloced_memory,
         // An inspection reading (a view per slab for mincore), not the stage's work: not trapped.
         slabResident: trap === null ? domain!.residentBytes() : trap.paused(() => domain!.residentBytes()),
         nonFinite: s.nonFinite,

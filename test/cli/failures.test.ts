@@ -93,6 +93,9 @@ t.test('output paths: the path the user gave, exit 4, nothing left behind', asyn
     /a-file, field --dump: exists and is not a folder/,
   );
   refused(t, voxslab('make-checkpoint', '--config', 'tiny', '--seed', '1', '--out', file), 4, /a-file, field --out: exists and is not a folder/);
+  // The dump folder where the reply goes: refused before anything is written (it was left behind).
+  refused(t, voxslab(...runArgs('same', '--dump', join(work, 'same'), '--engine', 'single')), 2, /--dump '.*same' is also --out/);
+  t.notOk(existsSync(join(work, 'same')), 'neither the reply nor the dump is written');
   refused(t, voxslab('make-checkpoint', '--config', 'tiny', '--seed', '1', '--out', join(file, 'sub')), 4, /a-file\/sub, field --out: .*not a folder/);
   const long = join(work, `${'a'.repeat(300)}.wav`);
   refused(

@@ -3,7 +3,7 @@
 // bounded (read from /proc while it runs), each socket is closed with a reason after the stall
 // limit, in one log line naming the daemon's conversation id. Both failed before back-pressure:
 // a flood grew the daemon's RSS by gigabytes.
-import t from 'tap';
+import t, { type Test } from 'tap';
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import WebSocket from 'ws';
@@ -66,13 +66,20 @@ async function flood(s: Served, ms: number): Promise<{ peak: number; sent: numbe
   return { peak, sent, closed };
 }
 
-t.test('with no stall limit, a flooding client is read only as fast as the pipeline takes its audio', async (t) => {
-  const s = await serve(model, ['--reply', '2', '--stall-limit', '3600']);
+/**
+ * A daemon with `--stall-limit stall`, warmed by a first flood (every thread's heap grown to
+ * what such a conversation needs), and its RSS at rest after it.
+ */
+async function warmedFlood(t: Test, stall: string): Promise<{ s: Served; idle: number }> {
+  const s = await serve(model, ['--reply', '2', '--stall-limit', stall]);
   t.teardown(() => void s.proc.kill('SIGKILL'));
-  // Warm: a first flood grows every thread's heap to what such a conversation needs.
   await flood(s, 2000);
   await sleep(500);
-  const idle = await idleRss(s);
+  return { s, idle: await idleRss(s) };
+}
+
+t.test('with no stall limit, a flooding client is read only as fast as the pipeline takes its audio', async (t) => {
+  const { s, idle } = await warmedFlood(t, '3600');
   const f = await flood(s, 8000);
   // Real time is 32 KB/s of s16 at 16 kHz: the client offered hundreds of times that.
   t.ok(f.sent > 16 * MiB, `the client pushed as much as the socket took (${(f.sent / MiB).toFixed(0)} MiB offered in 8 s)`);
@@ -86,11 +93,7 @@ t.test('with no stall limit, a flooding client is read only as fast as the pipel
 });
 
 t.test('a client sending faster than real time is read at real time, then closed after the stall limit: RSS within 32 MiB of idle', async (t) => {
-  const s = await serve(model, ['--reply', '2', '--stall-limit', '2']);
-  t.teardown(() => void s.proc.kill('SIGKILL'));
-  await flood(s, 2000);
-  await sleep(500);
-  const idle = await idleRss(s);
+  const { s, idle } = await warmedFlood(t, '2');
   const start = performance.now();
   const f = await flood(s, 15_000);
   const lasted = performance.now() - start;

@@ -65,7 +65,7 @@ t.test('unknown chunks, LIST metadata and odd sizes are skipped', async (t) => {
 t.test('files stream through the file source and writer', async (t) => {
   const dir = scratchDir('voxslab-wav-');
   const path = join(dir, 'long.wav');
-  const w = new WavFileWriter(path, { sampleRate: 48000, channels: 2, format: 'pcm24', extensible: true }, 100);
+  const w = new WavFileWriter(path, { sampleRate: 48000, channels: 2, format: 'pcm24', extensible: true }, { bufferFrames: 100 });
   const r = prng(5);
   const all = new Float32Array(2 * 48000);
   for (let i = 0; i < all.length; i += 2000) {
