@@ -21,16 +21,16 @@ import { setTimeout as delay } from 'node:timers/promises';
 import { round } from './util.js';
 import { resolveModel } from '../src/io/checkpoint.js';
 import { MemoryDomain } from '../src/memory/index.js';
-import { SpeechModel } from '../src/pipeline/conversation.js';
-import { DuplexSession } from '../src/pipeline/session.js';
-import { STAGES } from '../src/pipeline/clock.js';
+import { SpeechModel } from '../src/core/conversation.js';
+import { DuplexSession } from '../src/core/session.js';
+import { STAGES } from '../src/core/clock.js';
 import { resampleSignal } from '../src/dsp/resample.js';
 import { EchoPath } from '../src/dsp/echo.js';
 import { load, type Engine } from '../src/api/engine.js';
 import { SileroModel, SileroVad } from '../src/dsp/silero.js';
 import type { FrameDecider } from '../src/dsp/vad.js';
 import { loadSileroWeights, sileroModelPath } from '../src/io/silero.js';
-import type { VadChoice } from '../src/pipeline/voice.js';
+import type { VadChoice } from '../src/dsp/voice.js';
 
 const PERIOD = RATE / 100;
 

@@ -23,9 +23,9 @@ import { Depthformer, depthformerPass, depthformerStateFloats } from '../src/mod
 import { makeCheckpoint } from '../src/io/checkpoint.js';
 import { quantizeCheckpoint } from '../src/io/quantize.js';
 import { checkpointCache, resolveModel } from '../src/io/checkpoint.js';
-import { Conversation, SpeechModel } from '../src/pipeline/conversation.js';
-import { EMIT_DONE } from '../src/pipeline/dialogue.js';
-import { STAGES } from '../src/pipeline/clock.js';
+import { Conversation, SpeechModel } from '../src/core/conversation.js';
+import { EMIT_DONE } from '../src/core/dialogue.js';
+import { STAGES } from '../src/core/clock.js';
 import { AUDIO_SAMPLING, Sampler } from '../src/model/blocks/sampler.js';
 import { gemvScratchFloats, setComputeThreads } from '../src/model/blocks/kernels.js';
 import { fastestSeconds as best, readBandwidth, round } from './util.js';

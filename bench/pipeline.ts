@@ -26,7 +26,7 @@ import { encodeWav, WavReader } from '../src/dsp/wav.js';
 import { openFileSource } from '../src/io/files.js';
 import { production } from './model.js';
 import { resolveModel } from '../src/io/checkpoint.js';
-import { Doorbells, RecordRing, ringBytes } from '../src/pipeline/ring.js';
+import { Doorbells, RecordRing, ringBytes } from '../src/runtime/ring.js';
 import { round } from './util.js';
 
 const FIXTURE = fileURLToPath(new URL('../../test/fixtures/hello.wav', import.meta.url));

@@ -4,9 +4,9 @@ export * from './memory/index.js';
 export { native } from './native.js';
 export type { CpuFeatures, NativeResult, PinResult } from './native.js';
 // Full duplex on one thread: a conversation of the single-thread engine on a duplex device.
-export { SpeechModel } from './pipeline/conversation.js';
-export { DuplexSession } from './pipeline/session.js';
-export type { DuplexDevice, DuplexEvents, DuplexOptions } from './pipeline/session.js';
+export { SpeechModel } from './core/conversation.js';
+export { DuplexSession } from './core/session.js';
+export type { DuplexDevice, DuplexEvents, DuplexOptions } from './core/session.js';
 export { LoopbackDevice } from './io/loopback.js';
 export { findDevice, listDevices, PortAudioDevice } from './io/devices.js';
 export type { AudioDevice } from './io/devices.js';

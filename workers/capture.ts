@@ -1,4 +1,4 @@
 // The capture stage's worker thread (see src/pipeline/stages.ts).
-import { serveStage } from '../src/pipeline/host.js';
+import { serveStage } from '../src/runtime/host.js';
 
 serveStage('capture');

@@ -1,7 +1,7 @@
 // Worker for bench pipeline's wake-latency figure: answers every record on one ring with a
 // record on the other (doorbells, Atomics.wait), or every message with a message (postMessage).
 import { parentPort, workerData } from 'node:worker_threads';
-import { Doorbells, RecordRing, type SharedRing } from '../../src/pipeline/ring.js';
+import { Doorbells, RecordRing, type SharedRing } from '../../src/runtime/ring.js';
 
 const d = workerData as { mode: 'ring' | 'message'; ping: SharedRing; pong: SharedRing; bells: SharedArrayBuffer; rounds: number };
 if (d.mode === 'message') {

@@ -17,8 +17,8 @@
 import { EventEmitter } from 'node:events';
 import { readFileSync } from 'node:fs';
 import v8 from 'node:v8';
-import type { DuplexDevice } from '../pipeline/session.js';
-import type { ReplyStop } from '../pipeline/dialogue.js';
+import type { DuplexDevice } from '../core/session.js';
+import type { ReplyStop } from '../core/dialogue.js';
 import { Duplex } from 'node:stream';
 import { AbortedError, ArgumentError, BadInputError, ClosedError, UnsupportedError, type VoxslabError, type WorkerError } from '../errors.js';
 import { native, WEIGHT_TYPE } from '../native.js';
@@ -30,8 +30,8 @@ import { optionValue } from '../options.js';
 import { resolveModel } from '../io/checkpoint.js';
 import { runPeriods, type ClockedDevice } from '../io/devices.js';
 import type { ModelConfig } from '../model/format/config.js';
-import type { SpeechModelOptions } from '../pipeline/conversation.js';
-import { Pipeline, type PinMap, type PipelineConversation, type StageThreads } from '../pipeline/coordinator.js';
+import type { SpeechModelOptions } from '../core/conversation.js';
+import { Pipeline, type PinMap, type PipelineConversation, type StageThreads } from '../runtime/coordinator.js';
 import {
   BARGE_FIELDS,
   BARGE_FRAMES,
@@ -65,7 +65,7 @@ import {
   TURN_POSITIONS,
   TURN_STOP,
   TURN_TEXT_TOKENS,
-} from '../pipeline/protocol.js';
+} from '../runtime/protocol.js';
 
 export type SampleFormat = 'f32' | 's16';
 

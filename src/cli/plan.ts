@@ -6,7 +6,7 @@ import { limitFromEnvironment } from '../memory/limit.js';
 import { existsSync } from 'node:fs';
 import { join } from 'node:path';
 import type { MemoryManifest } from '../memory/manifest.js';
-import { type PipelinePlan, type PipelinePlanOptions, type PlanSource, planPipeline } from '../pipeline/plan.js';
+import { type PipelinePlan, type PipelinePlanOptions, type PlanSource, planPipeline } from '../runtime/plan.js';
 import { encoderTilingReport } from '../model/plan/plans.js';
 import { parseIntervalsCsv } from '../memory/intervals.js';
 import { plan } from '../memory/planner.js';

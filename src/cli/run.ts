@@ -27,9 +27,9 @@ import { computeThreadsShortfall } from '../model/blocks/kernels.js';
 import { encodeNpyFloat32, encodeNpyInt32 } from '../dsp/npy.js';
 import { WavReader } from '../dsp/wav.js';
 import { flagValue, parseFlag } from '../options.js';
-import { Conversation, SpeechModel, type ReplySink, type ReplySummary } from '../pipeline/conversation.js';
-import { computeCpuMs, STAGES, threadCpuMs } from '../pipeline/clock.js';
-import { Pipeline, type PinMap, type PipelineConversation, type StageThreads } from '../pipeline/coordinator.js';
+import { Conversation, SpeechModel, type ReplySink, type ReplySummary } from '../core/conversation.js';
+import { computeCpuMs, STAGES, threadCpuMs } from '../core/clock.js';
+import { Pipeline, type PinMap, type PipelineConversation, type StageThreads } from '../runtime/coordinator.js';
 import {
   BELL_MAIN,
   readTurnFields,
@@ -42,7 +42,7 @@ import {
   STAGE_NAMES,
   TURN_FIELDS,
   type StageName,
-} from '../pipeline/protocol.js';
+} from '../runtime/protocol.js';
 
 export interface RunRequest {
   model: string;

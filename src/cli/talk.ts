@@ -4,8 +4,8 @@
  * input level on stderr, and what happened at the end. `voxslab devices` lists the devices.
  */
 import { MemoryDomain } from '../memory/index.js';
-import { SpeechModel } from '../pipeline/conversation.js';
-import { DuplexSession, type DuplexDevice, type DuplexOptions } from '../pipeline/session.js';
+import { SpeechModel } from '../core/conversation.js';
+import { DuplexSession, type DuplexDevice, type DuplexOptions } from '../core/session.js';
 import { LoopbackDevice } from '../io/loopback.js';
 import { findDevice, listDevices, PortAudioDevice, runPeriods, type AudioDevice } from '../io/devices.js';
 import { readMonoWav } from '../io/files.js';

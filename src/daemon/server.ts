@@ -29,9 +29,9 @@ import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import { ArgumentError, BadInputError, ClosedError, MemoryLimitError, UsageError, VoxslabError } from '../errors.js';
 import { optionValue } from '../options.js';
 import type { Conversation, Engine, RuntimeMemory, SampleFormat, TurnSummary } from '../api/engine.js';
-import { STAGES } from '../pipeline/clock.js';
+import { STAGES } from '../core/clock.js';
 import { livePage } from './page.js';
-import type { DuplexDevice } from '../pipeline/session.js';
+import type { DuplexDevice } from '../core/session.js';
 import type { ClockedDevice } from '../io/devices.js';
 
 export interface DaemonOptions {

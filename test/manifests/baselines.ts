@@ -5,7 +5,7 @@ import { planDocument } from '../../src/cli/plan.js';
 import { FootprintPolicy, type MemoryManifest } from '../../src/memory/index.js';
 import type { FloatDtype } from '../../src/io/checkpoint.js';
 import { loadConfig } from '../../src/io/config.js';
-import { type PipelinePlanOptions, planPipeline } from '../../src/pipeline/plan.js';
+import { type PipelinePlanOptions, planPipeline } from '../../src/runtime/plan.js';
 
 /** The built-in checkpoints are f32; a real LFM2.5-Audio-1.5B checkpoint stores bf16. */
 export const BASELINES: Record<string, { config: string; dtype: FloatDtype; options: PipelinePlanOptions }> = {

@@ -1,7 +1,7 @@
 import t from 'tap';
 import { CountingAllocator, MemoryDomain } from '../../src/memory/index.js';
 import { sizedArenas } from '../../src/memory/sizing.js';
-import { installConstructorTrap } from '../../src/pipeline/trap.js';
+import { installConstructorTrap } from '../../src/runtime/trap.js';
 
 t.test('the sizing dry run allocates no slab: only the real arenas reach an allocator, inside the cap', async (t) => {
   const allocator = new CountingAllocator();

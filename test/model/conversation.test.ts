@@ -5,7 +5,7 @@ import { MemoryDomain } from '../../src/memory/index.js';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { quantizeCheckpoint } from '../../src/io/quantize.js';
 import { computeThreads } from '../../src/model/blocks/kernels.js';
-import { Conversation, SpeechModel, type SpeechModelOptions } from '../../src/pipeline/conversation.js';
+import { Conversation, SpeechModel, type SpeechModelOptions } from '../../src/core/conversation.js';
 import { END_OF_AUDIO } from '../../src/model/blocks/depthformer.js';
 import { TOKENS } from '../../src/model/format/tokenizer.js';
 import { memorySource } from '../../src/dsp/wav.js';

@@ -1,7 +1,7 @@
 import t from 'tap';
 import { BUILTIN_NAMES } from '../../src/model/format/config.js';
 import { DEFAULT_ENCODER_TILES, encoderFrames, melRows, planEncoder, segmentSamples } from '../../src/model/plan/plans.js';
-import { type PipelinePlanOptions, planPipeline } from '../../src/pipeline/plan.js';
+import { type PipelinePlanOptions, planPipeline } from '../../src/runtime/plan.js';
 import { PassBuilder, checkNoOverlap, plan } from '../../src/memory/index.js';
 import { loadConfig } from '../../src/io/config.js';
 

@@ -7,7 +7,7 @@ import { encodeWav, memorySource, readWavInfo, readWavMono, type SampleFormat } 
 import { readSafetensorsHeader } from '../../src/model/format/safetensors.js';
 import { BUILTIN_CONFIGS, resolveConfig } from '../../src/model/format/config.js';
 import { checkNoOverlap, plan } from '../../src/memory/planner.js';
-import { Doorbells, RecordRing, ringBytes } from '../../src/pipeline/ring.js';
+import { Doorbells, RecordRing, ringBytes } from '../../src/runtime/ring.js';
 
 const RUNS = 400;
 const FORMATS: SampleFormat[] = ['pcm8', 'pcm16', 'pcm24', 'pcm32', 'float32', 'float64'];

@@ -17,12 +17,14 @@ const LAYERS: [string, number][] = [
   ['src/dsp/', 3],
   ['src/model/', 4],
   ['src/io/', 5],
-  ['src/pipeline/', 6],
-  ['src/api/', 7],
-  ['src/daemon/', 7],
-  ['src/cli/', 8],
-  ['src/index.ts', 8],
-  ['workers/', 9],
+  ['src/duplex/', 6],
+  ['src/core/', 7],
+  ['src/runtime/', 8],
+  ['src/api/', 9],
+  ['src/daemon/', 9],
+  ['src/cli/', 10],
+  ['src/index.ts', 10],
+  ['workers/', 11],
 ];
 
 function layerOf(file: string): number {
@@ -56,7 +58,7 @@ const graph = new Map(files.map((f) => [f, importsOf(f)]));
 
 t.test('the parser sees imports (a negative control: a known edge is found)', async (t) => {
   t.ok(graph.get('src/memory/domain.ts')?.includes('src/memory/ledger.ts'));
-  t.ok(graph.get('src/pipeline/stages.ts')?.includes('src/memory/arena.ts'), 'type-only imports count');
+  t.ok(graph.get('src/runtime/stages.ts')?.includes('src/memory/arena.ts'), 'type-only imports count');
   t.ok(files.length > 50);
 });
 
@@ -109,11 +111,11 @@ t.test('no import cycle', async (t) => {
   t.same(cycles, [], 'no cycle');
 });
 
-t.test('memory knows nothing of audio; model and dsp know nothing of workers', async (t) => {
+t.test('memory knows nothing of audio; model, dsp, duplex and core open no file and start no thread', async (t) => {
   for (const f of files.filter((f) => f.startsWith('src/memory/'))) {
     t.notMatch(readFileSync(join(root, f), 'utf8'), /'(workspace\.|capture|playback)/, `${f} names no audio category`);
   }
-  for (const f of files.filter((f) => /^src\/(model|dsp|memory)\//.test(f))) {
+  for (const f of files.filter((f) => /^src\/(model|dsp|memory|duplex|core)\//.test(f))) {
     t.notMatch(readFileSync(join(root, f), 'utf8'), /new Worker\b|import { Worker|node:fs'/, `${f} opens no file and starts no thread`);
   }
 });

@@ -40,9 +40,9 @@ import {
   PAIR_HEADS_TEXT,
   type Prompts,
   type StepSlot,
-} from './dialogue.js';
-import { plannerFor } from './conversation.js';
-import { carveClocks, STAGES, Stopwatch, type StageClocks } from './clock.js';
+} from '../core/dialogue.js';
+import { plannerFor } from '../core/conversation.js';
+import { carveClocks, STAGES, Stopwatch, type StageClocks } from '../core/clock.js';
 import type { Planner } from '../memory/planner.js';
 import { DEFAULT_ENCODER_TILES, melRows, segmentSamples } from '../model/plan/plans.js';
 import { setComputeThreads } from '../model/blocks/kernels.js';
@@ -99,13 +99,14 @@ import {
 import { TicketPool } from './tickets.js';
 import { APM_HEAP_BOUND, EchoCanceller, type ApmEngine } from '../dsp/aec.js';
 import type { FrameDecider } from '../dsp/vad.js';
-import { makeVoice, maxDecisions, prepareVoice } from './voice.js';
+import { prepareVoice } from '../io/silero.js';
+import { makeVoice, maxDecisions } from '../dsp/voice.js';
 import { Endpointer, framesOf, VAD_SPEECH_DROP, VAD_SPEECH_END, VAD_SPEECH_MAYBE, VAD_SPEECH_NOT, VAD_SPEECH_START } from '../dsp/vad.js';
 import { native, type ApmHandle } from '../native.js';
 
 /** Stands in for the VAD engine in a sizing run (nothing calls it). */
 const SIZING_ENGINE: ApmEngine = { handle: null as unknown as ApmHandle, heapBytes: 0 };
-import './categories.js';
+import '../core/categories.js';
 
 /** Most device-rate samples in one input record. */
 const INPUT_CHUNK_MAX = 4096;

@@ -3,8 +3,8 @@
 import { parentPort, workerData } from 'node:worker_threads';
 import { loadCheckpoint } from '../../../src/io/checkpoint.js';
 import { MemoryDomain } from '../../../src/memory/index.js';
-import { resolveSpeechOptions, speechSetup } from '../../../src/pipeline/conversation.js';
-import { Doorbells, RecordRing, ringBytes, type SharedRing } from '../../../src/pipeline/ring.js';
+import { resolveSpeechOptions, speechSetup } from '../../../src/core/conversation.js';
+import { Doorbells, RecordRing, ringBytes, type SharedRing } from '../../../src/runtime/ring.js';
 import {
   REC_CODES,
   REC_DISCARD,
@@ -22,8 +22,8 @@ import {
   type StageInit,
   type StageName,
   DUPLEX_WORDS,
-} from '../../../src/pipeline/protocol.js';
-import { createStage, ringCapacities } from '../../../src/pipeline/stages.js';
+} from '../../../src/runtime/protocol.js';
+import { createStage, ringCapacities } from '../../../src/runtime/stages.js';
 import { allocationProbe, prng } from '../../helpers.js';
 import { loadTokenizer } from '../../../src/io/config.js';
 

@@ -26,7 +26,7 @@ import { loadCheckpoint } from '../io/checkpoint.js';
 import type { ModelConfig } from '../model/format/config.js';
 import type { LoadReport, WeightsImage } from '../model/format/image.js';
 import type { TextTokenizer } from '../model/format/tokenizer.js';
-import { resolveSpeechOptions, speechSetup, type SpeechModelOptions, type SpeechSetup } from './conversation.js';
+import { resolveSpeechOptions, speechSetup, type SpeechModelOptions, type SpeechSetup } from '../core/conversation.js';
 import { native } from '../native.js';
 import { nodeEndpoint } from './endpoint.js';
 import { STAGE_RESOURCE_LIMITS, withWorkerOptions } from '../threads.js';

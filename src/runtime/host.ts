@@ -33,7 +33,7 @@ import {
   type StageReady,
   type StageStats,
 } from './protocol.js';
-import { computeCpuMs, threadCpuMs } from './clock.js';
+import { computeCpuMs, threadCpuMs } from '../core/clock.js';
 import { Doorbells } from './ring.js';
 import { createStage, type Stage } from './stages.js';
 import { installConstructorTrap, type ConstructorTrap } from './trap.js';

@@ -2,7 +2,7 @@ import t from 'tap';
 import { AllocationError, MemoryLimitError } from '../../src/errors.js';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { MemoryDomain } from '../../src/memory/index.js';
-import { SpeechModel } from '../../src/pipeline/conversation.js';
+import { SpeechModel } from '../../src/core/conversation.js';
 import { scratchDir } from '../helpers.js';
 
 // Fault injection at every allocation site of model load and conversation open: each site in
@@ -131,8 +131,8 @@ t.test('every allocation site of model load, then of conversation open, fails in
 });
 
 t.test('pipeline start and conversation open: each stage worker fails each of its allocations in turn, and nothing stays held', async (t) => {
-  const { Pipeline } = await import('../../src/pipeline/coordinator.js');
-  const { STAGE_NAMES } = await import('../../src/pipeline/protocol.js');
+  const { Pipeline } = await import('../../src/runtime/coordinator.js');
+  const { STAGE_NAMES } = await import('../../src/runtime/protocol.js');
   const open = { seed: 1, inputRate: 16000 };
   const d = MemoryDomain.create({ limit: '2GiB' });
   const empty = state(d);

@@ -2,7 +2,7 @@
 // random sizes whose payload is derived from the record's sequence number; the consumer checks
 // every record against the same generator (sequence, kind, length, every word).
 import { workerData, parentPort } from 'node:worker_threads';
-import { Doorbells, RecordRing, type SharedRing } from '../../../src/pipeline/ring.js';
+import { Doorbells, RecordRing, type SharedRing } from '../../../src/runtime/ring.js';
 import { prng } from '../../helpers.js';
 
 export interface RingPeerData {

@@ -16,7 +16,7 @@ import { loadConfig, loadTokenizer } from '../io/config.js';
 import type { ModelConfig } from '../model/format/config.js';
 import { buildWeightsImage, type WeightsImage } from '../model/format/image.js';
 import { syntheticTokenizer, TextTokenizer } from '../model/format/tokenizer.js';
-import { resolveSpeechOptions, speechSetup, type SpeechModelOptions } from './conversation.js';
+import { resolveSpeechOptions, speechSetup, type SpeechModelOptions } from '../core/conversation.js';
 import { borrowModel, carveControl, carveRings, stageSettings } from './coordinator.js';
 import { STAGE_NAMES, type StageInit } from './protocol.js';
 import { Doorbells } from './ring.js';

@@ -1,5 +1,5 @@
 import t from 'tap';
-import { Doorbells, RecordRing, RING_HEADER_BYTES, ringBytes, kMaxUsed } from '../../src/pipeline/ring.js';
+import { Doorbells, RecordRing, RING_HEADER_BYTES, ringBytes, kMaxUsed } from '../../src/runtime/ring.js';
 import { native } from '../../src/native.js';
 import { runWorker } from '../helpers.js';
 import type { RingPeerData, RingPeerResult } from './workers/ring-peer.js';

@@ -8,8 +8,8 @@ import { openFileSource } from '../../src/io/files.js';
 import { WavReader } from '../../src/dsp/wav.js';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { runCommand } from '../../src/cli/run.js';
-import { defaultPinMap } from '../../src/pipeline/coordinator.js';
-import { installConstructorTrap } from '../../src/pipeline/trap.js';
+import { defaultPinMap } from '../../src/runtime/coordinator.js';
+import { installConstructorTrap } from '../../src/runtime/trap.js';
 import { native } from '../../src/native.js';
 import { scratchDir } from '../helpers.js';
 

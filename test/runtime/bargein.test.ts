@@ -2,9 +2,9 @@ import t from 'tap';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { sizedArenas } from '../../src/memory/sizing.js';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
-import { SpeechModel } from '../../src/pipeline/conversation.js';
-import { carveClocks } from '../../src/pipeline/clock.js';
-import { Dialogue, EMIT_DONE, EMIT_TEXT } from '../../src/pipeline/dialogue.js';
+import { SpeechModel } from '../../src/core/conversation.js';
+import { carveClocks } from '../../src/core/clock.js';
+import { Dialogue, EMIT_DONE, EMIT_TEXT } from '../../src/core/dialogue.js';
 import { prng, scratchDir } from '../helpers.js';
 
 const dir = scratchDir('voxslab-barge-');

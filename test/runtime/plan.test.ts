@@ -9,8 +9,8 @@ import { loadConfig } from '../../src/io/config.js';
 import { encodeWav } from '../../src/dsp/wav.js';
 import { runCommand } from '../../src/cli/run.js';
 import { MemoryDomain } from '../../src/memory/index.js';
-import { planPipeline, type PipelinePlanOptions } from '../../src/pipeline/plan.js';
-import { ringCapacities } from '../../src/pipeline/stages.js';
+import { planPipeline, type PipelinePlanOptions } from '../../src/runtime/plan.js';
+import { ringCapacities } from '../../src/runtime/stages.js';
 import { scratchDir } from '../helpers.js';
 
 const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));

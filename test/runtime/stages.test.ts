@@ -4,7 +4,7 @@
 import t from 'tap';
 import { apmAvailable } from '../../src/dsp/aec.js';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
-import { STAGE_NAMES } from '../../src/pipeline/protocol.js';
+import { STAGE_NAMES } from '../../src/runtime/protocol.js';
 import { runWorker, scratchDir } from '../helpers.js';
 
 const dir = scratchDir('voxslab-stages-');

@@ -1,8 +1,8 @@
 import t from 'tap';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
-import { SpeechModel, type Conversation } from '../../src/pipeline/conversation.js';
-import { DuplexSession } from '../../src/pipeline/session.js';
+import { SpeechModel, type Conversation } from '../../src/core/conversation.js';
+import { DuplexSession } from '../../src/core/session.js';
 import { LoopbackDevice } from '../../src/io/loopback.js';
 import { resampleSignal } from '../../src/dsp/resample.js';
 import { apmAvailable } from '../../src/dsp/aec.js';

@@ -3,8 +3,8 @@
 // the listening path shows up as allocation.
 import { MemoryDomain } from '../../../src/memory/index.js';
 import { makeCheckpoint } from '../../../src/io/checkpoint.js';
-import { SpeechModel } from '../../../src/pipeline/conversation.js';
-import { DuplexSession } from '../../../src/pipeline/session.js';
+import { SpeechModel } from '../../../src/core/conversation.js';
+import { DuplexSession } from '../../../src/core/session.js';
 import { LoopbackDevice } from '../../../src/io/loopback.js';
 import { allocationProbe, scratchDir } from '../../helpers.js';
 

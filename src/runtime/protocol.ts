@@ -7,11 +7,11 @@
 import type { SharedMemoryDomain } from '../memory/domain.js';
 import type { SharedWeightsImage } from '../model/format/image.js';
 import type { ModelConfig } from '../model/format/config.js';
-import type { ResolvedSpeechOptions } from './conversation.js';
+import type { ResolvedSpeechOptions } from '../core/conversation.js';
 import type { SharedRing } from './ring.js';
-import type { ReplyStop } from './dialogue.js';
+import type { ReplyStop } from '../core/dialogue.js';
 import type { SlabRecord } from '../memory/slab.js';
-import './categories.js';
+import '../core/categories.js';
 
 export const STAGE_NAMES = ['capture', 'frontend', 'conformer', 'depthformer', 'playback'] as const;
 export type StageName = (typeof STAGE_NAMES)[number];

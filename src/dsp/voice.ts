@@ -4,11 +4,10 @@
  * one decision per 10 ms frame; Silero's trail the audio by up to a 32 ms window, so a caller
  * that needs a frame's audio with its decision keeps `maxDecisions` frames of it.
  */
-import { APM_FRAME, APM_HEAP_BOUND, VoiceDetector, type ApmEngine, type VadLikelihood } from '../dsp/aec.js';
-import { SileroModel, SileroVad } from '../dsp/silero.js';
-import type { FrameDecider } from '../dsp/vad.js';
-import type { Workspace } from '../dsp/workspace.js';
-import { loadSileroWeights } from '../io/silero.js';
+import { APM_FRAME, VoiceDetector, type ApmEngine, type VadLikelihood } from './aec.js';
+import { SileroModel, SileroVad } from './silero.js';
+import type { FrameDecider } from './vad.js';
+import type { Workspace } from './workspace.js';
 
 export type VadChoice = 'silero' | VadLikelihood;
 
@@ -16,13 +15,6 @@ export type VadChoice = 'silero' | VadLikelihood;
 export type VoicePrep =
   | { kind: 'silero'; weights: Map<string, Float32Array> }
   | { kind: 'webrtc'; likelihood: VadLikelihood; bound: number; engine: () => ApmEngine };
-
-/** Reads what `choice` needs (Silero's model file; nothing for WebRTC until its engine is made). */
-export function prepareVoice(choice: string): VoicePrep {
-  if (choice === 'silero') return { kind: 'silero', weights: loadSileroWeights() };
-  const likelihood = choice as VadLikelihood;
-  return { kind: 'webrtc', likelihood, bound: APM_HEAP_BOUND.voice, engine: () => VoiceDetector.engine(likelihood) };
-}
 
 /** The detector, its buffers (and Silero's weights) carved from `ws`; `engine` is the held WebRTC engine. */
 export function makeVoice(prep: VoicePrep, ws: Workspace, engine: ApmEngine | null): FrameDecider {
