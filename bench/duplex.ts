@@ -23,7 +23,7 @@ import { resolveModel } from '../src/io/checkpoint.js';
 import { MemoryDomain } from '../src/memory/index.js';
 import { SpeechModel } from '../src/core/conversation.js';
 import { DuplexSession } from '../src/core/session.js';
-import { STAGES } from '../src/core/clock.js';
+import { CLOCKS } from '../src/core/clock.js';
 import { resampleSignal } from '../src/dsp/resample.js';
 import { EchoPath } from '../src/dsp/echo.js';
 import { load, type Engine } from '../src/api/engine.js';
@@ -429,7 +429,7 @@ function replyLoop(quick: boolean, vad: string): DuplexBenchResult['reply'] {
   session.close();
   const seconds = user.length / rate;
   const cpu: Record<string, number> = {};
-  STAGES.forEach((name, i) => {
+  CLOCKS.forEach((name, i) => {
     const ms = conv.stageMs[i] as number;
     if (ms > 0) cpu[name] = round((100 * ms) / 1000 / seconds, 2);
   });

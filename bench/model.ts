@@ -25,7 +25,7 @@ import { quantizeCheckpoint } from '../src/io/quantize.js';
 import { checkpointCache, resolveModel } from '../src/io/checkpoint.js';
 import { Conversation, SpeechModel } from '../src/core/conversation.js';
 import { EMIT_DONE } from '../src/core/dialogue.js';
-import { STAGES } from '../src/core/clock.js';
+import { CLOCKS } from '../src/core/clock.js';
 import { AUDIO_SAMPLING, Sampler } from '../src/model/blocks/sampler.js';
 import { gemvScratchFloats, setComputeThreads } from '../src/model/blocks/kernels.js';
 import { fastestSeconds as best, readBandwidth, round } from './util.js';
@@ -408,7 +408,7 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
   const stageOne = stepMs + depthMs + textShare * (stepMs + headMs);
   const stagePair = pairMs + depthPairMs + textShare * (pairMs + headPairMs);
   const stagePairOwn = pairMs + 2 * depthMs + textShare * (pairMs + 2 * headMs);
-  const prefillMs = conv.stageMs[STAGES.indexOf('prefill')] as number;
+  const prefillMs = conv.stageMs[CLOCKS.indexOf('prefill')] as number;
   const replyMsPerFrame = r.audioFrames > 0 ? (replyMs - prefillMs) / r.audioFrames : 0;
   const weightBytes = model.report.weightBytes;
   const row: UnboundRow = {
@@ -479,7 +479,7 @@ function firstReply(model: SpeechModel, runs: number): { ms: number; encoderMs: 
     conv.startReply();
     while (at === 0 && conv.replyStep(sink) !== EMIT_DONE);
     const ms = at === 0 ? Number.POSITIVE_INFINITY : at - t0;
-    if (ms < best.ms) best = { ms, encoderMs: conv.stageMs[STAGES.indexOf('encoder')] as number, prefillMs: conv.stageMs[STAGES.indexOf('prefill')] as number };
+    if (ms < best.ms) best = { ms, encoderMs: conv.stageMs[CLOCKS.indexOf('encoder')] as number, prefillMs: conv.stageMs[CLOCKS.indexOf('prefill')] as number };
   }
   return best;
 }

@@ -39,7 +39,6 @@ import {
   BARGE_POSITIONS,
   BARGE_REPLY,
   BARGE_TEXT_TOKENS,
-  BELL,
   BELL_MAIN,
   kHeard,
   kHeardReply,
@@ -734,7 +733,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     this.#verdictsDue += onsets - this.#onsetsSeen;
     this.#onsetsSeen = onsets;
     Atomics.store(w, kOnsetsSeen, onsets);
-    this.engine.pipeline.bells.ring(BELL.depthformer);
+    this.engine.pipeline.bells.ring(this.engine.pipeline.topology.bell('depthformer'));
     return true;
   }
 
@@ -897,7 +896,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     const pc = this.#pc;
     if (!pc.vad) return;
     Atomics.store(pc.duplex, kPlayed, this.#delivered);
-    this.engine.pipeline.bells.ring(BELL.depthformer);
+    this.engine.pipeline.bells.ring(this.engine.pipeline.topology.bell('depthformer'));
   }
 
   /** The reply's end came out of the output ring: the turn is over, the next reply's count starts. */
@@ -910,7 +909,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     if (!pc.vad) return;
     Atomics.store(pc.duplex, kPlayed, 0);
     Atomics.store(pc.duplex, kPlayedReply, this.#replied);
-    this.engine.pipeline.bells.ring(BELL.depthformer);
+    this.engine.pipeline.bells.ring(this.engine.pipeline.topology.bell('depthformer'));
   }
 
   /**

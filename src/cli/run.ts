@@ -28,7 +28,8 @@ import { encodeNpyFloat32, encodeNpyInt32 } from '../dsp/npy.js';
 import { WavReader } from '../dsp/wav.js';
 import { flagValue, parseFlag } from '../options.js';
 import { Conversation, SpeechModel, type ReplySink, type ReplySummary } from '../core/conversation.js';
-import { computeCpuMs, STAGES, threadCpuMs } from '../core/clock.js';
+import { computeCpuMs, CLOCKS, threadCpuMs } from '../core/clock.js';
+import { PIPELINE } from '../runtime/stages/index.js';
 import { Pipeline, type PinMap, type PipelineConversation, type StageThreads } from '../runtime/coordinator.js';
 import {
   BELL_MAIN,
@@ -39,7 +40,6 @@ import {
   REC_PCM,
   REC_TEXT,
   REC_TURN_END,
-  STAGE_NAMES,
   TURN_FIELDS,
   type StageName,
 } from '../runtime/protocol.js';
@@ -86,8 +86,8 @@ function parseStageMap<T>(text: string, flag: string, form: string, value: RegEx
   const part = new RegExp(`^([a-z]+)=(${value.source})$`);
   for (const p of text.split(',')) {
     const m = part.exec(p);
-    if (m === null || !(STAGE_NAMES as readonly string[]).includes(m[1]!)) {
-      throw new UsageError(`--${flag} takes ${form} with stages ${STAGE_NAMES.join(', ')}; got '${p}'`);
+    if (m === null || !PIPELINE.names.includes(m[1]!)) {
+      throw new UsageError(`--${flag} takes ${form} with stages ${PIPELINE.names.join(', ')}; got '${p}'`);
     }
     map[m[1] as StageName] = read(m[2]!);
   }
@@ -363,7 +363,7 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
         dumps.push(dump);
       }
       const timings: Record<string, { ms: number; count: number }> = {};
-      STAGES.forEach((s, k) => {
+      CLOCKS.forEach((s, k) => {
         timings[s] = { ms: ms(conv.stageMs[k] as number), count: conv.stageCount[k] as number };
       });
       const audioSeconds = summary.samples / rate;
@@ -638,7 +638,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
       const s = f.summary;
       const text = pipeline.tokenizer.decode(f.tokens);
       const timings: Record<string, { ms: number; count: number }> = {};
-      for (const name of STAGES) timings[name] = { ms: 0, count: 0 };
+      for (const name of CLOCKS) timings[name] = { ms: 0, count: 0 };
       for (const st of stats) {
         for (const [name, t] of Object.entries(st.clocks[i] ?? {})) {
           const acc = timings[name]!;

@@ -5,20 +5,27 @@
 import type { Arena } from '../memory/arena.js';
 import { native } from '../native.js';
 
-/** Stages whose wall time a conversation accumulates (clock slot = index). */
-export const STAGES = ['frontend', 'encoder', 'prefill', 'textStep', 'audioStep', 'depthformer', 'detokenizer'] as const;
-export type Stage = (typeof STAGES)[number];
+/** The clocks a conversation accumulates: wall time and calls of each part of the work (slot = index). */
+export const CLOCKS = ['frontend', 'encoder', 'prefill', 'textStep', 'audioStep', 'depthformer', 'detokenizer'] as const;
+export type ClockName = (typeof CLOCKS)[number];
+export const CLOCK_FRONTEND = 0;
+export const CLOCK_ENCODER = 1;
+export const CLOCK_PREFILL = 2;
+export const CLOCK_TEXT = 3;
+export const CLOCK_AUDIO = 4;
+export const CLOCK_DEPTHFORMER = 5;
+export const CLOCK_DETOKENIZER = 6;
 
 export interface StageClocks {
-  ms: Float64Array; // [STAGES]
-  count: Float64Array; // [STAGES]
+  ms: Float64Array; // [CLOCKS]
+  count: Float64Array; // [CLOCKS]
 }
 
 /** Carves one set of clocks in `arena` (charged as metadata). */
 export function carveClocks(arena: Arena, prefix: string): StageClocks {
   return {
-    ms: arena.carve(`${prefix}clock.ms`, 'metadata', Float64Array, STAGES.length),
-    count: arena.carve(`${prefix}clock.count`, 'metadata', Float64Array, STAGES.length),
+    ms: arena.carve(`${prefix}clock.ms`, 'metadata', Float64Array, CLOCKS.length),
+    count: arena.carve(`${prefix}clock.count`, 'metadata', Float64Array, CLOCKS.length),
   };
 }
 

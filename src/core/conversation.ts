@@ -38,7 +38,7 @@ import { AUDIO_SAMPLING, TEXT_SAMPLING, type SamplingOptions } from '../model/bl
 import { type TextTokenizer, TOKENS } from '../model/format/tokenizer.js';
 export type { Prompts } from './dialogue.js';
 import { setComputeThreads } from '../model/blocks/kernels.js';
-import { carveClocks, Stopwatch, type StageClocks } from './clock.js';
+import { CLOCK_DETOKENIZER, CLOCK_ENCODER, CLOCK_FRONTEND, carveClocks, Stopwatch, type StageClocks } from './clock.js';
 import { buildStepSlot, Dialogue, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_TEXT, type Prompts, type StepSlot } from './dialogue.js';
 import { DEFAULT_ENCODER_TILES, melRows, replyFrames, segmentSamples } from '../model/plan/plans.js';
 import { loadTokenizer } from '../io/config.js';
@@ -286,9 +286,9 @@ export class Conversation {
   readonly dialogue: Dialogue;
   readonly detokenizer: DetokenizerState;
   readonly arena: Arena;
-  /** Wall milliseconds per stage (STAGES order) and the count of each. */
-  readonly stageMs: Float64Array; // [STAGES]
-  readonly stageCount: Float64Array; // [STAGES]
+  /** Wall milliseconds per stage (CLOCKS order) and the count of each. */
+  readonly stageMs: Float64Array; // [CLOCKS]
+  readonly stageCount: Float64Array; // [CLOCKS]
   readonly #mel: MelFrontend;
   readonly #rows: Float32Array; // the user segment's raw mel rows
   readonly #resampler: Resampler; // input rate → 16 kHz
@@ -426,7 +426,7 @@ export class Conversation {
     const m = this.#resampler.push(input, this.#resampled, 0, n);
     this.#mel.push(this.#resampled, this.#rows, m);
     this.#segmentSamples += n;
-    this.#toc(0);
+    this.#toc(CLOCK_FRONTEND);
     return n;
   }
 
@@ -443,12 +443,12 @@ export class Conversation {
     this.#mel.push(this.#resampled, this.#rows, tail);
     this.#mel.finish(this.#rows);
     const T = this.#mel.rows;
-    this.#toc(0);
+    this.#toc(CLOCK_FRONTEND);
     taps.mel?.(this.#rows, T);
     this.#tic();
     const adapter = slot.encoder.encode(this.#rows, T);
     const frames = slot.encoder.frames(T);
-    this.#toc(1);
+    this.#toc(CLOCK_ENCODER);
     taps.encoded?.(slot.encoder.encoderOutput, adapter, frames);
     this.dialogue.beginUser(slot);
     this.dialogue.pushRows(slot, adapter, 0, frames);
@@ -511,7 +511,7 @@ export class Conversation {
     this.#detokOpen = true;
     const det = slot.detokenizer;
     const n = det.frame(this.detokenizer, d.codes, this.#pcm, 0);
-    this.#toc(6);
+    this.#toc(CLOCK_DETOKENIZER);
     if (sink.bins !== undefined) sink.bins(det.bins);
     sink.pcm?.(this.#pcm, n);
     this.#samples += n;
@@ -540,7 +540,7 @@ export class Conversation {
   #finishAudio(sink: ReplySink): number {
     this.#tic();
     const n = this.model.slot.detokenizer.finish(this.detokenizer, this.#pcm, 0);
-    this.#toc(6);
+    this.#toc(CLOCK_DETOKENIZER);
     sink.pcm?.(this.#pcm, n);
     return n;
   }

@@ -47,7 +47,7 @@ import { Sampler, type SamplingOptions } from '../model/blocks/sampler.js';
 import { TOKENS } from '../model/format/tokenizer.js';
 import { gemvScratchFloats } from '../model/blocks/kernels.js';
 import './categories.js';
-import { Stopwatch, type StageClocks } from './clock.js';
+import { CLOCK_AUDIO, CLOCK_DEPTHFORMER, CLOCK_PREFILL, CLOCK_TEXT, Stopwatch, type StageClocks } from './clock.js';
 
 /** How a reply ended: `<|im_end|>`, the reply length, or the listener's barge-in. */
 export type ReplyStop = 'end-of-turn' | 'length' | 'interrupted';
@@ -74,12 +74,6 @@ export const EMIT_TEXT = 1; // `token`
 export const EMIT_FRAME = 2; // `codes`
 export const EMIT_END_OF_AUDIO = 3; // `codes`, all 2048
 export const EMIT_DONE = 4; // the turn is over: see `stop`
-
-/** Clock slots a dialogue adds to (indices into the owner's stage clocks). */
-export const CLOCK_PREFILL = 2;
-export const CLOCK_TEXT = 3;
-export const CLOCK_AUDIO = 4;
-export const CLOCK_DEPTHFORMER = 5;
 
 /**
  * One pass slot's backbone-side scratch: the staged rows, the hidden plane, the logits. A slot

@@ -29,7 +29,7 @@ import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import { ArgumentError, BadInputError, ClosedError, MemoryLimitError, UsageError, VoxslabError } from '../errors.js';
 import { optionValue } from '../options.js';
 import type { Conversation, Engine, RuntimeMemory, SampleFormat, TurnSummary } from '../api/engine.js';
-import { STAGES } from '../core/clock.js';
+import { CLOCKS } from '../core/clock.js';
 import { livePage } from './page.js';
 import type { DuplexDevice } from '../core/session.js';
 import type { ClockedDevice } from '../io/devices.js';
@@ -349,7 +349,7 @@ export class Daemon {
       labelNames: ['clock'],
       registers: r,
       async collect() {
-        const sum = new Map<string, number>(STAGES.map((n) => [n, 0]));
+        const sum = new Map<string, number>(CLOCKS.map((n) => [n, 0]));
         for (const s of await d.engine.pipeline.stats())
           for (const c of s.clocks) for (const [n, v] of Object.entries(c)) sum.set(n, (sum.get(n) ?? 0) + v.ms / 1000);
         for (const [n, v] of sum) this.set({ clock: n }, v);

@@ -31,24 +31,9 @@ import { native } from '../native.js';
 import { nodeEndpoint } from './endpoint.js';
 import { STAGE_RESOURCE_LIMITS, withWorkerOptions } from '../threads.js';
 import { captureMirrored, Doorbells, RecordRing, RING_HEADER_BYTES, ringBytes, type SharedRing } from './ring.js';
-import {
-  CONTROL_WORDS,
-  DUPLEX_WORDS,
-  kAttention,
-  kIdle,
-  kStop,
-  BELL,
-  BELL_MAIN,
-  RING_ENDS,
-  RING_NAMES,
-  STAGE_NAMES,
-  type RingName,
-  type StageApi,
-  type StageName,
-  type StageReady,
-  type StageStats,
-} from './protocol.js';
-import { inputChunk, ringCapacities } from './stages.js';
+import { BELL_MAIN, DUPLEX_WORDS, type ControlLayout, type StageApi, type StageName, type StageReady, type StageStats } from './protocol.js';
+import { inputChunk, PIPELINE } from './stages/index.js';
+import type { StageSpec, Topology } from './topology.js';
 import { loadTokenizer } from '../io/config.js';
 
 export type PinMap = Partial<Record<StageName, number[]>>;
@@ -66,6 +51,8 @@ export interface PipelineOptions extends SpeechModelOptions {
   callTimeoutMs?: number;
   /** Test mode: workers count typed-array and buffer constructions after readiness. */
   trapAllocations?: boolean;
+  /** The stages (default: the five of stages/index.ts); a test adds its own. */
+  topology?: Topology;
   /** Test hook: a stage's worker exits after handling this many records. */
   exitAfterRecords?: Partial<Record<StageName, number>>;
   /** Test hook (fault injection): a stage worker's allocator fails its n-th slab. */
@@ -78,37 +65,27 @@ export interface PipelineOptions extends SpeechModelOptions {
   turnEndPauseMs?: number;
 }
 
-/** The stages with native compute helpers (pass stages). */
-const COMPUTE_STAGES: readonly StageName[] = ['conformer', 'depthformer', 'playback'];
-
 /**
- * The default placement: the Depthformer stage (the busiest: a backbone step and a Depthformer
- * frame per 80 ms) gets a CPU of its own, then playback (detokenizer), then the Conformer;
- * capture and frontend share the first CPU. A stage with more compute threads than CPUs there
- * (its helpers inherit its pin set) may run on every allowed CPU instead: helpers sharing their
- * stage's one CPU only wait for each other.
+ * The default placement (Topology.pinMap): the Depthformer stage (the busiest) gets a CPU of its
+ * own, then playback, then the Conformer; capture and frontend share the first CPU.
  */
-export function defaultPinMap(cpus: readonly number[], threads: StageThreads = {}): PinMap {
-  const n = cpus.length;
-  if (n === 0) return {};
-  const at = (i: number): number[] => [cpus[Math.max(0, Math.min(n - 1, i))]!];
-  const map: PinMap =
-    n >= 5
-      ? { capture: at(0), frontend: at(1), conformer: at(2), depthformer: at(3), playback: at(4) }
-      : { capture: at(0), frontend: at(0), conformer: at(n - 3), playback: at(n - 2), depthformer: at(n - 1) };
-  for (const stage of COMPUTE_STAGES) if ((threads[stage] ?? 1) > 1) map[stage] = [...cpus];
-  return map;
+export function defaultPinMap(cpus: readonly number[], threads: StageThreads = {}, topology: Topology = PIPELINE): PinMap {
+  return topology.pinMap(cpus, threads as Record<string, number>);
 }
 
 /** The control block (doorbells, attention words, stop flag): owner `model`, category `metadata`. */
-export function carveControl(domain: MemoryDomain): { arena: Arena; control: Int32Array } {
-  const arena = domain.createArena(domain.owner('model', 0), 'pipeline control', { bytes: domain.policy.arenaBytes([4 * CONTROL_WORDS]) });
-  return { arena, control: arena.carve('control', 'metadata', Int32Array, CONTROL_WORDS) };
+export function carveControl(domain: MemoryDomain, layout: ControlLayout = PIPELINE.layout): { arena: Arena; control: Int32Array } {
+  const arena = domain.createArena(domain.owner('model', 0), 'pipeline control', { bytes: domain.policy.arenaBytes([4 * layout.words]) });
+  return { arena, control: arena.carve('control', 'metadata', Int32Array, layout.words) };
 }
 
 /** Bytes of one conversation's ring arena (its barge-in words too). */
-function ringArenaBytes(policy: FootprintPolicy, capacities: Readonly<Record<RingName, number>>, mirrored: boolean): number {
-  return policy.arenaBytes([...RING_NAMES.map((n) => (mirrored && n === 'input' ? RING_HEADER_BYTES : ringBytes(capacities[n]))), 4 * DUPLEX_WORDS]);
+function ringArenaBytes(policy: FootprintPolicy, topology: Topology, capacities: Readonly<Record<string, number>>, mirrored: boolean): number {
+  const mirror = topology.mainWrites.input;
+  return policy.arenaBytes([
+    ...topology.rings.map((r) => (mirrored && r.name === mirror ? RING_HEADER_BYTES : ringBytes(capacities[r.name]!))),
+    4 * DUPLEX_WORDS,
+  ]);
 }
 
 /** The capture ring's data words in a mirrored mapping, held under the cap by its session. */
@@ -130,22 +107,24 @@ export interface CaptureMirror {
 export function carveRings(
   domain: MemoryDomain,
   index: number,
-  capacities: Readonly<Record<RingName, number>>,
+  capacities: Readonly<Record<string, number>>,
   mirrored = captureMirrored(),
-): { arena: Arena; views: Record<RingName, Int32Array>; duplex: Int32Array; mirror: CaptureMirror | null } {
+  topology: Topology = PIPELINE,
+): { arena: Arena; views: Record<string, Int32Array>; duplex: Int32Array; mirror: CaptureMirror | null } {
   const arena = domain.createArena(domain.owner('session', index), `conversation ${index} rings`, {
-    bytes: ringArenaBytes(domain.policy, capacities, mirrored),
+    bytes: ringArenaBytes(domain.policy, topology, capacities, mirrored),
   });
-  const views = {} as Record<RingName, Int32Array>;
+  const views: Record<string, Int32Array> = {};
+  const mirrorRing = topology.mainWrites.input;
   let duplex: Int32Array;
   let mirror: CaptureMirror | null = null;
   try {
-    for (const name of RING_NAMES) {
-      const bytes = mirrored && name === 'input' ? RING_HEADER_BYTES : ringBytes(capacities[name]);
+    for (const { name } of topology.rings) {
+      const bytes = mirrored && name === mirrorRing ? RING_HEADER_BYTES : ringBytes(capacities[name]!);
       views[name] = arena.carve(`ring.${name}`, 'ring', Int32Array, bytes / 4);
     }
     duplex = arena.carve('duplex', 'metadata', Int32Array, DUPLEX_WORDS);
-    if (mirrored) mirror = holdMirror(domain, index, 4 * capacities.input);
+    if (mirrored && mirrorRing !== undefined) mirror = holdMirror(domain, index, 4 * capacities[mirrorRing]!);
   } catch (error) {
     domain.releaseSlab(arena.slab);
     throw error;
@@ -208,6 +187,8 @@ class StageWorker {
   readonly name: StageName;
   readonly worker: Worker;
   readonly api: Comlink.Remote<StageApi>;
+  readonly bell: number;
+  readonly #attention: number;
   readonly #bells: Doorbells;
   readonly #timeoutMs: number;
   failure: WorkerError | null = null;
@@ -217,11 +198,29 @@ class StageWorker {
   readonly #pending = new Set<(e: WorkerError) => void>();
   exited = false;
 
-  constructor(name: StageName, bells: Doorbells, timeoutMs: number, onFailure: (e: WorkerError) => void, onExit: (threadId: number) => void) {
+  constructor(
+    spec: StageSpec,
+    topology: Topology,
+    bells: Doorbells,
+    timeoutMs: number,
+    onFailure: (e: WorkerError) => void,
+    onExit: (threadId: number) => void,
+  ) {
+    const name = spec.name;
     this.name = name;
+    this.bell = topology.bell(name);
+    this.#attention = topology.layout.attention + this.bell;
     this.#bells = bells;
     this.#timeoutMs = timeoutMs;
-    this.worker = withWorkerOptions((o) => new Worker(new URL(`../../workers/${name}.js`, import.meta.url), { ...o, resourceLimits: STAGE_RESOURCE_LIMITS }));
+    // One generic entry: the stage comes from its spec's module.
+    this.worker = withWorkerOptions(
+      (o) =>
+        new Worker(new URL('../../workers/stage.js', import.meta.url), {
+          ...o,
+          workerData: { stage: name, module: spec.module },
+          resourceLimits: STAGE_RESOURCE_LIMITS,
+        }),
+    );
     this.api = Comlink.wrap<StageApi>(nodeEndpoint(this.worker as never));
     const fail = (e: WorkerError): void => {
       if (this.failure === null) {
@@ -243,8 +242,8 @@ class StageWorker {
   /** One control call: announced on the attention word, bounded by the timeout and by the worker's life. */
   async call<K extends keyof StageApi>(method: K, ...args: Parameters<StageApi[K]>): Promise<Awaited<ReturnType<StageApi[K]>>> {
     if (this.failure !== null) throw this.failure;
-    Atomics.add(this.#bells.words, kAttention + BELL[this.name], 1);
-    this.#bells.ring(BELL[this.name]);
+    Atomics.add(this.#bells.words, this.#attention, 1);
+    this.#bells.ring(this.bell);
     // One guard per call, settled by the timeout or the worker's death and dropped with the call:
     // racing every call against one long-lived promise would leave a reaction on it per call.
     let timer: NodeJS.Timeout | undefined;
@@ -283,7 +282,8 @@ export class PipelineConversation {
   readonly input: RecordRing;
   readonly events: RecordRing;
   readonly output: RecordRing;
-  readonly rings: Readonly<Record<RingName, RecordRing>>;
+  /** Every ring of the conversation, by ring name (topology.ts). */
+  readonly rings: Readonly<Record<string, RecordRing>>;
   /** The frontend finds its turns (VAD), and barge-in runs through `duplex`. */
   readonly vad: boolean;
   /** Echo cancellation runs in capture (DUPLEX records). */
@@ -299,7 +299,8 @@ export class PipelineConversation {
     inputRate: number,
     vad: boolean,
     echo: boolean,
-    rings: Record<RingName, RecordRing>,
+    rings: Record<string, RecordRing>,
+    topology: Topology,
     duplex: Int32Array,
     arena: Arena,
     plannedBytes: number,
@@ -316,9 +317,9 @@ export class PipelineConversation {
     this.inputRate = inputRate;
     this.chunk = inputChunk(inputRate);
     this.rings = rings;
-    this.input = rings.input;
-    this.events = rings.events;
-    this.output = rings.output;
+    this.input = rings[topology.mainWrites.input!]!;
+    this.events = rings[topology.mainReads.events!]!;
+    this.output = rings[topology.mainReads.output!]!;
   }
 }
 
@@ -331,6 +332,7 @@ export class Pipeline {
   readonly tokenizer: TextTokenizer;
   readonly setup: SpeechSetup;
   readonly slots: number;
+  readonly topology: Topology;
   readonly control: Int32Array;
   readonly bells: Doorbells;
   readonly workers: readonly StageWorker[];
@@ -352,6 +354,7 @@ export class Pipeline {
     this.dir = dir;
     this.domain = domain;
     this.slots = slots;
+    this.topology = options.topology ?? PIPELINE;
     const loaded = loadCheckpoint(dir, domain, false);
     this.config = loaded.config;
     this.image = loaded.image;
@@ -362,7 +365,7 @@ export class Pipeline {
       const resolved = resolveSpeechOptions(loaded.config, options);
       this.tokenizer = loadTokenizer(dir, loaded.config.backbone.vocab);
       this.setup = speechSetup(loaded.config, this.tokenizer, resolved);
-      ({ arena, control: this.control } = carveControl(domain));
+      ({ arena, control: this.control } = carveControl(domain, this.topology.layout));
     } catch (error) {
       // Nothing of a start that fails here stays held.
       loaded.release();
@@ -372,7 +375,7 @@ export class Pipeline {
     this.bells = new Doorbells(this.control);
     // A worker that exits inside an accounting write section leaves the lock held: free it.
     const onExit = (threadId: number): void => void domain.ledger.counters.releaseIfHeldBy(threadId);
-    this.workers = STAGE_NAMES.map((name) => new StageWorker(name, this.bells, timeout, (e) => this.#fail(e), onExit));
+    this.workers = this.topology.stages.map((spec) => new StageWorker(spec, this.topology, this.bells, timeout, (e) => this.#fail(e), onExit));
   }
 
   #fail(e: WorkerError): void {
@@ -384,14 +387,15 @@ export class Pipeline {
 
   /** Loads `dir` and starts the stage workers with their tables and pass slots carved. */
   static async start(dir: string, domain: MemoryDomain, options: PipelineOptions = {}): Promise<Pipeline> {
+    const names = (options.topology ?? PIPELINE).names;
     for (const [stage, n] of Object.entries(options.stageThreads ?? {})) {
-      if (!(STAGE_NAMES as readonly string[]).includes(stage)) throw new ArgumentError(`stageThreads: no stage '${stage}' (stages: ${STAGE_NAMES.join(', ')})`);
+      if (!names.includes(stage)) throw new ArgumentError(`stageThreads: no stage '${stage}' (stages: ${names.join(', ')})`);
       optionValue('threads', n);
     }
     const p = new Pipeline(dir, domain, options);
     try {
-      const threads = Object.fromEntries(STAGE_NAMES.map((s) => [s, options.stageThreads?.[s] ?? p.setup.options.threads]));
-      const pin = options.pin === 'none' ? {} : { ...defaultPinMap(native.allowedCpus(), threads), ...(options.pin ?? {}) };
+      const threads = Object.fromEntries(names.map((s) => [s, options.stageThreads?.[s] ?? p.setup.options.threads]));
+      const pin = options.pin === 'none' ? {} : { ...defaultPinMap(native.allowedCpus(), threads, p.topology), ...(options.pin ?? {}) };
       const shared = {
         ...stageSettings(p.setup, p.config, p.slots),
         domain: domain.share(),
@@ -404,6 +408,8 @@ export class Pipeline {
           w.call('init', {
             ...shared,
             stage: w.name,
+            bell: w.bell,
+            layout: p.topology.layout,
             pin: pin[w.name] ?? [],
             threads: threads[w.name]!,
             exitAfterRecords: options.exitAfterRecords?.[w.name] ?? 0,
@@ -438,12 +444,12 @@ export class Pipeline {
    */
   async plannedBytes(inputRate: number, index = this.#freeIndex(), vad = false, echoDelayMs = -1): Promise<number> {
     optionValue('inputRate', inputRate);
-    const spec = { index, seed: 0, inputRate, vad, echoDelayMs, capacities: ringCapacities(this.config, this.setup.options.outputRate) };
+    const spec = { index, seed: 0, inputRate, vad, echoDelayMs, capacities: this.topology.capacities(this.config, this.setup.options.outputRate) };
     const stages = await Promise.all(this.workers.map((w) => w.call('size', spec)));
     const mirrored = captureMirrored();
     const rings =
-      this.domain.policy.slabFootprint(ringArenaBytes(this.domain.policy, spec.capacities, mirrored), 'conversation rings') +
-      (mirrored ? 4 * spec.capacities.input : 0);
+      this.domain.policy.slabFootprint(ringArenaBytes(this.domain.policy, this.topology, spec.capacities, mirrored), 'conversation rings') +
+      (mirrored ? 4 * spec.capacities[this.topology.mainWrites.input!]! : 0);
     return stages.reduce((s, b) => s + b, rings);
   }
 
@@ -468,7 +474,7 @@ export class Pipeline {
     if (this.failure !== null) throw this.failure;
     optionValue('inputRate', o.inputRate);
     const index = this.#freeIndex();
-    const capacities = ringCapacities(this.config, this.setup.options.outputRate);
+    const capacities = this.topology.capacities(this.config, this.setup.options.outputRate);
     const vad = o.vad === true;
     const echoDelayMs = o.echoDelayMs ?? -1;
     if (!(Number.isInteger(echoDelayMs) && echoDelayMs >= -1 && echoDelayMs <= 500))
@@ -478,29 +484,32 @@ export class Pipeline {
     const inUse = snap.held.total + snap.reserved;
     if (inUse + planned > snap.limit) throw new MemoryLimitError(planned, inUse, snap.limit, `conversation/${index}`);
     const session = this.domain.owner('session', index);
-    const { arena, views, duplex, mirror } = carveRings(this.domain, index, capacities);
+    const { arena, views, duplex, mirror } = carveRings(this.domain, index, capacities, captureMirrored(), this.topology);
     const opened: StageWorker[] = [];
     try {
-      const shared = {} as Record<RingName, SharedRing>;
-      const rings = {} as Record<RingName, RecordRing>;
-      for (const name of RING_NAMES) {
-        const view = views[name];
+      const shared: Record<string, SharedRing> = {};
+      const rings: Record<string, RecordRing> = {};
+      for (const { name, producer, consumer } of this.topology.rings) {
+        const view = views[name]!;
         const s: SharedRing = {
           buffer: view.buffer as unknown as SharedArrayBuffer,
           byteOffset: view.byteOffset,
-          capacity: capacities[name],
-          mirror: name === 'input' && mirror !== null ? (mirror.address ?? undefined) : undefined,
+          capacity: capacities[name]!,
+          mirror: name === this.topology.mainWrites.input && mirror !== null ? (mirror.address ?? undefined) : undefined,
         };
-        const [producer, consumer] = RING_ENDS[name];
         rings[name] = RecordRing.init(s, this.bells, producer, consumer);
         shared[name] = s;
       }
+      const byCarried = (ends: Readonly<Record<string, string>>): Record<string, SharedRing> =>
+        Object.fromEntries(Object.entries(ends).map(([carries, name]) => [carries, shared[name]!]));
       for (const w of this.workers) {
         opened.push(w);
         const words = { buffer: duplex.buffer as unknown as SharedArrayBuffer, byteOffset: duplex.byteOffset };
-        w.slabs.push(...(await w.call('open', { index, seed: o.seed, inputRate: o.inputRate, vad, echoDelayMs, capacities, rings: shared, duplex: words })));
+        const ends = this.topology.ends(w.name);
+        const mine = { reads: byCarried(ends.reads), writes: byCarried(ends.writes) };
+        w.slabs.push(...(await w.call('open', { index, seed: o.seed, inputRate: o.inputRate, vad, echoDelayMs, capacities, rings: mine, duplex: words })));
       }
-      const conv = new PipelineConversation(index, o.seed, o.inputRate, vad, echoDelayMs >= 0, rings, duplex, arena, planned, mirror);
+      const conv = new PipelineConversation(index, o.seed, o.inputRate, vad, echoDelayMs >= 0, rings, this.topology, duplex, arena, planned, mirror);
       this.conversations.set(index, conv);
       borrowModel(this.domain, index, true);
       if (this.#ready) {
@@ -584,9 +593,10 @@ export class Pipeline {
    * own work is the caller's to check. Lockstep devices (io/loopback.ts) tick only then.
    */
   quiet(): boolean {
-    for (const name of STAGE_NAMES) {
-      const bell = BELL[name];
-      const idle = Atomics.load(this.control, kIdle + bell);
+    const at = this.topology.layout.idle;
+    for (const w of this.workers) {
+      const bell = w.bell;
+      const idle = Atomics.load(this.control, at + bell);
       if (idle === 0 || idle !== Atomics.load(this.control, bell) + 1) return false;
     }
     return true;
@@ -612,9 +622,9 @@ export class Pipeline {
   async close(): Promise<void> {
     if (this.#closed) return;
     this.#closed = true;
-    Atomics.store(this.control, kStop, 1);
+    Atomics.store(this.control, this.topology.layout.stop, 1);
     for (const w of this.workers) {
-      for (let b = 0; b < CONTROL_WORDS; b++) Atomics.notify(this.control, b);
+      for (let b = 0; b < this.topology.layout.words; b++) Atomics.notify(this.control, b);
       if (!w.exited && w.failure === null) {
         const stopped = await w.call('stop').then(
           () => true,

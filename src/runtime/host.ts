@@ -19,23 +19,11 @@ import { AllocationError, ArgumentError, errorRecord } from '../errors.js';
 import { WeightsImage } from '../model/format/image.js';
 import { computeThreadsShortfall } from '../model/blocks/kernels.js';
 import { native } from '../native.js';
-import {
-  BELL,
-  CONTROL_WORDS,
-  kAttention,
-  kIdle,
-  kStop,
-  type StageApi,
-  type StageConversation,
-  type StageInit,
-  type StageName,
-  type StageOpen,
-  type StageReady,
-  type StageStats,
-} from './protocol.js';
+import type { StageApi, StageConversation, StageInit, StageName, StageOpen, StageReady, StageStats } from './protocol.js';
 import { computeCpuMs, threadCpuMs } from '../core/clock.js';
 import { Doorbells } from './ring.js';
-import { createStage, type Stage } from './stages.js';
+import type { Stage } from './stages/stage.js';
+import type { StageSpec } from './topology.js';
 import { installConstructorTrap, type ConstructorTrap } from './trap.js';
 
 function firstDamage(s: Stage<unknown>): string | null {
@@ -64,14 +52,28 @@ function heapUsedNow(): number {
   return v8.getHeapStatistics().used_heap_size;
 }
 
-export function serveStage(expected: StageName): void {
-  if (parentPort === null) throw new ArgumentError('a stage runs in a worker thread');
+/** The spec `module` exports as `stage` (topology.ts), checked to be `name`'s. */
+async function specOf(name: StageName, module: string): Promise<StageSpec> {
+  const spec = ((await import(module)) as { stage?: StageSpec }).stage;
+  if (spec?.name !== name || typeof spec.create !== 'function') throw new ArgumentError(`${module} does not export the spec of stage '${name}' as 'stage'`);
+  return spec;
+}
+
+/** Serves stage `expected`, whose spec `module` exports (the generic worker entry's one call). */
+export async function serveStage(expected: StageName, module: string): Promise<void> {
+  const port = parentPort;
+  if (port === null) throw new ArgumentError('a stage runs in a worker thread');
+  const spec = await specOf(expected, module);
   let stage: Stage<unknown> | null = null;
   let domain: MemoryDomain | null = null;
   let init: StageInit | null = null;
   let control: Int32Array<ArrayBufferLike> = new Int32Array(1);
   let bells: Doorbells | null = null;
   let me = 0;
+  // Control words of this stage (the layout comes with init).
+  let attention = 0;
+  let stopWord = 0;
+  let idleWord = 0;
   let running = false;
   let stopped = false;
   let trap: ConstructorTrap | null = null;
@@ -95,15 +97,15 @@ export function serveStage(expected: StageName): void {
   const sleeping = new Float64Array(3); // [CPU ms in sleeps, before the sleep, after it]
 
   function attended(): void {
-    Atomics.sub(control, kAttention + me, 1);
+    Atomics.sub(control, attention, 1);
   }
 
   function loop(): void {
     const s = stage!;
     const b = bells!;
     const exitAfter = init!.exitAfterRecords;
-    while (!stopped && Atomics.load(control, kStop) === 0) {
-      if (Atomics.load(control, kAttention + me) > 0) {
+    while (!stopped && Atomics.load(control, stopWord) === 0) {
+      if (Atomics.load(control, attention) > 0) {
         setImmediate(loop);
         return;
       }
@@ -119,12 +121,12 @@ export function serveStage(expected: StageName): void {
       idlePolls++;
       // Quiescence (Pipeline.quiet): nothing to do at this bell value.
       const sleep = s.idle();
-      Atomics.store(control, kIdle + me, seen + 1);
+      Atomics.store(control, idleWord, seen + 1);
       native.threadCpuInto(sleeping, 1);
       b.wait(me, seen, sleep);
       native.threadCpuInto(sleeping, 2);
       sleeping[0] = (sleeping[0] as number) + ((sleeping[2] as number) - (sleeping[1] as number));
-      Atomics.store(control, kIdle + me, 0);
+      Atomics.store(control, idleWord, 0);
     }
     running = false;
   }
@@ -133,8 +135,11 @@ export function serveStage(expected: StageName): void {
     init(i: StageInit): StageReady {
       if (i.stage !== expected) throw new ArgumentError(`this worker runs the ${expected} stage, not '${i.stage}'`);
       init = i;
-      me = BELL[expected];
-      control = new Int32Array(i.control.buffer, i.control.byteOffset, CONTROL_WORDS);
+      me = i.bell;
+      attention = i.layout.attention + me;
+      stopWord = i.layout.stop;
+      idleWord = i.layout.idle + me;
+      control = new Int32Array(i.control.buffer, i.control.byteOffset, i.layout.words);
       attended();
       bells = new Doorbells(control);
       let pinError: string | null = null;
@@ -143,7 +148,7 @@ export function serveStage(expected: StageName): void {
         if (!r.ok) pinError = `${r.message ?? 'pinning failed'} (errno ${r.errno ?? '?'})`;
       }
       domain = MemoryDomain.attach(i.domain, i.failAllocationAt > 0 ? { allocator: failingAllocator(i.failAllocationAt) } : {});
-      stage = createStage({ domain, image: WeightsImage.attach(i.image), init: i, bells });
+      stage = spec.create({ domain, image: WeightsImage.attach(i.image), init: i, bells });
       return {
         stage: expected,
         affinity: native.allowedCpus(),
@@ -242,5 +247,5 @@ export function serveStage(expected: StageName): void {
       },
     ]),
   ) as unknown as StageApi;
-  Comlink.expose(guarded, nodeEndpoint(parentPort));
+  Comlink.expose(guarded, nodeEndpoint(port));
 }

@@ -18,9 +18,9 @@ import { buildWeightsImage, type WeightsImage } from '../model/format/image.js';
 import { syntheticTokenizer, TextTokenizer } from '../model/format/tokenizer.js';
 import { resolveSpeechOptions, speechSetup, type SpeechModelOptions } from '../core/conversation.js';
 import { borrowModel, carveControl, carveRings, stageSettings } from './coordinator.js';
-import { STAGE_NAMES, type StageInit } from './protocol.js';
+import type { StageInit } from './protocol.js';
 import { Doorbells } from './ring.js';
-import { createStage, ringCapacities } from './stages.js';
+import { PIPELINE } from './stages/index.js';
 
 export interface PipelinePlanOptions extends SpeechModelOptions {
   /** Conversations open at once (default and range: src/options.ts). */
@@ -72,14 +72,16 @@ export function planPipeline(source: PlanSource, options: PipelinePlanOptions = 
     weights = { main: planned.main.name, detokenizer: planned.detokenizer.name };
   }
   const setup = speechSetup(config, tokenizer, resolved);
-  const { control } = carveControl(domain);
+  const { control } = carveControl(domain, PIPELINE.layout);
   const bells = new Doorbells(control);
   const settings = stageSettings(setup, config, slots);
-  const stages = STAGE_NAMES.map((stage) => {
+  const stages = PIPELINE.stages.map((spec) => {
     // Only what a stage is built from; the worker-side fields (domain, image, pinning, test hooks) are not read.
     const init = {
       ...settings,
-      stage,
+      stage: spec.name,
+      bell: PIPELINE.bell(spec.name),
+      layout: PIPELINE.layout,
       trapAllocations: false,
       exitAfterRecords: 0,
       failAllocationAt: 0,
@@ -89,9 +91,9 @@ export function planPipeline(source: PlanSource, options: PipelinePlanOptions = 
       pin: [],
       threads: settings.options.threads,
     } as unknown as StageInit;
-    return createStage({ domain, image, init, bells });
+    return spec.create({ domain, image, init, bells });
   });
-  const capacities = ringCapacities(config, setup.options.outputRate);
+  const capacities = PIPELINE.capacities(config, setup.options.outputRate);
   for (let index = 0; index < conversations; index++) {
     carveRings(domain, index, capacities);
     for (const s of stages) s.open({ index, seed: 0, inputRate: rates[index] as number, vad: findTurns, echoDelayMs: -1, capacities });

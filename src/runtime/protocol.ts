@@ -1,6 +1,5 @@
 /**
- * The typed boundary between the coordinator and the stage workers: stage names and their
- * doorbells, record kinds on the data rings, the control calls (over comlink) and what they
+ * The typed boundary between the coordinator and the stage workers: the control block, record kinds on the data rings, the control calls (over comlink) and what they
  * carry. Control is setup and inspection only; audio, mel rows, embeddings, tokens and codes
  * travel through the rings (ring.ts), never through postMessage.
  */
@@ -13,18 +12,23 @@ import type { ReplyStop } from '../core/dialogue.js';
 import type { SlabRecord } from '../memory/slab.js';
 import '../core/categories.js';
 
-export const STAGE_NAMES = ['capture', 'frontend', 'conformer', 'depthformer', 'playback'] as const;
-export type StageName = (typeof STAGE_NAMES)[number];
-
-/** Doorbell of each thread in the control block. */
+/** A stage's name, as its spec gives it (stages/index.ts). */
+export type StageName = string;
+/** What a ring carries ('mel', 'embed'): stages name their rings by it (topology.ts). */
+export type RingName = string;
+/** Doorbell of the main thread; stage i (in pipeline order) rings at i + 1. */
 export const BELL_MAIN = 0;
-export const BELL: Readonly<Record<StageName, number>> = Object.freeze({ capture: 1, frontend: 2, conformer: 3, depthformer: 4, playback: 5 });
-/** Control block (Int32 words): doorbells, then one attention word per stage (a control call waits). */
-export const kAttention = 8;
-export const kStop = 16; // 1: every stage leaves its loop
-/** One word per stage (at kIdle + its bell): 1 + the bell value it sleeps on after a poll found nothing to do; 0 while it works. */
-export const kIdle = 17;
-export const CONTROL_WORDS = 24;
+
+/** Int32 words of the control block: doorbells, one attention word per stage, the stop flag, one idle word per bell. */
+export interface ControlLayout {
+  /** First attention word (at attention + bell): a control call waits for the stage. */
+  readonly attention: number;
+  /** 1: every stage leaves its loop. */
+  readonly stop: number;
+  /** First idle word (at idle + bell): 1 + the bell value the stage sleeps on after a poll found nothing, 0 while it works. */
+  readonly idle: number;
+  readonly words: number;
+}
 
 /** Record kinds. Payloads: floats for PCM/MEL/EMBED, ints otherwise. */
 export const REC_PCM = 1; // samples
@@ -104,23 +108,12 @@ export function readTurnFields(s: Int32Array): TurnFields {
   };
 }
 
-/** The rings of one conversation, in pipeline order. */
-export const RING_NAMES = ['input', 'pcm16', 'mel', 'embed', 'codes', 'events', 'output'] as const;
-export type RingName = (typeof RING_NAMES)[number];
-/** Producer and consumer bell of each ring. */
-export const RING_ENDS: Readonly<Record<RingName, readonly [number, number]>> = Object.freeze({
-  input: [BELL_MAIN, BELL.capture],
-  pcm16: [BELL.capture, BELL.frontend],
-  mel: [BELL.frontend, BELL.conformer],
-  embed: [BELL.conformer, BELL.depthformer],
-  codes: [BELL.depthformer, BELL.playback],
-  events: [BELL.depthformer, BELL_MAIN],
-  output: [BELL.playback, BELL_MAIN],
-});
-
 /** Everything a stage worker needs to build its stage (sent once). */
 export interface StageInit {
   stage: StageName;
+  /** Its doorbell, and the control block's layout (topology.ts). */
+  bell: number;
+  layout: ControlLayout;
   domain: SharedMemoryDomain;
   image: SharedWeightsImage;
   config: ModelConfig;
@@ -128,7 +121,7 @@ export interface StageInit {
   maxFrames: number;
   turnPositions: number;
   prompts: { system: number[]; userOpen: number[]; userClose: number[]; replyClose: number[] };
-  /** The control block (CONTROL_WORDS Int32 words at `byteOffset`). */
+  /** The control block (`layout.words` Int32 words at `byteOffset`). */
   control: { buffer: SharedArrayBuffer; byteOffset: number };
   /** Pass slots of the compute stages. */
   slots: number;
@@ -173,20 +166,21 @@ export interface StageConversation {
   vad: boolean;
   /** Echo cancellation in capture (DUPLEX records): the delay from a played sample to its echo, ms; -1: none. */
   echoDelayMs: number;
-  /** Data words of each of its rings. */
+  /** Data words of its rings, by what they carry. */
   capacities: Readonly<Record<RingName, number>>;
 }
 
 /** One conversation as a stage opens it: its rings and barge-in words too. */
 export interface StageOpen extends StageConversation {
-  rings: Readonly<Record<RingName, SharedRing>>;
+  /** The rings this stage reads and writes, by what they carry. */
+  rings: { reads: Readonly<Record<RingName, SharedRing>>; writes: Readonly<Record<RingName, SharedRing>> };
   /** DUPLEX_WORDS Int32 words at `byteOffset`. */
   duplex: { buffer: SharedArrayBuffer; byteOffset: number };
 }
 
 export interface StageStats {
   stage: StageName;
-  /** Per conversation: wall ms and count of each clock this stage ran (names as STAGES). */
+  /** Per conversation: wall ms and count of each clock this stage ran (names as CLOCKS). */
   clocks: Record<string, { ms: number; count: number }>[];
   records: number;
   /** Batched backbone calls: two conversations' positions read each weight block once. */

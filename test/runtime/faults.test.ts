@@ -132,7 +132,7 @@ t.test('every allocation site of model load, then of conversation open, fails in
 
 t.test('pipeline start and conversation open: each stage worker fails each of its allocations in turn, and nothing stays held', async (t) => {
   const { Pipeline } = await import('../../src/runtime/coordinator.js');
-  const { STAGE_NAMES } = await import('../../src/runtime/protocol.js');
+  const STAGE_NAMES = (await import('../../src/runtime/stages/index.js')).PIPELINE.names;
   const open = { seed: 1, inputRate: 16000 };
   const d = MemoryDomain.create({ limit: '2GiB' });
   const empty = state(d);

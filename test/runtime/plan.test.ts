@@ -10,7 +10,7 @@ import { encodeWav } from '../../src/dsp/wav.js';
 import { runCommand } from '../../src/cli/run.js';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { planPipeline, type PipelinePlanOptions } from '../../src/runtime/plan.js';
-import { ringCapacities } from '../../src/runtime/stages.js';
+import { PIPELINE } from '../../src/runtime/stages/index.js';
 import { scratchDir } from '../helpers.js';
 
 const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
@@ -104,7 +104,7 @@ t.test('tiny: two conversations at 16 and 22.05 kHz: plan = the pipeline’s man
   if (!linux) return;
   // Mirrored (the default on Linux): the capture ring's data is a mapping, its pages charged once, the alias reported.
   const { live, report } = await compare(t, model, [fixture, other], [16000, 22050], { reply: '1' });
-  const input = ringCapacities(loadConfig('tiny'), 24000).input;
+  const input = PIPELINE.capacities(loadConfig('tiny'), 24000).input!;
   t.equal(report.pipeline.captureRing, 'mirrored', 'the capture rings are mirrored');
   t.equal(live.totals.virtualAlias, 2 * 4 * input, `virtual alias: two capture rings of ${4 * input} bytes`);
   t.equal(live.owners['session/0']!.categories.ring!.regions, 7 + 1, 'session/0: seven ring headers and one mapping in category ring');

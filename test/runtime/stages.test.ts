@@ -4,7 +4,9 @@
 import t from 'tap';
 import { apmAvailable } from '../../src/dsp/aec.js';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
-import { STAGE_NAMES } from '../../src/runtime/protocol.js';
+import { PIPELINE } from '../../src/runtime/stages/index.js';
+
+const STAGE_NAMES = PIPELINE.names;
 import { runWorker, scratchDir } from '../helpers.js';
 
 const dir = scratchDir('voxslab-stages-');

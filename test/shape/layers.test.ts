@@ -58,7 +58,7 @@ const graph = new Map(files.map((f) => [f, importsOf(f)]));
 
 t.test('the parser sees imports (a negative control: a known edge is found)', async (t) => {
   t.ok(graph.get('src/memory/domain.ts')?.includes('src/memory/ledger.ts'));
-  t.ok(graph.get('src/runtime/stages.ts')?.includes('src/memory/arena.ts'), 'type-only imports count');
+  t.ok(graph.get('src/runtime/stages/stage.ts')?.includes('src/memory/arena.ts'), 'type-only imports count');
   t.ok(files.length > 50);
 });
 

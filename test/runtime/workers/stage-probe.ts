@@ -16,14 +16,11 @@ import {
   REC_PCM_ECHO,
   REC_SPEECH_START,
   REC_TURN_START,
-  RING_ENDS,
-  RING_NAMES,
-  type RingName,
   type StageInit,
   type StageName,
   DUPLEX_WORDS,
 } from '../../../src/runtime/protocol.js';
-import { createStage, ringCapacities } from '../../../src/runtime/stages.js';
+import { PIPELINE } from '../../../src/runtime/stages/index.js';
 import { allocationProbe, prng } from '../../helpers.js';
 import { loadTokenizer } from '../../../src/io/config.js';
 
@@ -32,10 +29,12 @@ const domain = MemoryDomain.create({ limit: '1GiB' });
 const { config, image } = loadCheckpoint(dir, domain, false);
 const options = resolveSpeechOptions(config, { replySeconds: 600 });
 const setup = speechSetup(config, loadTokenizer(dir, config.backbone.vocab), options);
-const control = new SharedArrayBuffer(96);
+const control = new SharedArrayBuffer(4 * PIPELINE.layout.words);
 const bells = new Doorbells(new Int32Array(control));
 const init: StageInit = {
   stage,
+  bell: PIPELINE.bell(stage),
+  layout: PIPELINE.layout,
   domain: domain.share(),
   image: image.share(),
   config,
@@ -54,16 +53,19 @@ const init: StageInit = {
   turnEndPauseMs: 0,
   replyFrameLimits: [],
 };
-const caps = ringCapacities(config, options.outputRate);
-const rings = {} as Record<RingName, RecordRing>;
-const shared = {} as Record<RingName, SharedRing>;
-for (const n of RING_NAMES) {
-  const s = { buffer: new SharedArrayBuffer(ringBytes(caps[n])), byteOffset: 0, capacity: caps[n] };
-  rings[n] = RecordRing.init(s, bells, ...RING_ENDS[n]);
-  shared[n] = s;
+const caps = PIPELINE.capacities(config, options.outputRate);
+const rings: Record<string, RecordRing> = {};
+const shared: Record<string, SharedRing> = {};
+for (const { name, producer, consumer } of PIPELINE.rings) {
+  const s = { buffer: new SharedArrayBuffer(ringBytes(caps[name]!)), byteOffset: 0, capacity: caps[name]! };
+  rings[name] = RecordRing.init(s, bells, producer, consumer);
+  shared[name] = s;
 }
+const ring = (name: string): RecordRing => rings[name]!;
+const ends = PIPELINE.ends(stage);
+const byCarried = (e: Readonly<Record<string, string>>): Record<string, SharedRing> => Object.fromEntries(Object.entries(e).map(([k, n]) => [k, shared[n]!]));
 const duplex = { buffer: new SharedArrayBuffer(4 * DUPLEX_WORDS), byteOffset: 0 };
-const st = createStage({ domain, image, init, bells });
+const st = PIPELINE.spec(stage).create({ domain, image, init, bells });
 st.open({
   index: 0,
   seed: 1,
@@ -71,7 +73,7 @@ st.open({
   vad: vad === true,
   echoDelayMs: echo === true ? 60 : -1,
   capacities: caps,
-  rings: shared,
+  rings: { reads: byCarried(ends.reads), writes: byCarried(ends.writes) },
   duplex,
 });
 st.ready();
@@ -96,8 +98,8 @@ let body: () => void;
 // even on a loaded machine.
 const calls = stage === 'depthformer' ? 200 : 100;
 if (stage === 'capture' || stage === 'frontend') {
-  const input = stage === 'capture' ? rings.input : rings.pcm16;
-  const output = stage === 'capture' ? rings.pcm16 : rings.mel;
+  const input = stage === 'capture' ? ring('input') : ring('pcm16');
+  const output = stage === 'capture' ? ring('pcm16') : ring('mel');
   const pcm = Float32Array.from({ length: 1000 }, () => r() - 0.5);
   // VAD mode: a voiced stretch, then silence, over and over (turns start, end, get dropped).
   const voiced = Float32Array.from(
@@ -136,11 +138,11 @@ if (stage === 'capture' || stage === 'frontend') {
   // Rows only: the encode at a segment's end is not part of this probe.
   const rows = Float32Array.from({ length: 4 * config.frontend.nMels }, () => r() * 4 - 8);
   body = () => {
-    rings.mel.write(REC_MEL, rows, 0, rows.length);
+    ring('mel').write(REC_MEL, rows, 0, rows.length);
     st.poll();
     if (++n % 200 === 0) {
-      rings.mel.write(REC_END_SEGMENT, null, 0, 0);
-      while (st.poll()) drain(rings.embed);
+      ring('mel').write(REC_END_SEGMENT, null, 0, 0);
+      while (st.poll()) drain(ring('embed'));
     }
   };
 } else if (stage === 'depthformer') {
@@ -148,8 +150,8 @@ if (stage === 'capture' || stage === 'frontend') {
   const row = Float32Array.from({ length: 4 * D }, () => r() - 0.5);
   // A reply may end early (<|im_end|>): then the next user turn arrives, so every call steps.
   const turn = (): void => {
-    rings.embed.write(REC_EMBED, row, 0, 4 * D);
-    rings.embed.write(REC_END_SEGMENT, null, 0, 0);
+    ring('embed').write(REC_EMBED, row, 0, 4 * D);
+    ring('embed').write(REC_END_SEGMENT, null, 0, 0);
   };
   turn();
   body = () => {
@@ -157,19 +159,19 @@ if (stage === 'capture' || stage === 'frontend') {
       turn();
       st.poll();
     }
-    drainInts(rings.codes);
-    drainInts(rings.events);
+    drainInts(ring('codes'));
+    drainInts(ring('events'));
   };
 } else {
-  rings.codes.write(REC_TURN_START, null, 0, 0);
+  ring('codes').write(REC_TURN_START, null, 0, 0);
   const table = Int32Array.from({ length: 8 * 4096 }, () => Math.floor(r() * 2048));
   const codes = new Int32Array(8);
   body = () => {
     const at = 8 * (n++ % 4096);
     for (let k = 0; k < 8; k++) codes[k] = table[at + k]!;
-    rings.codes.write(REC_CODES, codes, 0, 8);
+    ring('codes').write(REC_CODES, codes, 0, 8);
     st.poll();
-    drain(rings.output);
+    drain(ring('output'));
   };
 }
 const result = allocationProbe(calls, body);

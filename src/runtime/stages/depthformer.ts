@@ -1,0 +1,431 @@
+import { type BackboneState, backboneStateSizes, STEP_BATCH } from '../../model/blocks/backbone.js';
+import {
+  buildStepSlot,
+  checkpointsFor,
+  Dialogue,
+  EMIT_DONE,
+  EMIT_END_OF_AUDIO,
+  EMIT_TEXT,
+  frameSamplesAt,
+  PAIR_HEADS_AUDIO,
+  PAIR_HEADS_TEXT,
+  type Prompts,
+  type StepSlot,
+} from '../../core/dialogue.js';
+import { IDLE_POLL_MS, PassStage, type Environment } from './stage.js';
+import type { StageSpec } from '../topology.js';
+import { EMBED_ROWS } from './conformer.js';
+import { type RecordRing, RECORD_OVERHEAD } from '../ring.js';
+import {
+  REC_CODES,
+  REC_EMBED,
+  REC_END_OF_AUDIO,
+  REC_END_SEGMENT,
+  REC_SPEECH_END,
+  REC_SPEECH_START,
+  REC_TEXT,
+  REC_TURN_END,
+  REC_TURN_START,
+  TURN_COMPACTIONS,
+  TURN_DROPPED,
+  TURN_END_OF_AUDIO,
+  TURN_FIELDS,
+  TURN_FRAMES,
+  TURN_POSITIONS,
+  TURN_STOP,
+  TURN_TEXT_TOKENS,
+  TURN_USER_FRAMES,
+  BARGE_FIELDS,
+  BARGE_FRAMES,
+  BARGE_GENERATED,
+  BARGE_POSITIONS,
+  BARGE_REPLY,
+  BARGE_TEXT_TOKENS,
+  kHeard,
+  kHeardReply,
+  kOnsetsSeen,
+  kPlayed,
+  kPlayedReply,
+  kReplies,
+  REC_BARGE,
+  type StageConversation,
+  type StageOpen,
+} from '../protocol.js';
+import { native } from '../../native.js';
+
+import '../../core/categories.js';
+
+interface DepthSlot extends StepSlot {
+  rowsIn: Float32Array; // [EMBED_ROWS][hidden] one embedding record
+}
+
+interface DepthConv {
+  index: number;
+  input: RecordRing;
+  codes: RecordRing;
+  events: RecordRing;
+  dialogue: Dialogue;
+  slot: number;
+  phase: number; // 0 idle, 1 prefill, 2 reply
+  summary: Int32Array; // [TURN_FIELDS]
+  /** VAD conversation: barge-in and the look-ahead run through `words`. */
+  vad: boolean;
+  words: Int32Array;
+  barge: Int32Array; // [BARGE_FIELDS] a BARGE record's payload
+  starts: number; // speech onsets passed on
+  replies: number; // replies begun (the last is number replies − 1)
+  cutReply: number; // the last reply cut by a barge-in (-1: none)
+  /** Frames of the last reply the listener heard at the onset being judged (-1: none being judged). */
+  verdict: number;
+}
+
+/** Conversation indices are owner indices: never more than a ledger's owners. */
+const MAX_CONVERSATIONS = 64;
+/** Longest the main thread is not woken for text and frames it has not read (they ride on the reply's samples). */
+const EVENTS_LAZY_MS = 40;
+
+const PHASE_IDLE = 0;
+const PHASE_PREFILL = 1;
+const PHASE_REPLY = 2;
+/** A verdict that cuts nothing. */
+const NO_CUT = 0x7fffffff;
+const WAIT_FOR_DONOR = 1;
+/** What the turn-end test hook waits on (never notified). */
+const PAUSE = new Int32Array(new SharedArrayBuffer(4));
+
+export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
+  readonly prompts: Prompts;
+  #gate: number;
+  /** Per conversation index, stepped in this poll (made once: no allocation per poll). */
+  readonly #stepped = new Uint8Array(MAX_CONVERSATIONS);
+  readonly #pair: BackboneState[] = [];
+  readonly #now = new Float64Array(1);
+  readonly #emitted = new Int32Array(2);
+  /** Output-rate samples of one reply frame, and of the look-ahead. */
+  readonly #frameSamples: number;
+  readonly #lookahead: number;
+
+  constructor(env: Environment) {
+    const c = env.init.config;
+    const o = env.init.options;
+    let prompts: Prompts | null = null;
+    super('depthformer', env, (s, work, derived, i) => {
+      if (i === 0) {
+        const ids = env.init.prompts;
+        const meta = (name: string, v: number[]): Int32Array => {
+          const a = derived(`prompt.${name}`, Int32Array, v.length);
+          a.set(v);
+          return a;
+        };
+        prompts = {
+          system: meta('system', ids.system),
+          userOpen: meta('user_open', ids.userOpen),
+          userClose: meta('user_close', ids.userClose),
+          replyClose: meta('reply_close', ids.replyClose),
+        };
+      }
+      // Two rows: a pair step runs both conversations' heads in one call.
+      const step = buildStepSlot(c, env.image, work, derived, { chunk: o.prefillChunk, context: o.context, planner: s.planner, rows: STEP_BATCH });
+      return { ...step, rowsIn: work.carve('embed.in', 'workspace.prefill', Float32Array, EMBED_ROWS * c.backbone.hidden) };
+    });
+    this.prompts = prompts!;
+    this.#gate = env.init.gateReplies;
+    this.#frameSamples = frameSamplesAt(c, o.outputRate);
+    this.#lookahead = (o.lookaheadMs * o.outputRate) / 1000;
+  }
+
+  /** The test gate: false until `gateReplies` conversations have a reply ready, then always true. */
+  #open(): boolean {
+    if (this.#gate === 0) return true;
+    let ready = 0;
+    for (let k = 0; k < this.conversations.length; k++) if (this.conversations[k]?.phase === PHASE_REPLY) ready++;
+    if (ready < this.#gate) return false;
+    this.#gate = 0;
+    return true;
+  }
+
+  open(o: StageConversation & { rings?: StageOpen['rings']; duplex?: StageOpen['duplex'] }): void {
+    const c = this.config;
+    const so = this.env.init.options;
+    const kvBytes = backboneStateSizes(c, so.context, so.kv).reduce((s, r) => s + r.bytes, 0);
+    const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} depthformer` }], (1 << 24) + kvBytes, ([a]) => ({
+      dialogue: new Dialogue(c, a!, {
+        context: so.context,
+        kv: so.kv,
+        prefillChunk: so.prefillChunk,
+        maxFrames: this.env.init.maxFrames,
+        text: so.text,
+        audio: so.audio,
+        seed: o.seed,
+        prompts: this.prompts,
+        clocks: this.clocksFor(o.index, a!),
+        // Barge-in returns to any frame generation ran ahead of the listener.
+        checkpoints: o.vad ? checkpointsFor(c, so.lookaheadMs) : 0,
+      }),
+      summary: a!.carve('turn.summary', 'metadata', Int32Array, TURN_FIELDS),
+      barge: a!.carve('turn.barge', 'metadata', Int32Array, BARGE_FIELDS),
+    }));
+    this.conversations[o.index] = {
+      index: o.index,
+      input: this.input(o, 'embed'),
+      codes: this.output(o, 'codes'),
+      events: this.output(o, 'events'),
+      slot: -1,
+      phase: PHASE_IDLE,
+      vad: o.vad,
+      words: o.vad ? this.words(o) : new Int32Array(0),
+      starts: 0,
+      replies: 0,
+      cutReply: -1,
+      verdict: -1,
+      ...conv,
+    };
+  }
+
+  poll(): boolean {
+    let progress = false;
+    // Indexed, not for-of: an iterator would allocate whenever this code runs unoptimised.
+    for (let k = 0; k < this.conversations.length; k++) {
+      const c = this.conversations[k];
+      if (c !== undefined && this.#prefill(c)) progress = true;
+    }
+    if (!this.#open()) return progress;
+    // Reply: one backbone position per conversation whose rings can take what it may emit;
+    // two such conversations share one batched backbone call.
+    const stepped = this.#stepped;
+    stepped.fill(0);
+    for (let k = 0; k < this.conversations.length; k++) {
+      const c = this.conversations[k];
+      if (c === undefined || stepped[k] === 1 || !this.#canStep(c)) continue;
+      stepped[k] = 1;
+      progress = true;
+      let partner: DepthConv | undefined;
+      if (c.dialogue.batchable) {
+        for (let j = k + 1; j < this.conversations.length && partner === undefined; j++) {
+          const d = this.conversations[j];
+          if (d !== undefined && stepped[j] === 0 && d.dialogue.batchable && this.#canStep(d)) {
+            partner = d;
+            stepped[j] = 1;
+          }
+        }
+      }
+      if (partner === undefined) {
+        this.#emit(c, c.dialogue.step(this.tickets.slots[c.slot]!));
+        continue;
+      }
+      const e = this.#emitted;
+      const heads = Dialogue.stepPair(c.dialogue, this.tickets.slots[c.slot]!, partner.dialogue, this.tickets.slots[partner.slot]!, this.#pair, e);
+      this.batched++;
+      if (heads === PAIR_HEADS_TEXT) this.batchedText++;
+      else if (heads === PAIR_HEADS_AUDIO) this.batchedFrames++;
+      this.#emit(c, e[0]!);
+      this.#emit(partner, e[1]!);
+    }
+    this.#flushEvents();
+    return progress;
+  }
+
+  override idle(): number {
+    return Math.min(IDLE_POLL_MS, this.#flushEvents());
+  }
+
+  /**
+   * Text and frames wait for the main thread's next wake-up (a reply's samples bring it every
+   * frame) until they have waited EVENTS_LAZY_MS; then they ring it. Returns the ms until the
+   * next such ring is due (Infinity: none is owed).
+   */
+  #flushEvents(): number {
+    let next = Number.POSITIVE_INFINITY;
+    let clock = false;
+    for (let k = 0; k < this.conversations.length; k++) {
+      const ev = this.conversations[k]?.events;
+      if (ev === undefined || !ev.owes()) continue;
+      if (!clock) {
+        native.clockInto(this.#now, 0);
+        clock = true;
+      }
+      const left = ev.owedAt + EVENTS_LAZY_MS - (this.#now[0] as number);
+      if (left <= 0) ev.flush();
+      else next = Math.min(next, left);
+    }
+    return next;
+  }
+
+  /**
+   * Takes every record that has arrived for `c`: speech events at any time (a speech onset
+   * waits for the main thread's answer, then for the verdict on the reply it may cut),
+   * embedding rows and the segment's end outside a reply. True if any was taken.
+   */
+  #prefill(c: DepthConv): boolean {
+    // A new conversation copies its system prompt from a conversation that ran it (or waits
+    // for one running it); otherwise it runs it before any turn, a chunk per poll (other
+    // conversations step in between), on a slot held for that chunk only.
+    if (!c.dialogue.systemDone && c.phase === PHASE_IDLE) {
+      const donor = this.#systemDonor(c);
+      if (donor === WAIT_FOR_DONOR) return false;
+      if (donor !== null && c.dialogue.copySystem(donor.dialogue)) {
+        this.systemCopies++;
+        return true;
+      }
+      const slot = this.tickets.acquire(c.index);
+      if (slot >= 0) {
+        c.dialogue.prefillSystem(this.tickets.slots[slot]!);
+        this.tickets.release(slot);
+        return true;
+      }
+    }
+    let progress = false;
+    for (;;) {
+      const kind = c.input.peekKind();
+      if (kind < 0) break;
+      if (kind === REC_SPEECH_START && c.vad && !this.#judge(c)) break;
+      if (kind === REC_SPEECH_START || kind === REC_SPEECH_END) {
+        if (!c.events.canWrite(2)) break;
+        const v = c.input.peekLength() > 0 ? c.input.peekInt(0) : 0;
+        c.input.skip();
+        c.events.write2(kind, v, 0);
+        if (kind === REC_SPEECH_START) c.starts++;
+        this.records++;
+        progress = true;
+        continue;
+      }
+      if (c.phase === PHASE_REPLY) break;
+      if (c.phase === PHASE_IDLE) {
+        const slot = this.tickets.acquire(c.index);
+        if (slot < 0) break;
+        c.slot = slot;
+        c.dialogue.beginUser(this.tickets.slots[slot]!);
+        c.phase = PHASE_PREFILL;
+      }
+      const s = this.tickets.slots[c.slot]!;
+      if (kind === REC_EMBED) {
+        const n = c.input.read(s.rowsIn, 0);
+        c.dialogue.pushRows(s, s.rowsIn, 0, n / this.config.backbone.hidden);
+      } else {
+        if (kind === REC_END_SEGMENT && !c.codes.canWrite(0)) break;
+        c.input.skip();
+        if (kind === REC_END_SEGMENT) {
+          c.dialogue.endUser(s, this.env.init.replyFrameLimits[c.replies] ?? this.env.init.maxFrames);
+          c.codes.write(REC_TURN_START, null, 0, 0);
+          c.phase = PHASE_REPLY;
+          c.replies++;
+          if (c.vad) Atomics.store(c.words, kReplies, c.replies);
+        }
+      }
+      this.records++;
+      progress = true;
+    }
+    return progress;
+  }
+
+  /** A conversation whose system prompt `c` may copy, WAIT_FOR_DONOR while one is running it, or null. */
+  #systemDonor(c: DepthConv): DepthConv | null | typeof WAIT_FOR_DONOR {
+    let wait = false;
+    for (let k = 0; k < this.conversations.length; k++) {
+      const d = this.conversations[k];
+      if (d === undefined || d === c) continue;
+      if (d.dialogue.systemSaved) return d;
+      if (d.dialogue.systemRunning) wait = true;
+    }
+    return wait ? WAIT_FOR_DONOR : null;
+  }
+
+  /**
+   * Judges the speech onset at the head of `c`'s input: it interrupts the last reply if the
+   * listener had not heard all of it. The reply is cut to the frames heard (at least the first,
+   * generated if need be) and a BARGE record tells the main thread what stays. False while it
+   * waits: for the main thread's answer to this onset, for the first frame, or for room.
+   */
+  #judge(c: DepthConv): boolean {
+    const w = c.words;
+    if (c.verdict < 0) {
+      if (Atomics.load(w, kOnsetsSeen) <= c.starts) return false;
+      const last = c.replies - 1;
+      const heardReply = Atomics.load(w, kHeardReply);
+      c.verdict = NO_CUT;
+      if (last >= 0 && c.cutReply !== last && heardReply <= last) {
+        c.verdict = heardReply < last ? 0 : Math.ceil(Atomics.load(w, kHeard) / this.#frameSamples);
+      }
+    }
+    const d = c.dialogue;
+    const cut = c.verdict !== NO_CUT;
+    // A reply cut before its first frame keeps that frame (its text alone was not heard either).
+    if (cut && c.phase === PHASE_REPLY && d.frames === 0) return false;
+    // The main thread reads the events ring at once (it may hold the output ring meanwhile).
+    if (!c.events.canWrite(BARGE_FIELDS + RECORD_OVERHEAD + 2)) return false;
+    const b = c.barge;
+    b[BARGE_REPLY] = -1;
+    b[BARGE_FRAMES] = -1;
+    b[BARGE_GENERATED] = d.frames;
+    if (cut) {
+      const kept = d.truncate(Math.max(1, Math.min(d.frames, c.verdict))) ? d.frames : -1;
+      // A finished reply whose context cannot be cut (no audio, or forgotten) plays on.
+      if (kept >= 0 || c.phase === PHASE_REPLY) {
+        c.cutReply = c.replies - 1;
+        b[BARGE_REPLY] = c.cutReply;
+        b[BARGE_FRAMES] = kept;
+      }
+    }
+    b[BARGE_TEXT_TOKENS] = d.textTokens;
+    b[BARGE_POSITIONS] = d.position;
+    c.events.write(REC_BARGE, b, 0, BARGE_FIELDS);
+    // Cut mid-reply, the next step ends the turn; one whose context could not be cut runs on, unheard.
+    c.verdict = -1;
+    return true;
+  }
+
+  /** In its reply, with room in both output rings for what one position may emit, and (VAD) within the look-ahead. */
+  #canStep(c: DepthConv): boolean {
+    const cb = this.config.audio.codebooks;
+    if (c.phase !== PHASE_REPLY || !c.codes.canWrite(cb + RECORD_OVERHEAD + 2) || !c.events.canWrite(cb + TURN_FIELDS + 2 * RECORD_OVERHEAD)) return false;
+    // No look-ahead while an onset waits for the reply's first frame, nor for a cut reply (unheard).
+    if (!c.vad || c.verdict >= 0 || c.cutReply === c.replies - 1) return true;
+    const w = c.words;
+    const played = Atomics.load(w, kPlayedReply) === c.replies - 1 ? Atomics.load(w, kPlayed) : 0;
+    return c.dialogue.frames * this.#frameSamples - played < this.#lookahead;
+  }
+
+  /** Sends what one step of `c` emitted; at the turn's end, its summary, and its slot goes back. */
+  #emit(c: DepthConv, e: number): void {
+    const cb = this.config.audio.codebooks;
+    const d = c.dialogue;
+    if (e === EMIT_TEXT) {
+      c.events.write2(REC_TEXT, d.token, 0, true);
+    } else if (e === EMIT_DONE) {
+      const sm = c.summary;
+      sm[TURN_TEXT_TOKENS] = d.textTokens;
+      sm[TURN_FRAMES] = d.frames;
+      sm[TURN_STOP] = d.stop === 'end-of-turn' ? 1 : d.stop === 'interrupted' ? 2 : 0;
+      sm[TURN_END_OF_AUDIO] = d.endOfAudio ? 1 : 0;
+      sm[TURN_POSITIONS] = d.position;
+      sm[TURN_COMPACTIONS] = d.compactions;
+      sm[TURN_DROPPED] = d.dropped;
+      sm[TURN_USER_FRAMES] = d.userFrames;
+      // Events first: whoever sees the turn end through playback can then read its summary.
+      c.events.write(REC_TURN_END, sm, 0, TURN_FIELDS);
+      if (this.env.init.turnEndPauseMs > 0) Atomics.wait(PAUSE, 0, 0, this.env.init.turnEndPauseMs);
+      c.codes.write(REC_TURN_END, null, 0, 0);
+      this.tickets.release(c.slot);
+      c.slot = -1;
+      c.phase = PHASE_IDLE;
+    } else {
+      const kind = e === EMIT_END_OF_AUDIO ? REC_END_OF_AUDIO : REC_CODES;
+      c.codes.write(kind, d.codes, 0, cb);
+      c.events.write(kind, d.codes, 0, cb, kind === REC_CODES);
+    }
+    this.records++;
+  }
+}
+
+export const stage: StageSpec = {
+  name: 'depthformer',
+  reads: ['embed'],
+  writes: ['codes', 'events'],
+  capacities: { codes: (c) => 64 * (c.audio.codebooks + RECORD_OVERHEAD), events: () => 4096 },
+  compute: true,
+  // The busiest stage: a backbone step and a Depthformer frame per 80 ms.
+  pin: 4,
+  clocks: ['prefill', 'textStep', 'audioStep', 'depthformer'],
+  module: import.meta.url,
+  create: (env) => new DepthformerStage(env),
+};

@@ -1,0 +1,120 @@
+import { BadInputError } from '../../errors.js';
+import { arenaWorkspace } from '../../dsp/workspace.js';
+import { Detokenizer, DetokenizerState } from '../../model/blocks/detokenizer.js';
+import { frameSamplesAt } from '../../core/dialogue.js';
+import { CLOCK_DETOKENIZER } from '../../core/clock.js';
+import { capacity, PassStage, type Environment, type RoomConv } from './stage.js';
+import type { StageSpec } from '../topology.js';
+import { maxPayloadOf, RECORD_OVERHEAD } from '../ring.js';
+import { REC_CODES, REC_END_OF_AUDIO, REC_PCM, REC_TURN_END, REC_TURN_START, type StageConversation, type StageOpen } from '../protocol.js';
+
+import '../../core/categories.js';
+
+interface PlaybackConv extends RoomConv {
+  state: DetokenizerState;
+  pcm: Float32Array; // one frame (or the flush) at the device rate
+  codes: Int32Array;
+  slot: number;
+  open: boolean;
+}
+
+/**
+ * Codes to device-rate PCM: the detokenizer, the ISTFT and the resampler, one code frame per
+ * record, written straight into the playback ring.
+ */
+export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
+  constructor(env: Environment) {
+    super(
+      'playback',
+      env,
+      (s, work, derived) => new Detokenizer(s.config, env.image, work, derived, { turnPositions: env.init.turnPositions, planner: s.planner }),
+    );
+  }
+
+  open(o: StageConversation & { rings?: StageOpen['rings']; duplex?: StageOpen['duplex'] }): void {
+    const c = this.config;
+    const det = this.tickets.slots[0]!;
+    const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} playback` }], 1 << 28, ([a]) => {
+      this.clocksFor(o.index, a!);
+      const state = new DetokenizerState(c, a!, arenaWorkspace(a!, 'recurrence', 'detok'), {
+        turnPositions: this.env.init.turnPositions,
+        outputRate: this.env.init.options.outputRate,
+      });
+      return {
+        state,
+        pcm: a!.carve('playback.pcm', 'playback.payload', Float32Array, det.maxSamples(state)),
+        codes: a!.carve('playback.codes', 'workspace.detokenizer', Int32Array, c.audio.codebooks),
+      };
+    });
+    if (conv.pcm.length > maxPayloadOf(capacity(o, 'output')))
+      throw new BadInputError({ field: 'outputRate' }, `the playback ring cannot hold a frame at ${this.env.init.options.outputRate} Hz`);
+    this.conversations[o.index] = {
+      index: o.index,
+      input: this.input(o, 'codes'),
+      out: this.output(o, 'output'),
+      room: conv.pcm.length + 2 * RECORD_OVERHEAD,
+      slot: -1,
+      open: false,
+      ...conv,
+    };
+  }
+
+  #flush(c: PlaybackConv, det: Detokenizer): void {
+    this.tic();
+    const n = det.finish(c.state, c.pcm, 0);
+    this.toc(c.index, CLOCK_DETOKENIZER);
+    if (n > 0) c.out.write(REC_PCM, c.pcm, 0, n);
+    c.open = false;
+  }
+
+  poll(): boolean {
+    return this.pollRecords(this.conversations);
+  }
+
+  protected override record(c: PlaybackConv, kind: number): boolean {
+    if (kind === REC_TURN_START) {
+      const slot = this.tickets.acquire(c.index);
+      if (slot < 0) return false;
+      c.slot = slot;
+      c.state.startTurn();
+      c.open = false;
+      c.input.skip();
+      return true;
+    }
+    const det = this.tickets.slots[c.slot]!;
+    if (kind === REC_CODES) {
+      c.input.read(c.codes, 0);
+      this.tic();
+      if (!c.open) c.state.startTurn();
+      c.open = true;
+      const n = det.frame(c.state, c.codes, c.pcm, 0);
+      this.toc(c.index, CLOCK_DETOKENIZER);
+      if (n > 0) c.out.write(REC_PCM, c.pcm, 0, n);
+    } else if (kind === REC_END_OF_AUDIO) {
+      c.input.skip();
+      if (c.open) this.#flush(c, det);
+    } else {
+      c.input.skip();
+      if (kind === REC_TURN_END) {
+        if (c.open) this.#flush(c, det);
+        c.out.write(REC_TURN_END, null, 0, 0);
+        this.tickets.release(c.slot);
+        c.slot = -1;
+      }
+    }
+    return true;
+  }
+}
+
+export const stage: StageSpec = {
+  name: 'playback',
+  reads: ['codes'],
+  writes: ['output'],
+  capacities: { output: (c, rate) => 4 * (frameSamplesAt(c, rate) + 4096) + 4 },
+  compute: true,
+  pin: 3,
+  clocks: ['detokenizer'],
+  categories: ['playback.payload', 'playback.metadata'],
+  module: import.meta.url,
+  create: (env) => new PlaybackStage(env),
+};
