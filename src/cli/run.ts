@@ -30,19 +30,9 @@ import { flagValue, parseFlag } from '../options.js';
 import { Conversation, SpeechModel, type ReplySink, type ReplySummary } from '../core/conversation.js';
 import { computeCpuMs, CLOCKS, threadCpuMs } from '../core/clock.js';
 import { PIPELINE } from '../runtime/stages/index.js';
+import { ConversationPort, OUT_NONE, OUT_REPLY_END } from '../runtime/port.js';
 import { Pipeline, type PinMap, type PipelineConversation, type StageThreads } from '../runtime/coordinator.js';
-import {
-  BELL_MAIN,
-  readTurnFields,
-  REC_CODES,
-  REC_END_OF_AUDIO,
-  REC_END_SEGMENT,
-  REC_PCM,
-  REC_TEXT,
-  REC_TURN_END,
-  TURN_FIELDS,
-  type StageName,
-} from '../runtime/protocol.js';
+import { BELL_MAIN, readTurnFields, type StageName } from '../runtime/protocol.js';
 
 export interface RunRequest {
   model: string;
@@ -453,6 +443,7 @@ interface PipelineRun {
 interface Flow {
   job: Job;
   conv: PipelineConversation;
+  port: ConversationPort;
   chunk: Float32Array;
   pending: number; // samples read, not yet in the ring
   fed: number; // samples in the ring
@@ -464,7 +455,6 @@ interface Flow {
   tokens: number[];
   /** Every frame's codes, one after the other (kept for --report only). */
   codes: number[];
-  summary: Int32Array;
   samples: number;
   done: boolean;
   arrivals: number[]; // when each block of reply samples reached this thread (ms)
@@ -495,9 +485,19 @@ async function runPipeline(p: PipelineRun): Promise<string> {
     const flows: Flow[] = [];
     for (const [i, job] of p.jobs.entries()) {
       const conv = await pipeline.open({ seed: p.seed + i, inputRate: job.reader.info.sampleRate });
+      const tokens: number[] = [];
+      const codes: number[] = [];
+      const port = new ConversationPort(pipeline, conv, {
+        text: (token) => tokens.push(token),
+        // Flat and only when reported: what the main thread keeps per frame bounds a long reply's memory.
+        frame: (frame) => {
+          if (p.report !== undefined) for (const code of frame) codes.push(code);
+        },
+      });
       flows.push({
         job,
         conv,
+        port,
         chunk: new Float32Array(conv.chunk),
         pending: 0,
         fed: 0,
@@ -506,9 +506,8 @@ async function runPipeline(p: PipelineRun): Promise<string> {
         endAt: 0,
         firstAudioAt: -1,
         writer: null,
-        tokens: [],
-        codes: [],
-        summary: new Int32Array(TURN_FIELDS),
+        tokens,
+        codes,
         samples: 0,
         done: false,
         arrivals: [],
@@ -520,25 +519,6 @@ async function runPipeline(p: PipelineRun): Promise<string> {
     const atReadiness = p.domain.snapshot().allocations;
     const c = pipeline.config;
     const pcm = new Float32Array(Math.max(...flows.map((f) => f.conv.output.maxPayload)));
-    const frame = new Int32Array(c.audio.codebooks);
-    /** Text, frames and the turn's summary that have arrived for `f`; true if any. */
-    const events = (f: (typeof flows)[number]): boolean => {
-      const conv = f.conv;
-      let took = false;
-      for (let kind = conv.events.peekKind(); kind >= 0; kind = conv.events.peekKind()) {
-        if (kind === REC_TEXT) {
-          f.tokens.push(conv.events.peekInt(0));
-          conv.events.skip();
-        } else if (kind === REC_CODES || kind === REC_END_OF_AUDIO) {
-          conv.events.read(frame, 0);
-          // Flat and only when reported: what the main thread keeps per frame bounds a long reply's memory.
-          if (p.report !== undefined) for (const code of frame) f.codes.push(code);
-        } else if (kind === REC_TURN_END) conv.events.read(f.summary, 0);
-        else conv.events.skip();
-        took = true;
-      }
-      return took;
-    };
     for (const f of flows)
       f.writer = new WavFileWriter(f.job.staging, { sampleRate: p.rate, channels: 1, format: 'float32', extensible: false }, { shown: f.job.output });
     const started = performance.now();
@@ -569,7 +549,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
               if (f.pending === 0) f.eof = true;
             }
             if (f.pending > 0) {
-              if (!conv.input.write(REC_PCM, f.chunk, 0, f.pending)) break;
+              if (!f.port.writePcm(f.chunk, 0, f.pending)) break;
               f.fed += f.pending;
               f.pending = 0;
             } else if (f.eof) {
@@ -577,35 +557,28 @@ async function runPipeline(p: PipelineRun): Promise<string> {
                 nextDue = Math.min(nextDue, (1000 * f.fed) / conv.inputRate - now);
                 break;
               }
-              if (!conv.input.write(REC_END_SEGMENT, null, 0, 0)) break;
+              if (!f.port.endSegment()) break;
               f.ended = true;
               f.endAt = performance.now();
             }
             progress = true;
           }
-          if (events(f)) progress = true;
+          if (f.port.events()) progress = true;
           // Reply samples.
-          for (let kind = conv.output.peekKind(); kind >= 0; kind = conv.output.peekKind()) {
-            if (kind === REC_PCM) {
-              const n = conv.output.read(pcm, 0);
-              if (n > 0) {
-                const now = performance.now();
-                if (f.firstAudioAt < 0) f.firstAudioAt = now;
-                f.arrivals.push(now);
-                // A player that began at the first sample has played this much by now.
-                f.lateMs = Math.max(f.lateMs, now - f.firstAudioAt - (1000 * f.samples) / p.rate);
-                f.writer!.write(pcm.subarray(0, n));
-                f.samples += n;
-              }
-            } else {
-              conv.output.skip();
-              if (kind === REC_TURN_END) {
-                // The Depthformer stage writes the turn's summary before playback passes its end on.
-                events(f);
-                f.done = true;
-              }
-            }
+          for (let n = f.port.readOutput(pcm); n !== OUT_NONE; n = f.port.readOutput(pcm)) {
             progress = true;
+            if (n === OUT_REPLY_END) {
+              f.port.endReply();
+              f.done = true;
+            }
+            if (n <= 0) continue;
+            const now = performance.now();
+            if (f.firstAudioAt < 0) f.firstAudioAt = now;
+            f.arrivals.push(now);
+            // A player that began at the first sample has played this much by now.
+            f.lateMs = Math.max(f.lateMs, now - f.firstAudioAt - (1000 * f.samples) / p.rate);
+            f.writer!.write(pcm.subarray(0, n));
+            f.samples += n;
           }
           if (!f.done) open++;
         }
@@ -635,7 +608,7 @@ async function runPipeline(p: PipelineRun): Promise<string> {
     const lines: string[] = [];
     const results: Record<string, unknown>[] = [];
     for (const [i, f] of flows.entries()) {
-      const s = f.summary;
+      const s = f.port.summary;
       const text = pipeline.tokenizer.decode(f.tokens);
       const timings: Record<string, { ms: number; count: number }> = {};
       for (const name of CLOCKS) timings[name] = { ms: 0, count: 0 };

@@ -1,0 +1,728 @@
+/**
+ * One conversation on an Engine, as the application sees it: push methods, a Node Duplex
+ * stream, typed events and an async iterator over one pipeline conversation, whose rings it
+ * reads through a ConversationPort (runtime/port.ts).
+ *
+ * A turn is the user's speech up to `endTurn()` (or the longest segment, `segmentSeconds`,
+ * whichever comes first), or, in VAD mode, what the frontend stage's endpointer finds; the reply
+ * streams out as it is generated. Speech written while a reply is being generated becomes the
+ * next turn. This thread hands the application copies: one typed array per block of input it
+ * queues and per block of reply audio it emits.
+ *
+ * Thread contract: one thread (the application's); the stages run in their own workers.
+ */
+import { EventEmitter } from 'node:events';
+import { Duplex } from 'node:stream';
+import type { DuplexDevice } from '../core/session.js';
+import type { ReplyStop } from '../core/dialogue.js';
+import { AbortedError, ArgumentError, BadInputError, ClosedError, type VoxslabError, type WorkerError } from '../errors.js';
+import { native, WEIGHT_TYPE } from '../native.js';
+import type { MemoryManifest } from '../memory/manifest.js';
+import type { ClockedDevice } from '../io/devices.js';
+import type { Pipeline, PipelineConversation } from '../runtime/coordinator.js';
+import { readTurnFields } from '../runtime/protocol.js';
+import { type BargeVerdict, ConversationPort, OUT_REPLY_END } from '../runtime/port.js';
+import { type DeviceHost, type DeviceLink, deviceLink, driveDevice, flushBacklog } from './device.js';
+
+export type SampleFormat = 'f32' | 's16';
+
+export interface ConversationOptions {
+  /** Sample rate of the audio the application writes. Default 16000. */
+  inputRate?: number;
+  /** Sample format of the stream's bytes and of `audio` events. Default 'f32'. */
+  format?: SampleFormat;
+  /** Sampling seed. Default: the `seed` option's default. */
+  seed?: number;
+  /** Closes the conversation when aborted. */
+  signal?: AbortSignal;
+  /**
+   * The conversation finds the user's turns itself: WebRTC's VAD and endpointing run in the
+   * pipeline's frontend stage (options silenceMs, onsetMs, minSpeechMs, vad of `load`), and
+   * `speech_start`/`speech_end` come from them. `endTurn()` then feeds silence enough to end
+   * the speech in progress. Default false: the application ends each turn.
+   */
+  vad?: boolean;
+  /**
+   * VAD mode: the application plays the replies itself and hands what it played beside what it
+   * heard (`writeDuplex`); echo cancellation (WebRTC's) runs in the capture stage, its engine held
+   * under the cap. The value is the delay from a played sample to its echo in the microphone, ms
+   * (0..500; the device's output plus input latency). Default: none.
+   */
+  echoDelayMs?: number;
+}
+
+/** What a finished turn produced. */
+export interface TurnSummary {
+  turn: number;
+  /** The reply's text, and its token ids. */
+  text: string;
+  tokens: number[];
+  /** Audio frames generated, and samples at the output rate. */
+  frames: number;
+  samples: number;
+  stop: ReplyStop;
+  endOfAudio: boolean;
+  /** Encoder frames of the user's speech. */
+  userFrames: number;
+  /** Context positions in use after the turn, compactions so far, positions they dropped. */
+  positions: number;
+  compactions: number;
+  droppedPositions: number;
+  /** From the end of the user's speech to the first reply sample, ms (null: no audio). */
+  firstAudioMs: number | null;
+}
+
+export interface ConversationEvents {
+  speech_start: [{ turn: number }];
+  /** `vad`: the frontend's endpointer ended the turn; `dropped`: it was too short to be one (no reply). */
+  speech_end: [{ turn: number; samples: number; reason: 'end-turn' | 'segment-limit' | 'vad' | 'dropped' }];
+  text: [{ turn: number; token: number; delta: string; text: string }];
+  /**
+   * VAD mode: the user spoke over reply `turn` before it was all delivered. Its undelivered audio
+   * is dropped and the conversation keeps only `heardFrames` audio frames of it and the text
+   * before them (null: the context could not be cut back, the reply was only silenced);
+   * `generatedFrames` had been generated (at most the look-ahead beyond what was delivered).
+   */
+  barge_in: [{ turn: number; heardFrames: number | null; generatedFrames: number; text: string }];
+  audio: [{ turn: number; pcm: Float32Array | Int16Array; sampleRate: number }];
+  turn_end: [TurnSummary];
+  error: [VoxslabError];
+  memory: [MemoryManifest];
+  close: [];
+}
+
+/** One event as the async iterator yields it. */
+export type ConversationEvent = {
+  [K in keyof ConversationEvents]: ConversationEvents[K] extends [infer P] ? { type: K } & (P extends object ? P : never) : { type: K };
+}[keyof ConversationEvents];
+
+/** Read through a call: a signal can fire across an await (TypeScript narrows the property). */
+export function isAborted(signal: AbortSignal): boolean {
+  return signal.aborted;
+}
+
+/** @internal The engine's pump and failure calls (not part of the public surface). */
+export const kPump = Symbol('pump');
+export const kFail = Symbol('fail');
+
+export function aborted(signal: AbortSignal, what: string): AbortedError {
+  return new AbortedError(`${what} aborted${signal.reason instanceof Error ? `: ${signal.reason.message}` : ''}`, { cause: signal.reason });
+}
+
+/** What a conversation needs of its engine. */
+export interface ConversationHost {
+  readonly pipeline: Pipeline;
+  readonly outputRate: number;
+  memory(): MemoryManifest;
+  /** New input or demand: run the pump, or wake it. */
+  wake(): void;
+  /** The conversation ended: its pipeline conversation is closed. */
+  release(conv: Conversation, pc: PipelineConversation): Promise<void>;
+}
+
+interface Waiter {
+  resolve(t: TurnSummary): void;
+  reject(e: Error): void;
+}
+
+/** One conversation on an Engine. */
+export class Conversation extends EventEmitter<ConversationEvents> {
+  readonly #host: ConversationHost;
+  readonly index: number;
+  readonly inputRate: number;
+  readonly outputRate: number;
+  readonly format: SampleFormat;
+  readonly #pc: PipelineConversation;
+  readonly #port: ConversationPort;
+  /** Input not yet in the ring; `null` marks the end of a turn. */
+  readonly #queue: (Float32Array | null)[] = [];
+  /** Queued blocks that hold [microphone | far end] (writeDuplex), and the record they are sent through. */
+  readonly #pairs = new WeakSet<Float32Array>();
+  readonly #pair: Float32Array;
+  #queueAt = 0; // samples of the queue's head already in the ring
+  #queuedThisTurn = 0;
+  #fedThisTurn = 0;
+  readonly #maxTurnSamples: number;
+  /** Turns of speech ended (the port counts the replies: a reply may play while the next turn is spoken). */
+  #spoken = 0;
+  #inTurn = false;
+  /** When each turn not yet replied to ended. */
+  readonly #endedAt: number[] = [];
+  #firstAudioAt = -1;
+  #tokens: number[] = [];
+  #text = '';
+  #samples = 0;
+  /** The device the conversation runs on (`run`), or null. */
+  #link: DeviceLink | null = null;
+  readonly #pcm: Float32Array;
+  #outputPaused = false;
+  #stream: Duplex | null = null;
+  #streamEndPending = false;
+  #closing: Promise<void> | null = null;
+  readonly #waiters: Waiter[] = [];
+  readonly #iterators = new Set<(e: ConversationEvent | null) => void>();
+
+  /** VAD mode: the silence `endTurn()` feeds (null: the application ends turns). */
+  readonly #flush: Float32Array | null;
+
+  /** @internal Use `engine.open()`. */
+  constructor(host: ConversationHost, pc: PipelineConversation, format: SampleFormat, segmentSeconds: number, vadSilenceMs = 0) {
+    super();
+    this.#host = host;
+    this.#pc = pc;
+    this.#port = new ConversationPort(host.pipeline, pc, {
+      text: (token) => this.#textToken(token),
+      speechStart: () => {
+        this.#inTurn = true;
+        this.#fedThisTurn = 0;
+        this.#emit('speech_start', { turn: this.#spoken });
+      },
+      speechEnd: (turn) => {
+        if (turn) this.#endTurnFed('vad');
+        else {
+          this.#emit('speech_end', { turn: this.#spoken, samples: this.#fedThisTurn, reason: 'dropped' });
+          this.#inTurn = false;
+        }
+      },
+      barge: (v) => this.#bargeIn(v),
+    });
+    this.#device = {
+      port: this.#port,
+      pipeline: host.pipeline,
+      pump: () => this[kPump](),
+      audio: (pcm) => void this.#audio(pcm),
+      replyEnd: () => this.#replyEnd(),
+      fed: (n) => {
+        this.#fedThisTurn += n;
+      },
+      owed: () => this.#port.replied < this.#spoken,
+      wake: () => host.wake(),
+    };
+    this.index = pc.index;
+    this.inputRate = pc.inputRate;
+    this.outputRate = host.outputRate;
+    this.format = format;
+    this.#maxTurnSamples = Math.floor(segmentSeconds * pc.inputRate);
+    this.#pcm = new Float32Array(pc.output.maxPayload);
+    this.#pair = new Float32Array(2 * pc.chunk);
+    this.#flush = vadSilenceMs > 0 ? new Float32Array(Math.ceil(((vadSilenceMs + 200) * pc.inputRate) / 1000)) : null;
+  }
+
+  get closed(): boolean {
+    return this.#closing !== null;
+  }
+
+  /**
+   * Queues user speech at `inputRate`: floats in [-1, 1] or 16-bit integers. Returns false when
+   * more than a second of input waits for the pipeline (slow down, as with a stream's `write`).
+   * A block holding NaN or ±Infinity is refused whole (BadInputError naming the first such
+   * sample's offset in the block): nothing of it is queued, and the conversation goes on.
+   */
+  write(samples: Float32Array | Int16Array): boolean {
+    let f: Float32Array;
+    if (samples instanceof Float32Array) {
+      checkFinite(samples, 'samples');
+      f = samples.slice();
+    } else if (samples instanceof Int16Array) {
+      f = new Float32Array(samples.length);
+      for (let i = 0; i < samples.length; i++) f[i] = (samples[i] as number) / 32768;
+    } else throw new ArgumentError('write takes a Float32Array or an Int16Array of samples');
+    return this.#enqueue(f);
+  }
+
+  /**
+   * Queues what the microphone heard (`mic`) beside what was played at the same device time
+   * (`far`, resampled to `inputRate`), for a conversation opened with `echoDelayMs`: the capture
+   * stage cancels the echo of `far` from `mic`. Floats, equal lengths; both are copied.
+   */
+  writeDuplex(mic: Float32Array, far: Float32Array): boolean {
+    if (!(mic instanceof Float32Array) || !(far instanceof Float32Array) || mic.length !== far.length)
+      throw new ArgumentError('writeDuplex takes two Float32Arrays of equal length (microphone, far end)');
+    if (!this.#pc.echo) throw new ArgumentError(`conversation ${this.index} was opened without echoDelayMs: write() the microphone alone`);
+    checkFinite(mic, 'mic');
+    checkFinite(far, 'far');
+    const block = new Float32Array(2 * mic.length);
+    block.set(mic);
+    block.set(far, mic.length);
+    this.#pairs.add(block);
+    return this.#enqueue(block);
+  }
+
+  #enqueue(f: Float32Array): boolean {
+    if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
+    if (this.#link !== null) throw new ArgumentError(`conversation ${this.index} runs on a device: its microphone is the input`);
+    if (f.length > 0) {
+      this.#queue.push(f);
+      this.#queuedThisTurn += f.length;
+      this.#host.wake();
+    }
+    return this.#backlog() <= this.inputRate;
+  }
+
+  /**
+   * Queues user speech as little-endian bytes in the conversation's `format`: whole samples
+   * only (ArgumentError otherwise). Decoded straight into the queued block: one copy.
+   */
+  writeBytes(bytes: Uint8Array): boolean {
+    const per = this.format === 'f32' ? 4 : 2;
+    if (bytes.length % per !== 0) throw new ArgumentError(`${bytes.length} bytes is not whole ${this.format} samples`);
+    const n = bytes.length / per;
+    const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    const f = new Float32Array(n);
+    if (per === 4) {
+      for (let i = 0; i < n; i++) f[i] = v.getFloat32(4 * i, true);
+      checkFinite(f, 'samples');
+    } else for (let i = 0; i < n; i++) f[i] = v.getInt16(2 * i, true) / 32768;
+    return this.#enqueue(f);
+  }
+
+  /** Ends the user's turn: the reply follows. A turn with no speech is ignored. */
+  endTurn(): void {
+    if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
+    if (this.#queuedThisTurn === 0) return;
+    if (this.#flush !== null) {
+      // VAD mode: silence ends the speech in progress, as it would live.
+      this.#queue.push(this.#flush);
+      this.#queuedThisTurn = 0;
+      this.#host.wake();
+      return;
+    }
+    this.#queue.push(null);
+    this.#queuedThisTurn = 0;
+    this.#host.wake();
+  }
+
+  /** Resolves with the next turn's summary when its reply has been played out. */
+  nextTurn(): Promise<TurnSummary> {
+    if (this.#closing !== null) return Promise.reject(new ClosedError(`conversation ${this.index} is closed`));
+    return new Promise((resolve, reject) => this.#waiters.push({ resolve, reject }));
+  }
+
+  /**
+   * The conversation as a Duplex stream: write PCM bytes (`format`, little-endian, mono, at
+   * `inputRate`); read the replies' PCM bytes (`format`, at `outputRate`). Ending the writable
+   * side ends the turn; the readable side ends after that turn's reply.
+   */
+  stream(): Duplex {
+    if (this.#stream !== null) return this.#stream;
+    const bytesPer = this.format === 'f32' ? 4 : 2;
+    let rest: Buffer = Buffer.alloc(0);
+    const conv = this;
+    const s = new Duplex({
+      write(chunk: Buffer, _enc, done) {
+        try {
+          // A sample may straddle two chunks: keep the stray bytes for the next one.
+          const all = rest.length > 0 ? Buffer.concat([rest, chunk]) : chunk;
+          const whole = all.length - (all.length % bytesPer);
+          rest = Buffer.from(all.subarray(whole));
+          if (whole > 0) conv.writeBytes(all.subarray(0, whole));
+          conv.#whenDrained(done);
+        } catch (error) {
+          done(error as Error);
+        }
+      },
+      final(done) {
+        if (rest.length > 0) {
+          done(new ArgumentError(`the stream ended inside a sample (${rest.length} stray bytes of a ${bytesPer}-byte ${conv.format} sample)`));
+          return;
+        }
+        conv.#streamEndPending = true;
+        conv.endTurn();
+        conv.#endStreamIfDone();
+        done();
+      },
+      read() {
+        if (conv.#outputPaused) {
+          conv.#outputPaused = false;
+          conv.#host.wake();
+        }
+      },
+      destroy(error, done) {
+        if (conv.#stream === s) conv.#stream = null;
+        done(error);
+      },
+    });
+    this.#stream = s;
+    return s;
+  }
+
+  /**
+   * Resolves when at most a second of input waits for the pipeline again (at once if it does
+   * now): after a `write` that returned false, write more only then. Resolves at close too.
+   */
+  drained(): Promise<void> {
+    if (this.#closing !== null) return Promise.resolve();
+    return new Promise((resolve) => this.#whenDrained(resolve));
+  }
+
+  /**
+   * Holds the reply back: no more `audio` events until `resumeOutput()`. The reply waits in the
+   * pipeline's rings, which stall the stages that make it (a consumer that cannot keep up, such
+   * as a socket whose client does not read, holds nothing on this thread).
+   */
+  pauseOutput(): void {
+    this.#outputPaused = true;
+  }
+
+  /** Lets the held reply flow again (see `pauseOutput`). */
+  resumeOutput(): void {
+    if (!this.#outputPaused) return;
+    this.#outputPaused = false;
+    this.#host.wake();
+  }
+
+  /** True while the reply is held back (`pauseOutput`, or the stream's reader is full). */
+  get outputPaused(): boolean {
+    return this.#outputPaused;
+  }
+
+  /** Every event in order, until the conversation closes. */
+  events(): AsyncIterableIterator<ConversationEvent> {
+    const buffered: (ConversationEvent | null)[] = [];
+    let wake: (() => void) | null = null;
+    const push = (e: ConversationEvent | null): void => {
+      buffered.push(e);
+      wake?.();
+    };
+    if (this.#closing !== null) buffered.push(null);
+    else this.#iterators.add(push);
+    const it: AsyncIterableIterator<ConversationEvent> = {
+      next: async () => {
+        while (buffered.length === 0) await new Promise<void>((r) => (wake = r));
+        wake = null;
+        const e = buffered.shift()!;
+        if (e === null) {
+          buffered.push(null);
+          return { done: true, value: undefined };
+        }
+        return { done: false, value: e };
+      },
+      return: async () => {
+        this.#iterators.delete(push);
+        return { done: true, value: undefined };
+      },
+      [Symbol.asyncIterator]: () => it,
+    };
+    return it;
+  }
+
+  /** Ends the conversation (a reply in progress stops) and returns its bytes to the cap. */
+  close(): Promise<void> {
+    this.#closing ??= (async () => {
+      try {
+        await this.#host.release(this, this.#pc);
+      } finally {
+        this.#end(new ClosedError(`conversation ${this.index} closed`));
+      }
+    })();
+    return this.#closing;
+  }
+
+  /** @internal */
+  abortOn(signal: AbortSignal): void {
+    const onAbort = (): void => {
+      const e = aborted(signal, `conversation ${this.index}`);
+      this.#rejectWaiters(e);
+      this.#stream?.destroy(e);
+      void this.close();
+    };
+    signal.addEventListener('abort', onAbort, { once: true });
+    this.once('close', () => signal.removeEventListener('abort', onAbort));
+  }
+
+  /** @internal */
+  emitMemory(): void {
+    this.#emit('memory', this.#host.memory());
+  }
+
+  /** @internal A stage worker failed: the conversation ends with the error. */
+  [kFail](error: WorkerError): void {
+    if (this.#closing !== null) return;
+    this.#emit('error', error);
+    this.#rejectWaiters(error);
+    this.#stream?.destroy(error);
+    void this.close();
+  }
+
+  #end(reason: Error): void {
+    this.#rejectWaiters(reason);
+    // Writers waiting for room go on (their next write is refused as closed).
+    for (const cb of this.#drainCallbacks.splice(0)) cb();
+    if (this.#stream !== null && !this.#stream.destroyed) this.#stream.push(null);
+    for (const push of this.#iterators) push(null);
+    this.#iterators.clear();
+    this.emit('close');
+  }
+
+  #rejectWaiters(e: Error): void {
+    for (const w of this.#waiters.splice(0)) w.reject(e);
+  }
+
+  #emit<K extends keyof ConversationEvents>(type: K, ...args: ConversationEvents[K]): void {
+    // An 'error' without a listener is not thrown: it rejects `nextTurn()` and ends the iterators.
+    if (type !== 'error' || this.listenerCount('error') > 0) this.emit(type, ...(args as never));
+    if (this.#iterators.size > 0) {
+      const payload = args[0] as object | undefined;
+      const e = (type === 'error' ? { type, error: payload } : { type, ...(payload ?? {}) }) as unknown as ConversationEvent;
+      for (const push of this.#iterators) push(e);
+    }
+  }
+
+  #backlog(): number {
+    let n = -this.#queueAt;
+    for (const q of this.#queue) if (q !== null) n += this.#pairs.has(q) ? q.length / 2 : q.length;
+    return n;
+  }
+
+  #drainCallbacks: (() => void)[] = [];
+
+  #whenDrained(done: () => void): void {
+    if (this.#backlog() <= this.inputRate) done();
+    else this.#drainCallbacks.push(done);
+  }
+
+  /** A token of the reply: its text so far, and what it added. */
+  #textToken(token: number): void {
+    this.#tokens.push(token);
+    const text = this.#host.pipeline.tokenizer.decode(this.#tokens);
+    const delta = text.startsWith(this.#text) ? text.slice(this.#text.length) : text;
+    this.#text = text;
+    this.#emit('text', { turn: this.#port.replied, token, delta, text });
+  }
+
+  /** The verdict on a speech onset (VAD mode): a reply cut keeps the text the context kept. */
+  #bargeIn(v: BargeVerdict): void {
+    const link = this.#link;
+    if (link !== null && v.reply === this.#port.replied) {
+      // What the device had not played of the cut reply is gone too.
+      link.carryAt = link.carryLength;
+      link.gain = 0;
+    }
+    if (v.frames >= 0 && this.#tokens.length > v.textTokens) {
+      this.#tokens = this.#tokens.slice(0, v.textTokens);
+      this.#text = this.#host.pipeline.tokenizer.decode(this.#tokens);
+    }
+    this.#emit('barge_in', { turn: v.reply, heardFrames: v.frames >= 0 ? v.frames : null, generatedFrames: v.generated, text: this.#text });
+  }
+
+  /** @internal One pass of the pump: input in, events and audio out. */
+  [kPump](): boolean {
+    if (this.#closing !== null) return false;
+    const pc = this.#pc;
+    let progress = false;
+    if (pc.vad && this.#port.answerOnsets()) progress = true;
+    const link = this.#link;
+    if (link !== null && link.backlogCount > 0 && flushBacklog(this.#device, link)) progress = true;
+    // Input, up to the ring's room; a turn ends at endTurn() or at the longest segment (in VAD
+    // mode, where the frontend's endpointer says).
+    while (this.#flush !== null && this.#queue.length > 0 && this.#feed(this.#queue[0]!, pc.chunk)) progress = true;
+    while (this.#flush === null && this.#queue.length > 0) {
+      const head = this.#queue[0]!;
+      if (head === null) {
+        if (!this.#port.endSegment()) break;
+        this.#queue.shift();
+        this.#endTurnFed('end-turn');
+        progress = true;
+        continue;
+      }
+      if (this.#fedThisTurn === 0 && !this.#inTurn) {
+        this.#inTurn = true;
+        this.#emit('speech_start', { turn: this.#spoken });
+      }
+      const room = this.#maxTurnSamples - this.#fedThisTurn;
+      if (room === 0) {
+        if (!this.#port.endSegment()) break;
+        this.#endTurnFed('segment-limit');
+        progress = true;
+        continue;
+      }
+      if (!this.#feed(head, Math.min(pc.chunk, room))) break;
+      progress = true;
+    }
+    if (this.#drainCallbacks.length > 0 && this.#backlog() <= this.inputRate) for (const cb of this.#drainCallbacks.splice(0)) cb();
+    if (this.#port.events()) progress = true;
+    // A device pulls the reply audio itself, period by period (#pull).
+    if (this.#link === null && this.#output()) progress = true;
+    return progress;
+  }
+
+  /**
+   * Reply audio to the application, unless the stream's reader is behind (the rings then hold
+   * the reply back), or (VAD) the user may be speaking over it; a reply cut by a barge-in is dropped.
+   */
+  #output(): boolean {
+    const port = this.#port;
+    let progress = false;
+    const hold = port.held();
+    for (;;) {
+      if (port.peekOutput() < 0 || (!port.dropping && (hold || this.#outputPaused))) break;
+      const n = port.readOutput(this.#pcm);
+      progress = true;
+      if (n === OUT_REPLY_END) this.#replyEnd();
+      if (n <= 0) continue;
+      port.heard(n);
+      const pcm = this.#audio(this.#pcm.slice(0, n));
+      if (this.#stream !== null && !this.#stream.push(Buffer.from(pcm.buffer, pcm.byteOffset, pcm.byteLength))) this.#outputPaused = true;
+    }
+    return progress;
+  }
+
+  /** A block of reply audio out of the rings: counted, and emitted in the conversation's format. */
+  #audio(pcm: Float32Array): Float32Array | Int16Array {
+    if (this.#firstAudioAt < 0) this.#firstAudioAt = performance.now();
+    this.#samples += pcm.length;
+    const out = this.format === 'f32' ? pcm : toS16(pcm, pcm.length);
+    this.#emit('audio', { turn: this.#port.replied, pcm: out, sampleRate: this.outputRate });
+    return out;
+  }
+
+  /** The reply's end came out of the output ring: the turn is over, the next reply's count starts. */
+  #replyEnd(): void {
+    this.#turnEnd();
+    this.#port.endReply();
+  }
+
+  /** What the device driver reaches of this conversation. */
+  readonly #device: DeviceHost;
+
+  /**
+   * Runs the conversation on a duplex device (io/loopback.ts, io/devices.ts), one device period
+   * at a time: the reply is played as the device asks for it (held, with a fade, while the user
+   * may be speaking; what was played is what the listener heard), and what the microphone heard
+   * goes into the pipeline beside what was played, for echo cancellation.
+   *
+   * The conversation must find its own turns with echo cancellation (`vad: true`, `echoDelayMs`),
+   * listen at the device's rate, and the engine must speak at it. A device with `start` (a real
+   * one) runs on its own clock; one without (the loopback device) runs in lockstep with the
+   * pipeline: each period waits until every stage has done all it can, so a run is repeatable
+   * byte for byte and faster than real time. Resolves after `seconds` of device time, or when
+   * `signal` aborts or `until` says so.
+   */
+  async run(
+    device: DuplexDevice & Partial<ClockedDevice> & { stop?(): Promise<void> },
+    o: { seconds: number; signal?: AbortSignal; until?: (link: DeviceLink) => boolean; fadeMs?: number },
+  ): Promise<DeviceLink> {
+    const pc = this.#pc;
+    if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
+    if (this.#link !== null) throw new ArgumentError(`conversation ${this.index} already runs on a device`);
+    if (!pc.vad || !pc.echo) throw new ArgumentError('a conversation on a device is opened with vad: true and echoDelayMs');
+    if (device.rate !== this.inputRate || device.rate !== this.outputRate)
+      throw new ArgumentError(
+        `the device runs at ${device.rate} Hz; the conversation listens at ${this.inputRate} Hz and the engine speaks at ${this.outputRate} Hz`,
+      );
+    if (!(o.seconds > 0)) throw new ArgumentError(`run: seconds must be positive, got ${o.seconds}`);
+    const fadeMs = o.fadeMs ?? 20;
+    if (!(fadeMs >= 1 && fadeMs <= 1000)) throw new ArgumentError(`fadeMs must be 1..1000, got ${fadeMs}`);
+    if (2 * device.period > pc.input.maxPayload) throw new ArgumentError(`a device period of ${device.period} samples is more than the capture ring takes`);
+    const link = deviceLink(device, this.#port, fadeMs);
+    this.#link = link;
+    const end = device.clock + Math.round(o.seconds * device.rate);
+    const done = (): boolean => device.clock >= end || o.signal?.aborted === true || this.#closing !== null || (o.until?.(link) ?? false);
+    try {
+      await driveDevice(this.#device, device, link, done, o.signal);
+    } finally {
+      // A device library that never confirms its stop does not hold the conversation.
+      if (device.stop !== undefined) await Promise.race([device.stop(), new Promise<void>((resolve) => setTimeout(resolve, 2000).unref())]);
+      this.#link = null;
+    }
+    return link;
+  }
+
+  /** The device this conversation runs on (`run`) and its counters, or null. */
+  get device(): DeviceLink | null {
+    return this.#link;
+  }
+
+  /** Writes up to `most` samples of the queue's head as one PCM (or DUPLEX) record; false when the ring is full. */
+  #feed(head: Float32Array, most: number): boolean {
+    if (this.#pairs.has(head)) return this.#feedPair(head, most);
+    const n = Math.min(most, head.length - this.#queueAt);
+    if (!this.#port.writePcm(head, this.#queueAt, n)) return false;
+    this.#queueAt += n;
+    this.#fedThisTurn += n;
+    if (this.#queueAt === head.length) {
+      this.#queue.shift();
+      this.#queueAt = 0;
+    }
+    return true;
+  }
+
+  /** A [microphone | far end] block: up to `most` samples of each, as one DUPLEX record. */
+  #feedPair(head: Float32Array, most: number): boolean {
+    const half = head.length / 2;
+    const n = Math.min(most, half - this.#queueAt);
+    const p = this.#pair;
+    for (let i = 0; i < n; i++) {
+      p[i] = head[this.#queueAt + i]!;
+      p[n + i] = head[half + this.#queueAt + i]!;
+    }
+    if (!this.#port.writeDuplex(p, 0, 2 * n)) return false;
+    this.#queueAt += n;
+    this.#fedThisTurn += n;
+    if (this.#queueAt === half) {
+      this.#queue.shift();
+      this.#queueAt = 0;
+    }
+    return true;
+  }
+
+  #endTurnFed(reason: 'end-turn' | 'segment-limit' | 'vad'): void {
+    this.#emit('speech_end', { turn: this.#spoken, samples: this.#fedThisTurn, reason });
+    this.#spoken++;
+    this.#fedThisTurn = 0;
+    this.#inTurn = false;
+    this.#endedAt.push(performance.now());
+  }
+
+  /** A stream whose writable side ended ends its readable side after the last reply. */
+  #endStreamIfDone(): void {
+    if (!this.#streamEndPending || this.#queue.length > 0 || this.#inTurn || this.#endedAt.length > 0) return;
+    this.#streamEndPending = false;
+    this.#stream?.push(null);
+  }
+
+  #turnEnd(): void {
+    const f = readTurnFields(this.#port.summary);
+    const endedAt = this.#endedAt.shift() ?? performance.now();
+    const t: TurnSummary = {
+      turn: this.#port.replied,
+      text: this.#text,
+      tokens: this.#tokens,
+      frames: f.frames,
+      samples: this.#samples,
+      stop: f.stop,
+      endOfAudio: f.endOfAudio,
+      userFrames: f.userFrames,
+      positions: f.positions,
+      compactions: f.compactions,
+      droppedPositions: f.droppedPositions,
+      firstAudioMs: this.#firstAudioAt < 0 ? null : Math.round((this.#firstAudioAt - endedAt) * 1000) / 1000,
+    };
+    this.#tokens = [];
+    this.#text = '';
+    this.#samples = 0;
+    this.#firstAudioAt = -1;
+    this.#emit('turn_end', t);
+    this.#waiters.shift()?.resolve(t);
+    this.#endStreamIfDone();
+  }
+}
+
+/**
+ * Refuses a block of samples holding NaN or ±Infinity before any of it is queued: a stage would
+ * take them for silence, and the turn's reply would be lost without a word.
+ */
+function checkFinite(f: Float32Array, field: string): void {
+  const bad = native.firstNonFinite(new Uint8Array(f.buffer, f.byteOffset, f.byteLength), WEIGHT_TYPE.f32);
+  if (bad >= 0)
+    throw new BadInputError({ field, offset: bad }, `sample ${bad} of the block is ${f[bad]}; samples must be finite (nothing of this block was queued)`);
+}
+
+function toS16(x: Float32Array, n: number): Int16Array {
+  const out = new Int16Array(n);
+  for (let i = 0; i < n; i++) {
+    const v = Math.round((x[i] as number) * 32768);
+    out[i] = Math.min(32767, Math.max(-32768, v));
+  }
+  return out;
+}
