@@ -12,7 +12,7 @@
  * for interruptions the session then confirms.
  */
 import { APM_FRAME, ECHO_GATE_DB, EchoCanceller, VoiceDetector, apmAvailable, type VadLikelihood } from '../src/dsp/aec.js';
-import { Endpointer, framesOf, VAD_SPEECH_END } from '../src/dsp/vad.js';
+import { Endpointer, framesOf, VAD_SPEECH_END } from '../src/duplex/turn.js';
 import { LoopbackDevice } from '../src/io/loopback.js';
 import { defaultOf } from '../src/options.js';
 import { corpusTools, f1, labelFrames, NOISES, noise as makeNoise, rms, scene, utterance, RATE, SENTENCES, SPEEDS, VOICES } from './corpus.js';
@@ -28,7 +28,7 @@ import { resampleSignal } from '../src/dsp/resample.js';
 import { EchoPath } from '../src/dsp/echo.js';
 import { load, type Engine } from '../src/api/engine.js';
 import { SileroModel, SileroVad } from '../src/dsp/silero.js';
-import type { FrameDecider } from '../src/dsp/vad.js';
+import type { FrameDecider } from '../src/dsp/voice.js';
 import { loadSileroWeights, sileroModelPath } from '../src/io/silero.js';
 import type { VadChoice } from '../src/dsp/voice.js';
 

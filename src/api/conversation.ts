@@ -496,7 +496,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     if (link !== null && v.reply === this.#port.replied) {
       // What the device had not played of the cut reply is gone too.
       link.carryAt = link.carryLength;
-      link.gain = 0;
+      link.fader.silence();
     }
     if (v.frames >= 0 && this.#tokens.length > v.textTokens) {
       this.#tokens = this.#tokens.slice(0, v.textTokens);

@@ -8,6 +8,7 @@
  * the application.
  */
 import type { DuplexDevice } from '../core/session.js';
+import { Fader } from '../duplex/fader.js';
 import { runPeriods, type ClockedDevice } from '../io/devices.js';
 import type { Pipeline } from '../runtime/coordinator.js';
 import { OUT_DROPPED, OUT_NONE, OUT_OTHER, OUT_REPLY_END, type ConversationPort } from '../runtime/port.js';
@@ -30,8 +31,8 @@ export interface DeviceLink {
   /** Periods waiting for room in the capture ring (at most two seconds). */
   backlogHead: number;
   backlogCount: number;
-  gain: number;
-  readonly fadeStep: number;
+  /** Playback's gain, fading out while the user may be speaking. */
+  readonly fader: Fader;
 }
 
 /** What the device driver needs of the conversation it runs. */
@@ -72,8 +73,7 @@ export function deviceLink(device: DuplexDevice, port: ConversationPort, fadeMs:
     carryLength: 0,
     backlogHead: 0,
     backlogCount: 0,
-    gain: 1,
-    fadeStep: 1 / ((fadeMs * device.rate) / 1000),
+    fader: new Fader(fadeMs, device.rate),
   };
 }
 
@@ -177,10 +177,9 @@ function pull(host: DeviceHost, link: DeviceLink, out: Float32Array, n: number):
     if (r === OUT_REPLY_END) host.replyEnd();
   }
   for (let i = 0; i < n; i++) {
-    if (hold) link.gain = Math.max(0, link.gain - link.fadeStep);
-    else link.gain = Math.min(1, link.gain + link.fadeStep);
+    link.fader.step(hold);
     out[i] = 0;
-    if (hold && link.gain === 0) continue;
+    if (!link.fader.audible(hold)) continue;
     while (link.carryAt === link.carryLength) {
       const r = port.readOutput(carry);
       if (r === OUT_NONE) break;
@@ -199,7 +198,7 @@ function pull(host: DeviceHost, link: DeviceLink, out: Float32Array, n: number):
       starved ||= host.owed() && !hold;
       continue;
     }
-    out[i] = link.gain * carry[link.carryAt++]!;
+    out[i] = link.fader.gain * carry[link.carryAt++]!;
     played++;
     link.played++;
   }

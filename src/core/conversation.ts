@@ -19,6 +19,7 @@
  * clocks read the native monotonic clock.
  */
 import { ArgumentError, BadInputError } from '../errors.js';
+import { native } from '../native.js';
 import type { ReplyStop } from './dialogue.js';
 import { optionValue } from '../options.js';
 import type { Arena } from '../memory/arena.js';
@@ -296,6 +297,8 @@ export class Conversation {
   readonly #pcm: Float32Array; // one code frame (or the flush) at the device rate
   #segmentSamples = 0;
   readonly #maxSegment: number; // input samples in the longest segment
+  #givenRows = 0; // rows of the open segment handed in as mel rows (listenRows)
+  readonly #segmentRows: number; // rows of the longest segment
   readonly #input: Float32Array; // one listen call's samples, non-finite ones zeroed
   /** Non-finite input samples taken as silence so far. */
   nonFinite = 0;
@@ -358,6 +361,7 @@ export class Conversation {
     this.#resampled = value.resampled;
     this.#input = value.input;
     this.#maxSegment = Math.floor(mo.segmentSeconds * this.inputRate);
+    this.#segmentRows = segRows;
     this.#pcm = value.pcm;
   }
 
@@ -431,6 +435,19 @@ export class Conversation {
   }
 
   /**
+   * Feeds the user's segment as raw log-mel rows (`count` rows of `rows` from `at`) instead of
+   * samples: a caller that runs the frontend itself (the duplex session). Rows past the longest
+   * segment are dropped; returns the rows taken. Do not mix with `listen` in one segment.
+   */
+  listenRows(rows: Float32Array, at: number, count: number): number {
+    const nMels = this.model.config.frontend.nMels;
+    const n = Math.max(0, Math.min(count, this.#segmentRows - this.#givenRows));
+    native.copyF32(rows, at, this.#rows, this.#givenRows * nMels, n * nMels);
+    this.#givenRows += n;
+    return n;
+  }
+
+  /**
    * Ends the user segment: encodes it, and prefills the user turn (the system prompt ran at
    * `ready()`). Returns the encoder frames. `onMel` and `onEncoded` are taps.
    */
@@ -438,12 +455,15 @@ export class Conversation {
     taps: { mel?(rows: Float32Array, count: number): void; encoded?(encoder: Float32Array, adapter: Float32Array, frames: number): void } = {},
   ): number {
     const slot = this.model.slot;
-    this.#tic();
-    const tail = this.#resampler.finish(this.#resampled, 0);
-    this.#mel.push(this.#resampled, this.#rows, tail);
-    this.#mel.finish(this.#rows);
-    const T = this.#mel.rows;
-    this.#toc(CLOCK_FRONTEND);
+    let T = this.#givenRows;
+    if (T === 0) {
+      this.#tic();
+      const tail = this.#resampler.finish(this.#resampled, 0);
+      this.#mel.push(this.#resampled, this.#rows, tail);
+      this.#mel.finish(this.#rows);
+      T = this.#mel.rows;
+      this.#toc(CLOCK_FRONTEND);
+    }
     taps.mel?.(this.#rows, T);
     this.#tic();
     const adapter = slot.encoder.encode(this.#rows, T);
@@ -456,6 +476,7 @@ export class Conversation {
     this.#mel.reset();
     this.#resampler.reset();
     this.#segmentSamples = 0;
+    this.#givenRows = 0;
     return frames;
   }
 
@@ -466,6 +487,7 @@ export class Conversation {
     this.#mel.reset();
     this.#resampler.reset();
     this.#segmentSamples = 0;
+    this.#givenRows = 0;
   }
 
   /** Generates the assistant's whole reply to the prefilled user turn. */

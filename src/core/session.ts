@@ -20,8 +20,8 @@
 import { ArgumentError } from '../errors.js';
 import { defaultOf, optionValue } from '../options.js';
 import { Resampler } from '../dsp/resample.js';
-import { APM_FRAME, APM_HEAP_BOUND, APM_RATE, EchoCanceller, type ApmEngine } from '../dsp/aec.js';
-import type { FrameDecider } from '../dsp/vad.js';
+import { APM_HEAP_BOUND, APM_RATE, EchoCanceller, type ApmEngine } from '../dsp/aec.js';
+import type { FrameDecider } from '../dsp/voice.js';
 import { prepareVoice } from '../io/silero.js';
 import { makeVoice, maxDecisions, type VadChoice } from '../dsp/voice.js';
 import { arenaWorkspace } from '../dsp/workspace.js';
@@ -30,7 +30,12 @@ import type { Arena } from '../memory/arena.js';
 import type { NativeHold } from '../memory/domain.js';
 import { native } from '../native.js';
 import './categories.js';
-import { Endpointer, framesOf, VAD_SPEECH_DROP, VAD_SPEECH_END, VAD_SPEECH_MAYBE, VAD_SPEECH_NOT, VAD_SPEECH_START } from '../dsp/vad.js';
+import { Endpointer, framesOf, holdsPlayback, VAD_SPEECH_END, VAD_SPEECH_MAYBE, VAD_SPEECH_START } from '../duplex/turn.js';
+import { GATE_DISCARD, GATE_END, GATE_NONE, GATE_ROWS, PRE_ROLL_ROWS, SegmentGate } from '../duplex/gate.js';
+import { keptFrames } from '../duplex/bargein.js';
+import { Fader } from '../duplex/fader.js';
+import { MelFrontend } from '../dsp/mel.js';
+import { melRows, segmentSamples } from '../model/plan/plans.js';
 import { checkpointsFor, EMIT_DONE, frameSamplesAt } from './dialogue.js';
 import type { ModelConfig } from '../model/format/config.js';
 import type { Conversation, ReplySink } from './conversation.js';
@@ -70,7 +75,6 @@ export interface DuplexEvents {
   endpoint?(clock: number, event: number): void;
 }
 
-const PRE_ROLL_FRAMES = 30;
 const NO_SINK: ReplySink = {};
 
 export class DuplexSession {
@@ -79,6 +83,9 @@ export class DuplexSession {
   readonly aec: EchoCanceller;
   readonly vad: FrameDecider;
   readonly endpointer: Endpointer;
+  /** The raw log-mel rows of everything heard, and which of them are the user's segments (duplex/gate.ts). */
+  readonly #mel: MelFrontend;
+  readonly gate: SegmentGate;
   /** Counters. */
   pauses = 0;
   bargeIns = 0;
@@ -102,22 +109,15 @@ export class DuplexSession {
     mic16: Float32Array;
     far16: Float32Array;
     clean: Float32Array;
+    rows: Float32Array; // [rows one period completes][nMels]
     decisions: Uint8Array;
   };
-  readonly #preRoll: Float32Array; // [PRE_ROLL_FRAMES][APM_FRAME] ring of cleaned frames
-  readonly #one: Float32Array; // [APM_FRAME] the frame handed to the conversation
-  #preRollAt = 0;
-  #preRollFill = 0;
-  readonly #lag: Float32Array; // ring of cleaned samples, whole frames
-  #cleanAt = 0; // cleaned samples so far
-  #decided = 0; // frames decided so far
   readonly #queue: Float32Array; // ring of device-rate reply samples
   #qHead = 0;
   #qCount = 0;
   readonly #lookahead: number; // samples
   readonly #frameSamples: number; // device samples per reply frame
-  readonly #fadeStep: number;
-  #gain = 1;
+  readonly #fader: Fader;
   #paused = false;
   #replying = false;
   #replyDone = false;
@@ -158,24 +158,28 @@ export class DuplexSession {
         const capture = arenaWorkspace(a, 'capture', 'duplex');
         const aec = new EchoCanceller(aecOptions, capture, holds[0]!.value);
         const vad = makeVoice(voice, capture, holds[1]?.value ?? null);
+        // The longest segment less the pre-roll and its end's frame (as the frontend stage's).
+        const f = c.frontend;
+        const maxRows = melRows(c, segmentSamples(c, conversation.model.options.segmentSeconds));
         const endpointer = new Endpointer(
-          {
-            onset: framesOf(onset),
-            silence: framesOf(silence),
-            minSpeech: framesOf(minSpeech),
-            maxSegment: Math.floor(conversation.model.options.segmentSeconds * 100),
-          },
+          { onset: framesOf(onset), silence: framesOf(silence), minSpeech: framesOf(minSpeech), maxSegment: Math.max(1, maxRows - PRE_ROLL_ROWS - 1) },
           capture,
         );
         const micIn = new Resampler(device.rate, APM_RATE, {}, arenaWorkspace(a, 'capture', 'duplex.mic'));
         const farIn = new Resampler(device.rate, APM_RATE, {}, arenaWorkspace(a, 'capture', 'duplex.far'));
         const m16 = micIn.maxOutput(device.period) + 2;
+        const front = arenaWorkspace(a, 'workspace.frontend', 'duplex');
+        const mel = new MelFrontend({ sampleRate: f.sampleRate, nFft: f.nFft, winLength: f.winLength, hop: f.hop, nMels: f.nMels }, front);
+        const rowsPer = Math.ceil(aec.maxOutput(m16) / f.hop) + 4;
+        const gate = new SegmentGate({ width: f.nMels, preRoll: PRE_ROLL_ROWS, onset: framesOf(onset), maxRows, lag: rowsPer + 8 }, front);
         return {
           aec,
           vad,
           endpointer,
           micIn,
           farIn,
+          mel,
+          gate,
           buf: {
             played: a.carve('duplex.played', 'playback.payload', Float32Array, device.period),
             mic: a.carve('duplex.mic', 'capture', Float32Array, device.period),
@@ -183,12 +187,9 @@ export class DuplexSession {
             mic16: a.carve('duplex.mic16', 'capture', Float32Array, m16),
             far16: a.carve('duplex.far16', 'capture', Float32Array, m16),
             clean: a.carve('duplex.clean', 'capture', Float32Array, aec.maxOutput(m16)),
+            rows: a.carve('duplex.rows', 'workspace.frontend', Float32Array, rowsPer * f.nMels),
             decisions: a.carve('duplex.decisions', 'metadata', Uint8Array, maxDecisions(voice, aec.maxOutput(m16))),
           },
-          // The cleaned audio from the oldest frame not yet decided, a ring of whole frames.
-          lag: a.carve('duplex.lag', 'capture', Float32Array, maxDecisions(voice, aec.maxOutput(m16)) * APM_FRAME),
-          preRoll: a.carve('duplex.pre_roll', 'capture', Float32Array, PRE_ROLL_FRAMES * APM_FRAME),
-          one: a.carve('duplex.frame', 'capture', Float32Array, APM_FRAME),
           queue: a.carve('duplex.queue', 'playback.payload', Float32Array, lookahead + 4 * frameSamples + device.period),
         };
       });
@@ -198,10 +199,9 @@ export class DuplexSession {
       this.endpointer = value.endpointer;
       this.#micIn = value.micIn;
       this.#farIn = value.farIn;
+      this.#mel = value.mel;
+      this.gate = value.gate;
       this.#buf = value.buf;
-      this.#preRoll = value.preRoll;
-      this.#lag = value.lag;
-      this.#one = value.one;
       this.#queue = value.queue;
       this.#frameSamples = frameSamples;
       this.#lookahead = lookahead;
@@ -215,7 +215,7 @@ export class DuplexSession {
     // Readiness: nothing more is carved for this session.
     this.#arena.seal();
     domain.ledger.seal(owner);
-    this.#fadeStep = 1 / ((fadeMs * device.rate) / 1000);
+    this.#fader = new Fader(fadeMs, device.rate);
     this.#sink = {
       text: (token) => this.#events.text?.(token),
       pcm: (samples, count) => this.#enqueue(samples, 0, count),
@@ -268,29 +268,29 @@ export class DuplexSession {
     const n16 = this.#micIn.push(b.mic, b.mic16, 0, dev.period);
     this.#farIn.push(b.far, b.far16, 0, dev.period);
     const clean = this.aec.push(b.mic16, 0, b.far16, 0, n16, b.clean, 0);
-    const lag = this.#lag;
-    for (let i = 0; i < clean; i++) lag[(this.#cleanAt + i) % lag.length] = b.clean[i]!;
-    this.#cleanAt += clean;
+    const nMels = this.#mel.nMels;
+    const rows = this.#mel.push(b.clean, b.rows, clean, this.#mel.rows, this.#mel.rows + b.rows.length / nMels);
+    for (let r = 0; r < rows; r++) this.gate.pushRow(b.rows, r * nMels);
     const frames = this.vad.push(b.clean, 0, clean, b.decisions, 0);
     // Until the canceller has converged, what it leaves of the echo is not the user.
     const trusted = this.aec.converged || !this.aec.farActive;
-    for (let f = 0; f < frames; f++) this.#frame(lag, (this.#decided++ * APM_FRAME) % lag.length, b.decisions[f] === 1 && trusted, clock);
+    for (let f = 0; f < frames; f++) this.#frame(b.decisions[f] === 1 && trusted, clock);
+    this.#route();
     this.#generate();
   }
 
   /** Device-rate samples for this period from the queue, through the pause/stop fade. */
   #fill(out: Float32Array, clock: number): void {
     const q = this.#queue;
+    const fader = this.#fader;
     for (let i = 0; i < out.length; i++) {
-      const target = this.#paused ? 0 : 1;
-      if (target < this.#gain) this.#gain = Math.max(0, this.#gain - this.#fadeStep);
-      else if (target > this.#gain) this.#gain = Math.min(1, this.#gain + this.#fadeStep);
-      if (this.#qCount > 0 && (this.#gain > 0 || !this.#paused)) {
+      fader.step(this.#paused);
+      if (this.#qCount > 0 && fader.audible(this.#paused)) {
         if (!this.#replyStarted) {
           this.#replyStarted = true;
           this.#events.replyStart?.(clock + i);
         }
-        out[i] = this.#gain * q[this.#qHead]!;
+        out[i] = fader.gain * q[this.#qHead]!;
         this.#qHead = (this.#qHead + 1) % q.length;
         this.#qCount--;
         this.played++;
@@ -307,50 +307,37 @@ export class DuplexSession {
     }
   }
 
-  #frame(clean: Float32Array, at: number, voiced: boolean, clock: number): void {
-    const r = this.#preRoll;
-    const one = this.#one;
-    // Copies, not subarray views: a view is an allocation.
-    for (let i = 0, o = this.#preRollAt * APM_FRAME; i < APM_FRAME; i++) r[o + i] = clean[at + i]!;
-    this.#preRollAt = (this.#preRollAt + 1) % PRE_ROLL_FRAMES;
-    this.#preRollFill = Math.min(PRE_ROLL_FRAMES, this.#preRollFill + 1);
-    const e = this.endpointer.push(voiced);
-    const conv = this.conversation;
-    if (e !== 0) this.#events.endpoint?.(clock, e);
-    if (e === VAD_SPEECH_MAYBE) {
-      if (this.speaking) {
-        this.#paused = true;
-        this.pauses++;
-      }
-    } else if (e === VAD_SPEECH_NOT) {
-      this.#paused = false;
-    } else if (e === VAD_SPEECH_START) {
-      this.#paused = false;
+  /** One frame's decision through the turn detector: playback holds, barge-in, the gate's boundaries. */
+  #frame(voiced: boolean, clock: number): void {
+    const ep = this.endpointer;
+    const e = ep.push(voiced);
+    this.gate.frame(e, ep.start);
+    if (e === 0) return;
+    this.#events.endpoint?.(clock, e);
+    const hold = holdsPlayback(e, this.#paused);
+    if (e === VAD_SPEECH_MAYBE && hold && !this.#paused && this.speaking) this.pauses++;
+    this.#paused = hold;
+    if (e === VAD_SPEECH_START) {
       if (this.speaking) this.#bargeIn(clock);
       this.#events.speechStart?.(clock);
-      // The pre-roll: the frames since the speech began, and a few before.
-      const back = Math.min(this.#preRollFill, this.endpointer.o.onset + 10);
-      for (let k = back; k >= 1; k--) {
-        const o = ((this.#preRollAt - k + PRE_ROLL_FRAMES) % PRE_ROLL_FRAMES) * APM_FRAME;
-        for (let i = 0; i < APM_FRAME; i++) one[i] = r[o + i]!;
-        conv.listen(one, APM_FRAME);
+    } else if (e === VAD_SPEECH_END) this.#events.speechEnd?.(clock);
+  }
+
+  /** What the gate lets through goes to the conversation: the segment's rows, then its end. */
+  #route(): void {
+    const conv = this.conversation;
+    const g = this.gate;
+    for (let k = g.next(); k !== GATE_NONE; k = g.next()) {
+      if (k === GATE_ROWS) conv.listenRows(g.ring, g.spanAt * g.width, g.spanRows);
+      else if (k === GATE_DISCARD) conv.discardSegment();
+      else if (k === GATE_END) {
+        conv.endSegment();
+        conv.startReply();
+        this.turns++;
+        this.#replying = true;
+        this.#replyDone = false;
+        this.played = 0;
       }
-      return;
-    }
-    if (!this.endpointer.speaking && e !== VAD_SPEECH_END && e !== VAD_SPEECH_DROP) return;
-    if (conv.segmentRoom > 0) {
-      for (let i = 0; i < APM_FRAME; i++) one[i] = clean[at + i]!;
-      conv.listen(one, APM_FRAME);
-    }
-    if (e === VAD_SPEECH_DROP) conv.discardSegment();
-    else if (e === VAD_SPEECH_END) {
-      this.#events.speechEnd?.(clock);
-      conv.endSegment();
-      conv.startReply();
-      this.turns++;
-      this.#replying = true;
-      this.#replyDone = false;
-      this.played = 0;
     }
   }
 
@@ -363,7 +350,7 @@ export class DuplexSession {
       this.#say = null;
       this.#saying = false;
       this.#qCount = 0;
-      this.#gain = 0;
+      this.#fader.silence();
       this.#replyStarted = false;
       this.bargeIns++;
       this.#events.bargeIn?.(clock, 0);
@@ -372,7 +359,7 @@ export class DuplexSession {
     const conv = this.conversation;
     const d = conv.dialogue;
     while (this.#replying && d.frames === 0 && conv.replyStep(NO_SINK) !== EMIT_DONE);
-    const heard = Math.max(1, Math.min(d.frames, Math.ceil(this.played / this.#frameSamples)));
+    const heard = keptFrames(d.frames, Math.ceil(this.played / this.#frameSamples));
     let cut = 0;
     if (d.frames >= 1 && conv.truncateReply(heard)) cut = heard;
     else if (this.#replying) while (conv.replyStep(NO_SINK) !== EMIT_DONE);
@@ -380,7 +367,7 @@ export class DuplexSession {
     this.#replyDone = false;
     this.#replyStarted = false;
     this.#qCount = 0;
-    this.#gain = 0;
+    this.#fader.silence();
     this.bargeIns++;
     this.#events.bargeIn?.(clock, cut);
   }

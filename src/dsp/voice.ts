@@ -6,8 +6,10 @@
  */
 import { APM_FRAME, VoiceDetector, type ApmEngine, type VadLikelihood } from './aec.js';
 import { SileroModel, SileroVad } from './silero.js';
-import type { FrameDecider } from './vad.js';
 import type { Workspace } from './workspace.js';
+import type { FrameDecider } from './vad.js';
+
+export type { FrameDecider } from './vad.js';
 
 export type VadChoice = 'silero' | VadLikelihood;
 

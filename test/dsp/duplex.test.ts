@@ -1,7 +1,7 @@
 import t from 'tap';
 import { EchoPath } from '../../src/dsp/echo.js';
 import { APM_FRAME, apmAvailable, ECHO_GATE_DB, EchoCanceller, VoiceDetector } from '../../src/dsp/aec.js';
-import { Endpointer, framesOf, VAD_SPEECH_DROP, VAD_SPEECH_END, VAD_SPEECH_START } from '../../src/dsp/vad.js';
+import { Endpointer, framesOf, VAD_SPEECH_END, VAD_SPEECH_START } from '../../src/duplex/turn.js';
 import { defaultOf } from '../../src/options.js';
 import { corpusTools, f1, NOISES, rms, scene, utterance } from '../../bench/corpus.js';
 import { allocationProbe, prng } from '../helpers.js';
@@ -243,29 +243,6 @@ t.test('VAD: frame-level F1 ≥ 0.90 at 10 dB SNR (20 and 5 dB reported)', { ski
       else t.comment(line);
     }
   }
-});
-
-t.test('endpointing: onset, end after silence, short bursts dropped, longest segment', async (t) => {
-  const e = new Endpointer({ onset: 3, silence: 5, minSpeech: 4, maxSegment: 20, warmup: 0 });
-  const run = (bits: string): number[] => [...bits].map((b) => e.push(b === '1'));
-  t.same(run('0110111'), [0, 0, 0, 0, 0, 0, VAD_SPEECH_START], 'three voiced frames in a row start speech');
-  t.equal(e.start, 4, 'at the first of them');
-  t.same(run('1100000'), [0, 0, 0, 0, 0, 0, VAD_SPEECH_END], 'five silent frames end it');
-  t.same(run('11100000'), [0, 0, VAD_SPEECH_START, 0, 0, 0, 0, VAD_SPEECH_DROP], 'three frames of speech are too short for a turn');
-  const w = new Endpointer({ onset: 2, silence: 20, minSpeech: 1, maxSegment: 1000, warmup: 0 });
-  const stray = (bits: string): number => {
-    w.reset();
-    return [...bits].map((b) => w.push(b === '1')).indexOf(VAD_SPEECH_END);
-  };
-  // Speech starts at frame 1; the window covers the frames after it.
-  t.equal(stray(`11${'0'.repeat(9)}1${'0'.repeat(9)}1${'0'.repeat(30)}`), 21, 'two stray voiced frames among twenty do not restart the wait');
-  t.equal(stray(`11000100001000010${'0'.repeat(30)}`), 25, 'three hold it until one slides out');
-  t.same(run('111').pop(), VAD_SPEECH_START);
-  t.same(run('1'.repeat(17)).pop(), VAD_SPEECH_END, 'the longest segment closes it');
-  t.throws(() => new Endpointer({ onset: 0, silence: 5, minSpeech: 4, maxSegment: 20 }), /onset must be a positive whole number/);
-  t.equal(framesOf(600), 60);
-  const warm = new Endpointer({ onset: 2, silence: 5, minSpeech: 1, maxSegment: 100, warmup: 10 });
-  t.same([...'1'.repeat(12)].map(() => warm.push(true)).indexOf(VAD_SPEECH_START), 11, 'decisions in the warm-up are ignored');
 });
 
 t.test('endpointing: the end of speech is decided within silence + 100 ms at 10 dB SNR', { skip }, async (t) => {

@@ -15,6 +15,7 @@ import {
 import { IDLE_POLL_MS, PassStage, type Environment } from './stage.js';
 import type { StageSpec } from '../topology.js';
 import { EMBED_ROWS } from './conformer.js';
+import { heardFrames, keptFrames, NO_CUT } from '../../duplex/bargein.js';
 import { type RecordRing, RECORD_OVERHEAD } from '../ring.js';
 import {
   REC_CODES,
@@ -87,8 +88,6 @@ const EVENTS_LAZY_MS = 40;
 const PHASE_IDLE = 0;
 const PHASE_PREFILL = 1;
 const PHASE_REPLY = 2;
-/** A verdict that cuts nothing. */
-const NO_CUT = 0x7fffffff;
 const WAIT_FOR_DONOR = 1;
 /** What the turn-end test hook waits on (never notified). */
 const PAUSE = new Int32Array(new SharedArrayBuffer(4));
@@ -340,12 +339,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     const w = c.words;
     if (c.verdict < 0) {
       if (Atomics.load(w, kOnsetsSeen) <= c.starts) return false;
-      const last = c.replies - 1;
-      const heardReply = Atomics.load(w, kHeardReply);
-      c.verdict = NO_CUT;
-      if (last >= 0 && c.cutReply !== last && heardReply <= last) {
-        c.verdict = heardReply < last ? 0 : Math.ceil(Atomics.load(w, kHeard) / this.#frameSamples);
-      }
+      c.verdict = heardFrames(c.replies - 1, c.cutReply, Atomics.load(w, kHeardReply), Atomics.load(w, kHeard), this.#frameSamples);
     }
     const d = c.dialogue;
     const cut = c.verdict !== NO_CUT;
@@ -358,7 +352,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     b[BARGE_FRAMES] = -1;
     b[BARGE_GENERATED] = d.frames;
     if (cut) {
-      const kept = d.truncate(Math.max(1, Math.min(d.frames, c.verdict))) ? d.frames : -1;
+      const kept = d.truncate(keptFrames(d.frames, c.verdict)) ? d.frames : -1;
       // A finished reply whose context cannot be cut (no audio, or forgotten) plays on.
       if (kept >= 0 || c.phase === PHASE_REPLY) {
         c.cutReply = c.replies - 1;

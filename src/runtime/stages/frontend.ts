@@ -20,10 +20,11 @@ import {
   type StageConversation,
   type StageOpen,
 } from '../protocol.js';
-import type { FrameDecider } from '../../dsp/vad.js';
+import type { FrameDecider } from '../../dsp/voice.js';
 import { prepareVoice } from '../../io/silero.js';
 import { makeVoice, maxDecisions } from '../../dsp/voice.js';
-import { Endpointer, framesOf, VAD_SPEECH_DROP, VAD_SPEECH_END, VAD_SPEECH_MAYBE, VAD_SPEECH_NOT, VAD_SPEECH_START } from '../../dsp/vad.js';
+import { Endpointer, framesOf, holdsPlayback, VAD_SPEECH_START } from '../../duplex/turn.js';
+import { GATE_END, GATE_NONE, GATE_ROWS, GATE_START, PRE_ROLL_ROWS, SegmentGate } from '../../duplex/gate.js';
 import { native } from '../../native.js';
 
 import '../../core/categories.js';
@@ -38,16 +39,12 @@ interface FrontendConv extends RoomConv {
   vad: FrameDecider | null;
   ep: Endpointer | null;
   decisions: Uint8Array; // one per 10 ms frame of a record
-  preRoll: Float32Array; // [PRE_ROLL_ROWS][nMels] the last rows before speech, a ring
-  preAt: number;
-  preCount: number;
-  sent: number; // rows of the open segment sent
+  /** Which rows belong to the user's segments (VAD mode). */
+  gate: SegmentGate | null;
+  hold: boolean; // playback holds (published as kVoice)
   reason: Int32Array; // [1] a SPEECH_END record's payload
   words: Int32Array; // barge-in words: this stage writes kVoice and kOnsets
 }
-
-/** Mel rows kept from before a speech onset (the onset is confirmed after it began). */
-const PRE_ROLL_ROWS = 24;
 
 export class FrontendStage extends StreamStage<FrontendConv> {
   constructor(env: Environment) {
@@ -70,20 +67,19 @@ export class FrontendStage extends StreamStage<FrontendConv> {
       const mel = new MelFrontend({ sampleRate: f.sampleRate, nFft: f.nFft, winLength: f.winLength, hop: f.hop, nMels: f.nMels }, ws);
       const vadWs = arenaWorkspace(a!, 'capture', 'frontend');
       const vad = voice !== null ? makeVoice(voice, vadWs, engine ?? SIZING_ENGINE) : null;
-      // The longest segment, less the pre-roll and a record's rows, so the rows never overflow it.
+      // The longest segment less the pre-roll and its end's frame, so its rows fit the Conformer's.
+      const onset = framesOf(so.onsetMs);
       const ep = o.vad
         ? new Endpointer(
-            {
-              onset: framesOf(so.onsetMs),
-              silence: framesOf(so.silenceMs),
-              minSpeech: framesOf(so.minSpeechMs),
-              maxSegment: Math.max(1, maxRows - PRE_ROLL_ROWS - rowsPer),
-            },
+            { onset, silence: framesOf(so.silenceMs), minSpeech: framesOf(so.minSpeechMs), maxSegment: Math.max(1, maxRows - PRE_ROLL_ROWS - 1) },
             vadWs,
           )
         : null;
+      // Rows run ahead of the decisions by a record's rows and the detector's delay.
+      const gate = o.vad ? new SegmentGate({ width: f.nMels, preRoll: PRE_ROLL_ROWS, onset, maxRows, lag: rowsPer + 8 }, vadWs) : null;
       return {
-        room: (o.vad ? rowsPer + PRE_ROLL_ROWS : rowsPer) * f.nMels + 6 * RECORD_OVERHEAD + 1,
+        // A record may release every row the gate holds besides its own, and five control records.
+        room: (rowsPer + (gate?.capacity ?? 0)) * f.nMels + 10 * RECORD_OVERHEAD + 2,
         rowsPer,
         mel,
         pcm: a!.carve('frontend.pcm', 'workspace.frontend', Float32Array, maxIn),
@@ -92,10 +88,8 @@ export class FrontendStage extends StreamStage<FrontendConv> {
         vad,
         ep,
         decisions: a!.carve('frontend.vad', 'metadata', Uint8Array, voice !== null ? maxDecisions(voice, maxIn) : 0),
-        preRoll: a!.carve('frontend.pre_roll', 'workspace.frontend', Float32Array, o.vad ? PRE_ROLL_ROWS * f.nMels : 0),
-        preAt: 0,
-        preCount: 0,
-        sent: 0,
+        gate,
+        hold: false,
         reason: a!.carve('frontend.reason', 'metadata', Int32Array, 1),
       };
     });
@@ -114,54 +108,41 @@ export class FrontendStage extends StreamStage<FrontendConv> {
       if (rows > 0) c.out.write(REC_MEL, c.rows, 0, rows * nMels);
       return;
     }
-    // VAD mode: the mel runs on; rows go out only inside the user's speech.
+    // VAD mode: the mel runs on; the gate lets the rows of the user's segments through.
+    const gate = c.gate!;
     const base = c.mel.rows;
     const rows = c.mel.push(c.pcm, c.rows, n, base, base + c.rowsPer);
+    for (let r = 0; r < rows; r++) gate.pushRow(c.rows, r * nMels);
     const frames = c.vad.push(c.pcm, 0, n, c.decisions, 0);
     // What the echo canceller left while it converges is the assistant, not the user.
     if (echo) c.decisions.fill(0, 0, frames);
     const ep = c.ep!;
-    const was = ep.speaking;
-    let started = false;
-    let ended = 0;
     const w = c.words;
     for (let k = 0; k < frames; k++) {
       const e = ep.push(c.decisions[k] === 1);
-      if (e === VAD_SPEECH_START) started = true;
-      else if (e === VAD_SPEECH_END) ended = SPEECH_TURN;
-      else if (e === VAD_SPEECH_DROP) ended = SPEECH_DROPPED;
+      gate.frame(e, ep.start);
+      if (e === 0) continue;
       // The main thread holds playback at the first sign of speech and cuts it at the onset.
-      if (e === VAD_SPEECH_MAYBE || e === VAD_SPEECH_START) Atomics.store(w, kVoice, 1);
-      else if (e === VAD_SPEECH_NOT || e === VAD_SPEECH_END || e === VAD_SPEECH_DROP) Atomics.store(w, kVoice, 0);
+      const hold = holdsPlayback(e, c.hold);
+      if (hold !== c.hold) Atomics.store(w, kVoice, hold ? 1 : 0);
+      c.hold = hold;
       if (e === VAD_SPEECH_START) Atomics.add(w, kOnsets, 1);
-      if (e !== 0) this.env.bells.ring(BELL_MAIN);
+      this.env.bells.ring(BELL_MAIN);
     }
-    if (started && !was) {
-      c.out.write(REC_SPEECH_START, null, 0, 0);
-      // The pre-roll, oldest first (in at most two records: it is a ring).
-      const first = (c.preAt - c.preCount + PRE_ROLL_ROWS) % PRE_ROLL_ROWS;
-      const head = Math.min(c.preCount, PRE_ROLL_ROWS - first);
-      if (head > 0) c.out.write(REC_MEL, c.preRoll, first * nMels, head * nMels);
-      if (c.preCount > head) c.out.write(REC_MEL, c.preRoll, 0, (c.preCount - head) * nMels);
-      c.sent = c.preCount;
-      c.preCount = 0;
-    }
-    if (was || started) {
-      const k = Math.min(rows, c.maxRows - c.sent);
-      if (k > 0) c.out.write(REC_MEL, c.rows, 0, k * nMels);
-      c.sent += k;
-    } else {
-      for (let r = 0; r < rows; r++) {
-        for (let j = 0; j < nMels; j++) c.preRoll[c.preAt * nMels + j] = c.rows[r * nMels + j]!;
-        c.preAt = (c.preAt + 1) % PRE_ROLL_ROWS;
-        c.preCount = Math.min(PRE_ROLL_ROWS, c.preCount + 1);
+    this.#route(c, gate);
+  }
+
+  /** What the gate lets through, as records: the speech's start, its rows, its end. */
+  #route(c: FrontendConv, gate: SegmentGate): void {
+    const nMels = this.config.frontend.nMels;
+    for (let g = gate.next(); g !== GATE_NONE; g = gate.next()) {
+      if (g === GATE_START) c.out.write(REC_SPEECH_START, null, 0, 0);
+      else if (g === GATE_ROWS) c.out.write(REC_MEL, gate.ring, gate.spanAt * nMels, gate.spanRows * nMels);
+      else {
+        c.out.write(g === GATE_END ? REC_END_SEGMENT : REC_DISCARD, null, 0, 0);
+        c.reason[0] = g === GATE_END ? SPEECH_TURN : SPEECH_DROPPED;
+        c.out.write(REC_SPEECH_END, c.reason, 0, 1);
       }
-    }
-    if (ended !== 0) {
-      c.out.write(ended === SPEECH_TURN ? REC_END_SEGMENT : REC_DISCARD, null, 0, 0);
-      c.reason[0] = ended;
-      c.out.write(REC_SPEECH_END, c.reason, 0, 1);
-      c.sent = 0;
     }
   }
 
