@@ -43,7 +43,10 @@ t.test('playback holds from the first sign of speech until it is taken back or e
   const seq = [0, VAD_SPEECH_MAYBE, 0, VAD_SPEECH_NOT, VAD_SPEECH_MAYBE, VAD_SPEECH_START, 0, VAD_SPEECH_END, VAD_SPEECH_START, VAD_SPEECH_DROP];
   const holds: boolean[] = [];
   let h = false;
-  for (const e of seq) holds.push((h = holdsPlayback(e, h)));
+  for (const e of seq) {
+    h = holdsPlayback(e, h);
+    holds.push(h);
+  }
   t.same(holds, [false, true, true, false, true, true, true, false, true, false]);
 });
 
