@@ -42,22 +42,32 @@ constexpr bool VnniLaid(bool q4, int na, int64_t K) { return na <= kVnniMany && 
 // ---- scalar (gemv_scalar.cc): the reference every other path equals where the tests demand bits ----
 void SplitEvensOdds(int8_t* xq, int64_t K);
 void QuantizeScalar(const float* x, int64_t K, int group, int8_t* xq, float* xs, float* xsum);
-void GemvScalar(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group, const float* x, float* y, int64_t M, int64_t K, float* xsum);
-void GemvIntScalar(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group, const int8_t* xq, const float* xs, const float* xsum, float* y, int64_t M, int64_t K);
+void GemvScalar(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group,
+                const float* x, float* y, int64_t M, int64_t K, float* xsum);
+void GemvIntScalar(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group,
+                   const int8_t* xq, const float* xs, const float* xsum, float* y, int64_t M, int64_t K);
 
 #ifdef VOXSLAB_X86
 // ---- AVX2 + FMA + F16C (gemv_avx2.cc) ----
 void SplitEvensOddsAvx2(int8_t* xq, int64_t K);
 void QuantizeAvx2(const float* x, int64_t K, int group, int8_t* xq, float* xs, float* xsum);
-void GemvAvx2(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group, const float* x, float* y, int64_t M, int64_t K, float* xsum);
-void GemvIntAvx2Many(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group, const int8_t* const* xq, const float* const* xs, const float* const* xsum, float* const* y, int na, int64_t M, int64_t K);
-void GemvIntAvx2(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group, const int8_t* xq, const float* xs, const float* xsum, float* y, int64_t M, int64_t K);
+void GemvAvx2(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group,
+              const float* x, float* y, int64_t M, int64_t K, float* xsum);
+void GemvIntAvx2Many(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group,
+                     const int8_t* const* xq, const float* const* xs, const float* const* xsum, float* const* y,
+                     int na, int64_t M, int64_t K);
+void GemvIntAvx2(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group,
+                 const int8_t* xq, const float* xs, const float* xsum, float* y, int64_t M, int64_t K);
 
 // ---- AVX-512 (gemv_avx512.cc): float GEMV and activation quantization on AVX-512F; the integer GEMV on VNNI ----
 void QuantizeAvx512(const float* x, int64_t K, int group, int8_t* xq, float* xs, float* xsum);
-void GemvAvx512(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group, const float* x, float* y, int64_t M, int64_t K, float* xsum);
-void GemvIntVnniMulti(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group, const int8_t* const* xq, const float* const* xs, const float* const* xsum, float* const* y, int na, int64_t mb, int64_t K);
-void GemvIntVnni(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group, const int8_t* xq, const float* xs, const float* xsum, float* y, int64_t M, int64_t K);
+void GemvAvx512(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group,
+                const float* x, float* y, int64_t M, int64_t K, float* xsum);
+void GemvIntVnniMulti(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group,
+                      const int8_t* const* xq, const float* const* xs, const float* const* xsum, float* const* y,
+                      int na, int64_t mb, int64_t K);
+void GemvIntVnni(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group,
+                 const int8_t* xq, const float* xs, const float* xsum, float* y, int64_t M, int64_t K);
 #endif
 
 }  // namespace voxslab::gemv

@@ -1,3 +1,6 @@
+#include <mutex>
+#include <unordered_map>
+
 #include "system.h"
 
 #ifdef VOXSLAB_ALSA
@@ -204,6 +207,54 @@ void UnmapMirror(void* base, size_t bytes) {
   (void)base;
   (void)bytes;
 #endif
+}
+
+// ---- the registry of mirrored mappings ----
+
+namespace {
+
+struct MirrorMap {
+  size_t bytes;
+  int refs;
+};
+
+std::mutex& MirrorMutex() {
+  static std::mutex mu;
+  return mu;
+}
+
+std::unordered_map<uintptr_t, MirrorMap>& Mirrors() {
+  static std::unordered_map<uintptr_t, MirrorMap> maps;
+  return maps;
+}
+
+}  // namespace
+
+void* MirrorCreate(size_t bytes, int* error) {
+  void* base = MapMirror(bytes, error);
+  if (base != nullptr) {
+    std::lock_guard<std::mutex> lock(MirrorMutex());
+    Mirrors()[reinterpret_cast<uintptr_t>(base)] = MirrorMap{bytes, 1};
+  }
+  return base;
+}
+
+size_t MirrorAcquire(uintptr_t at) {
+  std::lock_guard<std::mutex> lock(MirrorMutex());
+  auto it = Mirrors().find(at);
+  if (it == Mirrors().end()) return 0;
+  it->second.refs++;
+  return it->second.bytes;
+}
+
+void MirrorDrop(uintptr_t at) {
+  std::lock_guard<std::mutex> lock(MirrorMutex());
+  auto it = Mirrors().find(at);
+  if (it == Mirrors().end()) return;
+  if (--it->second.refs == 0) {
+    UnmapMirror(reinterpret_cast<void*>(at), it->second.bytes);
+    Mirrors().erase(it);
+  }
 }
 
 namespace {

@@ -44,6 +44,16 @@ int AdviseHugePages(const uint8_t* data, size_t length);
 void* MapMirror(size_t bytes, int* error);
 void UnmapMirror(void* base, size_t bytes);
 
+// The mirrored mappings handed to JavaScript, counted: a mapping lives while its owner holds it
+// or any thread has a view of it, and the last reference unmaps it. Any thread; the registry's
+// lock is never held while JavaScript runs.
+// Maps `bytes` (MapMirror) with the owner's one reference; null on failure.
+void* MirrorCreate(size_t bytes, int* error);
+// One more reference (a view): the mapping's bytes, or 0 when there is none at `at`.
+size_t MirrorAcquire(uintptr_t at);
+// One reference back (the owner's release, a view's finalizer).
+void MirrorDrop(uintptr_t at);
+
 // Routes alsa-lib's error messages (about sound cards a machine does not have, printed to
 // stderr while PortAudio scans) to a no-op; false when the addon was built without ALSA.
 bool QuietAlsaErrors();
