@@ -12,89 +12,19 @@
  * Thread contract: one thread (the application's); the stages run in their own workers.
  */
 import { EventEmitter } from 'node:events';
-import { Duplex } from 'node:stream';
+import type { Duplex } from 'node:stream';
 import type { DuplexDevice } from '../core/session.js';
-import type { ReplyStop } from '../core/dialogue.js';
-import { AbortedError, ArgumentError, BadInputError, ClosedError, type VoxslabError, type WorkerError } from '../errors.js';
-import { native, WEIGHT_TYPE } from '../native.js';
+import { AbortedError, ArgumentError, ClosedError, type WorkerError } from '../errors.js';
 import type { MemoryManifest } from '../memory/manifest.js';
 import type { ClockedDevice } from '../io/devices.js';
 import type { Pipeline, PipelineConversation } from '../runtime/coordinator.js';
 import { readTurnFields } from '../runtime/protocol.js';
 import { type BargeVerdict, ConversationPort, OUT_REPLY_END } from '../runtime/port.js';
+import { EventIterators } from './iterators.js';
+import { sampleStream } from './stream.js';
+import { checkFinite, toS16 } from './samples.js';
+import type { ConversationEvent, ConversationEvents, SampleFormat, TurnSummary } from './types.js';
 import { type DeviceHost, type DeviceLink, deviceLink, driveDevice, flushBacklog } from './device.js';
-
-export type SampleFormat = 'f32' | 's16';
-
-export interface ConversationOptions {
-  /** Sample rate of the audio the application writes. Default 16000. */
-  inputRate?: number;
-  /** Sample format of the stream's bytes and of `audio` events. Default 'f32'. */
-  format?: SampleFormat;
-  /** Sampling seed. Default: the `seed` option's default. */
-  seed?: number;
-  /** Closes the conversation when aborted. */
-  signal?: AbortSignal;
-  /**
-   * The conversation finds the user's turns itself: WebRTC's VAD and endpointing run in the
-   * pipeline's frontend stage (options silenceMs, onsetMs, minSpeechMs, vad of `load`), and
-   * `speech_start`/`speech_end` come from them. `endTurn()` then feeds silence enough to end
-   * the speech in progress. Default false: the application ends each turn.
-   */
-  vad?: boolean;
-  /**
-   * VAD mode: the application plays the replies itself and hands what it played beside what it
-   * heard (`writeDuplex`); echo cancellation (WebRTC's) runs in the capture stage, its engine held
-   * under the cap. The value is the delay from a played sample to its echo in the microphone, ms
-   * (0..500; the device's output plus input latency). Default: none.
-   */
-  echoDelayMs?: number;
-}
-
-/** What a finished turn produced. */
-export interface TurnSummary {
-  turn: number;
-  /** The reply's text, and its token ids. */
-  text: string;
-  tokens: number[];
-  /** Audio frames generated, and samples at the output rate. */
-  frames: number;
-  samples: number;
-  stop: ReplyStop;
-  endOfAudio: boolean;
-  /** Encoder frames of the user's speech. */
-  userFrames: number;
-  /** Context positions in use after the turn, compactions so far, positions they dropped. */
-  positions: number;
-  compactions: number;
-  droppedPositions: number;
-  /** From the end of the user's speech to the first reply sample, ms (null: no audio). */
-  firstAudioMs: number | null;
-}
-
-export interface ConversationEvents {
-  speech_start: [{ turn: number }];
-  /** `vad`: the frontend's endpointer ended the turn; `dropped`: it was too short to be one (no reply). */
-  speech_end: [{ turn: number; samples: number; reason: 'end-turn' | 'segment-limit' | 'vad' | 'dropped' }];
-  text: [{ turn: number; token: number; delta: string; text: string }];
-  /**
-   * VAD mode: the user spoke over reply `turn` before it was all delivered. Its undelivered audio
-   * is dropped and the conversation keeps only `heardFrames` audio frames of it and the text
-   * before them (null: the context could not be cut back, the reply was only silenced);
-   * `generatedFrames` had been generated (at most the look-ahead beyond what was delivered).
-   */
-  barge_in: [{ turn: number; heardFrames: number | null; generatedFrames: number; text: string }];
-  audio: [{ turn: number; pcm: Float32Array | Int16Array; sampleRate: number }];
-  turn_end: [TurnSummary];
-  error: [VoxslabError];
-  memory: [MemoryManifest];
-  close: [];
-}
-
-/** One event as the async iterator yields it. */
-export type ConversationEvent = {
-  [K in keyof ConversationEvents]: ConversationEvents[K] extends [infer P] ? { type: K } & (P extends object ? P : never) : { type: K };
-}[keyof ConversationEvents];
 
 /** Read through a call: a signal can fire across an await (TypeScript narrows the property). */
 export function isAborted(signal: AbortSignal): boolean {
@@ -160,7 +90,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   #streamEndPending = false;
   #closing: Promise<void> | null = null;
   readonly #waiters: Waiter[] = [];
-  readonly #iterators = new Set<(e: ConversationEvent | null) => void>();
+  readonly #iterators = new EventIterators<ConversationEvent>();
 
   /** VAD mode: the silence `endTurn()` feeds (null: the application ends turns). */
   readonly #flush: Float32Array | null;
@@ -305,41 +235,21 @@ export class Conversation extends EventEmitter<ConversationEvents> {
    */
   stream(): Duplex {
     if (this.#stream !== null) return this.#stream;
-    const bytesPer = this.format === 'f32' ? 4 : 2;
-    let rest: Buffer = Buffer.alloc(0);
-    const conv = this;
-    const s = new Duplex({
-      write(chunk: Buffer, _enc, done) {
-        try {
-          // A sample may straddle two chunks: keep the stray bytes for the next one.
-          const all = rest.length > 0 ? Buffer.concat([rest, chunk]) : chunk;
-          const whole = all.length - (all.length % bytesPer);
-          rest = Buffer.from(all.subarray(whole));
-          if (whole > 0) conv.writeBytes(all.subarray(0, whole));
-          conv.#whenDrained(done);
-        } catch (error) {
-          done(error as Error);
-        }
+    const s = sampleStream(this.format, {
+      write: (bytes) => this.writeBytes(bytes),
+      drained: (done) => this.#whenDrained(done),
+      end: () => {
+        this.#streamEndPending = true;
+        this.endTurn();
+        this.#endStreamIfDone();
       },
-      final(done) {
-        if (rest.length > 0) {
-          done(new ArgumentError(`the stream ended inside a sample (${rest.length} stray bytes of a ${bytesPer}-byte ${conv.format} sample)`));
-          return;
-        }
-        conv.#streamEndPending = true;
-        conv.endTurn();
-        conv.#endStreamIfDone();
-        done();
+      read: () => {
+        if (!this.#outputPaused) return;
+        this.#outputPaused = false;
+        this.#host.wake();
       },
-      read() {
-        if (conv.#outputPaused) {
-          conv.#outputPaused = false;
-          conv.#host.wake();
-        }
-      },
-      destroy(error, done) {
-        if (conv.#stream === s) conv.#stream = null;
-        done(error);
+      destroyed: () => {
+        if (this.#stream === s) this.#stream = null;
       },
     });
     this.#stream = s;
@@ -378,32 +288,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
 
   /** Every event in order, until the conversation closes. */
   events(): AsyncIterableIterator<ConversationEvent> {
-    const buffered: (ConversationEvent | null)[] = [];
-    let wake: (() => void) | null = null;
-    const push = (e: ConversationEvent | null): void => {
-      buffered.push(e);
-      wake?.();
-    };
-    if (this.#closing !== null) buffered.push(null);
-    else this.#iterators.add(push);
-    const it: AsyncIterableIterator<ConversationEvent> = {
-      next: async () => {
-        while (buffered.length === 0) await new Promise<void>((r) => (wake = r));
-        wake = null;
-        const e = buffered.shift()!;
-        if (e === null) {
-          buffered.push(null);
-          return { done: true, value: undefined };
-        }
-        return { done: false, value: e };
-      },
-      return: async () => {
-        this.#iterators.delete(push);
-        return { done: true, value: undefined };
-      },
-      [Symbol.asyncIterator]: () => it,
-    };
-    return it;
+    return this.#iterators.open(this.#closing !== null);
   }
 
   /** Ends the conversation (a reply in progress stops) and returns its bytes to the cap. */
@@ -449,8 +334,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     // Writers waiting for room go on (their next write is refused as closed).
     for (const cb of this.#drainCallbacks.splice(0)) cb();
     if (this.#stream !== null && !this.#stream.destroyed) this.#stream.push(null);
-    for (const push of this.#iterators) push(null);
-    this.#iterators.clear();
+    this.#iterators.end();
     this.emit('close');
   }
 
@@ -461,10 +345,9 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   #emit<K extends keyof ConversationEvents>(type: K, ...args: ConversationEvents[K]): void {
     // An 'error' without a listener is not thrown: it rejects `nextTurn()` and ends the iterators.
     if (type !== 'error' || this.listenerCount('error') > 0) this.emit(type, ...(args as never));
-    if (this.#iterators.size > 0) {
+    if (this.#iterators.listening) {
       const payload = args[0] as object | undefined;
-      const e = (type === 'error' ? { type, error: payload } : { type, ...(payload ?? {}) }) as unknown as ConversationEvent;
-      for (const push of this.#iterators) push(e);
+      this.#iterators.push((type === 'error' ? { type, error: payload } : { type, ...(payload ?? {}) }) as unknown as ConversationEvent);
     }
   }
 
@@ -708,21 +591,4 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   }
 }
 
-/**
- * Refuses a block of samples holding NaN or ±Infinity before any of it is queued: a stage would
- * take them for silence, and the turn's reply would be lost without a word.
- */
-function checkFinite(f: Float32Array, field: string): void {
-  const bad = native.firstNonFinite(new Uint8Array(f.buffer, f.byteOffset, f.byteLength), WEIGHT_TYPE.f32);
-  if (bad >= 0)
-    throw new BadInputError({ field, offset: bad }, `sample ${bad} of the block is ${f[bad]}; samples must be finite (nothing of this block was queued)`);
-}
-
-function toS16(x: Float32Array, n: number): Int16Array {
-  const out = new Int16Array(n);
-  for (let i = 0; i < n; i++) {
-    const v = Math.round((x[i] as number) * 32768);
-    out[i] = Math.min(32767, Math.max(-32768, v));
-  }
-  return out;
-}
+export type { ConversationEvent, ConversationEvents, ConversationOptions, SampleFormat, TurnSummary } from './types.js';

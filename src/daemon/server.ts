@@ -21,16 +21,21 @@
  *
  * Thread contract: the main thread.
  */
-import { createHash, timingSafeEqual } from 'node:crypto';
+import { timingSafeEqual } from 'node:crypto';
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http';
 import type { AddressInfo, Socket } from 'node:net';
-import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { type Counter, type Histogram, Registry } from 'prom-client';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import { ArgumentError, BadInputError, ClosedError, MemoryLimitError, UsageError, VoxslabError } from '../errors.js';
 import { optionValue } from '../options.js';
-import type { Conversation, Engine, RuntimeMemory, SampleFormat, TurnSummary } from '../api/engine.js';
-import { CLOCKS } from '../core/clock.js';
+import type { Conversation, Engine, SampleFormat, TurnSummary } from '../api/engine.js';
+import { LogLines } from './log.js';
+import { checkBind, digest, HttpError, STATUS_TEXT } from './http.js';
+
+export { checkBind } from './http.js';
+import { daemonMetrics } from './metrics.js';
 import { livePage } from './page.js';
+
 import type { DuplexDevice } from '../core/session.js';
 import type { ClockedDevice } from '../io/devices.js';
 
@@ -49,7 +54,6 @@ export interface DaemonOptions {
   log?: (line: string) => void;
 }
 
-const LOOPBACK = new Set(['127.0.0.1', '::1', 'localhost']);
 /** Seconds a refused client should wait before asking again. */
 const RETRY_AFTER = 2;
 /**
@@ -75,74 +79,6 @@ interface Entry {
 }
 
 /** How long the same operator line again is counted rather than printed. */
-const REPEAT_WINDOW_MS = 10_000;
-/** Distinct lines counted at once; past them a line is printed as it comes. */
-const REPEAT_KEYS = 1000;
-
-/**
- * The operator's log: a line is printed once, and the same line again within REPEAT_WINDOW_MS
- * is counted, then printed once as a summary (how many more, first and last time) when the
- * window ends, so a client repeating a failure cannot fill the log. Main thread only.
- */
-export class LogLines {
-  readonly #out: (line: string) => void;
-  readonly #seen = new Map<string, { more: number; first: number; last: number; timer: NodeJS.Timeout }>();
-
-  constructor(out: (line: string) => void) {
-    this.#out = out;
-  }
-
-  line(text: string): void {
-    const now = Date.now();
-    const seen = this.#seen.get(text);
-    if (seen !== undefined) {
-      seen.more++;
-      seen.last = now;
-      return;
-    }
-    this.#out(text);
-    if (this.#seen.size >= REPEAT_KEYS) return;
-    const timer = setTimeout(() => this.#summary(text), REPEAT_WINDOW_MS);
-    timer.unref();
-    this.#seen.set(text, { more: 0, first: now, last: now, timer });
-  }
-
-  #summary(text: string): void {
-    const s = this.#seen.get(text);
-    if (s === undefined) return;
-    clearTimeout(s.timer);
-    this.#seen.delete(text);
-    if (s.more > 0) this.#out(`${text} (${s.more} more time(s), ${new Date(s.first).toISOString()} to ${new Date(s.last).toISOString()})`);
-  }
-
-  /** Prints the summaries still counting. */
-  close(): void {
-    for (const text of [...this.#seen.keys()]) this.#summary(text);
-  }
-}
-
-class HttpError extends Error {
-  readonly status: number;
-  readonly headers: Record<string, string>;
-  constructor(status: number, message: string, headers: Record<string, string> = {}) {
-    super(message);
-    this.status = status;
-    this.headers = headers;
-  }
-}
-
-/** Refuses a bind beyond loopback without a token (before anything is loaded). */
-export function checkBind(host: string, token: string | undefined): void {
-  if (!LOOPBACK.has(host) && (token ?? '') === '') throw new UsageError(`serve: listening on ${host} (not loopback) needs --token or VOXSLAB_TOKEN`);
-}
-
-/** Reason phrases of the statuses a refused upgrade answers with. */
-const STATUS_TEXT: Partial<Record<number, string>> = { 401: 'Unauthorized', 404: 'Not Found', 409: 'Conflict', 503: 'Service Unavailable' };
-
-function digest(s: string): Buffer {
-  return createHash('sha256').update(s).digest();
-}
-
 export class Daemon {
   readonly engine: Engine;
   readonly server: Server;
@@ -189,20 +125,16 @@ export class Daemon {
     });
     this.#wss = new WebSocketServer({ noServer: true, maxPayload: this.#limits.message });
     this.server.on('upgrade', (req, socket, head) => void this.#upgrade(req, socket as Socket, head));
-    this.#refused = new Counter({
-      name: 'voxslab_admissions_refused_total',
-      help: 'Conversations refused by admission (cap or conversation limit)',
-      registers: [this.registry],
-    });
-    this.#turns = new Counter({ name: 'voxslab_turns_total', help: 'Turns replied to', registers: [this.registry] });
-    this.#bargeIns = new Counter({ name: 'voxslab_barge_ins_total', help: 'Replies the user interrupted (VAD conversations)', registers: [this.registry] });
-    this.#firstAudio = new Histogram({
-      name: 'voxslab_first_audio_seconds',
-      help: 'From the end of user speech to the first reply sample',
-      buckets: [0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2],
-      registers: [this.registry],
-    });
-    this.#metrics();
+    ({
+      refused: this.#refused,
+      turns: this.#turns,
+      bargeIns: this.#bargeIns,
+      firstAudio: this.#firstAudio,
+    } = daemonMetrics(this.registry, {
+      engine,
+      conversations: () => this.#entries.size,
+      xruns: () => this.#xruns?.() ?? null,
+    }));
   }
 
   /** Starts listening; resolves once the port is bound. */
@@ -226,135 +158,6 @@ export class Daemon {
   get url(): string {
     const h = this.host.includes(':') ? `[${this.host}]` : this.host;
     return `http://${h}:${this.port}`;
-  }
-
-  #metrics(): void {
-    const d = this;
-    const r = [this.registry];
-    new Gauge({
-      name: 'voxslab_device_xruns',
-      help: 'The device conversation: periods owed a reply with no audio (underrun), microphone periods lost (overrun), input samples the device ring dropped',
-      labelNames: ['kind'],
-      registers: r,
-      collect() {
-        this.reset();
-        const x = d.#xruns?.();
-        if (x === undefined) return;
-        this.set({ kind: 'underrun' }, x.underruns);
-        this.set({ kind: 'overrun' }, x.overruns);
-        this.set({ kind: 'input_samples_dropped' }, x.dropped);
-      },
-    });
-    new Gauge({
-      name: 'voxslab_memory_bytes',
-      help: 'Bytes charged, by owner and category',
-      labelNames: ['owner', 'category'],
-      registers: r,
-      collect() {
-        this.reset();
-        for (const o of d.engine.snapshot().owners)
-          for (const [cat, u] of Object.entries(o.categories)) this.set({ owner: o.name, category: cat }, u.footprint);
-      },
-    });
-    new Gauge({
-      name: 'voxslab_memory_held_bytes',
-      help: 'Bytes the process holds under the cap',
-      registers: r,
-      collect() {
-        this.set(d.engine.snapshot().held.total);
-      },
-    });
-    // RSS explained: the ledger's resident slabs, each thread's runtime, and what neither accounts for.
-    let runtime: Promise<RuntimeMemory> | null = null;
-    const reading = (): Promise<RuntimeMemory> => {
-      // One reading per scrape serves every gauge below.
-      runtime ??= d.engine.runtime().finally(() => setImmediate(() => (runtime = null)));
-      return runtime;
-    };
-    new Gauge({
-      name: 'voxslab_runtime_bytes',
-      help: "Each thread's JavaScript runtime: V8's committed heap and what V8 allocated outside it (no owner's; not under the cap)",
-      labelNames: ['thread', 'kind'],
-      registers: r,
-      async collect() {
-        this.reset();
-        for (const t of (await reading()).threads) {
-          this.set({ thread: t.thread, kind: 'heap' }, t.heapCommitted);
-          this.set({ thread: t.thread, kind: 'malloced' }, t.malloced);
-        }
-      },
-    });
-    new Gauge({
-      name: 'voxslab_resident_bytes',
-      help: "The process's resident set, by what accounts for it: the ledger's slabs, the threads' runtimes, pages mapped from files (code), and the residual",
-      labelNames: ['part'],
-      registers: r,
-      async collect() {
-        const m = await reading();
-        this.set({ part: 'total' }, m.rss);
-        this.set({ part: 'ledger' }, m.ledgerResident);
-        this.set({ part: 'runtime' }, m.runtime);
-        this.set({ part: 'files' }, m.files);
-        this.set({ part: 'residual' }, m.residual);
-      },
-    });
-    new Gauge({
-      name: 'voxslab_memory_limit_bytes',
-      help: 'The cap',
-      registers: r,
-      collect() {
-        this.set(d.engine.snapshot().limit);
-      },
-    });
-    new Gauge({
-      name: 'voxslab_allocations_after_readiness',
-      help: 'Allocation attempts refused because their owner was ready',
-      registers: r,
-      collect() {
-        this.set(d.engine.snapshot().allocations.afterReadiness.attempts);
-      },
-    });
-    new Gauge({
-      name: 'voxslab_conversations',
-      help: 'Conversations open',
-      registers: r,
-      collect() {
-        this.set(d.#entries.size);
-      },
-    });
-    new Gauge({
-      name: 'voxslab_ring_high_water_ratio',
-      help: 'Most of each ring of each open conversation ever in use, as a fraction of its capacity',
-      labelNames: ['conversation', 'ring'],
-      registers: r,
-      collect() {
-        this.reset();
-        for (const c of d.engine.pipeline.conversations.values()) {
-          for (const [name, ring] of Object.entries(c.rings)) this.set({ conversation: String(c.index), ring: name }, ring.maxUsed / ring.capacity);
-        }
-      },
-    });
-    new Gauge({
-      name: 'voxslab_stage_busy_seconds',
-      help: 'Wall seconds each stage worker spent in polls that made progress',
-      labelNames: ['stage'],
-      registers: r,
-      async collect() {
-        for (const s of await d.engine.pipeline.stats()) this.set({ stage: s.stage }, s.busyMs / 1000);
-      },
-    });
-    new Gauge({
-      name: 'voxslab_stage_clock_seconds',
-      help: 'Wall seconds per model stage clock, summed over the open conversations',
-      labelNames: ['clock'],
-      registers: r,
-      async collect() {
-        const sum = new Map<string, number>(CLOCKS.map((n) => [n, 0]));
-        for (const s of await d.engine.pipeline.stats())
-          for (const c of s.clocks) for (const [n, v] of Object.entries(c)) sum.set(n, (sum.get(n) ?? 0) + v.ms / 1000);
-        for (const [n, v] of sum) this.set({ clock: n }, v);
-      },
-    });
   }
 
   #authorized(req: IncomingMessage): boolean {

@@ -16,11 +16,10 @@
 import { Worker } from 'node:worker_threads';
 import * as Comlink from 'comlink';
 import type { Arena } from '../memory/arena.js';
-import type { FootprintPolicy } from '../memory/footprint.js';
 import type { MemoryDomain } from '../memory/domain.js';
 import type { Owner } from '../memory/ledger.js';
 import type { SlabRecord } from '../memory/slab.js';
-import { AllocationError, ArgumentError, ControlTimeoutError, MemoryLimitError, WorkerError, reviveError } from '../errors.js';
+import { ArgumentError, ControlTimeoutError, MemoryLimitError, WorkerError, reviveError } from '../errors.js';
 import { optionValue } from '../options.js';
 import { loadCheckpoint } from '../io/checkpoint.js';
 import type { ModelConfig } from '../model/format/config.js';
@@ -30,9 +29,10 @@ import { resolveSpeechOptions, speechSetup, type SpeechModelOptions, type Speech
 import { native } from '../native.js';
 import { nodeEndpoint } from './endpoint.js';
 import { STAGE_RESOURCE_LIMITS, withWorkerOptions } from '../threads.js';
-import { captureMirrored, Doorbells, RecordRing, RING_HEADER_BYTES, ringBytes, type SharedRing } from './ring.js';
-import { BELL_MAIN, DUPLEX_WORDS, type ControlLayout, type StageApi, type StageName, type StageReady, type StageStats } from './protocol.js';
+import { captureMirrored, Doorbells, RecordRing, type SharedRing } from './ring.js';
+import { BELL_MAIN, type StageApi, type StageName, type StageReady, type StageStats } from './protocol.js';
 import { inputChunk, PIPELINE } from './stages/index.js';
+import { borrowModel, type CaptureMirror, carveControl, carveRings, ringArenaBytes } from './carve.js';
 import type { StageSpec, Topology } from './topology.js';
 import { loadTokenizer } from '../io/config.js';
 
@@ -71,104 +71,6 @@ export interface PipelineOptions extends SpeechModelOptions {
  */
 export function defaultPinMap(cpus: readonly number[], threads: StageThreads = {}, topology: Topology = PIPELINE): PinMap {
   return topology.pinMap(cpus, threads as Record<string, number>);
-}
-
-/** The control block (doorbells, attention words, stop flag): owner `model`, category `metadata`. */
-export function carveControl(domain: MemoryDomain, layout: ControlLayout = PIPELINE.layout): { arena: Arena; control: Int32Array } {
-  const arena = domain.createArena(domain.owner('model', 0), 'pipeline control', { bytes: domain.policy.arenaBytes([4 * layout.words]) });
-  return { arena, control: arena.carve('control', 'metadata', Int32Array, layout.words) };
-}
-
-/** Bytes of one conversation's ring arena (its barge-in words too). */
-function ringArenaBytes(policy: FootprintPolicy, topology: Topology, capacities: Readonly<Record<string, number>>, mirrored: boolean): number {
-  const mirror = topology.mainWrites.input;
-  return policy.arenaBytes([
-    ...topology.rings.map((r) => (mirrored && r.name === mirror ? RING_HEADER_BYTES : ringBytes(capacities[r.name]!))),
-    4 * DUPLEX_WORDS,
-  ]);
-}
-
-/** The capture ring's data words in a mirrored mapping, held under the cap by its session. */
-export interface CaptureMirror {
-  /** The mapping (native mirrorCreate); null in a planning domain, which maps nothing. */
-  readonly address: bigint | null;
-  readonly bytes: number;
-  /** Refunds the hold and the virtual alias and gives the creator's reference back (once). */
-  release(): void;
-}
-
-/**
- * One conversation's rings and barge-in words (protocol.ts, kVoice…), carved in one arena of
- * owner `session/<index>` (categories `ring` and `metadata`). With `mirrored`, the capture
- * (`input`) ring keeps only its header there: its data words are a mirrored mapping of
- * 4 · capacity bytes (a page multiple: ringCapacities), charged once to the session (`ring`)
- * and counted again as virtual alias bytes.
- */
-export function carveRings(
-  domain: MemoryDomain,
-  index: number,
-  capacities: Readonly<Record<string, number>>,
-  mirrored = captureMirrored(),
-  topology: Topology = PIPELINE,
-): { arena: Arena; views: Record<string, Int32Array>; duplex: Int32Array; mirror: CaptureMirror | null } {
-  const arena = domain.createArena(domain.owner('session', index), `conversation ${index} rings`, {
-    bytes: ringArenaBytes(domain.policy, topology, capacities, mirrored),
-  });
-  const views: Record<string, Int32Array> = {};
-  const mirrorRing = topology.mainWrites.input;
-  let duplex: Int32Array;
-  let mirror: CaptureMirror | null = null;
-  try {
-    for (const { name } of topology.rings) {
-      const bytes = mirrored && name === mirrorRing ? RING_HEADER_BYTES : ringBytes(capacities[name]!);
-      views[name] = arena.carve(`ring.${name}`, 'ring', Int32Array, bytes / 4);
-    }
-    duplex = arena.carve('duplex', 'metadata', Int32Array, DUPLEX_WORDS);
-    if (mirrored && mirrorRing !== undefined) mirror = holdMirror(domain, index, 4 * capacities[mirrorRing]!);
-  } catch (error) {
-    domain.releaseSlab(arena.slab);
-    throw error;
-  }
-  return { arena, views, duplex, mirror };
-}
-
-function holdMirror(domain: MemoryDomain, index: number, bytes: number): CaptureMirror {
-  const hold = domain.holdNative(
-    domain.owner('session', index),
-    'ring',
-    bytes,
-    () => {
-      const r = native.mirrorCreate(bytes);
-      if (!r.ok || r.address === undefined) throw new AllocationError(`the capture ring's mirrored mapping of ${bytes} bytes failed: ${r.message}`);
-      return r.address;
-    },
-    () => bytes,
-    'the capture ring',
-  );
-  domain.ledger.addVirtualAlias(bytes);
-  let held = true;
-  return {
-    address: hold.value,
-    bytes,
-    release: () => {
-      if (!held) return;
-      held = false;
-      domain.ledger.addVirtualAlias(-bytes);
-      hold.release();
-      if (hold.value !== null) native.mirrorRelease(hold.value);
-    },
-  };
-}
-
-/**
- * Conversation `index` uses the storage charged once to `model` (weights image, stage tables,
- * control block): listed as its borrower while it is open.
- */
-export function borrowModel(domain: MemoryDomain, index: number, open: boolean): void {
-  const model = domain.owner('model', 0);
-  const conv = domain.owner('conversation', index);
-  if (open) domain.ledger.borrow(model, conv);
-  else domain.ledger.unborrow(model, conv);
 }
 
 /** What every stage is built from, besides its domain, image and control block. */

@@ -161,7 +161,7 @@ t.test('a client that never reads its reply holds it in the rings, and is closed
 });
 
 t.test('the operator log prints a repeated line once, then one summary with the count and the first and last time', async (t) => {
-  const { LogLines } = await import('../../src/daemon/server.js');
+  const { LogLines } = await import('../../src/daemon/log.js');
   const out: string[] = [];
   const log = new LogLines((l) => out.push(l));
   for (let i = 0; i < 4450; i++) log.line('conversation 3: closing its socket: conversation closed');

@@ -1,6 +1,5 @@
 import { type BackboneState, backboneStateSizes, STEP_BATCH } from '../../model/blocks/backbone.js';
 import {
-  buildStepSlot,
   checkpointsFor,
   Dialogue,
   EMIT_DONE,
@@ -10,11 +9,11 @@ import {
   PAIR_HEADS_AUDIO,
   PAIR_HEADS_TEXT,
   type Prompts,
-  type StepSlot,
 } from '../../core/dialogue.js';
 import { IDLE_POLL_MS, PassStage, type Environment } from './stage.js';
 import type { StageSpec } from '../topology.js';
 import { EMBED_ROWS } from './conformer.js';
+import { buildStepSlot, type StepSlot } from '../../core/step.js';
 import { heardFrames, keptFrames, NO_CUT } from '../../duplex/bargein.js';
 import { type RecordRing, RECORD_OVERHEAD } from '../ring.js';
 import {

@@ -1,0 +1,160 @@
+/**
+ * The daemon's Prometheus metrics: the counters it adds to as it serves, and gauges read at each
+ * scrape from the engine (memory by owner and category, the cap, resident memory explained,
+ * rings, stage clocks) and from the daemon (conversations, the device's xruns).
+ *
+ * Thread contract: the main thread.
+ */
+import { Counter, Gauge, Histogram, type Registry } from 'prom-client';
+import type { Engine, RuntimeMemory } from '../api/engine.js';
+import { CLOCKS } from '../core/clock.js';
+
+/** What the gauges read from the daemon at a scrape. */
+export interface MetricsSource {
+  engine: Engine;
+  conversations(): number;
+  /** The device conversation's xruns, or null without one. */
+  xruns(): { underruns: number; overruns: number; dropped: number } | null;
+}
+
+/** Registers every metric on `registry`; returns the counters the daemon adds to. */
+export function daemonMetrics(registry: Registry, d: MetricsSource): { refused: Counter; turns: Counter; bargeIns: Counter; firstAudio: Histogram } {
+  const r = [registry];
+  const refused = new Counter({
+    name: 'voxslab_admissions_refused_total',
+    help: 'Conversations refused by admission (cap or conversation limit)',
+    registers: r,
+  });
+  const turns = new Counter({ name: 'voxslab_turns_total', help: 'Turns replied to', registers: r });
+  const bargeIns = new Counter({ name: 'voxslab_barge_ins_total', help: 'Replies the user interrupted (VAD conversations)', registers: r });
+  const firstAudio = new Histogram({
+    name: 'voxslab_first_audio_seconds',
+    help: 'From the end of user speech to the first reply sample',
+    buckets: [0.025, 0.05, 0.1, 0.2, 0.4, 0.8, 1.6, 3.2],
+    registers: r,
+  });
+  new Gauge({
+    name: 'voxslab_device_xruns',
+    help: 'The device conversation: periods owed a reply with no audio (underrun), microphone periods lost (overrun), input samples the device ring dropped',
+    labelNames: ['kind'],
+    registers: r,
+    collect() {
+      this.reset();
+      const x = d.xruns();
+      if (x === null) return;
+      this.set({ kind: 'underrun' }, x.underruns);
+      this.set({ kind: 'overrun' }, x.overruns);
+      this.set({ kind: 'input_samples_dropped' }, x.dropped);
+    },
+  });
+  new Gauge({
+    name: 'voxslab_memory_bytes',
+    help: 'Bytes charged, by owner and category',
+    labelNames: ['owner', 'category'],
+    registers: r,
+    collect() {
+      this.reset();
+      for (const o of d.engine.snapshot().owners) for (const [cat, u] of Object.entries(o.categories)) this.set({ owner: o.name, category: cat }, u.footprint);
+    },
+  });
+  new Gauge({
+    name: 'voxslab_memory_held_bytes',
+    help: 'Bytes the process holds under the cap',
+    registers: r,
+    collect() {
+      this.set(d.engine.snapshot().held.total);
+    },
+  });
+  // RSS explained: the ledger's resident slabs, each thread's runtime, and what neither accounts for.
+  let runtime: Promise<RuntimeMemory> | null = null;
+  const reading = (): Promise<RuntimeMemory> => {
+    // One reading per scrape serves every gauge below.
+    runtime ??= d.engine.runtime().finally(() => setImmediate(() => (runtime = null)));
+    return runtime;
+  };
+  new Gauge({
+    name: 'voxslab_runtime_bytes',
+    help: "Each thread's JavaScript runtime: V8's committed heap and what V8 allocated outside it (no owner's; not under the cap)",
+    labelNames: ['thread', 'kind'],
+    registers: r,
+    async collect() {
+      this.reset();
+      for (const t of (await reading()).threads) {
+        this.set({ thread: t.thread, kind: 'heap' }, t.heapCommitted);
+        this.set({ thread: t.thread, kind: 'malloced' }, t.malloced);
+      }
+    },
+  });
+  new Gauge({
+    name: 'voxslab_resident_bytes',
+    help: "The process's resident set, by what accounts for it: the ledger's slabs, the threads' runtimes, pages mapped from files (code), and the residual",
+    labelNames: ['part'],
+    registers: r,
+    async collect() {
+      const m = await reading();
+      this.set({ part: 'total' }, m.rss);
+      this.set({ part: 'ledger' }, m.ledgerResident);
+      this.set({ part: 'runtime' }, m.runtime);
+      this.set({ part: 'files' }, m.files);
+      this.set({ part: 'residual' }, m.residual);
+    },
+  });
+  new Gauge({
+    name: 'voxslab_memory_limit_bytes',
+    help: 'The cap',
+    registers: r,
+    collect() {
+      this.set(d.engine.snapshot().limit);
+    },
+  });
+  new Gauge({
+    name: 'voxslab_allocations_after_readiness',
+    help: 'Allocation attempts refused because their owner was ready',
+    registers: r,
+    collect() {
+      this.set(d.engine.snapshot().allocations.afterReadiness.attempts);
+    },
+  });
+  new Gauge({
+    name: 'voxslab_conversations',
+    help: 'Conversations open',
+    registers: r,
+    collect() {
+      this.set(d.conversations());
+    },
+  });
+  new Gauge({
+    name: 'voxslab_ring_high_water_ratio',
+    help: 'Most of each ring of each open conversation ever in use, as a fraction of its capacity',
+    labelNames: ['conversation', 'ring'],
+    registers: r,
+    collect() {
+      this.reset();
+      for (const c of d.engine.pipeline.conversations.values()) {
+        for (const [name, ring] of Object.entries(c.rings)) this.set({ conversation: String(c.index), ring: name }, ring.maxUsed / ring.capacity);
+      }
+    },
+  });
+  new Gauge({
+    name: 'voxslab_stage_busy_seconds',
+    help: 'Wall seconds each stage worker spent in polls that made progress',
+    labelNames: ['stage'],
+    registers: r,
+    async collect() {
+      for (const s of await d.engine.pipeline.stats()) this.set({ stage: s.stage }, s.busyMs / 1000);
+    },
+  });
+  new Gauge({
+    name: 'voxslab_stage_clock_seconds',
+    help: 'Wall seconds per model stage clock, summed over the open conversations',
+    labelNames: ['clock'],
+    registers: r,
+    async collect() {
+      const sum = new Map<string, number>(CLOCKS.map((n) => [n, 0]));
+      for (const s of await d.engine.pipeline.stats())
+        for (const c of s.clocks) for (const [n, v] of Object.entries(c)) sum.set(n, (sum.get(n) ?? 0) + v.ms / 1000);
+      for (const [n, v] of sum) this.set({ clock: n }, v);
+    },
+  });
+  return { refused, turns, bargeIns, firstAudio };
+}
