@@ -51,18 +51,17 @@ export interface GateOptions {
 }
 
 export class SegmentGate {
-  readonly width: number;
-  readonly preRoll: number;
-  readonly maxRows: number;
-  /** [capacity][width] the rows not yet routed, row r at r % capacity. */
-  readonly ring: Float32Array;
-  readonly capacity: number;
+  readonly width: number; // floats per row
+  readonly preRoll: number; // rows kept from before the speech began
+  readonly maxRows: number; // the most rows of one segment
+  readonly capacity: number; // rows the ring holds
+  readonly ring: Float32Array; // [capacity][width] the rows not yet routed, row r at r % capacity
   /** Rows pushed so far (the next row's number). */
   rows = 0;
   /** After GATE_ROWS: the first row's slot in `ring` and the count (they never wrap). */
   spanAt = 0;
   spanRows = 0;
-  readonly #bounds: Int32Array; // [BOUNDS][2]
+  readonly #bounds: Int32Array; // [BOUNDS][2] boundaries waiting for their rows, from #head
   #head = 0;
   #count = 0;
   #open = false;

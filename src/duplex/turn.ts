@@ -22,12 +22,13 @@
 import { ArgumentError } from '../errors.js';
 import { heapWorkspace, type Workspace } from '../dsp/workspace.js';
 
-export const VAD_NONE = 0;
-export const VAD_SPEECH_START = 1;
-export const VAD_SPEECH_END = 2;
-export const VAD_SPEECH_DROP = 3;
-export const VAD_SPEECH_MAYBE = 4;
-export const VAD_SPEECH_NOT = 5;
+/** What one frame's decision did (Endpointer.push). */
+export const VAD_NONE = 0; // nothing changed
+export const VAD_SPEECH_START = 1; // speech confirmed (`start` is its first frame): barge-in
+export const VAD_SPEECH_END = 2; // a turn ended after its silence
+export const VAD_SPEECH_DROP = 3; // speech too short for a turn ended
+export const VAD_SPEECH_MAYBE = 4; // the first sign of speech: playback holds
+export const VAD_SPEECH_NOT = 5; // the sign was taken back: playback resumes
 
 export interface EndpointOptions {
   /** Voiced frames in a row that start speech. */

@@ -7,13 +7,11 @@
  * Thread contract: the main thread only. Decoding allocates nothing of its own; a listener may.
  */
 import type { Pipeline, PipelineConversation } from './coordinator.js';
+
+export type { BargeVerdict } from './protocol.js';
 import {
   BARGE_FIELDS,
-  BARGE_FRAMES,
-  BARGE_GENERATED,
-  BARGE_POSITIONS,
-  BARGE_REPLY,
-  BARGE_TEXT_TOKENS,
+  type BargeVerdict,
   kHeard,
   kHeardReply,
   kOnsets,
@@ -30,6 +28,7 @@ import {
   REC_SPEECH_END,
   REC_SPEECH_START,
   REC_TEXT,
+  readBargeFields,
   REC_TURN_END,
   SPEECH_TURN,
   TURN_FIELDS,
@@ -38,18 +37,6 @@ import {
   TURN_STOP,
   TURN_TEXT_TOKENS,
 } from './protocol.js';
-
-/** The Depthformer stage's verdict on a speech onset (a BARGE record). */
-export interface BargeVerdict {
-  /** The reply cut (its audio is dropped), or -1: none. */
-  reply: number;
-  /** Audio frames of it the context keeps (-1: the context could not be cut; the reply was only silenced). */
-  frames: number;
-  textTokens: number;
-  positions: number;
-  /** Frames the reply had when it was judged. */
-  generated: number;
-}
 
 /** What the events ring carries, as calls (all on the main thread, in ring order). */
 export interface PortListener {
@@ -163,22 +150,20 @@ export class ConversationPort {
   }
 
   #verdict(): void {
-    const b = this.#barge;
-    this.conv.events.read(b, 0);
+    this.conv.events.read(this.#barge, 0);
     this.verdictsDue--;
-    const reply = b[BARGE_REPLY]!;
-    if (reply < 0) return;
-    this.dropReply = reply;
-    const frames = b[BARGE_FRAMES]!;
-    if (frames >= 0) {
+    const v = readBargeFields(this.#barge);
+    if (v.reply < 0) return;
+    this.dropReply = v.reply;
+    if (v.frames >= 0) {
       // What stays of the reply: its summary as the context now holds it.
       const s = this.summary;
-      s[TURN_FRAMES] = frames;
-      s[TURN_TEXT_TOKENS] = b[BARGE_TEXT_TOKENS]!;
-      s[TURN_POSITIONS] = b[BARGE_POSITIONS]!;
+      s[TURN_FRAMES] = v.frames;
+      s[TURN_TEXT_TOKENS] = v.textTokens;
+      s[TURN_POSITIONS] = v.positions;
       s[TURN_STOP] = 2;
     }
-    this.#listener.barge?.({ reply, frames, textTokens: b[BARGE_TEXT_TOKENS]!, positions: b[BARGE_POSITIONS]!, generated: b[BARGE_GENERATED]! });
+    this.#listener.barge?.(v);
   }
 
   /** Whether reply audio must wait (VAD): a verdict is due, or the user may be speaking. */

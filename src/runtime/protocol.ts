@@ -57,6 +57,28 @@ export const BARGE_POSITIONS = 3;
 export const BARGE_GENERATED = 4; // audio frames the reply had when it was judged
 export const BARGE_FIELDS = 5;
 
+/** A BARGE record decoded: the Depthformer stage's verdict on a speech onset. */
+export interface BargeVerdict {
+  /** The reply cut (its audio is dropped), or -1: none. */
+  reply: number;
+  /** Audio frames of it the context keeps (-1: the context could not be cut; the reply was only silenced). */
+  frames: number;
+  textTokens: number;
+  positions: number;
+  /** Frames the reply had when it was judged. */
+  generated: number;
+}
+
+export function readBargeFields(b: Int32Array): BargeVerdict {
+  return {
+    reply: b[BARGE_REPLY]!,
+    frames: b[BARGE_FRAMES]!,
+    textTokens: b[BARGE_TEXT_TOKENS]!,
+    positions: b[BARGE_POSITIONS]!,
+    generated: b[BARGE_GENERATED]!,
+  };
+}
+
 /**
  * Barge-in words of a VAD conversation (Int32, carved with its rings). Writers: the frontend
  * stage (kVoice, kOnsets), the main thread (kOnsetsSeen, kHeard*, kPlayed*), the Depthformer
@@ -224,6 +246,9 @@ export interface StageStats {
   polls: number;
   idlePolls: number;
 }
+
+/** The batching counters of a stage's stats (the Depthformer stage's). */
+export type BatchingStats = Pick<StageStats, 'batchedSteps' | 'batchedTextHeads' | 'batchedFrames' | 'systemCopies'>;
 
 /** The control surface each stage worker exposes over comlink. */
 export interface StageApi {

@@ -51,6 +51,14 @@ export interface RingSpec {
   readonly capacity: RingCapacity;
 }
 
+/** The categories of the audio stages' arenas (capture, and the native audio engines). */
+export const AUDIO_CATEGORIES: readonly string[] = ['capture', 'native.audio'];
+
+/** A spec's defaults: no rings, no compute, lowest placement priority, no clocks. */
+export function stageDefaults(module: string, name: string, create: StageSpec['create']): StageSpec {
+  return { name, module, create, reads: [], writes: [], compute: false, pin: 0, clocks: [] };
+}
+
 /** Control words rounded to whole groups of 8, as the five-stage block always was. */
 function controlLayout(stages: number): ControlLayout {
   const block = 8 * Math.ceil((stages + 1) / 8);

@@ -2,7 +2,7 @@ import { BadInputError, InternalError } from '../../errors.js';
 import { arenaWorkspace } from '../../dsp/workspace.js';
 import { Resampler } from '../../dsp/resample.js';
 import { capacity, NONE, SIZING_ENGINE, StreamStage, type Environment, type RoomConv } from './stage.js';
-import type { StageSpec } from '../topology.js';
+import { AUDIO_CATEGORIES, stageDefaults, type StageSpec } from '../topology.js';
 import { captureMirrored, maxPayloadOf, RECORD_OVERHEAD } from '../ring.js';
 import { REC_PCM, REC_PCM_ECHO, type StageConversation, type StageOpen } from '../protocol.js';
 import { APM_HEAP_BOUND, EchoCanceller } from '../../dsp/aec.js';
@@ -139,18 +139,8 @@ export class CaptureStage extends StreamStage<CaptureConv> {
 }
 
 export const stage: StageSpec = {
-  name: 'capture',
-  reads: ['input'],
-  writes: ['pcm16'],
-  capacities: {
-    // Whole pages when the capture ring's data is a mirrored mapping (coordinator.carveRings).
-    input: () => (captureMirrored() ? pageWords(CAPTURE_RING_WORDS) : CAPTURE_RING_WORDS),
-    pcm16: () => 16384,
-  },
-  compute: false,
-  pin: 0,
-  clocks: ['frontend'],
-  categories: ['capture', 'native.audio'],
-  module: import.meta.url,
-  create: (env) => new CaptureStage(env),
+  ...stageDefaults(import.meta.url, 'capture', (env) => new CaptureStage(env)),
+  // The capture ring's data is whole pages when it is a mirrored mapping (carve.ts).
+  capacities: { input: () => (captureMirrored() ? pageWords(CAPTURE_RING_WORDS) : CAPTURE_RING_WORDS), pcm16: () => 16384 },
+  ...{ reads: ['input'], writes: ['pcm16'], clocks: ['frontend'], categories: AUDIO_CATEGORIES },
 };

@@ -1,7 +1,7 @@
 import { ConformerEncoder } from '../../model/blocks/encoder.js';
 import { CLOCK_ENCODER } from '../../core/clock.js';
 import { PassStage, type Environment, type RingConv } from './stage.js';
-import type { StageSpec } from '../topology.js';
+import { stageDefaults, type StageSpec } from '../topology.js';
 import { DEFAULT_ENCODER_TILES, melRows, segmentSamples } from '../../model/plan/plans.js';
 import { RECORD_OVERHEAD } from '../ring.js';
 import { REC_DISCARD, REC_EMBED, REC_END_SEGMENT, REC_MEL, REC_SPEECH_END, REC_SPEECH_START, type StageConversation, type StageOpen } from '../protocol.js';
@@ -114,13 +114,7 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
 }
 
 export const stage: StageSpec = {
-  name: 'conformer',
-  reads: ['mel'],
-  writes: ['embed'],
+  ...stageDefaults(import.meta.url, 'conformer', (env) => new ConformerStage(env)),
+  ...{ reads: ['mel'], writes: ['embed'], compute: true, pin: 2, clocks: ['encoder'] },
   capacities: { embed: (c) => 4 * EMBED_ROWS * (c.backbone.hidden + RECORD_OVERHEAD) + 4 },
-  compute: true,
-  pin: 2,
-  clocks: ['encoder'],
-  module: import.meta.url,
-  create: (env) => new ConformerStage(env),
 };

@@ -11,7 +11,7 @@ import {
   type Prompts,
 } from '../../core/dialogue.js';
 import { IDLE_POLL_MS, PassStage, type Environment } from './stage.js';
-import type { StageSpec } from '../topology.js';
+import { stageDefaults, type StageSpec } from '../topology.js';
 import { EMBED_ROWS } from './conformer.js';
 import { buildStepSlot, type StepSlot } from '../../core/step.js';
 import { heardFrames, keptFrames, NO_CUT } from '../../duplex/bargein.js';
@@ -50,6 +50,7 @@ import {
   REC_BARGE,
   type StageConversation,
   type StageOpen,
+  type BatchingStats,
 } from '../protocol.js';
 import { native } from '../../native.js';
 
@@ -94,6 +95,12 @@ const PAUSE = new Int32Array(new SharedArrayBuffer(4));
 export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
   readonly prompts: Prompts;
   #gate: number;
+  /** Batched backbone calls (two conversations' positions in one), and of those, the ones whose text heads or frames were batched too. */
+  #batched = 0;
+  #batchedText = 0;
+  #batchedFrames = 0;
+  /** Conversations that copied their system prompt from another. */
+  #systemCopies = 0;
   /** Per conversation index, stepped in this poll (made once: no allocation per poll). */
   readonly #stepped = new Uint8Array(MAX_CONVERSATIONS);
   readonly #pair: BackboneState[] = [];
@@ -130,6 +137,10 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     this.#gate = env.init.gateReplies;
     this.#frameSamples = frameSamplesAt(c, o.outputRate);
     this.#lookahead = (o.lookaheadMs * o.outputRate) / 1000;
+  }
+
+  override batching(): BatchingStats {
+    return { batchedSteps: this.#batched, batchedTextHeads: this.#batchedText, batchedFrames: this.#batchedFrames, systemCopies: this.#systemCopies };
   }
 
   /** The test gate: false until `gateReplies` conversations have a reply ready, then always true. */
@@ -213,9 +224,9 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       }
       const e = this.#emitted;
       const heads = Dialogue.stepPair(c.dialogue, this.tickets.slots[c.slot]!, partner.dialogue, this.tickets.slots[partner.slot]!, this.#pair, e);
-      this.batched++;
-      if (heads === PAIR_HEADS_TEXT) this.batchedText++;
-      else if (heads === PAIR_HEADS_AUDIO) this.batchedFrames++;
+      this.#batched++;
+      if (heads === PAIR_HEADS_TEXT) this.#batchedText++;
+      else if (heads === PAIR_HEADS_AUDIO) this.#batchedFrames++;
       this.#emit(c, e[0]!);
       this.#emit(partner, e[1]!);
     }
@@ -262,7 +273,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       const donor = this.#systemDonor(c);
       if (donor === WAIT_FOR_DONOR) return false;
       if (donor !== null && c.dialogue.copySystem(donor.dialogue)) {
-        this.systemCopies++;
+        this.#systemCopies++;
         return true;
       }
       const slot = this.tickets.acquire(c.index);
@@ -411,14 +422,8 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
 }
 
 export const stage: StageSpec = {
-  name: 'depthformer',
-  reads: ['embed'],
-  writes: ['codes', 'events'],
+  ...stageDefaults(import.meta.url, 'depthformer', (env) => new DepthformerStage(env)),
+  // The busiest stage (a backbone step and a Depthformer frame per 80 ms): a CPU of its own first.
+  ...{ reads: ['embed'], writes: ['codes', 'events'], compute: true, pin: 4, clocks: ['prefill', 'textStep', 'audioStep', 'depthformer'] },
   capacities: { codes: (c) => 64 * (c.audio.codebooks + RECORD_OVERHEAD), events: () => 4096 },
-  compute: true,
-  // The busiest stage: a backbone step and a Depthformer frame per 80 ms.
-  pin: 4,
-  clocks: ['prefill', 'textStep', 'audioStep', 'depthformer'],
-  module: import.meta.url,
-  create: (env) => new DepthformerStage(env),
 };

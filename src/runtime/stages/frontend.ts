@@ -2,7 +2,7 @@ import { InternalError } from '../../errors.js';
 import { arenaWorkspace } from '../../dsp/workspace.js';
 import { MelFrontend } from '../../dsp/mel.js';
 import { capacity, SIZING_ENGINE, StreamStage, type Environment, type RoomConv } from './stage.js';
-import type { StageSpec } from '../topology.js';
+import { AUDIO_CATEGORIES, stageDefaults, type StageSpec } from '../topology.js';
 import { CAPTURE_RECORD_MAX } from './capture.js';
 import { melRows, segmentSamples } from '../../model/plan/plans.js';
 import { maxPayloadOf, RECORD_OVERHEAD } from '../ring.js';
@@ -158,14 +158,6 @@ export class FrontendStage extends StreamStage<FrontendConv> {
 }
 
 export const stage: StageSpec = {
-  name: 'frontend',
-  reads: ['pcm16'],
-  writes: ['mel'],
-  capacities: { mel: () => 16384 },
-  compute: false,
-  pin: 1,
-  clocks: ['frontend'],
-  categories: ['capture', 'native.audio'],
-  module: import.meta.url,
-  create: (env) => new FrontendStage(env),
+  ...stageDefaults(import.meta.url, 'frontend', (env) => new FrontendStage(env)),
+  ...{ reads: ['pcm16'], writes: ['mel'], capacities: { mel: () => 16384 }, pin: 1, clocks: ['frontend'], categories: AUDIO_CATEGORIES },
 };

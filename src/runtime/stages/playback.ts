@@ -4,7 +4,7 @@ import { Detokenizer, DetokenizerState } from '../../model/blocks/detokenizer.js
 import { frameSamplesAt } from '../../core/dialogue.js';
 import { CLOCK_DETOKENIZER } from '../../core/clock.js';
 import { capacity, PassStage, type Environment, type RoomConv } from './stage.js';
-import type { StageSpec } from '../topology.js';
+import { stageDefaults, type StageSpec } from '../topology.js';
 import { maxPayloadOf, RECORD_OVERHEAD } from '../ring.js';
 import { REC_CODES, REC_END_OF_AUDIO, REC_PCM, REC_TURN_END, REC_TURN_START, type StageConversation, type StageOpen } from '../protocol.js';
 
@@ -107,14 +107,7 @@ export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
 }
 
 export const stage: StageSpec = {
-  name: 'playback',
-  reads: ['codes'],
-  writes: ['output'],
+  ...stageDefaults(import.meta.url, 'playback', (env) => new PlaybackStage(env)),
+  ...{ reads: ['codes'], writes: ['output'], compute: true, pin: 3, clocks: ['detokenizer'], categories: ['playback.payload', 'playback.metadata'] },
   capacities: { output: (c, rate) => 4 * (frameSamplesAt(c, rate) + 4096) + 4 },
-  compute: true,
-  pin: 3,
-  clocks: ['detokenizer'],
-  categories: ['playback.payload', 'playback.metadata'],
-  module: import.meta.url,
-  create: (env) => new PlaybackStage(env),
 };

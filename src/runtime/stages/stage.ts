@@ -33,6 +33,7 @@ import {
   type StageConversation,
   type StageName,
   type StageOpen,
+  type BatchingStats,
 } from '../protocol.js';
 import { TicketPool } from '../tickets.js';
 import type { ApmEngine } from '../../dsp/aec.js';
@@ -82,13 +83,8 @@ export abstract class Stage<C> {
   readonly #natives = new Map<number, { free(): void; release(): void }[]>();
   /** How pass buffers are laid out (planned, or separate for comparison). */
   readonly planner: Planner;
+  /** Records handled, and non-finite input samples taken as silence. */
   records = 0;
-  /** Batched backbone calls (two conversations' positions in one; Depthformer stage), and of those, the ones whose text heads or frames were batched too. */
-  batched = 0;
-  batchedText = 0;
-  batchedFrames = 0;
-  /** Conversations that copied their system prompt from another (Depthformer stage). */
-  systemCopies = 0;
   nonFinite = 0;
   readonly #watch = new Stopwatch();
 
@@ -293,6 +289,11 @@ export abstract class Stage<C> {
   /** Handles the record of `kind` at the head of `c.input`; false leaves it there. */
   protected record(_c: RoomConv, _kind: number): boolean {
     return false;
+  }
+
+  /** The batching counters of StageStats (the Depthformer stage's; zero elsewhere). */
+  batching(): BatchingStats {
+    return { batchedSteps: 0, batchedTextHeads: 0, batchedFrames: 0, systemCopies: 0 };
   }
 
   /** Pass-slot use; capture and frontend have no pass slots. */
