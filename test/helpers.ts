@@ -2,21 +2,30 @@ import { spawnSync } from 'node:child_process';
 import v8 from 'node:v8';
 import { Worker, type WorkerOptions } from 'node:worker_threads';
 
-import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 
 export { prng } from '../src/memory/prng.js';
 
-/** The fenced block after `<!-- example:NAME -->` in README.md: what users copy, run as written. */
+/** The markdown files users read: README.md and docs/*.md (paths from the repository root). */
+export function docFiles(): string[] {
+  const docs = readdirSync(new URL('../../docs/', import.meta.url)).filter((f) => f.endsWith('.md'));
+  return ['README.md', ...docs.map((f) => `docs/${f}`)];
+}
+
+/** The fenced block after `<!-- example:NAME -->` in README.md or docs/: what users copy, run as written. */
 export function readmeExample(name: string): string {
-  const text = readFileSync(new URL('../../README.md', import.meta.url), 'utf8');
-  const at = text.indexOf(`<!-- example:${name} -->`);
-  if (at < 0) throw new Error(`README.md has no example '${name}'`);
-  const m = /```[a-z]*\n([\s\S]*?)```/.exec(text.slice(at));
-  if (m === null) throw new Error(`README.md example '${name}' has no fenced block`);
-  return m[1]!;
+  for (const file of docFiles()) {
+    const text = readFileSync(new URL(`../../${file}`, import.meta.url), 'utf8');
+    const at = text.indexOf(`<!-- example:${name} -->`);
+    if (at < 0) continue;
+    const m = /```[a-z]*\n([\s\S]*?)```/.exec(text.slice(at));
+    if (m === null) throw new Error(`${file} example '${name}' has no fenced block`);
+    return m[1]!;
+  }
+  throw new Error(`no example '${name}' in README.md or docs/`);
 }
 
 export { readMonoWav as readWavSamples } from '../src/io/files.js';

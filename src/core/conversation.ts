@@ -1,5 +1,5 @@
 /**
- * The speech model assembled from a checkpoint folder, and conversations with it (MODEL.md,
+ * The speech model assembled from a checkpoint folder, and conversations with it (docs/model.md,
  * Prompt and generation). `SpeechModel` holds what every conversation shares: the weights image,
  * retained derived tables and prompt token ids (owner `model`), and one pass slot's stage
  * workspaces — encoder, backbone chunk, Depthformer, detokenizer, text logits (owner `ticket`).
@@ -56,7 +56,7 @@ export interface SpeechModelOptions {
   kv?: KvType;
   prefillChunk?: number;
   outputRate?: number;
-  /** System prompt. Default MODEL.md's. */
+  /** System prompt. Default docs/model.md's. */
   systemPrompt?: string;
   /** Sampling. Default text greedy, audio temperature 1 top-k 4. */
   text?: SamplingOptions;
@@ -147,7 +147,7 @@ export interface SpeechSetup {
   /** Audio frames a reply may hold, and detokenizer positions they need. */
   maxFrames: number;
   turnPositions: number;
-  /** Prompt token ids (MODEL.md, Prompt). */
+  /** Prompt token ids (docs/model.md, Prompt and generation). */
   prompts: { system: number[]; userOpen: number[]; userClose: number[]; replyClose: number[] };
 }
 

@@ -1,5 +1,5 @@
 /**
- * The backbone side of one conversation, one step at a time (MODEL.md, Prompt and generation):
+ * The backbone side of one conversation, one step at a time (docs/model.md, Prompt and generation):
  * it stages the prompt and the user's adapter rows for prefill, then generates the reply as
  * a sequence of `step()` calls, each one backbone position. Used the same way by the
  * single-thread `Conversation` and by the pipeline's Depthformer stage, so both follow one

@@ -1,5 +1,5 @@
 /**
- * Streaming ISTFT of the detokenizer (MODEL.md, Detokenizer): each frame's 641 log-magnitudes
+ * Streaming ISTFT of the detokenizer (docs/model.md, Detokenizer): each frame's 641 log-magnitudes
  * and 641 phases become X = exp(logmag)·e^{i·phase}; C2R inverse FFT (1/N, imaginary parts of
  * DC and Nyquist ignored); periodic Hann window; overlap-add at the hop; division by the
  * overlap-added squared window; nFft − hop samples trimmed at the start ("same" length).

@@ -1,6 +1,6 @@
 /**
  * Log-mel frontend as NeMo's AudioToMelSpectrogramPreprocessor computes it at inference
- * (MODEL.md, Frontend): pre-emphasis 0.97 keeping x[0]; symmetric Hann of 400 centred in a
+ * (docs/model.md, Frontend): pre-emphasis 0.97 keeping x[0]; symmetric Hann of 400 centred in a
  * 512-point frame; zero centre padding of n_fft/2; hop 160; power spectrum; 128 Slaney-scale
  * filters with Slaney area normalisation; log(x + 2^-24); 1 + L//hop frames.
  *

@@ -115,7 +115,7 @@ t.test('missing tied tensors alias their twin; unknown extras are listed and ski
   t.same([a.slab, a.offset, a.bytes], [b.slab, b.offset, b.bytes], 'same bytes, no copy');
 });
 
-t.test('make-checkpoint writes what LAYOUT.md says: tied to_logits equal their embeddings, istft.window is the periodic Hann window', async (t) => {
+t.test('make-checkpoint writes what docs/checkpoints.md says: tied to_logits equal their embeddings, istft.window is the periodic Hann window', async (t) => {
   const out = join(dir, 'layout-values');
   makeCheckpoint({ config: 'tiny', seed: 11, out, dtype: 'f32' });
   const tensor = (file: string, name: string): Buffer => {

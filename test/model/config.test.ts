@@ -83,7 +83,7 @@ t.test('nonsense values are refused with the field path', async (t) => {
   }
 });
 
-t.test('the detokenizer config needs no max_position_embeddings (MODEL.md and LAYOUT.md do not list it)', async (t) => {
+t.test('the detokenizer config needs no max_position_embeddings (docs/model.md and docs/checkpoints.md do not list it)', async (t) => {
   for (const name of BUILTIN_NAMES) {
     const [main, det] = BUILTIN_CONFIGS[name]!;
     const d = clone(det) as Record<string, unknown>;

@@ -16,7 +16,7 @@ makeCheckpoint({ config: 'tiny', seed: 21, out: dir, dtype: 'f32' });
 
 type M = Float64Array; // row-major matrices
 
-/** Float64 reference of the encoder and adapter, from MODEL.md, with unfolded batch-norm. */
+/** Float64 reference of the encoder and adapter, from docs/model.md, with unfolded batch-norm. */
 function reference(config: ModelConfig, image: WeightsImage, raw: Float32Array, T: number): M {
   const e = config.encoder;
   const get = weights64(image);
@@ -181,7 +181,7 @@ function speechLikeMel(samples: number): { rows: Float32Array; T: number } {
   return { rows, T };
 }
 
-t.test('the planned encoder equals a float64 reference of MODEL.md', async (t) => {
+t.test('the planned encoder equals a float64 reference of docs/model.md', async (t) => {
   const { config, image, encoder, domain, arena, hw } = setup(DEFAULT_ENCODER_TILES);
   t.equal(encoder.region.region.bytes, hw, 'the carved workspace is the plan high-water');
   for (const samples of [16000 * 0.5 + 123, 16000 * 1.9]) {

@@ -37,7 +37,7 @@ for (const [bits, group] of [
     const one = await quantizeCheckpoint({ input: join(dir, 'f32'), output: again, bits, group, threads: 1 });
     t.equal(one.threads, 1, 'one thread: one worker started');
     t.equal(sha(join(out, 'model.safetensors')), sha(join(again, 'model.safetensors')), 'the same bytes with one thread or two');
-    // What README says is written is what is written.
+    // What docs/checkpoints.md says is written is what is written.
     for (const f of ['model.safetensors', 'audio_detokenizer/model.safetensors']) {
       const bytes = readFileSync(join(out, f));
       const header = JSON.parse(bytes.subarray(8, 8 + Number(bytes.readBigUInt64LE(0))).toString('utf8')) as { __metadata__?: Record<string, string> };
@@ -46,9 +46,9 @@ for (const [bits, group] of [
     for (const f of ['config.json', 'audio_detokenizer/config.json']) {
       t.same((JSON.parse(readFileSync(join(out, f), 'utf8')) as { quantization: unknown }).quantization, { bits, group_size: group }, `${f}: quantization`);
     }
-    const readme = readFileSync(new URL('../../../README.md', import.meta.url), 'utf8').replace(/\s+/g, ' ');
-    t.match(readme, '`voxslab.quantization`, value the JSON text `{"bits":4,"group":64}`');
-    t.match(readme, '`"quantization": {"bits": 4, "group_size": 64}`');
+    const doc = readFileSync(new URL('../../../docs/checkpoints.md', import.meta.url), 'utf8').replace(/\s+/g, ' ');
+    t.match(doc, '(`voxslab.quantization` = `{"bits":4,"group":64}`)');
+    t.match(doc, '`"quantization": {"bits": 4, "group_size": 64}`');
     const domain = MemoryDomain.create({ limit: '1GiB' });
     const { image, report } = loadCheckpoint(out, domain);
     t.same(report.unexpected, [], 'scales and biases are recognised');

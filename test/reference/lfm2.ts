@@ -3,7 +3,7 @@ import type { WeightsImage } from '../../src/model/format/image.js';
 import { linear64, rmsNorm64, softmax64, swiglu64, weights64 } from './ops.js';
 
 /**
- * Float64 LFM2 forward over a whole sequence of input rows, written from MODEL.md for the
+ * Float64 LFM2 forward over a whole sequence of input rows, written from docs/model.md for the
  * tests (independent of the runtime's code): tensors under `prefix`, causal attention or a
  * sliding window of `b.window` positions including the current one.
  */

@@ -1,5 +1,5 @@
 /**
- * Float64 building blocks of the model references, written from ../shared/MODEL.md for the
+ * Float64 building blocks of the model references, written from docs/model.md for the
  * tests and independent of the runtime's code: every reference in test/reference/ and the
  * block tests compute through these, so each operation is written once.
  */

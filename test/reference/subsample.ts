@@ -7,7 +7,7 @@ export interface SubsampleRefWeights {
 }
 
 /**
- * Float64 reference of the dw-striding subsampling (MODEL.md, Encoder), written for the tests:
+ * Float64 reference of the dw-striding subsampling (docs/model.md, Encoder), written for the tests:
  * mel [T][F] → x [T'][d].
  */
 export function subsampleReference(mel: ArrayLike<number>, T: number, F: number, C: number, stages: number, w: SubsampleRefWeights, d: number): Float64Array {

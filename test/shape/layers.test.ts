@@ -1,4 +1,4 @@
-// The import graph of src/ and workers/ points down the layers DESIGN.md names and has no cycle.
+// The import graph of src/ and workers/ points down the layers docs/architecture.md names and has no cycle.
 import t from 'tap';
 import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';

@@ -1,5 +1,5 @@
 /**
- * The LFM2 backbone (MODEL.md, Backbone) computed on its carved stage plan: prefill in chunks
+ * The LFM2 backbone (docs/model.md, Backbone) computed on its carved stage plan: prefill in chunks
  * of at most `chunk` positions and single steps go through the same `forward`, so chunked
  * prefill equals one-shot prefill. Per-conversation state — the KV cache of every attention
  * layer (post-norm, post-RoPE keys) and the last two columns of B⊙x of every short-conv
@@ -38,7 +38,7 @@ import {
 } from './kernels.js';
 import '../categories.js';
 
-/** RMSNorm epsilon of every LFM2 norm (MODEL.md). */
+/** RMSNorm epsilon of every LFM2 norm (docs/model.md). */
 export const EPS = 1e-5;
 /** Conversations one batched backbone step serves (Lfm2Stack.forwardRows). */
 export const STEP_BATCH = 2;

@@ -1,5 +1,5 @@
 /**
- * The Depthformer (MODEL.md): per 80 ms frame, eight sequential codebook steps. Step i reads
+ * The Depthformer (docs/model.md): per 80 ms frame, eight sequential codebook steps. Step i reads
  * slice i of depth_linear(h) plus the previous codebook's embedding (nothing for i = 0), runs
  * the small transformer at position i (fused qkv, per-head q/k RMSNorm, RoPE on adjacent pairs,
  * GQA over the frame's cache, SwiGLU), then logits_i = to_logits_i(RMSNorm_i(x)) over 2049

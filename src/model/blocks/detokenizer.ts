@@ -1,5 +1,5 @@
 /**
- * The audio detokenizer (MODEL.md, Detokenizer), streaming one code frame at a time: the mean
+ * The audio detokenizer (docs/model.md, Detokenizer), streaming one code frame at a time: the mean
  * of the 8 codebook embeddings (codes 0…2047) → repeated ×6 (12.5 → 75 Hz) → the LFM2 stack
  * with a sliding window of 30 → `lin` → 641 log-magnitudes and 641 phases per 75 Hz frame →
  * streaming ISTFT at 24 kHz → band-limited resampling straight to the device rate. Only one

@@ -1,5 +1,5 @@
 /**
- * The FastConformer encoder and the audio adapter (MODEL.md, Encoder), computed on the views of
+ * The FastConformer encoder and the audio adapter (docs/model.md, Encoder), computed on the views of
  * the stage plan carved from an arena: the planes are exactly those `encoderPass` describes, so
  * the plan and the compute cannot disagree. One call encodes one completed user segment
  * (normalised mel rows [T][128]) into [T'][D] adapter outputs, T' = ceil(T / 8).

@@ -1,5 +1,5 @@
 /**
- * The FastConformer dw-striding subsampling (MODEL.md, Encoder) run in time tiles: mel rows as
+ * The FastConformer dw-striding subsampling (docs/model.md, Encoder) run in time tiles: mel rows as
  * an image [1][T][F] → conv k3 s2 p1 (1 → C) + ReLU → (depthwise k3 s2 p1, pointwise + ReLU)
  * × (stages − 1) → flatten channel-major (c·F' + f) → Linear → [T'][d]. A tile of n output
  * frames needs 2n + 1 rows of the stage before it, so every plane is sized by the tile, not by

@@ -31,7 +31,7 @@ const LFM2_FIELDS = {
   conv_L_cache: upTo(64).default(3),
   conv_bias: z.boolean().default(false),
   vocab_size: upTo(1024 * K),
-  // The backbone's context; the detokenizer's config need not carry it (MODEL.md, LAYOUT.md).
+  // The backbone's context; the detokenizer's config need not carry it (docs/model.md, docs/checkpoints.md).
   max_position_embeddings: upTo(1024 * K).optional(),
   rope_theta: posNum.default(1_000_000),
   norm_eps: posNum.default(1e-5),

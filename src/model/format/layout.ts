@@ -1,5 +1,5 @@
 /**
- * Every checkpoint tensor a configuration needs, by name and shape (../shared/LAYOUT.md): the
+ * Every checkpoint tensor a configuration needs, by name and shape (docs/checkpoints.md): the
  * one list the loader validates against and the synthetic checkpoint writer produces.
  */
 import type { ModelConfig } from './config.js';

@@ -3,7 +3,7 @@
  * checkpoint seed and the tensor's name, so the same seed gives the same bytes whatever the
  * order or chunking of generation. Weights are random (speech out is babble); shapes, names,
  * dtypes and sizes are exactly those of the real layout. Tied tensors equal their targets and
- * `istft.window` is the periodic Hann window, as LAYOUT.md says.
+ * `istft.window` is the periodic Hann window, as docs/checkpoints.md says.
  */
 import type { Dtype, TensorSpec } from './layout.js';
 import { f32ToBf16, f32ToF16 } from './dtype.js';
@@ -32,7 +32,7 @@ export class TensorStream {
 
   constructor(spec: TensorSpec, seed: number) {
     this.spec = spec;
-    // A tied tensor repeats its target's values (LAYOUT.md: to_logits equals the embedding).
+    // A tied tensor repeats its target's values (docs/checkpoints.md: to_logits equals the embedding).
     this.#random = prng(tensorSeed(seed, spec.tiedTo ?? spec.name));
     const fanIn = spec.shape.slice(1).reduce((a, b) => a * b, 1);
     this.#scale = spec.init === 'weight' ? 1 / Math.sqrt(Math.max(1, fanIn)) : spec.init === 'embedding' ? 1 / Math.sqrt(Math.max(1, spec.shape[1] ?? 1)) : 1;

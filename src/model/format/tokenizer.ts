@@ -2,13 +2,13 @@
  * Text ↔ token ids through the checkpoint's `tokenizer.json` (Hugging Face format), decoded by
  * @huggingface/tokenizers. Synthetic checkpoints get a small valid byte-level BPE tokenizer of
  * the same form as LFM2's — a regex split, GPT-2 byte-to-character mapping, BPE merges learned
- * from a short built-in text — with the special tokens at the ids MODEL.md names, and every id
+ * from a short built-in text — with the special tokens at the ids docs/model.md names, and every id
  * of the vocabulary defined (unused ids are reserved special tokens).
  */
 import { Tokenizer } from '@huggingface/tokenizers';
 import { ArgumentError, BadInputError } from '../../errors.js';
 
-/** Special token ids (MODEL.md, Prompt and generation). */
+/** Special token ids (docs/model.md, Prompt and generation). */
 export const TOKENS = Object.freeze({
   pad: 0,
   startOfText: 1,
@@ -209,7 +209,7 @@ function checkIds(file: string, tokenizer: object, vocab: number): void {
   }
 }
 
-/** A checkpoint's tokenizer, with the special ids checked against MODEL.md. */
+/** A checkpoint's tokenizer, with the special ids checked against docs/model.md. */
 export class TextTokenizer {
   readonly file: string;
   readonly #tk: Tokenizer;

@@ -1,4 +1,4 @@
-// README's HAProxy configuration in front of two daemons on loopback: a conversation the first
+// docs/daemon.md's HAProxy configuration in front of two daemons on loopback: a conversation the first
 // daemon's admission cannot take goes to the second.
 import t from 'tap';
 import { spawn, spawnSync } from 'node:child_process';
@@ -30,7 +30,7 @@ async function until(what: string, ok: () => Promise<boolean>, ms = 20_000): Pro
 }
 
 t.test(
-  'HAProxy (README configuration): the second daemon takes what the first cannot admit',
+  'HAProxy (docs/daemon.md configuration): the second daemon takes what the first cannot admit',
   { skip: haproxy ? false : 'haproxy is not installed (apt-get install haproxy; .ci/run installs it)' },
   async (t) => {
     const work = scratchDir('voxslab-haproxy-');
@@ -46,7 +46,7 @@ t.test(
       .replace('127.0.0.1:7800', `127.0.0.1:${front}`)
       .replace('127.0.0.1:7861', `127.0.0.1:${a.port}`)
       .replace('127.0.0.1:7862', `127.0.0.1:${b.port}`);
-    t.not(config, readmeExample('haproxy'), 'the README configuration, with this run’s ports');
+    t.not(config, readmeExample('haproxy'), 'the documented configuration, with this run’s ports');
     const cfg = join(work, 'haproxy.cfg');
     writeFileSync(cfg, config);
     const check = spawnSync('haproxy', ['-c', '-f', cfg], { encoding: 'utf8' });
