@@ -1,12 +1,26 @@
-/** voxslab public library API. */
+/**
+ * voxslab's library API: `load()` a model into an Engine, open Conversations on it. The errors
+ * every failure is one of, and the types of options and events. Everything else is on subpaths:
+ * `voxslab/devices` (audio devices), `voxslab/reference` (the one-thread engine and duplex
+ * session), `voxslab/memory` (the memory core), `voxslab/native` (the addon's kernels).
+ */
 export * from './api/index.js';
-export * from './memory/index.js';
-export { native } from './native.js';
-export type { CpuFeatures, NativeResult, PinResult } from './native.js';
-// Full duplex on one thread: a conversation of the single-thread engine on a duplex device.
-export { SpeechModel } from './core/conversation.js';
-export { DuplexSession } from './core/session.js';
-export type { DuplexDevice, DuplexEvents, DuplexOptions } from './core/session.js';
-export { LoopbackDevice } from './io/loopback.js';
-export { findDevice, listDevices, PortAudioDevice } from './io/devices.js';
-export type { AudioDevice } from './io/devices.js';
+export {
+  AbortedError,
+  AllocationError,
+  ArgumentError,
+  BadInputError,
+  ClosedError,
+  ControlTimeoutError,
+  CorruptionError,
+  DeviceError,
+  exitCodeOf,
+  InternalError,
+  MemoryLimitError,
+  ReadinessError,
+  SharedStateError,
+  UnsupportedError,
+  UsageError,
+  VoxslabError,
+  WorkerError,
+} from './errors.js';

@@ -31,15 +31,16 @@ export function isAborted(signal: AbortSignal): boolean {
   return signal.aborted;
 }
 
-/** @internal The engine's pump and failure calls (not part of the public surface). */
+/** @internal The engine's pump call (not part of the public surface). */
 export const kPump = Symbol('pump');
+/** @internal The engine's failure call. */
 export const kFail = Symbol('fail');
 
 export function aborted(signal: AbortSignal, what: string): AbortedError {
   return new AbortedError(`${what} aborted${signal.reason instanceof Error ? `: ${signal.reason.message}` : ''}`, { cause: signal.reason });
 }
 
-/** What a conversation needs of its engine. */
+/** @internal What a conversation needs of its engine. */
 export interface ConversationHost {
   readonly pipeline: Pipeline;
   readonly outputRate: number;
@@ -289,6 +290,31 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   /** Every event in order, until the conversation closes. */
   events(): AsyncIterableIterator<ConversationEvent> {
     return this.#iterators.open(this.#closing !== null);
+  }
+
+  /**
+   * Drops the input queued on this thread that has not reached the pipeline yet (what was
+   * written since the last `drained()`-worthy backlog), and a turn's end queued after it. Speech
+   * already in the pipeline stays. Returns the samples dropped.
+   */
+  clearInput(): number {
+    if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
+    const dropped = this.#backlog();
+    // What this turn had queued, less what is dropped: a turn some of whose speech reached the
+    // pipeline can still be ended.
+    const head = this.#queue[0];
+    let units = head !== null && head !== undefined && this.#pairs.has(head) ? -2 * this.#queueAt : -this.#queueAt;
+    for (const q of this.#queue) if (q !== null) units += q.length;
+    this.#queuedThisTurn = Math.max(0, this.#queuedThisTurn - units);
+    this.#queue.length = 0;
+    this.#queueAt = 0;
+    for (const cb of this.#drainCallbacks.splice(0)) cb();
+    return dropped;
+  }
+
+  /** `await using conversation = await engine.open(…)`: closes it at the end of the scope. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
   }
 
   /** Ends the conversation (a reply in progress stops) and returns its bytes to the cap. */

@@ -27,7 +27,7 @@ import type { ModelConfig } from '../model/format/config.js';
 import type { SpeechModelOptions } from '../core/conversation.js';
 import { Pipeline, type PinMap, type PipelineConversation, type StageThreads } from '../runtime/coordinator.js';
 import { BELL_MAIN } from '../runtime/protocol.js';
-import { aborted, Conversation, type ConversationHost, type ConversationOptions, isAborted, kFail, kPump } from './conversation.js';
+import { aborted, Conversation, type ConversationOptions, isAborted, kFail, kPump } from './conversation.js';
 
 export type { ConversationEvent, ConversationEvents, ConversationOptions, SampleFormat, TurnSummary } from './conversation.js';
 export type { DeviceLink } from './device.js';
@@ -50,10 +50,45 @@ export interface EngineOptions extends SpeechModelOptions {
   signal?: AbortSignal;
   /** Progress lines (generating a built-in checkpoint on first use). Default: none. */
   log?: (line: string) => void;
-  /** Test mode: every stage worker traps typed-array and buffer constructors after readiness (`pipeline.stats()` counts them). */
+}
+
+/** @internal Test hooks of an engine's stage workers: not options an application sets. */
+export interface EngineTestHooks {
+  /** Every stage worker traps typed-array and buffer constructors after readiness (`pipeline.stats()` counts them). */
   trapAllocations?: boolean;
-  /** Test hook: the most audio frames of each conversation's n-th reply. */
+  /** The most audio frames of each conversation's n-th reply. */
   replyFrameLimits?: number[];
+}
+
+/** @internal `load` with test hooks (the suite's). */
+export function loadWithHooks(model: string, options: EngineOptions, hooks: EngineTestHooks): Promise<Engine> {
+  return startEngine(model, options, hooks);
+}
+
+/** Loads `model` into the stage workers, with the suite's hooks (none for an application). */
+async function startEngine(model: string, options: EngineOptions, hooks: EngineTestHooks): Promise<Engine> {
+  const { memoryLimit, domain: given, slots, pin, stageThreads, callTimeoutMs, signal, log, ...speech } = options;
+  const { trapAllocations, replyFrameLimits } = hooks;
+  if (signal?.aborted === true) throw aborted(signal, 'loading');
+  const dir = resolveModel(model, log ?? (() => undefined));
+  const domain = given ?? MemoryDomain.create(memoryLimit === undefined ? {} : { limit: memoryLimit });
+  const po: Parameters<typeof Pipeline.start>[2] = { ...speech };
+  if (slots !== undefined) po.slots = slots;
+  if (pin !== undefined) po.pin = pin;
+  if (stageThreads !== undefined) po.stageThreads = stageThreads;
+  if (callTimeoutMs !== undefined) po.callTimeoutMs = callTimeoutMs;
+  if (trapAllocations === true) po.trapAllocations = true;
+  if (replyFrameLimits !== undefined) po.replyFrameLimits = replyFrameLimits;
+  const pipeline = await Pipeline.start(dir, domain, po);
+  try {
+    await pipeline.ready();
+    // The signal may have fired while the workers were starting.
+    signal?.throwIfAborted();
+  } catch (error) {
+    await pipeline.close();
+    throw signal !== undefined && isAborted(signal) ? aborted(signal, 'loading') : error;
+  }
+  return new Engine(pipeline);
 }
 
 /** A model loaded into the five stage workers, ready to open conversations. */
@@ -77,7 +112,8 @@ export interface RuntimeMemory {
   residual: number;
 }
 
-export class Engine implements ConversationHost {
+export class Engine {
+  /** @internal The stage workers (the daemon and the benches read their stats). */
   readonly pipeline: Pipeline;
   readonly domain: MemoryDomain;
   readonly config: ModelConfig;
@@ -87,7 +123,8 @@ export class Engine implements ConversationHost {
   #pumping = false;
   #closed: Promise<void> | null = null;
 
-  private constructor(pipeline: Pipeline) {
+  /** @internal Use `load()`. */
+  constructor(pipeline: Pipeline) {
     this.pipeline = pipeline;
     this.domain = pipeline.domain;
     this.config = pipeline.config;
@@ -95,28 +132,8 @@ export class Engine implements ConversationHost {
   }
 
   /** Loads `model` (a checkpoint folder or a built-in name such as 'tiny') and starts the stages. */
-  static async load(model = 'tiny', options: EngineOptions = {}): Promise<Engine> {
-    const { memoryLimit, domain: given, slots, pin, stageThreads, callTimeoutMs, signal, log, trapAllocations, replyFrameLimits, ...speech } = options;
-    if (signal?.aborted === true) throw aborted(signal, 'loading');
-    const dir = resolveModel(model, log ?? (() => undefined));
-    const domain = given ?? MemoryDomain.create(memoryLimit === undefined ? {} : { limit: memoryLimit });
-    const po: Parameters<typeof Pipeline.start>[2] = { ...speech };
-    if (slots !== undefined) po.slots = slots;
-    if (pin !== undefined) po.pin = pin;
-    if (stageThreads !== undefined) po.stageThreads = stageThreads;
-    if (callTimeoutMs !== undefined) po.callTimeoutMs = callTimeoutMs;
-    if (trapAllocations === true) po.trapAllocations = true;
-    if (replyFrameLimits !== undefined) po.replyFrameLimits = replyFrameLimits;
-    const pipeline = await Pipeline.start(dir, domain, po);
-    try {
-      await pipeline.ready();
-      // The signal may have fired while the workers were starting.
-      signal?.throwIfAborted();
-    } catch (error) {
-      await pipeline.close();
-      throw signal !== undefined && isAborted(signal) ? aborted(signal, 'loading') : error;
-    }
-    return new Engine(pipeline);
+  static load(model = 'tiny', options: EngineOptions = {}): Promise<Engine> {
+    return startEngine(model, options, {});
   }
 
   /** Conversations open now. */
@@ -179,6 +196,11 @@ export class Engine implements ConversationHost {
 
   snapshot(): MemorySnapshot {
     return this.domain.snapshot();
+  }
+
+  /** `await using engine = await load(…)`: closes it at the end of the scope. */
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.close();
   }
 
   /** Ends every conversation, stops the workers and returns every byte to the cap. */

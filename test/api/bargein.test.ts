@@ -6,7 +6,8 @@ import { fileURLToPath } from 'node:url';
 import { setTimeout as delay } from 'node:timers/promises';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { readWavSamples, scratchDir } from '../helpers.js';
-import { load, type Conversation, type TurnSummary } from '../../src/index.js';
+import type { Conversation, TurnSummary } from '../../src/index.js';
+import { loadWithHooks } from '../../src/api/engine.js';
 import { apmAvailable } from '../../src/dsp/aec.js';
 import { EchoPath } from '../../src/dsp/echo.js';
 
@@ -35,7 +36,7 @@ function record(conv: Conversation): { audio: Buffer[][]; turns: TurnSummary[] }
 
 /** The second turn of a conversation whose first reply had at most `frames` audio frames, spoken after that reply. */
 async function reference(frames: number): Promise<{ audio: Buffer; turns: TurnSummary[] }> {
-  const engine = await load(model, { ...OPTIONS, replyFrameLimits: [frames] });
+  const engine = await loadWithHooks(model, OPTIONS, { replyFrameLimits: [frames] });
   try {
     const conv = await engine.open({ inputRate: rate, seed: 5, vad: true });
     const r = record(conv);
@@ -51,7 +52,7 @@ async function reference(frames: number): Promise<{ audio: Buffer; turns: TurnSu
 }
 
 t.test('speech over a reply cuts it to what was delivered; the next reply equals a conversation that only generated that part', { skip }, async (t) => {
-  const engine = await load(model, { ...OPTIONS, trapAllocations: true });
+  const engine = await loadWithHooks(model, OPTIONS, { trapAllocations: true });
   t.teardown(() => engine.close());
   const base = engine.snapshot().held.total;
   const conv = await engine.open({ inputRate: rate, seed: 5, vad: true });
@@ -116,7 +117,7 @@ function echoScene(): { far: Float32Array; mic: Float32Array } {
 }
 
 t.test('echo cancellation in the capture stage: the assistant’s echo at full level is not taken for the user; the user still is', { skip }, async (t) => {
-  const engine = await load(model, { ...OPTIONS, trapAllocations: true });
+  const engine = await loadWithHooks(model, OPTIONS, { trapAllocations: true });
   t.teardown(() => engine.close());
   const { far, mic } = echoScene();
   const base = engine.snapshot().held;

@@ -5,7 +5,8 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { readWavSamples, scratchDir } from '../helpers.js';
-import { load, LoopbackDevice } from '../../src/index.js';
+import { loadWithHooks } from '../../src/api/engine.js';
+import { LoopbackDevice } from '../../src/devices.js';
 import { apmAvailable } from '../../src/dsp/aec.js';
 import { resampleSignal } from '../../src/dsp/resample.js';
 
@@ -38,7 +39,7 @@ function script(): { user: Float32Array; second: number } {
 /** One scripted conversation on a fresh engine: what the device played, and what happened when (device clock). */
 async function session(): Promise<{ played: Buffer; events: string[]; stopAt: number; onset: number; link: { overruns: number } }> {
   const { user, second } = script();
-  const engine = await load(model, { replySeconds: 8, trapAllocations: true });
+  const engine = await loadWithHooks(model, { replySeconds: 8 }, { trapAllocations: true });
   try {
     const device = new LoopbackDevice({ rate: RATE, echo: { delayMs: 60, gain: 0.5, seed: 4 }, user });
     const conv = await engine.open({ inputRate: RATE, seed: 5, vad: true, echoDelayMs: 60 });

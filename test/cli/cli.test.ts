@@ -37,7 +37,7 @@ t.test('a bad VOXSLAB_MEMORY_LIMIT is bad input (exit 4)', async (t) => {
       '--input-type=module',
       '-e',
       `
-    import { MemoryDomain, exitCodeOf } from ${JSON.stringify(new URL('../../src/index.js', import.meta.url).href)};
+    import { MemoryDomain, exitCodeOf } from ${JSON.stringify(new URL('../../src/memory/index.js', import.meta.url).href)};
     try { MemoryDomain.create(); } catch (e) { console.error(e.message); process.exit(exitCodeOf(e)); }`,
     ],
     {

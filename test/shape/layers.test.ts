@@ -24,6 +24,8 @@ const LAYERS: [string, number][] = [
   ['src/daemon/', 9],
   ['src/cli/', 10],
   ['src/index.ts', 10],
+  ['src/devices.ts', 10],
+  ['src/reference.ts', 10],
   ['workers/', 11],
 ];
 

@@ -33,6 +33,7 @@ const gc = vm.runInNewContext('gc') as () => void;
 
 const { makeCheckpoint } = await import('../../src/io/checkpoint.js');
 const { load } = await import('../../src/index.js');
+const { loadWithHooks } = await import('../../src/api/engine.js');
 const { resampleSignal } = await import('../../src/dsp/resample.js');
 const { readWavSamples } = await import('../helpers.js');
 const { median } = await import('../../bench/util.js');
@@ -182,7 +183,7 @@ function growth(v: Float64Array): number {
 
 const failures: string[] = [];
 const t0 = performance.now();
-const engine = await load(model, { ...options, trapAllocations: true });
+const engine = await loadWithHooks(model, options, { trapAllocations: true });
 const base = engine.snapshot().held.total;
 // Tiny runs some 30 turns a second; the bound only sizes the transcript's checkpoints.
 const transcript = new Transcript(seconds * 200);
