@@ -14,42 +14,17 @@
 import { EventEmitter } from 'node:events';
 import type { Duplex } from 'node:stream';
 import type { DuplexDevice } from '../core/session.js';
-import { AbortedError, ArgumentError, ClosedError, type WorkerError } from '../errors.js';
-import type { MemoryManifest } from '../memory/manifest.js';
+import { ArgumentError, ClosedError, type WorkerError } from '../errors.js';
 import type { ClockedDevice } from '../io/devices.js';
-import type { Pipeline, PipelineConversation } from '../runtime/coordinator.js';
+import type { PipelineConversation } from '../runtime/coordinator.js';
 import { readTurnFields } from '../runtime/protocol.js';
 import { type BargeVerdict, ConversationPort, OUT_REPLY_END } from '../runtime/port.js';
 import { EventIterators } from './iterators.js';
 import { sampleStream } from './stream.js';
 import { checkFinite, toS16 } from './samples.js';
 import type { ConversationEvent, ConversationEvents, SampleFormat, TurnSummary } from './types.js';
+import { aborted, type ConversationHost, kFail, kPump } from './host.js';
 import { type DeviceHost, type DeviceLink, deviceLink, driveDevice, flushBacklog } from './device.js';
-
-/** Read through a call: a signal can fire across an await (TypeScript narrows the property). */
-export function isAborted(signal: AbortSignal): boolean {
-  return signal.aborted;
-}
-
-/** @internal The engine's pump call (not part of the public surface). */
-export const kPump = Symbol('pump');
-/** @internal The engine's failure call. */
-export const kFail = Symbol('fail');
-
-export function aborted(signal: AbortSignal, what: string): AbortedError {
-  return new AbortedError(`${what} aborted${signal.reason instanceof Error ? `: ${signal.reason.message}` : ''}`, { cause: signal.reason });
-}
-
-/** @internal What a conversation needs of its engine. */
-export interface ConversationHost {
-  readonly pipeline: Pipeline;
-  readonly outputRate: number;
-  memory(): MemoryManifest;
-  /** New input or demand: run the pump, or wake it. */
-  wake(): void;
-  /** The conversation ended: its pipeline conversation is closed. */
-  release(conv: Conversation, pc: PipelineConversation): Promise<void>;
-}
 
 interface Waiter {
   resolve(t: TurnSummary): void;

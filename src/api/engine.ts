@@ -27,7 +27,8 @@ import type { ModelConfig } from '../model/format/config.js';
 import type { SpeechModelOptions } from '../core/conversation.js';
 import { Pipeline, type PinMap, type PipelineConversation, type StageThreads } from '../runtime/coordinator.js';
 import { BELL_MAIN } from '../runtime/protocol.js';
-import { aborted, Conversation, type ConversationOptions, isAborted, kFail, kPump } from './conversation.js';
+import { Conversation, type ConversationOptions } from './conversation.js';
+import { aborted, isAborted, kFail, kPump } from './host.js';
 
 export type { ConversationEvent, ConversationEvents, ConversationOptions, SampleFormat, TurnSummary } from './conversation.js';
 export type { DeviceLink } from './device.js';
