@@ -1,13 +1,8 @@
 /**
- * One conversation on an Engine, as the application sees it: push methods, a Node Duplex
- * stream, typed events and an async iterator over one pipeline conversation, whose rings it
- * reads through a ConversationPort (runtime/port.ts).
- *
- * A turn is the user's speech up to `endTurn()` (or the longest segment, `segmentSeconds`,
- * whichever comes first), or, in VAD mode, what the frontend stage's endpointer finds; the reply
- * streams out as it is generated. Speech written while a reply is being generated becomes the
- * next turn. This thread hands the application copies: one typed array per block of input it
- * queues and per block of reply audio it emits.
+ * One conversation on an Engine as the application sees it (push methods, a Duplex stream, typed
+ * events, an async iterator) over one pipeline conversation read through its port. A turn is the
+ * speech up to `endTurn()`, the longest segment, or (VAD) the endpointer's end; speech written
+ * during a reply is the next turn. The application gets copies: one typed array per block.
  *
  * Thread contract: one thread (the application's); the stages run in their own workers.
  */
@@ -267,11 +262,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     return this.#iterators.open(this.#closing !== null);
   }
 
-  /**
-   * Drops the input queued on this thread that has not reached the pipeline yet (what was
-   * written since the last `drained()`-worthy backlog), and a turn's end queued after it. Speech
-   * already in the pipeline stays. Returns the samples dropped.
-   */
+  /** Drops the queued input not yet in the pipeline (and a turn's end after it); returns the samples dropped. */
   clearInput(): number {
     if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
     const dropped = this.#backlog();
@@ -285,6 +276,18 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     this.#queueAt = 0;
     for (const cb of this.#drainCallbacks.splice(0)) cb();
     return dropped;
+  }
+
+  /**
+   * Stops the reply in progress, the conversation open: generation ends at its next step, the
+   * undelivered audio is dropped, `stop` is 'interrupted'. False when no reply is owed.
+   */
+  cancelReply(): boolean {
+    if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
+    if (this.#port.replied >= this.#spoken) return false;
+    this.#port.cancelReply();
+    this.#host.wake();
+    return true;
   }
 
   /** `await using conversation = await engine.open(…)`: closes it at the end of the scope. */

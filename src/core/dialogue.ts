@@ -50,22 +50,6 @@ import { CLOCK_AUDIO, CLOCK_DEPTHFORMER, CLOCK_PREFILL, CLOCK_TEXT, Stopwatch, t
 /** How a reply ended: `<|im_end|>`, the reply length, or the listener's barge-in. */
 export type ReplyStop = 'end-of-turn' | 'length' | 'interrupted';
 
-/** Device-rate samples of one reply frame at `rate` (a frame's audio, rounded up). */
-export function frameSamplesAt(config: ModelConfig, rate: number): number {
-  const d = config.detokenizer;
-  return Math.ceil((rate * d.upsample * d.hop) / d.sampleRate);
-}
-
-/**
- * Reply frames barge-in may need to truncate back to when generation runs at most `lookaheadMs`
- * ahead of playback: the look-ahead's frames and a margin for the frames in flight.
- */
-export function checkpointsFor(config: ModelConfig, lookaheadMs: number): number {
-  const d = config.detokenizer;
-  const frameMs = (1000 * d.upsample * d.hop) / d.sampleRate;
-  return Math.ceil(lookaheadMs / frameMs) + 8;
-}
-
 /** What one `step()` produced. */
 export const EMIT_NONE = 0;
 export const EMIT_TEXT = 1; // `token`
@@ -572,6 +556,17 @@ export class Dialogue {
       this.#step = this.#maxSteps = 0;
     }
     return true;
+  }
+
+  /**
+   * Cancels the reply in progress: its next step ends the turn (`stop` is 'interrupted') with
+   * what it generated so far, kept in the context as a reply stopped for length is. Nothing
+   * when no reply is in progress.
+   */
+  cancel(): void {
+    if (this.#maxSteps === 0) return;
+    this.stop = 'interrupted';
+    this.#maxSteps = this.#step;
   }
 
   #done(): number {

@@ -36,7 +36,8 @@ import { keptFrames } from '../duplex/bargein.js';
 import { Fader } from '../duplex/fader.js';
 import { MelFrontend } from '../dsp/mel.js';
 import { melRows, segmentSamples } from '../model/plan/plans.js';
-import { checkpointsFor, EMIT_DONE, frameSamplesAt } from './dialogue.js';
+import { EMIT_DONE } from './dialogue.js';
+import { checkpointsFor, frameSamplesAt } from './frames.js';
 import type { ModelConfig } from '../model/format/config.js';
 import type { Conversation, ReplySink } from './conversation.js';
 

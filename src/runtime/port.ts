@@ -12,6 +12,7 @@ export type { BargeVerdict } from './protocol.js';
 import {
   BARGE_FIELDS,
   type BargeVerdict,
+  kCancelReply,
   kHeard,
   kHeardReply,
   kOnsets,
@@ -164,6 +165,16 @@ export class ConversationPort {
       s[TURN_STOP] = 2;
     }
     this.#listener.barge?.(v);
+  }
+
+  /**
+   * Cancels reply number `replied` (the one being generated or delivered): the Depthformer stage
+   * ends it at its next step, and what it had not delivered is dropped here.
+   */
+  cancelReply(): void {
+    this.dropReply = this.replied;
+    Atomics.store(this.conv.duplex, kCancelReply, this.replied + 1);
+    this.#pipeline.bells.ring(this.#depthformerBell);
   }
 
   /** Whether reply audio must wait (VAD): a verdict is due, or the user may be speaking. */

@@ -80,9 +80,10 @@ export function readBargeFields(b: Int32Array): BargeVerdict {
 }
 
 /**
- * Barge-in words of a VAD conversation (Int32, carved with its rings). Writers: the frontend
- * stage (kVoice, kOnsets), the main thread (kOnsetsSeen, kHeard*, kPlayed*), the Depthformer
- * stage (kReplies). Each is written by one thread and read with Atomics by the others.
+ * A conversation's duplex words (Int32, carved with its rings). Writers: the frontend stage
+ * (kVoice, kOnsets), the main thread (kOnsetsSeen, kHeard*, kPlayed*, kCancelReply), the
+ * Depthformer stage (kReplies). Each is written by one thread and read with Atomics by the
+ * others. All but kCancelReply serve VAD conversations only.
  */
 export const kVoice = 0; // 1 while speech may be under way (playback holds), else 0
 export const kOnsets = 1; // confirmed speech onsets so far
@@ -92,7 +93,8 @@ export const kHeard = 4; // samples of it delivered then
 export const kPlayedReply = 5; // the reply being delivered now (replies whose end was delivered)
 export const kPlayed = 6; // samples of it delivered so far
 export const kReplies = 7; // replies the Depthformer stage has begun
-export const DUPLEX_WORDS = 8;
+export const kCancelReply = 8; // 1 + the reply the main thread cancelled (0: none)
+export const DUPLEX_WORDS = 9;
 
 /** Fields of a TURN_END record on the event ring. */
 export const TURN_TEXT_TOKENS = 0;

@@ -51,3 +51,33 @@ t.test('clearInput drops the speech not yet in the pipeline; async disposal clos
   await engine[Symbol.asyncDispose]();
   t.equal(engine.snapshot().held.total, 0, 'every byte back');
 });
+
+t.test('cancelReply stops the reply in progress; the conversation goes on', async (t) => {
+  const engine = await load('tiny', { memoryLimit: '1GiB', replySeconds: 6 });
+  const conv = await engine.open({ inputRate: 16000 });
+  const speech = Float32Array.from({ length: 16000 }, (_, i) => 0.3 * Math.sin((2 * Math.PI * 220 * i) / 16000));
+  t.equal(conv.cancelReply(), false, 'no reply owed: nothing to cancel');
+  // The whole reply first, for comparison.
+  conv.write(speech);
+  conv.endTurn();
+  const full = await conv.nextTurn();
+  t.ok(full.frames > 8, `an uncancelled reply: ${full.frames} frames, stop ${full.stop}`);
+  // The same turn again, cancelled at its first audio.
+  let audio = 0;
+  conv.on('audio', () => {
+    if (audio++ === 0) t.equal(conv.cancelReply(), true, 'cancelled at the first audio');
+  });
+  conv.write(speech);
+  conv.endTurn();
+  const cut = await conv.nextTurn();
+  t.equal(cut.stop, 'interrupted', 'the turn ends interrupted');
+  t.ok(cut.frames < full.frames, `it stopped early: ${cut.frames} frames generated`);
+  conv.removeAllListeners('audio');
+  // The next turn is answered as usual.
+  conv.write(speech);
+  conv.endTurn();
+  const next = await conv.nextTurn();
+  t.ok(next.frames > 0, `the next turn is answered (${next.frames} frames)`);
+  await engine.close();
+  t.equal(engine.snapshot().held.total, 0, 'every byte back');
+});

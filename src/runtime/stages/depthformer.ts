@@ -1,18 +1,9 @@
 import { type BackboneState, backboneStateSizes, STEP_BATCH } from '../../model/blocks/backbone.js';
-import {
-  checkpointsFor,
-  Dialogue,
-  EMIT_DONE,
-  EMIT_END_OF_AUDIO,
-  EMIT_TEXT,
-  frameSamplesAt,
-  PAIR_HEADS_AUDIO,
-  PAIR_HEADS_TEXT,
-  type Prompts,
-} from '../../core/dialogue.js';
+import { Dialogue, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_TEXT, PAIR_HEADS_AUDIO, PAIR_HEADS_TEXT, type Prompts } from '../../core/dialogue.js';
 import { IDLE_POLL_MS, PassStage, type Environment } from './stage.js';
 import { stageDefaults, type StageSpec } from '../topology.js';
 import { EMBED_ROWS } from './conformer.js';
+import { checkpointsFor, frameSamplesAt } from '../../core/frames.js';
 import { buildStepSlot, type StepSlot } from '../../core/step.js';
 import { heardFrames, keptFrames, NO_CUT } from '../../duplex/bargein.js';
 import { type RecordRing, RECORD_OVERHEAD } from '../ring.js';
@@ -46,6 +37,7 @@ import {
   kOnsetsSeen,
   kPlayed,
   kPlayedReply,
+  kCancelReply,
   kReplies,
   REC_BARGE,
   type StageConversation,
@@ -182,7 +174,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       slot: -1,
       phase: PHASE_IDLE,
       vad: o.vad,
-      words: o.vad ? this.words(o) : new Int32Array(0),
+      words: this.words(o),
       starts: 0,
       replies: 0,
       cutReply: -1,
@@ -382,6 +374,11 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
   #canStep(c: DepthConv): boolean {
     const cb = this.config.audio.codebooks;
     if (c.phase !== PHASE_REPLY || !c.codes.canWrite(cb + RECORD_OVERHEAD + 2) || !c.events.canWrite(cb + TURN_FIELDS + 2 * RECORD_OVERHEAD)) return false;
+    // A reply the main thread cancelled ends at its next step, wherever the look-ahead is.
+    if (Atomics.load(c.words, kCancelReply) === c.replies) {
+      c.dialogue.cancel();
+      return true;
+    }
     // No look-ahead while an onset waits for the reply's first frame, nor for a cut reply (unheard).
     if (!c.vad || c.verdict >= 0 || c.cutReply === c.replies - 1) return true;
     const w = c.words;

@@ -1,7 +1,7 @@
 import { BadInputError } from '../../errors.js';
 import { arenaWorkspace } from '../../dsp/workspace.js';
 import { Detokenizer, DetokenizerState } from '../../model/blocks/detokenizer.js';
-import { frameSamplesAt } from '../../core/dialogue.js';
+import { frameSamplesAt } from '../../core/frames.js';
 import { CLOCK_DETOKENIZER } from '../../core/clock.js';
 import { capacity, PassStage, type Environment, type RoomConv } from './stage.js';
 import { stageDefaults, type StageSpec } from '../topology.js';
