@@ -30,8 +30,9 @@ import type { Arena } from '../memory/arena.js';
 import type { NativeHold } from '../memory/domain.js';
 import { native } from '../native.js';
 import './categories.js';
-import { Endpointer, framesOf, holdsPlayback, VAD_SPEECH_END, VAD_SPEECH_MAYBE, VAD_SPEECH_START } from '../duplex/turn.js';
-import { GATE_DISCARD, GATE_END, GATE_NONE, GATE_ROWS, PRE_ROLL_ROWS, SegmentGate } from '../duplex/gate.js';
+import { type Endpointer, VAD_SPEECH_END, VAD_SPEECH_MAYBE, VAD_SPEECH_START } from '../duplex/turn.js';
+import { TurnTaking } from '../duplex/turns.js';
+import { GATE_DISCARD, GATE_END, GATE_NONE, GATE_ROWS } from '../duplex/gate.js';
 import { keptFrames } from '../duplex/bargein.js';
 import { Fader } from '../duplex/fader.js';
 import { MelFrontend } from '../dsp/mel.js';
@@ -84,9 +85,9 @@ export class DuplexSession {
   readonly aec: EchoCanceller;
   readonly vad: FrameDecider;
   readonly endpointer: Endpointer;
-  /** The raw log-mel rows of everything heard, and which of them are the user's segments (duplex/gate.ts). */
+  /** The raw log-mel rows of everything heard; turn-taking routes the user's segments (duplex/turns.ts). */
   readonly #mel: MelFrontend;
-  readonly gate: SegmentGate;
+  readonly #turns: TurnTaking;
   /** Counters. */
   pauses = 0;
   bargeIns = 0;
@@ -119,7 +120,6 @@ export class DuplexSession {
   readonly #lookahead: number; // samples
   readonly #frameSamples: number; // device samples per reply frame
   readonly #fader: Fader;
-  #paused = false;
   #replying = false;
   #replyDone = false;
   #replyStarted = false;
@@ -159,28 +159,26 @@ export class DuplexSession {
         const capture = arenaWorkspace(a, 'capture', 'duplex');
         const aec = new EchoCanceller(aecOptions, capture, holds[0]!.value);
         const vad = makeVoice(voice, capture, holds[1]?.value ?? null);
-        // The longest segment less the pre-roll and its end's frame (as the frontend stage's).
         const f = c.frontend;
         const maxRows = melRows(c, segmentSamples(c, conversation.model.options.segmentSeconds));
-        const endpointer = new Endpointer(
-          { onset: framesOf(onset), silence: framesOf(silence), minSpeech: framesOf(minSpeech), maxSegment: Math.max(1, maxRows - PRE_ROLL_ROWS - 1) },
-          capture,
-        );
         const micIn = new Resampler(device.rate, APM_RATE, {}, arenaWorkspace(a, 'capture', 'duplex.mic'));
         const farIn = new Resampler(device.rate, APM_RATE, {}, arenaWorkspace(a, 'capture', 'duplex.far'));
         const m16 = micIn.maxOutput(device.period) + 2;
         const front = arenaWorkspace(a, 'workspace.frontend', 'duplex');
         const mel = new MelFrontend({ sampleRate: f.sampleRate, nFft: f.nFft, winLength: f.winLength, hop: f.hop, nMels: f.nMels }, front);
         const rowsPer = Math.ceil(aec.maxOutput(m16) / f.hop) + 4;
-        const gate = new SegmentGate({ width: f.nMels, preRoll: PRE_ROLL_ROWS, onset: framesOf(onset), maxRows, lag: rowsPer + 8 }, front);
+        const turns = new TurnTaking(
+          { onsetMs: onset, silenceMs: silence, minSpeechMs: minSpeech, width: f.nMels, maxRows, rowsPerPush: rowsPer },
+          capture,
+          front,
+        );
         return {
           aec,
           vad,
-          endpointer,
+          turns,
           micIn,
           farIn,
           mel,
-          gate,
           buf: {
             played: a.carve('duplex.played', 'playback.payload', Float32Array, device.period),
             mic: a.carve('duplex.mic', 'capture', Float32Array, device.period),
@@ -197,11 +195,11 @@ export class DuplexSession {
       this.#arena = arenas[0]!;
       this.aec = value.aec;
       this.vad = value.vad;
-      this.endpointer = value.endpointer;
+      this.#turns = value.turns;
+      this.endpointer = value.turns.endpointer;
       this.#micIn = value.micIn;
       this.#farIn = value.farIn;
       this.#mel = value.mel;
-      this.gate = value.gate;
       this.#buf = value.buf;
       this.#queue = value.queue;
       this.#frameSamples = frameSamples;
@@ -271,7 +269,7 @@ export class DuplexSession {
     const clean = this.aec.push(b.mic16, 0, b.far16, 0, n16, b.clean, 0);
     const nMels = this.#mel.nMels;
     const rows = this.#mel.push(b.clean, b.rows, clean, this.#mel.rows, this.#mel.rows + b.rows.length / nMels);
-    for (let r = 0; r < rows; r++) this.gate.pushRow(b.rows, r * nMels);
+    for (let r = 0; r < rows; r++) this.#turns.gate.pushRow(b.rows, r * nMels);
     const frames = this.vad.push(b.clean, 0, clean, b.decisions, 0);
     // Until the canceller has converged, what it leaves of the echo is not the user.
     const trusted = this.aec.converged || !this.aec.farActive;
@@ -285,8 +283,8 @@ export class DuplexSession {
     const q = this.#queue;
     const fader = this.#fader;
     for (let i = 0; i < out.length; i++) {
-      fader.step(this.#paused);
-      if (this.#qCount > 0 && fader.audible(this.#paused)) {
+      fader.step(this.#turns.hold);
+      if (this.#qCount > 0 && fader.audible(this.#turns.hold)) {
         if (!this.#replyStarted) {
           this.#replyStarted = true;
           this.#events.replyStart?.(clock + i);
@@ -297,7 +295,7 @@ export class DuplexSession {
         this.played++;
       } else {
         out[i] = 0;
-        if (this.#replying && !this.#paused) this.underruns++;
+        if (this.#replying && !this.#turns.hold) this.underruns++;
       }
     }
     if (this.#replyStarted && this.#replyDone && this.#qCount === 0) {
@@ -308,16 +306,13 @@ export class DuplexSession {
     }
   }
 
-  /** One frame's decision through the turn detector: playback holds, barge-in, the gate's boundaries. */
+  /** One frame's decision through turn-taking: playback holds, barge-in, the gate's boundaries. */
   #frame(voiced: boolean, clock: number): void {
-    const ep = this.endpointer;
-    const e = ep.push(voiced);
-    this.gate.frame(e, ep.start);
+    const held = this.#turns.hold;
+    const e = this.#turns.frame(voiced);
     if (e === 0) return;
     this.#events.endpoint?.(clock, e);
-    const hold = holdsPlayback(e, this.#paused);
-    if (e === VAD_SPEECH_MAYBE && hold && !this.#paused && this.speaking) this.pauses++;
-    this.#paused = hold;
+    if (e === VAD_SPEECH_MAYBE && this.#turns.hold && !held && this.speaking) this.pauses++;
     if (e === VAD_SPEECH_START) {
       if (this.speaking) this.#bargeIn(clock);
       this.#events.speechStart?.(clock);
@@ -327,7 +322,7 @@ export class DuplexSession {
   /** What the gate lets through goes to the conversation: the segment's rows, then its end. */
   #route(): void {
     const conv = this.conversation;
-    const g = this.gate;
+    const g = this.#turns.gate;
     for (let k = g.next(); k !== GATE_NONE; k = g.next()) {
       if (k === GATE_ROWS) conv.listenRows(g.ring, g.spanAt * g.width, g.spanRows);
       else if (k === GATE_DISCARD) conv.discardSegment();

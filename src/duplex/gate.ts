@@ -168,16 +168,4 @@ export class SegmentGate {
       return GATE_NONE;
     }
   }
-
-  /** A new stream: no rows, no segment. */
-  reset(): void {
-    this.rows = 0;
-    this.decided = 0;
-    this.#head = 0;
-    this.#count = 0;
-    this.#open = false;
-    this.#next = 0;
-    this.#sent = 0;
-    this.#lastEnd = 0;
-  }
 }

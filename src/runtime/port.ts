@@ -42,10 +42,8 @@ import {
 /** What the events ring carries, as calls (all on the main thread, in ring order). */
 export interface PortListener {
   text(token: number): void;
-  /** An audio frame's codes (the view is reused: copy what you keep). */
-  frame?(codes: Int32Array, endOfAudio: boolean): void;
-  /** A reply's summary arrived (`port.summary`). */
-  summary?(): void;
+  /** An audio frame's codes, end-of-audio frames too (the view is reused: copy what you keep). */
+  frame?(codes: Int32Array): void;
   speechStart?(): void;
   /** The frontend's endpointer ended the speech: a turn follows (true), or it was too short (false). */
   speechEnd?(turn: boolean): void;
@@ -113,11 +111,10 @@ export class ConversationPort {
         l.text(token);
       } else if (kind === REC_CODES || kind === REC_END_OF_AUDIO) {
         ev.read(this.#frame, 0);
-        l.frame?.(this.#frame, kind === REC_END_OF_AUDIO);
+        l.frame?.(this.#frame);
       } else if (kind === REC_TURN_END) {
         ev.read(this.summary, 0);
         this.summaries++;
-        l.summary?.();
         if (toSummary) return true;
       } else if (kind === REC_BARGE) this.#verdict();
       else if (kind === REC_SPEECH_START) {

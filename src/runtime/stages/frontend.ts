@@ -23,8 +23,9 @@ import {
 import type { FrameDecider } from '../../dsp/voice.js';
 import { prepareVoice } from '../../io/silero.js';
 import { makeVoice, maxDecisions } from '../../dsp/voice.js';
-import { Endpointer, framesOf, holdsPlayback, VAD_SPEECH_START } from '../../duplex/turn.js';
-import { GATE_END, GATE_NONE, GATE_ROWS, GATE_START, PRE_ROLL_ROWS, SegmentGate } from '../../duplex/gate.js';
+import { VAD_SPEECH_START } from '../../duplex/turn.js';
+import { TurnTaking } from '../../duplex/turns.js';
+import { GATE_END, GATE_NONE, GATE_ROWS, GATE_START, type SegmentGate } from '../../duplex/gate.js';
 import { native } from '../../native.js';
 
 import '../../core/categories.js';
@@ -37,11 +38,9 @@ interface FrontendConv extends RoomConv {
   rowsPer: number; // rows `rows` holds
   /** VAD mode: the turns are found here (null: the host ends them). */
   vad: FrameDecider | null;
-  ep: Endpointer | null;
   decisions: Uint8Array; // one per 10 ms frame of a record
-  /** Which rows belong to the user's segments (VAD mode). */
-  gate: SegmentGate | null;
-  hold: boolean; // playback holds (published as kVoice)
+  /** VAD mode: the turn detector, the segment gate and the playback hold (published as kVoice). */
+  turns: TurnTaking | null;
   reason: Int32Array; // [1] a SPEECH_END record's payload
   words: Int32Array; // barge-in words: this stage writes kVoice and kOnsets
 }
@@ -67,29 +66,24 @@ export class FrontendStage extends StreamStage<FrontendConv> {
       const mel = new MelFrontend({ sampleRate: f.sampleRate, nFft: f.nFft, winLength: f.winLength, hop: f.hop, nMels: f.nMels }, ws);
       const vadWs = arenaWorkspace(a!, 'capture', 'frontend');
       const vad = voice !== null ? makeVoice(voice, vadWs, engine ?? SIZING_ENGINE) : null;
-      // The longest segment less the pre-roll and its end's frame, so its rows fit the Conformer's.
-      const onset = framesOf(so.onsetMs);
-      const ep = o.vad
-        ? new Endpointer(
-            { onset, silence: framesOf(so.silenceMs), minSpeech: framesOf(so.minSpeechMs), maxSegment: Math.max(1, maxRows - PRE_ROLL_ROWS - 1) },
+      const turns = o.vad
+        ? new TurnTaking(
+            { onsetMs: so.onsetMs, silenceMs: so.silenceMs, minSpeechMs: so.minSpeechMs, width: f.nMels, maxRows, rowsPerPush: rowsPer },
+            vadWs,
             vadWs,
           )
         : null;
-      // Rows run ahead of the decisions by a record's rows and the detector's delay.
-      const gate = o.vad ? new SegmentGate({ width: f.nMels, preRoll: PRE_ROLL_ROWS, onset, maxRows, lag: rowsPer + 8 }, vadWs) : null;
       return {
         // A record may release every row the gate holds besides its own, and five control records.
-        room: (rowsPer + (gate?.capacity ?? 0)) * f.nMels + 10 * RECORD_OVERHEAD + 2,
+        room: (rowsPer + (turns?.gate.capacity ?? 0)) * f.nMels + 10 * RECORD_OVERHEAD + 2,
         rowsPer,
         mel,
         pcm: a!.carve('frontend.pcm', 'workspace.frontend', Float32Array, maxIn),
         rows: a!.carve('frontend.rows', 'workspace.frontend', Float32Array, rowsPer * f.nMels),
         maxRows,
         vad,
-        ep,
         decisions: a!.carve('frontend.vad', 'metadata', Uint8Array, voice !== null ? maxDecisions(voice, maxIn) : 0),
-        gate,
-        hold: false,
+        turns,
         reason: a!.carve('frontend.reason', 'metadata', Int32Array, 1),
       };
     });
@@ -109,23 +103,21 @@ export class FrontendStage extends StreamStage<FrontendConv> {
       return;
     }
     // VAD mode: the mel runs on; the gate lets the rows of the user's segments through.
-    const gate = c.gate!;
+    const turns = c.turns!;
+    const gate = turns.gate;
     const base = c.mel.rows;
     const rows = c.mel.push(c.pcm, c.rows, n, base, base + c.rowsPer);
     for (let r = 0; r < rows; r++) gate.pushRow(c.rows, r * nMels);
     const frames = c.vad.push(c.pcm, 0, n, c.decisions, 0);
     // What the echo canceller left while it converges is the assistant, not the user.
     if (echo) c.decisions.fill(0, 0, frames);
-    const ep = c.ep!;
     const w = c.words;
     for (let k = 0; k < frames; k++) {
-      const e = ep.push(c.decisions[k] === 1);
-      gate.frame(e, ep.start);
+      const held = turns.hold;
+      const e = turns.frame(c.decisions[k] === 1);
       if (e === 0) continue;
       // The main thread holds playback at the first sign of speech and cuts it at the onset.
-      const hold = holdsPlayback(e, c.hold);
-      if (hold !== c.hold) Atomics.store(w, kVoice, hold ? 1 : 0);
-      c.hold = hold;
+      if (turns.hold !== held) Atomics.store(w, kVoice, turns.hold ? 1 : 0);
       if (e === VAD_SPEECH_START) Atomics.add(w, kOnsets, 1);
       this.env.bells.ring(BELL_MAIN);
     }

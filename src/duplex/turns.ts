@@ -1,0 +1,50 @@
+/**
+ * Turn-taking over one stream, the one policy the frontend stage and the one-thread session
+ * both run: the turn detector decides each 10 ms frame, the segment gate routes the mel rows of
+ * the user's segments (with the one pre-roll), and playback holds from the first sign of speech
+ * until it is taken back or ends.
+ *
+ * Thread contract: one instance per stream, one thread; nothing allocates after construction.
+ */
+import type { Workspace } from '../dsp/workspace.js';
+import { PRE_ROLL_ROWS, SegmentGate } from './gate.js';
+import { Endpointer, framesOf, holdsPlayback } from './turn.js';
+
+export interface TurnTakingOptions {
+  onsetMs: number;
+  silenceMs: number;
+  minSpeechMs: number;
+  /** Floats per mel row. */
+  width: number;
+  /** Rows of the longest segment (the encoder's); a segment's speech stops short of it by the pre-roll and its end's frame. */
+  maxRows: number;
+  /** The most rows one push of audio completes before its decisions are taken. */
+  rowsPerPush: number;
+}
+
+export class TurnTaking {
+  readonly endpointer: Endpointer;
+  readonly gate: SegmentGate;
+  /** Playback holds (the user may be speaking). */
+  hold = false;
+
+  /** The endpointer's window is carved from `ws`, the gate's rows from `rows`. */
+  constructor(o: TurnTakingOptions, ws: Workspace, rows: Workspace) {
+    const onset = framesOf(o.onsetMs);
+    this.endpointer = new Endpointer(
+      { onset, silence: framesOf(o.silenceMs), minSpeech: framesOf(o.minSpeechMs), maxSegment: Math.max(1, o.maxRows - PRE_ROLL_ROWS - 1) },
+      ws,
+    );
+    // Rows run ahead of the decisions by a push's rows and the detector's delay.
+    this.gate = new SegmentGate({ width: o.width, preRoll: PRE_ROLL_ROWS, onset, maxRows: o.maxRows, lag: o.rowsPerPush + 8 }, rows);
+  }
+
+  /** The next frame's decision: returns the endpointer's event (VAD_*, 0: none), the gate and `hold` updated. */
+  frame(voiced: boolean): number {
+    const ep = this.endpointer;
+    const e = ep.push(voiced);
+    this.gate.frame(e, ep.start);
+    this.hold = holdsPlayback(e, this.hold);
+    return e;
+  }
+}
