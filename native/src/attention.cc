@@ -160,6 +160,46 @@ constexpr bool kPairSums = true;
 #pragma GCC diagnostic pop
 #endif
 
+#ifdef VOXSLAB_ARM
+// The AVX2 vocabulary's operations on 128-bit registers: Max, Exp's steps and its flush below
+// kExpLo are the same per lane.
+namespace neon {
+constexpr float kExpLo = -87.0f, kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
+constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+using Vec = float32x4_t;
+constexpr int kLanes = 4;
+constexpr int kPvVectors = 4;  // 4 rows × 4 accumulators in 32 registers
+inline Vec Zero() { return vdupq_n_f32(0.0f); }
+inline Vec Load(const float* p) { return vld1q_f32(p); }
+inline Vec LoadHalf(const uint16_t* p) { return Half4(p); }
+inline void StoreU(float* p, Vec v) { vst1q_f32(p, v); }
+inline Vec Splat(float x) { return vdupq_n_f32(x); }
+inline Vec Fma(Vec a, Vec b, Vec c) { return vfmaq_f32(c, a, b); }
+inline Vec Add(Vec a, Vec b) { return vaddq_f32(a, b); }
+inline Vec Sub(Vec a, Vec b) { return vsubq_f32(a, b); }
+inline Vec Mul(Vec a, Vec b) { return vmulq_f32(a, b); }
+// a where a > b, else b (so b where either is NaN), as maxps.
+inline Vec Max(Vec a, Vec b) { return vbslq_f32(vcgtq_f32(a, b), a, b); }
+inline float MaxOf(Vec v) { return vmaxvq_f32(v); }
+inline float Sum(Vec v) { return HsumNeon(v); }
+// Four horizontal sums at once, each with Sum's order.
+inline void Sum4(Vec a, Vec b, Vec c, Vec d, float* out) { vst1q_f32(out, vpaddq_f32(vpaddq_f32(a, b), vpaddq_f32(c, d))); }
+inline Vec Exp(Vec x) {
+  const Vec xc = Max(x, vdupq_n_f32(kExpLo));
+  const Vec n = vrndnq_f32(vmulq_f32(xc, vdupq_n_f32(kLog2e)));
+  const Vec r = vsubq_f32(vsubq_f32(xc, vmulq_f32(n, vdupq_n_f32(kLn2Hi))), vmulq_f32(n, vdupq_n_f32(kLn2Lo)));
+  Vec y = vdupq_n_f32(kExpP[0]);
+  for (int i = 1; i < 6; ++i) y = vfmaq_f32(vdupq_n_f32(kExpP[i]), y, r);
+  y = vfmaq_f32(vaddq_f32(r, vdupq_n_f32(1.0f)), y, vmulq_f32(r, r));
+  const int32x4_t e = vshlq_n_s32(vaddq_s32(vcvtq_s32_f32(n), vdupq_n_s32(127)), 23);
+  const uint32x4_t keep = vcgeq_f32(x, vdupq_n_f32(kExpLo));
+  return vreinterpretq_f32_u32(vandq_u32(vreinterpretq_u32_f32(vmulq_f32(y, vreinterpretq_f32_s32(e))), keep));
+}
+constexpr bool kPairSums = false;
+#include "attention_core.h"
+}  // namespace neon
+#endif
+
 using HeadsFn = void (*)(const AttentionParams&, const float*, const void*, const void*, float*, const float*, const float*,
                          const float*, float*, int64_t, int64_t, int64_t);
 
@@ -167,6 +207,8 @@ HeadsFn ChooseHeads() {
 #ifdef VOXSLAB_X86
   if (ChosenIsa() == Isa::kAvx512) return avx512::AttentionHeads;
   if (ChosenIsa() == Isa::kAvx2) return avx2::AttentionHeads;
+#elif defined(VOXSLAB_ARM)
+  if (ChosenIsa() != Isa::kScalar) return neon::AttentionHeads;
 #endif
   return scalar::AttentionHeads;
 }

@@ -37,11 +37,37 @@ __attribute__((target("avx2,fma"))) double DotAvx2(const double* a, const double
 }
 #endif
 
+#ifdef VOXSLAB_ARM
+// DotAvx2's order on 128-bit registers: lanes {0,1} and {2,3} of each four as s0's two halves,
+// the next four as s1's, so the lanes add up as DotAvx2's four do.
+double DotNeon(const double* a, const double* b, int64_t n) {
+  float64x2_t s0l = vdupq_n_f64(0.0), s0h = s0l, s1l = s0l, s1h = s0l;
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    s0l = vfmaq_f64(s0l, vld1q_f64(a + k), vld1q_f64(b + k));
+    s0h = vfmaq_f64(s0h, vld1q_f64(a + k + 2), vld1q_f64(b + k + 2));
+    s1l = vfmaq_f64(s1l, vld1q_f64(a + k + 4), vld1q_f64(b + k + 4));
+    s1h = vfmaq_f64(s1h, vld1q_f64(a + k + 6), vld1q_f64(b + k + 6));
+  }
+  if (k + 4 <= n) {
+    s0l = vfmaq_f64(s0l, vld1q_f64(a + k), vld1q_f64(b + k));
+    s0h = vfmaq_f64(s0h, vld1q_f64(a + k + 2), vld1q_f64(b + k + 2));
+    k += 4;
+  }
+  const float64x2_t lo = vaddq_f64(s0l, s1l), hi = vaddq_f64(s0h, s1h);
+  double tail = 0;
+  for (; k < n; ++k) tail = std::fma(a[k], b[k], tail);
+  return ((vgetq_lane_f64(lo, 0) + vgetq_lane_f64(lo, 1)) + (vgetq_lane_f64(hi, 0) + vgetq_lane_f64(hi, 1))) + tail;
+}
+#endif
+
 using DotFn = double (*)(const double*, const double*, int64_t);
 
 DotFn ChooseDot() {
 #ifdef VOXSLAB_X86
   if (ChosenIsa() != Isa::kScalar) return DotAvx2;
+#elif defined(VOXSLAB_ARM)
+  if (ChosenIsa() != Isa::kScalar) return DotNeon;
 #endif
   return DotScalar;
 }
@@ -50,7 +76,14 @@ const DotFn kDot = ChooseDot();
 
 }  // namespace
 
-const char* DotPath() { return kDot == DotScalar ? "scalar" : "avx2+fma"; }
+const char* DotPath() {
+#ifdef VOXSLAB_ARM
+  if (kDot != DotScalar) return "neon";
+#endif
+  return kDot == DotScalar ? "scalar" : "avx2+fma";
+}
+
+double DotProduct(const double* a, const double* b, int64_t n) { return kDot(a, b, n); }
 
 int64_t ResampleReady(const double* state, int64_t count) {
   const int64_t L = static_cast<int64_t>(state[kRsUp]);

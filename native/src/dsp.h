@@ -45,6 +45,8 @@ void RfftInverse(const int32_t* factors, const double* twiddles_inverse, double*
 
 // Name of the dot-product path chosen at load ("avx2+fma" or "scalar").
 const char* DotPath();
+// Σ a[i]·b[i] on that path (the resampler's inner product).
+double DotProduct(const double* a, const double* b, int64_t n);
 
 // Index of the first NaN or infinity among `count` values of a float `type` (f32, f16, bf16)
 // at `data`, or -1 when every value is finite. Reads the exponent bits only.

@@ -1,5 +1,5 @@
 // GEMM for linear layers over many positions: W decoded to f32 panels once per block, then an
-// AVX2 or AVX-512 micro-kernel (vec_kernels.h) per tile, or a scalar loop (cpu.h chooses). The
+// AVX2, AVX-512 or NEON micro-kernel (vec_kernels.h) per tile, or a scalar loop (cpu.h chooses). The
 // panels of a block are split among the calling thread's helpers (pool.h).
 #include <algorithm>
 #include <cstdint>
@@ -209,6 +209,12 @@ void GemmAvx512(const float* A, const WeightRef& W, const float* bias, float* C,
 }
 #endif
 
+#ifdef VOXSLAB_ARM
+void GemmNeon(const float* A, const WeightRef& W, const float* bias, float* C, int64_t T, int64_t N, int64_t K, float* pack) {
+  GemmBlocked<8, neon::Micro>(A, W, bias, C, T, N, K, pack);
+}
+#endif
+
 using GemmFn = void (*)(const float*, const WeightRef&, const float*, float*, int64_t, int64_t, int64_t, float*);
 
 GemmFn ChooseGemm() {
@@ -216,8 +222,10 @@ GemmFn ChooseGemm() {
   switch (ChosenIsa()) {
     case Isa::kAvx512: return GemmAvx512;
     case Isa::kAvx2: return GemmAvx2;
-    case Isa::kScalar: break;
+    default: break;
   }
+#elif defined(VOXSLAB_ARM)
+  if (ChosenIsa() != Isa::kScalar) return GemmNeon;
 #endif
   return GemmScalar;
 }

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "cpu.h"
+#include "gemv_isa.h"
 #include "kernels.h"
 #include "pool.h"
 #include "simd.h"
@@ -40,8 +41,8 @@ struct Layout {
 
 // The integer GEMM takes K a multiple of 64 and groups of 32 or 64, with VNNI or AVX2.
 bool UseIntGemm(int group, int64_t K) {
-#ifdef VOXSLAB_X86
-  return ChosenIsa() >= Isa::kAvx2 && K % 64 == 0 && (group == 32 || group == 64);
+#if defined(VOXSLAB_X86) || defined(VOXSLAB_ARM)
+  return ChosenIsa() != Isa::kScalar && K % 64 == 0 && (group == 32 || group == 64);
 #else
   (void)group;
   (void)K;
@@ -335,6 +336,21 @@ struct Avx2Gemm {
 #undef VOXSLAB_AVX2
 #endif
 
+#ifdef VOXSLAB_ARM
+struct NeonGemmTask {
+  WeightRef w;
+  const uint8_t* scratch;
+  float* Y;
+  int64_t per, n, M, K;
+};
+
+void RunNeonRows(const void* c, int64_t r0, int64_t r1) {
+  const NeonGemmTask& t = *static_cast<const NeonGemmTask*>(c);
+  gemv::GemmIntNeonRows(t.w.type == WeightType::kQ4, t.w.group, static_cast<const uint8_t*>(t.w.data), t.w.scales, t.w.biases, t.K, t.M,
+                        r0, r1, t.scratch, t.per, t.n, t.Y);
+}
+#endif
+
 }  // namespace
 
 int64_t GemmIntScratchBytes(int64_t n, int64_t K, int group) {
@@ -349,6 +365,17 @@ void GemmInt(WeightType type, const void* w, const uint16_t* scales, const uint1
     GemvRows(type, w, scales, biases, group, X, Y, n, M, K, scratch);
     return;
   }
+#ifdef VOXSLAB_ARM
+  // Each row quantized as GemvRows quantizes it; the tiles (gemv_neon_int.h) read them there.
+  const int64_t per = GemvIntScratchBytes(K, group);
+  const int64_t groups = K / group;
+  for (int64_t a = 0; a < n; ++a) {
+    float* xsum = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + a * per);
+    QuantizeActivations(X + a * K, K, group, type == WeightType::kQ4, reinterpret_cast<int8_t*>(xsum + 2 * groups), xsum + groups, xsum);
+  }
+  const NeonGemmTask task{{type, w, scales, biases, group}, static_cast<const uint8_t*>(scratch), Y, per, n, M, K};
+  Pool().Run(RunNeonRows, &task, M, 4, n * M * K);
+#endif
 #ifdef VOXSLAB_X86
   const bool q4 = type == WeightType::kQ4;
   const int64_t groups = K / group;

@@ -21,12 +21,17 @@ void QuantizeActivations(const float* x, int64_t K, int group, bool q4, int8_t* 
   if (ChosenIsa() == Isa::kAvx512 && group % 16 == 0) QuantizeAvx512(x, K, group, xq, xs, xsum);
   else if (ChosenIsa() >= Isa::kAvx2 && group % 32 == 0) QuantizeAvx2(x, K, group, xq, xs, xsum);
   else QuantizeScalar(x, K, group, xq, xs, xsum);
+#elif defined(VOXSLAB_ARM)
+  if (ChosenIsa() != Isa::kScalar && group % 16 == 0) QuantizeNeon(x, K, group, xq, xs, xsum);
+  else QuantizeScalar(x, K, group, xq, xs, xsum);
 #else
   QuantizeScalar(x, K, group, xq, xs, xsum);
 #endif
   if (!q4) return;
 #ifdef VOXSLAB_X86
   if (ChosenIsa() >= Isa::kAvx2) return SplitEvensOddsAvx2(xq, K);
+#elif defined(VOXSLAB_ARM)
+  if (ChosenIsa() != Isa::kScalar) return SplitEvensOddsNeon(xq, K);
 #endif
   SplitEvensOdds(xq, K);
 }
@@ -42,8 +47,10 @@ GemvFn ChooseGemv() {
   switch (ChosenIsa()) {
     case Isa::kAvx512: return GemvAvx512;
     case Isa::kAvx2: return GemvAvx2;
-    case Isa::kScalar: break;
+    default: break;
   }
+#elif defined(VOXSLAB_ARM)
+  if (ChosenIsa() != Isa::kScalar) return GemvNeon;
 #endif
   return GemvScalar;
 }
@@ -53,6 +60,8 @@ GemvIntFn ChooseGemvInt() {
 #ifdef VOXSLAB_X86
   if (ChosenVnni()) return GemvIntVnni;
   if (ChosenIsa() != Isa::kScalar) return GemvIntAvx2;
+#elif defined(VOXSLAB_ARM)
+  if (ChosenIsa() != Isa::kScalar) return GemvIntNeon;
 #endif
   return GemvIntScalar;
 }
@@ -141,6 +150,25 @@ void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
           y[a] = t.Y + (i0 + a) * t.M + m0;
         }
         many(q4, wsub, t.w.scales + m0 * groups, t.w.biases + m0 * groups, t.w.group, xq, xs, xsum, y, na, mb, t.K);
+      }
+      continue;
+    }
+#elif defined(VOXSLAB_ARM)
+    if (quant && VectorIntShape(t.w.group, t.K) && kGemvIntVector == GemvIntNeon) {
+      const uint8_t* wsub = static_cast<const uint8_t*>(t.w.data) + (q4 ? m0 * t.K / 2 : m0 * t.K);
+      for (int64_t i0 = 0; i0 < t.n; i0 += kNeonMany) {
+        const int na = static_cast<int>(std::min<int64_t>(kNeonMany, t.n - i0));
+        const int8_t* xq[kNeonMany] = {};
+        const float* xs[kNeonMany] = {};
+        const float* xsum[kNeonMany] = {};
+        float* y[kNeonMany] = {};
+        for (int a = 0; a < na; ++a) {
+          xsum[a] = reinterpret_cast<const float*>(t.scratch + (i0 + a) * t.per);
+          xs[a] = xsum[a] + groups;
+          xq[a] = reinterpret_cast<const int8_t*>(xs[a] + groups);
+          y[a] = t.Y + (i0 + a) * t.M + m0;
+        }
+        GemvIntNeonMany(q4, wsub, t.w.scales + m0 * groups, t.w.biases + m0 * groups, t.w.group, xq, xs, xsum, y, na, mb, t.K);
       }
       continue;
     }

@@ -70,4 +70,24 @@ void GemvIntVnni(bool q4, const uint8_t* w, const uint16_t* scales, const uint16
                  const int8_t* xq, const float* xs, const float* xsum, float* y, int64_t M, int64_t K);
 #endif
 
+#ifdef VOXSLAB_ARM
+// ---- AArch64 (gemv_neon.cc): float GEMV and quantization on NEON; the integer GEMV at the
+// chosen level (neon, dotprod or i8mm), all levels with the AVX2 integer GEMV's bits ----
+// Activation rows the integer GEMV takes against one pass over the weight rows (GemvRows).
+constexpr int kNeonMany = 6;
+void SplitEvensOddsNeon(int8_t* xq, int64_t K);
+void QuantizeNeon(const float* x, int64_t K, int group, int8_t* xq, float* xs, float* xsum);
+void GemvNeon(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group,
+              const float* x, float* y, int64_t M, int64_t K, float* xsum);
+void GemvIntNeonMany(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group,
+                     const int8_t* const* xq, const float* const* xs, const float* const* xsum, float* const* y,
+                     int na, int64_t M, int64_t K);
+void GemvIntNeon(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group,
+                 const int8_t* xq, const float* xs, const float* xsum, float* y, int64_t M, int64_t K);
+// Weight rows [m0, m1) of the integer GEMM (gemm_int.cc) against n activation rows quantized as
+// GemvRows quantizes them (`per` bytes each in scratch), into Y [n][M].
+void GemmIntNeonRows(bool q4, int group, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int64_t K, int64_t M,
+                     int64_t m0, int64_t m1, const uint8_t* scratch, int64_t per, int64_t n, float* Y);
+#endif
+
 }  // namespace voxslab::gemv

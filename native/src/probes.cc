@@ -53,6 +53,22 @@ __attribute__((target("avx2"))) float ReadProbeAvx2(const float* x, int64_t n) {
 }
 #endif
 
+#ifdef VOXSLAB_ARM
+// ReadProbeAvx2's four streams on 128-bit registers.
+float ReadProbeNeon(const float* x, int64_t n) {
+  const int64_t q = (n / 4) & ~int64_t{15};
+  const float* p[4] = {x, x + q, x + 2 * q, x + 3 * q};
+  float32x4_t s[4] = {vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f), vdupq_n_f32(0.0f)};
+  for (int64_t i = 0; i < q; i += 16)
+    for (int j = 0; j < 4; ++j)
+      s[j] = vaddq_f32(s[j], vaddq_f32(vaddq_f32(vld1q_f32(p[j] + i), vld1q_f32(p[j] + i + 4)),
+                                       vaddq_f32(vld1q_f32(p[j] + i + 8), vld1q_f32(p[j] + i + 12))));
+  float t = 0;
+  for (int64_t i = 4 * q; i < n; ++i) t += x[i];
+  return HsumNeon(vaddq_f32(vaddq_f32(s[0], s[1]), vaddq_f32(s[2], s[3]))) + t;
+}
+#endif
+
 struct Probes {
   float (*fma)(int64_t);
   float (*read)(const float*, int64_t);
@@ -65,8 +81,10 @@ Probes Choose() {
   switch (ChosenIsa()) {
     case Isa::kAvx512: return {avx512::FmaProbe, ReadProbeAvx2, avx512::kLanes, ChosenVnni() ? "avx512f+vnni" : "avx512f"};
     case Isa::kAvx2: return {avx2::FmaProbe, ReadProbeAvx2, avx2::kLanes, "avx2+fma"};
-    case Isa::kScalar: break;
+    default: break;
   }
+#elif defined(VOXSLAB_ARM)
+  if (ChosenIsa() != Isa::kScalar) return {neon::FmaProbe, ReadProbeNeon, neon::kLanes, IsaName(ChosenIsa())};
 #endif
   return {FmaProbeScalar, ReadProbeScalar, 1, "scalar"};
 }

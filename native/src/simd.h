@@ -13,6 +13,11 @@
 #define VOXSLAB_X86 1
 #endif
 
+#if defined(__aarch64__) && defined(__GNUC__)
+#include <arm_neon.h>
+#define VOXSLAB_ARM 1
+#endif
+
 namespace voxslab {
 
 inline float Bf16(uint16_t h) {
@@ -89,8 +94,10 @@ T DotFixed4(const T* a, const T* b, int64_t n) {
 }
 
 inline void CpuRelax() {
-#ifdef VOXSLAB_X86
+#if defined(VOXSLAB_X86)
   _mm_pause();
+#elif defined(VOXSLAB_ARM)
+  __asm__ __volatile__("yield");
 #else
   std::this_thread::yield();
 #endif
@@ -122,6 +129,21 @@ __attribute__((target("avx512f"))) inline float Hsum512(__m512 v) {
   for (int i = 0; i < 8; ++i) s[i] = l[i] + l[i + 8];
   return (((s[0] + s[1]) + (s[2] + s[3])) + ((s[4] + s[5]) + (s[6] + s[7])));
 }
+#endif
+
+#ifdef VOXSLAB_ARM
+// The lanes of v added in one fixed order: (l0 + l1) + (l2 + l3).
+inline float HsumNeon(float32x4_t v) {
+  const float32x2_t p = vpadd_f32(vget_low_f32(v), vget_high_f32(v));
+  return vget_lane_f32(p, 0) + vget_lane_f32(p, 1);
+}
+
+// Eight lanes as two halves, added as Hsum adds an AVX2 register's: ((l0 + l1) + (l2 + l3)) +
+// ((l4 + l5) + (l6 + l7)).
+inline float Hsum8(float32x4_t lo, float32x4_t hi) { return HsumNeon(lo) + HsumNeon(hi); }
+
+// Four f16 values from p, as f32.
+inline float32x4_t Half4(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
 #endif
 
 }  // namespace voxslab

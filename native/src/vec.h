@@ -1,12 +1,13 @@
 // One vocabulary over every vector width: namespaces avx2 and avx512 each define Vec, kLanes,
 // Zero(), Load(p), Splat(x), Fma(a, b, c), Add(a, b), Store(p, v) (p 64-byte aligned) and
 // Sum(v) (a fixed-order horizontal sum), then the kernels written once over that vocabulary
-// (vec_kernels.h), each compiled for its own registers. Internal to the addon; x86 only.
+// (vec_kernels.h), each compiled for its own registers; namespace neon the same over AArch64's
+// 128-bit registers. Internal to the addon.
 #pragma once
 
 #include "simd.h"
 
-#ifdef VOXSLAB_X86
+#if defined(VOXSLAB_X86) || defined(VOXSLAB_ARM)
 namespace voxslab {
 
 // Writes a micro-kernel's accumulators (mr rows of `width`, first nr columns) into C: the
@@ -18,6 +19,12 @@ inline void WriteTile(const float* tmp, int width, int mr, float* C, int64_t ldc
     for (int64_t j = 0; j < nr; ++j) row[j] = first ? t[j] + (bias != nullptr ? bias[j] : 0.0f) : row[j] + t[j];
   }
 }
+
+}  // namespace voxslab
+#endif
+
+#ifdef VOXSLAB_X86
+namespace voxslab {
 
 // The vocabulary over one register width; MM is its intrinsics' prefix (_mm256, _mm512).
 #define VOXSLAB_VEC_VOCABULARY(VEC, LANES, MM, SUM)                 \
@@ -50,4 +57,19 @@ VOXSLAB_VEC_VOCABULARY(__m512, 16, _mm512, Hsum512)
 #undef VOXSLAB_VEC_VOCABULARY
 
 }  // namespace voxslab
+#endif
+
+#ifdef VOXSLAB_ARM
+namespace voxslab::neon {
+using Vec = float32x4_t;
+constexpr int kLanes = 4;
+inline Vec Zero() { return vdupq_n_f32(0.0f); }
+inline Vec Load(const float* p) { return vld1q_f32(p); }
+inline Vec Splat(float x) { return vdupq_n_f32(x); }
+inline Vec Fma(Vec a, Vec b, Vec c) { return vfmaq_f32(c, a, b); }
+inline Vec Add(Vec a, Vec b) { return vaddq_f32(a, b); }
+inline void Store(float* p, Vec v) { vst1q_f32(p, v); }
+inline float Sum(Vec v) { return HsumNeon(v); }
+#include "vec_kernels.h"
+}  // namespace voxslab::neon
 #endif
