@@ -6,7 +6,7 @@
   "targets": [
     {
       "target_name": "voxslab_native",
-      "sources": ["src/addon.cc", "src/bind_dsp.cc", "src/bind_kernels.cc", "src/bind_system.cc", "src/apm.cc", "src/attention.cc", "src/cpu.cc", "src/dsp.cc", "src/gemm.cc", "src/gemm_int.cc", "src/gemv.cc", "src/gemv_avx2.cc", "src/gemv_avx512.cc", "src/gemv_scalar.cc", "src/ops.cc", "src/pool.cc", "src/probes.cc", "src/system.cc"],
+      "sources": ["src/addon.cc", "src/bind_dsp.cc", "src/bind_kernels.cc", "src/bind_system.cc", "src/apm.cc", "src/attention.cc", "src/cpu.cc", "src/dsp.cc", "src/gemm.cc", "src/gemm_int.cc", "src/gemv.cc", "src/gemv_scalar.cc", "src/ops.cc", "src/pool.cc", "src/probes.cc", "src/system.cc"],
       "include_dirs": ["<!(node -p \"require('node-addon-api').include_dir\")"],
       "defines": ["NAPI_VERSION=8", "NAPI_CPP_EXCEPTIONS", "NODE_ADDON_API_DISABLE_DEPRECATED"],
       "cflags!": ["-fno-exceptions"],
@@ -14,6 +14,13 @@
       "cflags_cc": ["-std=c++17", "-O3", "-ffp-contract=off", "-Wall", "-Wextra", "-pthread"],
       "ldflags": ["-pthread"],
       "conditions": [
+        ["target_arch=='x64' or target_arch=='ia32'", {
+          "sources": ["src/gemv_avx2.cc", "src/gemv_avx512.cc"]
+        }],
+        ["target_arch=='arm64'", {
+          "sources": ["src/gemv_neon.cc"],
+          "cflags_cc": ["-march=armv8-a"]
+        }],
         ["alsa==1", {
           "defines": ["VOXSLAB_ALSA"],
           "libraries": ["<!@(pkg-config --libs alsa)"]

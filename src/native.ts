@@ -32,6 +32,10 @@ export interface CpuFeatures {
   avx512vl: boolean;
   avx512vnni: boolean;
   neon: boolean;
+  /** AArch64 SDOT/UDOT. */
+  dotprod: boolean;
+  /** AArch64 SMMLA/USMMLA/USDOT. */
+  i8mm: boolean;
 }
 
 /**
@@ -274,9 +278,12 @@ export interface NativeAddon {
   mirrorRelease(address: bigint): void;
   /** Reads every float of x (streams per thread), split among setComputeThreads threads. */
   readProbe(x: Float32Array): number;
-  /** Instruction set of the compute kernels chosen at load: 'avx512f', 'avx2+fma' or 'scalar' (VOXSLAB_KERNELS may force a lower one). */
+  /**
+   * Instruction set of the compute kernels chosen at load: 'avx512f+vnni', 'avx512f', 'avx2+fma' or 'scalar' on x86-64;
+   * 'i8mm', 'dotprod', 'neon' or 'scalar' on AArch64 (VOXSLAB_KERNELS may force a lower one).
+   */
   kernelIsa(): string;
-  /** The dot-product path chosen at load: 'avx2+fma' or 'scalar'. */
+  /** The dot-product path chosen at load: 'avx2+fma', 'neon' or 'scalar'. */
   kernelPath(): string;
   /** VOXSLAB_KERNELS when it names no instruction set, else ''. */
   kernelsRequestError(): string;
@@ -305,8 +312,11 @@ function load(): NativeAddon {
 
 export const native: NativeAddon = load();
 
+/** The levels VOXSLAB_KERNELS may name on this machine's architecture, lowest first. */
+export const KERNEL_LEVELS: readonly string[] = process.arch === 'arm64' ? ['scalar', 'neon', 'dotprod', 'i8mm'] : ['scalar', 'avx2', 'avx512'];
+
 // Checked here, once per thread that loads the addon: the native side cannot throw while it loads.
 const badKernels = native.kernelsRequestError();
 if (badKernels !== '') {
-  throw new BadInputError({ field: 'VOXSLAB_KERNELS' }, `'${badKernels}' names no instruction set (scalar, avx2 or avx512)`);
+  throw new BadInputError({ field: 'VOXSLAB_KERNELS' }, `'${badKernels}' names no instruction set (${KERNEL_LEVELS.slice(0, -1).join(', ')} or ${KERNEL_LEVELS.at(-1)})`);
 }

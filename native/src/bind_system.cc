@@ -126,6 +126,8 @@ Napi::Value CpuFeaturesValue(const Napi::CallbackInfo& info) {
   out.Set("avx512vl", Napi::Boolean::New(env, f.avx512vl));
   out.Set("avx512vnni", Napi::Boolean::New(env, f.avx512vnni));
   out.Set("neon", Napi::Boolean::New(env, f.neon));
+  out.Set("dotprod", Napi::Boolean::New(env, f.dotprod));
+  out.Set("i8mm", Napi::Boolean::New(env, f.i8mm));
   return out;
 }
 

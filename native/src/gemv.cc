@@ -1,6 +1,6 @@
 // GEMV: one weight matrix times one or a few activation rows, for every weight encoding. This
 // file chooses the instruction set's kernels once (cpu.h; the kernels are in gemv_scalar.cc,
-// gemv_avx2.cc and gemv_avx512.cc) and splits rows among the calling thread's helpers (pool.h).
+// gemv_avx2.cc, gemv_avx512.cc and gemv_neon.cc) and splits rows among the calling thread's helpers (pool.h).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>

@@ -177,10 +177,15 @@ inline void GroupDots(bool q4, int group, const uint8_t* const* w, int64_t g, co
       for (int a = 0; a < 4; ++a) xv[a] = vld1q_s8(x[a] + xo);
 #ifdef VOXSLAB_NEON_LANES_I8MM
       for (int h = 0; h < 2; ++h) {
-        const auto lo = [h](uint8x16_t p, uint8x16_t q) { return h == 0 ? vcombine_u8(vget_low_u8(p), vget_low_u8(q)) : vcombine_u8(vget_high_u8(p), vget_high_u8(q)); };
-        const auto lx = [h](int8x16_t p, int8x16_t q) { return h == 0 ? vcombine_s8(vget_low_s8(p), vget_low_s8(q)) : vcombine_s8(vget_high_s8(p), vget_high_s8(q)); };
-        const uint8x16_t w01 = lo(wv[0], wv[1]), w23 = lo(wv[2], wv[3]);
-        const int8x16_t x01 = lx(xv[0], xv[1]), x23 = lx(xv[2], xv[3]);
+        // Half h (eight bytes) of two rows side by side: the 2×8 operands USMMLA multiplies.
+        const auto pw = [h](uint8x16_t p, uint8x16_t q) {
+          return h == 0 ? vcombine_u8(vget_low_u8(p), vget_low_u8(q)) : vcombine_u8(vget_high_u8(p), vget_high_u8(q));
+        };
+        const auto px = [h](int8x16_t p, int8x16_t q) {
+          return h == 0 ? vcombine_s8(vget_low_s8(p), vget_low_s8(q)) : vcombine_s8(vget_high_s8(p), vget_high_s8(q));
+        };
+        const uint8x16_t w01 = pw(wv[0], wv[1]), w23 = pw(wv[2], wv[3]);
+        const int8x16_t x01 = px(xv[0], xv[1]), x23 = px(xv[2], xv[3]);
         mm[0] = vusmmlaq_s32(mm[0], w01, x01);
         mm[1] = vusmmlaq_s32(mm[1], w01, x23);
         mm[2] = vusmmlaq_s32(mm[2], w23, x01);

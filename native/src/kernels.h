@@ -1,7 +1,7 @@
 // Compute kernels over caller-owned buffers: no allocation, deterministic (a fixed reduction
 // order per output, whatever the thread). Each family dispatches on the one instruction-set
-// choice in cpu.h (AVX-512, else AVX2+FMA, else portable scalar code; VOXSLAB_KERNELS=scalar|avx2
-// forces a lower path). Plain C++, no Node-API types. Implemented by concern: gemv.cc, gemm.cc, gemm_int.cc,
+// choice in cpu.h (x86-64: AVX-512, else AVX2+FMA; AArch64: i8mm, dotprod, else NEON; else
+// portable scalar code; VOXSLAB_KERNELS forces a lower level). Plain C++, no Node-API types. Implemented by concern: gemv.cc, gemm.cc, gemm_int.cc,
 // attention.cc, ops.cc, probes.cc, pool.cc.
 //
 // The enums' values are the addon's argument codes; src/native.ts names the same values.

@@ -1,7 +1,7 @@
 import t from 'tap';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
-import { native } from '../../src/native.js';
+import { KERNEL_LEVELS, native } from '../../src/native.js';
 
 // Every dispatch path this CPU supports runs the kernel and convolution tests in its own
 // process (the path is chosen once, when the addon loads).
@@ -27,6 +27,8 @@ for (const isa of paths) {
 }
 
 t.test('one instruction-set choice: every kernel family follows VOXSLAB_KERNELS, and a value that names none is refused', async (t) => {
+  const levels = `(${KERNEL_LEVELS.slice(0, -1).join(', ')} or ${KERNEL_LEVELS.at(-1)})`;
+  if (process.arch === 'x64') t.equal(levels, '(scalar, avx2 or avx512)', "x86-64's levels");
   const probe =
     "import('./dist/src/native.js').then(({ native }) => console.log(JSON.stringify([native.kernelIsa(), native.kernelPath()])), (e) => { " +
     'console.log(JSON.stringify([e.name, e.message])); })';
@@ -36,10 +38,11 @@ t.test('one instruction-set choice: every kernel family follows VOXSLAB_KERNELS,
   };
   t.same(run('scalar'), ['scalar', 'scalar'], 'scalar: GEMV/GEMM and the DSP dot product both scalar');
   if (paths.includes('avx2')) t.same(run('avx2'), ['avx2+fma', 'avx2+fma'], 'avx2: both on AVX2');
-  for (const bad of ['sse', 'AVX2', 'avx512f+vnni']) {
+  // The other architecture's level names are refused too: they name nothing this CPU runs.
+  for (const bad of ['sse', 'AVX2', 'avx512f+vnni', process.arch === 'arm64' ? 'avx2' : 'neon']) {
     const [name, message] = run(bad);
     t.equal(name, 'BadInputError', `${bad}: refused when the addon loads`);
-    t.equal(message, `field VOXSLAB_KERNELS: '${bad}' names no instruction set (scalar, avx2 or avx512)`);
+    t.equal(message, `field VOXSLAB_KERNELS: '${bad}' names no instruction set ${levels}`);
   }
   // Through the command: one line and the bad-input exit code, not an uncaught trace.
   const cli = spawnSync(process.execPath, ['dist/src/cli/main.js', 'plan', '--config', 'tiny'], {
@@ -47,7 +50,7 @@ t.test('one instruction-set choice: every kernel family follows VOXSLAB_KERNELS,
     env: { ...process.env, VOXSLAB_KERNELS: 'bogus' },
   });
   t.equal(cli.status, 4, 'voxslab exits 4');
-  t.equal(cli.stderr, "voxslab: field VOXSLAB_KERNELS: 'bogus' names no instruction set (scalar, avx2 or avx512)\n", 'one line naming the variable');
+  t.equal(cli.stderr, `voxslab: field VOXSLAB_KERNELS: 'bogus' names no instruction set ${levels}\n`, 'one line naming the variable');
 });
 
 t.test('the prefill kernel gives the same bits with VNNI and on AVX2 (the integer GEMM on both)', async (t) => {
