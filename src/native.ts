@@ -318,5 +318,8 @@ export const KERNEL_LEVELS: readonly string[] = process.arch === 'arm64' ? ['sca
 // Checked here, once per thread that loads the addon: the native side cannot throw while it loads.
 const badKernels = native.kernelsRequestError();
 if (badKernels !== '') {
-  throw new BadInputError({ field: 'VOXSLAB_KERNELS' }, `'${badKernels}' names no instruction set (${KERNEL_LEVELS.slice(0, -1).join(', ')} or ${KERNEL_LEVELS.at(-1)})`);
+  throw new BadInputError(
+    { field: 'VOXSLAB_KERNELS' },
+    `'${badKernels}' names no instruction set (${KERNEL_LEVELS.slice(0, -1).join(', ')} or ${KERNEL_LEVELS.at(-1)})`,
+  );
 }
