@@ -287,6 +287,8 @@ export interface NativeAddon {
   kernelPath(): string;
   /** VOXSLAB_KERNELS when it names no instruction set, else ''. */
   kernelsRequestError(): string;
+  /** The levels VOXSLAB_KERNELS may name on this architecture, lowest first, comma-separated. */
+  kernelLevels(): string;
   /** Bytes of scratch gemvInt needs for K inputs quantized in groups of `group`. */
   gemvScratchBytes(K: number, group: number): number;
   gemmIntScratchBytes(n: number, K: number, group: number): number;
@@ -313,7 +315,7 @@ function load(): NativeAddon {
 export const native: NativeAddon = load();
 
 /** The levels VOXSLAB_KERNELS may name on this machine's architecture, lowest first. */
-export const KERNEL_LEVELS: readonly string[] = process.arch === 'arm64' ? ['scalar', 'neon', 'dotprod', 'i8mm'] : ['scalar', 'avx2', 'avx512'];
+export const KERNEL_LEVELS: readonly string[] = native.kernelLevels().split(',');
 
 // Checked here, once per thread that loads the addon: the native side cannot throw while it loads.
 const badKernels = native.kernelsRequestError();

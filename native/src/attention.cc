@@ -41,12 +41,13 @@ constexpr bool kPairSums = false;
 #include "attention_core.h"
 }  // namespace scalar
 
-#ifdef VOXSLAB_X86
 // e^x for x ≤ 0 (a score minus the running maximum): x = n·ln2 + r with |r| ≤ ln2/2 (ln2 in two
 // parts), e^r by Cephes' expf polynomial (relative error about 10⁻⁷), 2^n into the exponent
 // bits; below −87 (and for NaN) it is 0.
 constexpr float kExpLo = -87.0f, kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
 constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
+
+#ifdef VOXSLAB_X86
 
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c")
@@ -164,8 +165,6 @@ constexpr bool kPairSums = true;
 // The AVX2 vocabulary's operations on 128-bit registers: Max, Exp's steps and its flush below
 // kExpLo are the same per lane.
 namespace neon {
-constexpr float kExpLo = -87.0f, kLog2e = 1.44269504088896341f, kLn2Hi = 0.693359375f, kLn2Lo = -2.12194440e-4f;
-constexpr float kExpP[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
 using Vec = float32x4_t;
 constexpr int kLanes = 4;
 constexpr int kPvVectors = 4;  // 4 rows × 4 accumulators in 32 registers

@@ -476,6 +476,7 @@ void BindKernels(Napi::Env env, Napi::Object exports) {
   Export<NoArgs<voxslab::KernelIsa>>(env, exports, "kernelIsa");
   Export<NoArgs<voxslab::DotPath>>(env, exports, "kernelPath");
   Export<NoArgs<voxslab::KernelsRequestError>>(env, exports, "kernelsRequestError");
+  Export<NoArgs<voxslab::KernelLevels>>(env, exports, "kernelLevels");
   Export<GemvScratchBytesValue>(env, exports, "gemvScratchBytes");
   Export<GemmIntScratchBytesValue>(env, exports, "gemmIntScratchBytes");
   Export<AttentionScratchFloatsValue>(env, exports, "attentionScratchFloats");

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <string>
 
 #if (defined(__x86_64__) || defined(_M_X64)) && defined(__GNUC__)
 #include <cpuid.h>
@@ -119,6 +120,15 @@ const char* IsaName(Isa isa) {
   return "scalar";
 }
 bool ChosenVnni() { return Chosen().vnni; }
+
+const char* KernelLevels() {
+  static const std::string names = [] {
+    std::string out;
+    for (Isa level : kLevels) out += (out.empty() ? "" : ",") + std::string(IsaName(level));
+    return out;
+  }();
+  return names.c_str();
+}
 
 const char* KernelsRequestError() {
   if (!Chosen().unknown) return "";

@@ -38,6 +38,8 @@ Isa ChosenIsa();
 bool ChosenVnni();
 // The level's name as VOXSLAB_KERNELS spells it.
 const char* IsaName(Isa isa);
+// The names of this architecture's levels, lowest first, comma-separated.
+const char* KernelLevels();
 // VOXSLAB_KERNELS as given when it names no level of this architecture ("" when unset or valid): the facade refuses it.
 const char* KernelsRequestError();
 

@@ -120,6 +120,36 @@ struct RowsTask {
   int64_t per, n, M, K, elemBytes;
 };
 
+using GemvIntManyFn = void (*)(bool, const uint8_t*, const uint16_t*, const uint16_t*, int, const int8_t* const*, const float* const*,
+                               const float* const*, float* const*, int, int64_t, int64_t);
+
+// The integer path that takes several activation rows per pass over the weights, and how many
+// at once: VNNI six where Laid takes them (else four), AVX2 six for q4 and four for q8, AArch64
+// kNeonMany; none on the scalar path.
+struct ManyPath {
+  GemvIntManyFn fn;
+  int64_t step;
+};
+
+#if defined(VOXSLAB_X86)
+constexpr int kManyMax = std::max(kAvx2Many, kVnniMany);
+#elif defined(VOXSLAB_ARM)
+constexpr int kManyMax = kNeonMany;
+#else
+constexpr int kManyMax = 1;
+#endif
+
+ManyPath ManyPathFor(bool q4, int64_t K) {
+#if defined(VOXSLAB_X86)
+  if (kGemvIntVector == GemvIntVnni) return {GemvIntVnniMulti, VnniLaid(q4, kVnniMany, K) ? kVnniMany : 4};
+  if (kGemvIntVector == GemvIntAvx2) return {GemvIntAvx2Many, q4 ? kAvx2Many : 4};
+#elif defined(VOXSLAB_ARM)
+  if (kGemvIntVector == GemvIntNeon) return {GemvIntNeonMany, kNeonMany};
+#endif
+  (void)q4, (void)K;
+  return {nullptr, 0};
+}
+
 // Rows [r0, r1) of every Y[t], in blocks of weight rows that stay in cache across the n rows.
 void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
   const RowsTask& t = *static_cast<const RowsTask*>(c);
@@ -127,52 +157,28 @@ void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
   const bool q4 = t.w.type == WeightType::kQ4;
   const int64_t groups = quant ? t.K / t.w.group : 0;
   constexpr int64_t kBlock = 32;
+  // Several positions per pass over a block, each weight block unpacked once for them.
+  const ManyPath path = quant && VectorIntShape(t.w.group, t.K) ? ManyPathFor(q4, t.K) : ManyPath{nullptr, 0};
   for (int64_t m0 = r0; m0 < r1; m0 += kBlock) {
     const int64_t mb = std::min(kBlock, r1 - m0);
-#ifdef VOXSLAB_X86
-    // Several positions per pass over the block (VNNI where Laid takes them, and AVX2 q4: six; else
-    // four), each weight block unpacked once for them.
-    if (quant && VectorIntShape(t.w.group, t.K) && (kGemvIntVector == GemvIntVnni || kGemvIntVector == GemvIntAvx2)) {
+    if (path.fn != nullptr) {
       const uint8_t* wsub = static_cast<const uint8_t*>(t.w.data) + (q4 ? m0 * t.K / 2 : m0 * t.K);
-      constexpr int kMany = std::max(kAvx2Many, kVnniMany);
-      const int64_t step = kGemvIntVector == GemvIntAvx2 ? (q4 ? kAvx2Many : 4) : VnniLaid(q4, kVnniMany, t.K) ? kVnniMany : 4;
-      for (int64_t i0 = 0; i0 < t.n; i0 += step) {
-        const auto many = kGemvIntVector == GemvIntVnni ? GemvIntVnniMulti : GemvIntAvx2Many;
-        const int na = static_cast<int>(std::min<int64_t>(step, t.n - i0));
-        const int8_t* xq[kMany] = {};
-        const float* xs[kMany] = {};
-        const float* xsum[kMany] = {};
-        float* y[kMany] = {};
+      for (int64_t i0 = 0; i0 < t.n; i0 += path.step) {
+        const int na = static_cast<int>(std::min<int64_t>(path.step, t.n - i0));
+        const int8_t* xq[kManyMax] = {};
+        const float* xs[kManyMax] = {};
+        const float* xsum[kManyMax] = {};
+        float* y[kManyMax] = {};
         for (int a = 0; a < na; ++a) {
           xsum[a] = reinterpret_cast<const float*>(t.scratch + (i0 + a) * t.per);
           xs[a] = xsum[a] + groups;
           xq[a] = reinterpret_cast<const int8_t*>(xs[a] + groups);
           y[a] = t.Y + (i0 + a) * t.M + m0;
         }
-        many(q4, wsub, t.w.scales + m0 * groups, t.w.biases + m0 * groups, t.w.group, xq, xs, xsum, y, na, mb, t.K);
+        path.fn(q4, wsub, t.w.scales + m0 * groups, t.w.biases + m0 * groups, t.w.group, xq, xs, xsum, y, na, mb, t.K);
       }
       continue;
     }
-#elif defined(VOXSLAB_ARM)
-    if (quant && VectorIntShape(t.w.group, t.K) && kGemvIntVector == GemvIntNeon) {
-      const uint8_t* wsub = static_cast<const uint8_t*>(t.w.data) + (q4 ? m0 * t.K / 2 : m0 * t.K);
-      for (int64_t i0 = 0; i0 < t.n; i0 += kNeonMany) {
-        const int na = static_cast<int>(std::min<int64_t>(kNeonMany, t.n - i0));
-        const int8_t* xq[kNeonMany] = {};
-        const float* xs[kNeonMany] = {};
-        const float* xsum[kNeonMany] = {};
-        float* y[kNeonMany] = {};
-        for (int a = 0; a < na; ++a) {
-          xsum[a] = reinterpret_cast<const float*>(t.scratch + (i0 + a) * t.per);
-          xs[a] = xsum[a] + groups;
-          xq[a] = reinterpret_cast<const int8_t*>(xs[a] + groups);
-          y[a] = t.Y + (i0 + a) * t.M + m0;
-        }
-        GemvIntNeonMany(q4, wsub, t.w.scales + m0 * groups, t.w.biases + m0 * groups, t.w.group, xq, xs, xsum, y, na, mb, t.K);
-      }
-      continue;
-    }
-#endif
     for (int64_t i = 0; i < t.n; ++i) {
       if (quant) {
         const float* xsum = reinterpret_cast<const float*>(t.scratch + i * t.per);

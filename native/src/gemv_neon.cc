@@ -145,9 +145,9 @@ void GemvNeon(WeightType type, const void* w, const uint16_t* scales, const uint
           const int64_t at = m * K + g * group + i;
           rest += static_cast<float>(q8 ? wb[at] : (wb[at >> 1] >> ((at & 1) * 4)) & 15) * xg[i];
         }
-        const float s = F16(scales[m * groups + g]);
+        const float s = Half(scales[m * groups + g]);
         acc = vfmaq_f32(acc, vdupq_n_f32(s), vaddq_f32(q0, q1));
-        tail += s * rest + F16(biases[m * groups + g]) * xsum[g];
+        tail += s * rest + Half(biases[m * groups + g]) * xsum[g];
       }
       y[m] = HsumNeon(acc) + tail;
     }
@@ -165,6 +165,19 @@ void GemvNeon(WeightType type, const void* w, const uint16_t* scales, const uint
     for (; k < K; ++k) tail += FloatAt(type, w, at + k) * x[k];
     y[m] = HsumNeon(vaddq_f32(a0, a1)) + tail;
   }
+}
+
+// Σ_g b_g·xsum_g of one row with BiasDot's bits: eight lanes, then a tail in order.
+inline float BiasDotNeon(const uint16_t* bi, const float* xsum, int64_t groups) {
+  float32x4_t lo = vdupq_n_f32(0.0f), hi = lo;
+  int64_t g = 0;
+  for (; g + 8 <= groups; g += 8) {
+    lo = vfmaq_f32(lo, Half4(bi + g), vld1q_f32(xsum + g));
+    hi = vfmaq_f32(hi, Half4(bi + g + 4), vld1q_f32(xsum + g + 4));
+  }
+  float t = 0;
+  for (; g < groups; ++g) t += Half(bi[g]) * xsum[g];
+  return Hsum8(lo, hi) + t;
 }
 
 }  // namespace voxslab::gemv
@@ -197,26 +210,44 @@ void GemvNeon(WeightType type, const void* w, const uint16_t* scales, const uint
 
 namespace voxslab::gemv {
 
-void GemvIntNeon(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group, const int8_t* xq,
-                 const float* xs, const float* xsum, float* y, int64_t M, int64_t K) {
-  GemvIntNeonMany(q4, w, scales, biases, group, &xq, &xs, &xsum, &y, 1, M, K);
+namespace {
+
+using ManyFn = void (*)(bool, const uint8_t*, const uint16_t*, const uint16_t*, int, const int8_t* const*, const float* const*,
+                        const float* const*, float* const*, int, int64_t, int64_t);
+using GemmFn = void (*)(bool, int, const uint8_t*, const uint16_t*, const uint16_t*, int64_t, int64_t, int64_t, int64_t, const uint8_t*,
+                        int64_t, int64_t, float*);
+
+// The chosen level's kernels, once per process.
+struct Level {
+  ManyFn many;
+  GemmFn gemm;
+};
+
+Level ChooseLevel() {
+  switch (ChosenIsa()) {
+    case Isa::kI8mm: return {I8mmLevel::Many, I8mmLevel::GemmRows};
+    case Isa::kDotprod: return {DotprodLevel::Many, DotprodLevel::GemmRows};
+    default: return {NeonLevel::Many, NeonLevel::GemmRows};
+  }
 }
 
-void GemvIntNeonMany(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group,
-                     const int8_t* const* xq, const float* const* xs, const float* const* xsum, float* const* y, int na, int64_t M,
-                     int64_t K) {
-  static const Isa level = ChosenIsa();
-  if (level == Isa::kI8mm) return I8mmLevel::Many(q4, w, scales, biases, group, xq, xs, xsum, y, na, M, K);
-  if (level == Isa::kDotprod) return DotprodLevel::Many(q4, w, scales, biases, group, xq, xs, xsum, y, na, M, K);
-  NeonLevel::Many(q4, w, scales, biases, group, xq, xs, xsum, y, na, M, K);
+const Level kLevel = ChooseLevel();
+
+}  // namespace
+
+void GemvIntNeonMany(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group, const int8_t* const* xq,
+                     const float* const* xs, const float* const* xsum, float* const* y, int na, int64_t M, int64_t K) {
+  kLevel.many(q4, w, scales, biases, group, xq, xs, xsum, y, na, M, K);
+}
+
+void GemvIntNeon(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group, const int8_t* xq,
+                 const float* xs, const float* xsum, float* y, int64_t M, int64_t K) {
+  kLevel.many(q4, w, scales, biases, group, &xq, &xs, &xsum, &y, 1, M, K);
 }
 
 void GemmIntNeonRows(bool q4, int group, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int64_t K, int64_t M,
                      int64_t m0, int64_t m1, const uint8_t* scratch, int64_t per, int64_t n, float* Y) {
-  static const Isa level = ChosenIsa();
-  if (level == Isa::kI8mm) return I8mmLevel::GemmRows(q4, group, w, scales, biases, K, M, m0, m1, scratch, per, n, Y);
-  if (level == Isa::kDotprod) return DotprodLevel::GemmRows(q4, group, w, scales, biases, K, M, m0, m1, scratch, per, n, Y);
-  NeonLevel::GemmRows(q4, group, w, scales, biases, K, M, m0, m1, scratch, per, n, Y);
+  kLevel.gemm(q4, group, w, scales, biases, K, M, m0, m1, scratch, per, n, Y);
 }
 
 }  // namespace voxslab::gemv

@@ -67,25 +67,6 @@ inline void Lanes(bool q4, const Block& b, const int8_t* x, int32x4_t& lo, int32
 #endif
 }
 
-inline float Half(uint16_t h) {
-  __fp16 f;
-  std::memcpy(&f, &h, 2);
-  return f;
-}
-
-// Σ_g b_g·xsum_g of one row with BiasDot's bits: eight lanes, then a tail in order.
-inline float BiasDot(const uint16_t* bi, const float* xsum, int64_t groups) {
-  float32x4_t lo = vdupq_n_f32(0.0f), hi = lo;
-  int64_t g = 0;
-  for (; g + 8 <= groups; g += 8) {
-    lo = vfmaq_f32(lo, Half4(bi + g), vld1q_f32(xsum + g));
-    hi = vfmaq_f32(hi, Half4(bi + g + 4), vld1q_f32(xsum + g + 4));
-  }
-  float t = 0;
-  for (; g < groups; ++g) t += Half(bi[g]) * xsum[g];
-  return Hsum8(lo, hi) + t;
-}
-
 // One weight row against NA activation rows: each block unpacked once; per activation the lanes
 // scaled by s_g·xs_g (q4 with groups of 32: the two groups of a block, a half each) and added in
 // block order, so a row's bits do not depend on NA.
@@ -123,7 +104,7 @@ void ManyOf(bool q4, const uint8_t* w, const uint16_t* sc, const uint16_t* bi, i
   float out[NA];
   for (int64_t m = 0; m < M; ++m) {
     Row<NA>(q4, group, w + m * rowBytes, sc + m * groups, rowBytes / 32, xq, xs, out);
-    for (int a = 0; a < NA; ++a) y[a][m] = out[a] + BiasDot(bi + m * groups, xsum[a], groups);
+    for (int a = 0; a < NA; ++a) y[a][m] = out[a] + BiasDotNeon(bi + m * groups, xsum[a], groups);
   }
 }
 

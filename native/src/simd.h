@@ -142,6 +142,13 @@ inline float HsumNeon(float32x4_t v) {
 // ((l4 + l5) + (l6 + l7)).
 inline float Hsum8(float32x4_t lo, float32x4_t hi) { return HsumNeon(lo) + HsumNeon(hi); }
 
+// An f16 value as f32, converted by the hardware (F16's value).
+inline float Half(uint16_t h) {
+  __fp16 f;
+  std::memcpy(&f, &h, 2);
+  return f;
+}
+
 // Four f16 values from p, as f32.
 inline float32x4_t Half4(const uint16_t* p) { return vcvt_f32_f16(vreinterpret_f16_u16(vld1_u16(p))); }
 #endif
