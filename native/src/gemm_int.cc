@@ -368,11 +368,7 @@ void GemmInt(WeightType type, const void* w, const uint16_t* scales, const uint1
 #ifdef VOXSLAB_ARM
   // Each row quantized as GemvRows quantizes it; the tiles (gemv_neon_int.h) read them there.
   const int64_t per = GemvIntScratchBytes(K, group);
-  const int64_t groups = K / group;
-  for (int64_t a = 0; a < n; ++a) {
-    float* xsum = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + a * per);
-    QuantizeActivations(X + a * K, K, group, type == WeightType::kQ4, reinterpret_cast<int8_t*>(xsum + 2 * groups), xsum + groups, xsum);
-  }
+  gemv::QuantizeRows(X, n, K, group, type == WeightType::kQ4, scratch, per);
   const NeonGemmTask task{{type, w, scales, biases, group}, static_cast<const uint8_t*>(scratch), Y, per, n, M, K};
   Pool().Run(RunNeonRows, &task, M, 4, n * M * K);
 #endif

@@ -193,16 +193,6 @@ void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
   }
 }
 
-// Each of the n rows of X quantized into its `per` bytes of scratch: xsum, xs, then xq.
-void QuantizeRows(const float* X, int64_t n, int64_t K, int group, bool q4, void* scratch, int64_t per) {
-  const int64_t groups = K / group;
-  for (int64_t t = 0; t < n; ++t) {
-    float* xsum = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + t * per);
-    float* xs = xsum + groups;
-    QuantizeActivations(X + t * K, K, group, q4, reinterpret_cast<int8_t*>(xs + groups), xs, xsum);
-  }
-}
-
 // f(i, a, b) for each of `count` stacked matrices (matrix i's first global row start[i]) that
 // global rows [r0, r1) reach, with [a, b) its own rows among them.
 template <typename F>
@@ -227,6 +217,15 @@ void RunManyRowsBlocks(const void* c, int64_t r0, int64_t r1) {
 }
 
 }  // namespace
+
+void gemv::QuantizeRows(const float* X, int64_t n, int64_t K, int group, bool q4, void* scratch, int64_t per) {
+  const int64_t groups = K / group;
+  for (int64_t t = 0; t < n; ++t) {
+    float* xsum = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + t * per);
+    float* xs = xsum + groups;
+    QuantizeActivations(X + t * K, K, group, q4, reinterpret_cast<int8_t*>(xs + groups), xs, xsum);
+  }
+}
 
 void GemvRows(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group, const float* X, float* Y,
               int64_t n, int64_t M, int64_t K, void* scratch) {

@@ -42,6 +42,11 @@ constexpr bool VnniLaid(bool q4, int na, int64_t K) { return na <= kVnniMany && 
 // ---- scalar (gemv_scalar.cc): the reference every other path equals where the tests demand bits ----
 void SplitEvensOdds(int8_t* xq, int64_t K);
 void QuantizeScalar(const float* x, int64_t K, int group, int8_t* xq, float* xs, float* xsum);
+// Each of the n rows of X quantized as QuantizeActivations quantizes it, into its `per` bytes of
+// scratch (GemvIntScratchBytes): xsum, xs, then xq (gemv.cc).
+void QuantizeRows(const float* X, int64_t n, int64_t K, int group, bool q4, void* scratch, int64_t per);
+// xsum[g] = Σ x over group g, added in order in f32.
+void GroupSums(const float* x, int64_t K, int group, float* xsum);
 void GemvScalar(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group,
                 const float* x, float* y, int64_t M, int64_t K, float* xsum);
 void GemvIntScalar(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group,

@@ -119,11 +119,7 @@ inline float32x4_t FloatInts4(WeightType type, const void* w, int64_t k) {
 void GemvNeon(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group, const float* x, float* y,
               int64_t M, int64_t K, float* xsum) {
   if (Quantized(type)) {
-    for (int64_t g = 0; g < K / group; ++g) {
-      float t = 0;
-      for (int i = 0; i < group; ++i) t += x[g * group + i];
-      xsum[g] = t;
-    }
+    GroupSums(x, K, group, xsum);
     const bool q8 = type == WeightType::kQ8;
     const uint8_t* wb = static_cast<const uint8_t*>(w);
     const int64_t groups = K / group;
