@@ -116,6 +116,8 @@ export interface NativeAddon {
     outAt: number,
     delayMs: number,
   ): number;
+  /** The voice likelihood (1 very low..4 high) of an engine made with voice detection, between frames. */
+  apmSetVoice(handle: ApmHandle, voice: number): void;
   /**
    * Streaming polyphase resampling over caller-owned buffers (see dsp/resample.ts for the
    * layouts). `input` null flushes with zeros until `limit` outputs exist. Returns outputs

@@ -105,6 +105,13 @@ int ApmProcess(Apm* a, const float* near, const float* far, float* out, int dela
   return flags;
 }
 
+bool ApmSetVoice(Apm* a, int voice) {
+  if (a->settings.voice == 0 || voice < 1 || voice > 4) return false;
+  if (a->engine->voice_detection()->set_likelihood(static_cast<webrtc::VoiceDetection::Likelihood>(voice - 1)) != 0) return false;
+  a->settings.voice = voice;
+  return true;
+}
+
 #else
 
 struct Apm {};
@@ -115,6 +122,7 @@ Apm* ApmCreate(const ApmSettings&, int64_t* heapBytes) {
 }
 void ApmDestroy(Apm*) {}
 int ApmProcess(Apm*, const float*, const float*, float*, int) { return -1; }
+bool ApmSetVoice(Apm*, int) { return false; }
 
 #endif
 

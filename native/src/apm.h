@@ -38,5 +38,8 @@ void ApmDestroy(Apm* apm);
 // `near` was captured; `delayMs` the known delay between them beyond that alignment.
 // Returns kApm* flags, or a negative engine error code.
 int ApmProcess(Apm* apm, const float* near, const float* far, float* out, int delayMs);
+// Sets the voice likelihood (1..4) of an engine made with voice detection, between frames; the
+// engine keeps its state and allocates nothing. False when it has none or refuses the level.
+bool ApmSetVoice(Apm* apm, int voice);
 
 }  // namespace voxslab

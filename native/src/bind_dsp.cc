@@ -198,6 +198,18 @@ Napi::Value ApmProcessValue(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), r);
 }
 
+// apmSetVoice(handle, voice 1..4): the voice likelihood of an engine made with voice detection.
+Napi::Value ApmSetVoiceValue(const Napi::CallbackInfo& info) {
+  const char* fn = "apmSetVoice";
+  ExpectArgs(info, 2, fn);
+  ApmHandle* h = ApmArg(info, fn);
+  if (h->apm == nullptr) throw Napi::Error::New(info.Env(), "apmSetVoice: the engine was destroyed");
+  const int64_t voice = CountArg(info, 1, fn, "voice");
+  if (voice < 1 || voice > 4) ThrowRange(info.Env(), "apmSetVoice: voice must be 1 (very low) to 4 (high)");
+  if (!voxslab::ApmSetVoice(h->apm, static_cast<int>(voice))) throw Napi::Error::New(info.Env(), "apmSetVoice: the engine has no voice detection");
+  return info.Env().Undefined();
+}
+
 }  // namespace
 
 void BindDsp(Napi::Env env, Napi::Object exports) {
@@ -209,6 +221,7 @@ void BindDsp(Napi::Env env, Napi::Object exports) {
   Export<ApmCreateValue>(env, exports, "apmCreate");
   Export<ApmDestroyValue>(env, exports, "apmDestroy");
   Export<ApmProcessValue>(env, exports, "apmProcess");
+  Export<ApmSetVoiceValue>(env, exports, "apmSetVoice");
   Napi::Object slots = Napi::Object::New(env);
   const std::pair<const char*, int> names[] = {{"pos", voxslab::kRsPos},   {"inputs", voxslab::kRsInputs}, {"outputs", voxslab::kRsOutputs},
                                                {"up", voxslab::kRsUp},     {"down", voxslab::kRsDown},     {"taps", voxslab::kRsTaps},

@@ -15,9 +15,11 @@ import type { PipelineConversation } from '../runtime/coordinator.js';
 import { readTurnFields } from '../runtime/protocol.js';
 import { type BargeVerdict, ConversationPort, OUT_REPLY_END } from '../runtime/port.js';
 import { EventIterators } from './iterators.js';
+import { InputQueue } from './input.js';
 import { sampleStream } from './stream.js';
-import { checkFinite, toS16 } from './samples.js';
-import type { ConversationEvent, ConversationEvents, SampleFormat, TurnSummary } from './types.js';
+import { checkFinite, fromBytes, fromSamples, toS16 } from './samples.js';
+import type { ConversationEvent, ConversationEvents, ConversationSettings, SampleFormat, TurnSummary } from './types.js';
+import { engineSettings, nextSettings, type Settings, settingsWords } from './settings.js';
 import { aborted, type ConversationHost, kFail, kPump } from './host.js';
 import { type DeviceHost, type DeviceLink, deviceLink, driveDevice, flushBacklog } from './device.js';
 
@@ -36,11 +38,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   readonly #pc: PipelineConversation;
   readonly #port: ConversationPort;
   /** Input not yet in the ring; `null` marks the end of a turn. */
-  readonly #queue: (Float32Array | null)[] = [];
-  /** Queued blocks that hold [microphone | far end] (writeDuplex), and the record they are sent through. */
-  readonly #pairs = new WeakSet<Float32Array>();
-  readonly #pair: Float32Array;
-  #queueAt = 0; // samples of the queue's head already in the ring
+  readonly #queue: InputQueue;
   #queuedThisTurn = 0;
   #fedThisTurn = 0;
   readonly #maxTurnSamples: number;
@@ -64,7 +62,9 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   readonly #iterators = new EventIterators<ConversationEvent>();
 
   /** VAD mode: the silence `endTurn()` feeds (null: the application ends turns). */
-  readonly #flush: Float32Array | null;
+  #flush: Float32Array | null;
+  /** VAD mode: the settings in force (`update`). */
+  readonly #settings: Settings;
 
   /** @internal Use `engine.open()`. */
   constructor(host: ConversationHost, pc: PipelineConversation, format: SampleFormat, segmentSeconds: number, vadSilenceMs = 0) {
@@ -105,8 +105,36 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     this.format = format;
     this.#maxTurnSamples = Math.floor(segmentSeconds * pc.inputRate);
     this.#pcm = new Float32Array(pc.output.maxPayload);
-    this.#pair = new Float32Array(2 * pc.chunk);
-    this.#flush = vadSilenceMs > 0 ? new Float32Array(Math.ceil(((vadSilenceMs + 200) * pc.inputRate) / 1000)) : null;
+    this.#queue = new InputQueue(pc.chunk);
+    this.#flush = vadSilenceMs > 0 ? this.#silence(vadSilenceMs) : null;
+    this.#settings = engineSettings(host.pipeline.setup.options);
+  }
+
+  /** Enough silence to end the speech in progress when the turn's silence is `ms`. */
+  #silence(ms: number): Float32Array {
+    return new Float32Array(Math.ceil(((ms + 200) * this.inputRate) / 1000));
+  }
+
+  /** VAD mode: the turn-taking settings in force (see `update`). */
+  get settings(): Readonly<Required<ConversationSettings>> {
+    return { ...this.#settings };
+  }
+
+  /**
+   * Changes how a VAD conversation takes turns while it runs. The silence and the shortest
+   * speech apply from the next turn when the user is speaking now (a turn is judged by one
+   * rule), the VAD's likelihood from its next frame, the look-ahead from the next generated
+   * frame. Every value is checked before any applies (ArgumentError).
+   */
+  update(settings: ConversationSettings): void {
+    if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
+    if (!this.#pc.vad) throw new ArgumentError(`conversation ${this.index} was opened without vad: true; the application ends its turns`);
+    const so = this.#host.pipeline.setup.options;
+    const next = nextSettings(this.#settings, settings, so);
+    Object.assign(this.#settings, next);
+    if (settings.silenceMs !== undefined) this.#flush = this.#silence(next.silenceMs);
+    this.#port.settings(settingsWords(next, so));
+    this.#host.wake();
   }
 
   get closed(): boolean {
@@ -120,15 +148,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
    * sample's offset in the block): nothing of it is queued, and the conversation goes on.
    */
   write(samples: Float32Array | Int16Array): boolean {
-    let f: Float32Array;
-    if (samples instanceof Float32Array) {
-      checkFinite(samples, 'samples');
-      f = samples.slice();
-    } else if (samples instanceof Int16Array) {
-      f = new Float32Array(samples.length);
-      for (let i = 0; i < samples.length; i++) f[i] = (samples[i] as number) / 32768;
-    } else throw new ArgumentError('write takes a Float32Array or an Int16Array of samples');
-    return this.#enqueue(f);
+    return this.#enqueue(fromSamples(samples));
   }
 
   /**
@@ -145,19 +165,18 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     const block = new Float32Array(2 * mic.length);
     block.set(mic);
     block.set(far, mic.length);
-    this.#pairs.add(block);
-    return this.#enqueue(block);
+    return this.#enqueue(block, true);
   }
 
-  #enqueue(f: Float32Array): boolean {
+  #enqueue(f: Float32Array, pair = false): boolean {
     if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
     if (this.#link !== null) throw new ArgumentError(`conversation ${this.index} runs on a device: its microphone is the input`);
     if (f.length > 0) {
-      this.#queue.push(f);
+      this.#queue.push(f, pair);
       this.#queuedThisTurn += f.length;
       this.#host.wake();
     }
-    return this.#backlog() <= this.inputRate;
+    return this.#queue.backlog() <= this.inputRate;
   }
 
   /**
@@ -165,16 +184,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
    * only (ArgumentError otherwise). Decoded straight into the queued block: one copy.
    */
   writeBytes(bytes: Uint8Array): boolean {
-    const per = this.format === 'f32' ? 4 : 2;
-    if (bytes.length % per !== 0) throw new ArgumentError(`${bytes.length} bytes is not whole ${this.format} samples`);
-    const n = bytes.length / per;
-    const v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-    const f = new Float32Array(n);
-    if (per === 4) {
-      for (let i = 0; i < n; i++) f[i] = v.getFloat32(4 * i, true);
-      checkFinite(f, 'samples');
-    } else for (let i = 0; i < n; i++) f[i] = v.getInt16(2 * i, true) / 32768;
-    return this.#enqueue(f);
+    return this.#enqueue(fromBytes(bytes, this.format));
   }
 
   /** Ends the user's turn: the reply follows. A turn with no speech is ignored. */
@@ -265,15 +275,10 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   /** Drops the queued input not yet in the pipeline (and a turn's end after it); returns the samples dropped. */
   clearInput(): number {
     if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
-    const dropped = this.#backlog();
+    const dropped = this.#queue.backlog();
     // What this turn had queued, less what is dropped: a turn some of whose speech reached the
     // pipeline can still be ended.
-    const head = this.#queue[0];
-    let units = head !== null && head !== undefined && this.#pairs.has(head) ? -2 * this.#queueAt : -this.#queueAt;
-    for (const q of this.#queue) if (q !== null) units += q.length;
-    this.#queuedThisTurn = Math.max(0, this.#queuedThisTurn - units);
-    this.#queue.length = 0;
-    this.#queueAt = 0;
+    this.#queuedThisTurn = Math.max(0, this.#queuedThisTurn - this.#queue.clear());
     for (const cb of this.#drainCallbacks.splice(0)) cb();
     return dropped;
   }
@@ -319,18 +324,33 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     this.once('close', () => signal.removeEventListener('abort', onAbort));
   }
 
-  /** @internal */
+  /** @internal The manifest at open, once the application could have listened. */
   emitMemory(): void {
-    this.#emit('memory', this.#host.memory());
+    setImmediate(() => this.#closing === null && this.#memory(0));
+  }
+
+  #memory(turn: number): void {
+    if (this.listenerCount('memory') > 0 || this.#iterators.listening) this.#emit('memory', { turn, manifest: this.#host.memory() });
+  }
+
+  /** The turn in progress: the reply owed, else the user's next. */
+  #turnNow(): number {
+    return Math.min(this.#port.replied, this.#spoken);
   }
 
   /** @internal A stage worker failed: the conversation ends with the error. */
   [kFail](error: WorkerError): void {
     if (this.#closing !== null) return;
-    this.#emit('error', error);
+    const info = { turn: this.#turnNow() };
+    // Whoever receives it: a listener, an iterator, a nextTurn() waiter, the stream (whose own
+    // 'error' follows Node's rule), a device run (which rejects with it).
+    const received = this.listenerCount('error') > 0 || this.#iterators.listening || this.#waiters.length > 0 || this.#stream !== null || this.#link !== null;
+    this.#emit('error', error, info);
     this.#rejectWaiters(error);
     this.#stream?.destroy(error);
     void this.close();
+    // As Node's emitters do, an error nobody receives is thrown (emit with no listener throws it).
+    if (!received) process.nextTick(() => this.emit('error', error, info));
   }
 
   #end(reason: Error): void {
@@ -339,7 +359,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     for (const cb of this.#drainCallbacks.splice(0)) cb();
     if (this.#stream !== null && !this.#stream.destroyed) this.#stream.push(null);
     this.#iterators.end();
-    this.emit('close');
+    this.emit('close', { turn: this.#turnNow() });
   }
 
   #rejectWaiters(e: Error): void {
@@ -347,24 +367,19 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   }
 
   #emit<K extends keyof ConversationEvents>(type: K, ...args: ConversationEvents[K]): void {
-    // An 'error' without a listener is not thrown: it rejects `nextTurn()` and ends the iterators.
+    // An 'error' goes to the emitter only when it has a listener ([kFail] throws it otherwise).
     if (type !== 'error' || this.listenerCount('error') > 0) this.emit(type, ...(args as never));
     if (this.#iterators.listening) {
       const payload = args[0] as object | undefined;
-      this.#iterators.push((type === 'error' ? { type, error: payload } : { type, ...(payload ?? {}) }) as unknown as ConversationEvent);
+      const event = type === 'error' ? { type, error: payload, ...(args[1] as object) } : { type, ...(payload ?? {}) };
+      this.#iterators.push(event as unknown as ConversationEvent);
     }
-  }
-
-  #backlog(): number {
-    let n = -this.#queueAt;
-    for (const q of this.#queue) if (q !== null) n += this.#pairs.has(q) ? q.length / 2 : q.length;
-    return n;
   }
 
   #drainCallbacks: (() => void)[] = [];
 
   #whenDrained(done: () => void): void {
-    if (this.#backlog() <= this.inputRate) done();
+    if (this.#queue.backlog() <= this.inputRate) done();
     else this.#drainCallbacks.push(done);
   }
 
@@ -402,9 +417,9 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     if (link !== null && link.backlogCount > 0 && flushBacklog(this.#device, link)) progress = true;
     // Input, up to the ring's room; a turn ends at endTurn() or at the longest segment (in VAD
     // mode, where the frontend's endpointer says).
-    while (this.#flush !== null && this.#queue.length > 0 && this.#feed(this.#queue[0]!, pc.chunk)) progress = true;
+    while (this.#flush !== null && this.#queue.length > 0 && this.#feed(pc.chunk)) progress = true;
     while (this.#flush === null && this.#queue.length > 0) {
-      const head = this.#queue[0]!;
+      const head = this.#queue.head();
       if (head === null) {
         if (!this.#port.endSegment()) break;
         this.#queue.shift();
@@ -423,10 +438,10 @@ export class Conversation extends EventEmitter<ConversationEvents> {
         progress = true;
         continue;
       }
-      if (!this.#feed(head, Math.min(pc.chunk, room))) break;
+      if (!this.#feed(Math.min(pc.chunk, room))) break;
       progress = true;
     }
-    if (this.#drainCallbacks.length > 0 && this.#backlog() <= this.inputRate) for (const cb of this.#drainCallbacks.splice(0)) cb();
+    if (this.#drainCallbacks.length > 0 && this.#queue.backlog() <= this.inputRate) for (const cb of this.#drainCallbacks.splice(0)) cb();
     if (this.#port.events()) progress = true;
     // A device pulls the reply audio itself, period by period (#pull).
     if (this.#link === null && this.#output()) progress = true;
@@ -520,37 +535,11 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     return this.#link;
   }
 
-  /** Writes up to `most` samples of the queue's head as one PCM (or DUPLEX) record; false when the ring is full. */
-  #feed(head: Float32Array, most: number): boolean {
-    if (this.#pairs.has(head)) return this.#feedPair(head, most);
-    const n = Math.min(most, head.length - this.#queueAt);
-    if (!this.#port.writePcm(head, this.#queueAt, n)) return false;
-    this.#queueAt += n;
+  /** Up to `most` samples of the queue's head into the ring; false when it is full. */
+  #feed(most: number): boolean {
+    const n = this.#queue.feed(this.#port, most);
     this.#fedThisTurn += n;
-    if (this.#queueAt === head.length) {
-      this.#queue.shift();
-      this.#queueAt = 0;
-    }
-    return true;
-  }
-
-  /** A [microphone | far end] block: up to `most` samples of each, as one DUPLEX record. */
-  #feedPair(head: Float32Array, most: number): boolean {
-    const half = head.length / 2;
-    const n = Math.min(most, half - this.#queueAt);
-    const p = this.#pair;
-    for (let i = 0; i < n; i++) {
-      p[i] = head[this.#queueAt + i]!;
-      p[n + i] = head[half + this.#queueAt + i]!;
-    }
-    if (!this.#port.writeDuplex(p, 0, 2 * n)) return false;
-    this.#queueAt += n;
-    this.#fedThisTurn += n;
-    if (this.#queueAt === half) {
-      this.#queue.shift();
-      this.#queueAt = 0;
-    }
-    return true;
+    return n > 0;
   }
 
   #endTurnFed(reason: 'end-turn' | 'segment-limit' | 'vad'): void {
@@ -590,9 +579,10 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     this.#samples = 0;
     this.#firstAudioAt = -1;
     this.#emit('turn_end', t);
+    this.#memory(t.turn);
     this.#waiters.shift()?.resolve(t);
     this.#endStreamIfDone();
   }
 }
 
-export type { ConversationEvent, ConversationEvents, ConversationOptions, SampleFormat, TurnSummary } from './types.js';
+export type { ConversationEvent, ConversationEvents, ConversationOptions, ConversationSettings, SampleFormat, TurnSummary } from './types.js';

@@ -30,7 +30,7 @@ import { BELL_MAIN } from '../runtime/protocol.js';
 import { Conversation, type ConversationOptions } from './conversation.js';
 import { aborted, isAborted, kFail, kPump } from './host.js';
 
-export type { ConversationEvent, ConversationEvents, ConversationOptions, SampleFormat, TurnSummary } from './conversation.js';
+export type { ConversationEvent, ConversationEvents, ConversationOptions, ConversationSettings, SampleFormat, TurnSummary } from './conversation.js';
 export type { DeviceLink } from './device.js';
 export { Conversation } from './conversation.js';
 

@@ -30,6 +30,21 @@ export interface ConversationOptions {
   echoDelayMs?: number;
 }
 
+/**
+ * What `conversation.update()` changes in a VAD conversation while it runs (the engine's `load`
+ * options give the starting values). Each left out keeps its value.
+ */
+export interface ConversationSettings {
+  /** Silence after speech that ends the user's turn, ms (100..10000; 10 ms steps). */
+  silenceMs?: number;
+  /** Shortest speech kept as a turn, ms (10..10000; 10 ms steps). */
+  minSpeechMs?: number;
+  /** The WebRTC VAD's voice likelihood (an engine loaded with `vad: 'silero'` keeps Silero). */
+  vad?: 'very-low' | 'low' | 'moderate' | 'high';
+  /** How far generation may run ahead of playback, ms (80 up to the engine's `lookaheadMs`). */
+  lookaheadMs?: number;
+}
+
 /** What a finished turn produced. */
 export interface TurnSummary {
   turn: number;
@@ -65,12 +80,21 @@ export interface ConversationEvents {
   barge_in: [{ turn: number; heardFrames: number | null; generatedFrames: number; text: string }];
   audio: [{ turn: number; pcm: Float32Array | Int16Array; sampleRate: number }];
   turn_end: [TurnSummary];
-  error: [VoxslabError];
-  memory: [MemoryManifest];
-  close: [];
+  /**
+   * A stage worker failed: the conversation closes. `turn` is the turn in progress. As with
+   * Node's emitters, an error nothing receives (no listener, no `events()` iterator, no
+   * `nextTurn()` waiting, no `stream()`) is thrown: an uncaught exception.
+   */
+  error: [VoxslabError, { turn: number }];
+  /** The memory manifest: at open (`turn` 0) and after each turn's reply (that turn). */
+  memory: [{ turn: number; manifest: MemoryManifest }];
+  /** The conversation closed; `turn` is the turn that was in progress or next. */
+  close: [{ turn: number }];
 }
 
-/** One event as the async iterator yields it. */
-export type ConversationEvent = {
-  [K in keyof ConversationEvents]: ConversationEvents[K] extends [infer P] ? { type: K } & (P extends object ? P : never) : { type: K };
-}[keyof ConversationEvents];
+/** One event as the async iterator yields it (`close` ends the iteration). */
+export type ConversationEvent =
+  | {
+      [K in Exclude<keyof ConversationEvents, 'error' | 'close'>]: { type: K } & ConversationEvents[K][0];
+    }[Exclude<keyof ConversationEvents, 'error' | 'close'>]
+  | { type: 'error'; error: VoxslabError; turn: number };

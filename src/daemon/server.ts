@@ -28,7 +28,7 @@ import { type Counter, type Histogram, Registry } from 'prom-client';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
 import { ArgumentError, BadInputError, ClosedError, MemoryLimitError, UsageError, VoxslabError } from '../errors.js';
 import { optionValue } from '../options.js';
-import type { Conversation, Engine, SampleFormat, TurnSummary } from '../api/engine.js';
+import type { Conversation, ConversationSettings, Engine, SampleFormat, TurnSummary } from '../api/engine.js';
 import { LogLines } from './log.js';
 import { checkBind, digest, HttpError, STATUS_TEXT } from './http.js';
 
@@ -66,6 +66,8 @@ const OUTPUT_HIGH_BYTES = 1 << 20;
 const OUTPUT_LOW_BYTES = 1 << 18;
 /** How often a held-back socket is looked at (its buffer drained, or its client stalled too long). */
 const OUTPUT_CHECK_MS = 50;
+/** The JSON messages a client sends on a conversation's socket. */
+const CLIENT_MESSAGES = ['end_turn', 'cancel_reply', 'clear_input', 'update', 'close'];
 
 interface Entry {
   id: string;
@@ -446,7 +448,7 @@ export class Daemon {
       text: (x: object) => send({ type: 'text', ...x }),
       barge_in: (x: object) => send({ type: 'barge_in', ...x }),
       turn_end: (x: object) => send({ type: 'turn_end', ...x }),
-      error: (x: Error) => send({ type: 'error', message: x.message, code: (x as VoxslabError).code }),
+      error: (x: Error, info: { turn: number }) => send({ type: 'error', message: x.message, code: (x as VoxslabError).code, turn: info.turn }),
       audio: (x: { pcm: Float32Array | Int16Array }) => {
         if (ws.readyState !== ws.OPEN) return;
         ws.send(Buffer.from(x.pcm.buffer, x.pcm.byteOffset, x.pcm.byteLength));
@@ -509,10 +511,21 @@ export class Daemon {
         } catch {
           return fail(1007, 'text frame is not JSON');
         }
-        const type = (msg as { type?: unknown } | null)?.type;
+        const { type, ...rest } = (msg !== null && typeof msg === 'object' ? msg : {}) as { type?: unknown } & ConversationSettings;
         if (type === 'end_turn') c.endTurn();
-        else if (type === 'close') void this.#close(e, 1000, 'closed by the client');
-        else fail(1008, `unknown message type ${JSON.stringify(type)} (end_turn, close)`);
+        else if (type === 'cancel_reply') c.cancelReply();
+        else if (type === 'clear_input') c.clearInput();
+        else if (type === 'update') {
+          // A setting the conversation refuses is the client's to mend: an error event, the socket open.
+          try {
+            c.update(rest);
+            send({ type: 'updated', ...c.settings });
+          } catch (error) {
+            if (!(error instanceof ArgumentError)) throw error;
+            send({ type: 'error', message: error.message, code: error.code });
+          }
+        } else if (type === 'close') void this.#close(e, 1000, 'closed by the client');
+        else fail(1008, `unknown message type ${JSON.stringify(type)} (${CLIENT_MESSAGES.join(', ')})`);
       } catch (error) {
         // Samples that are not finite (the frame is refused whole) are the client's data: 1007. A
         // conversation closed under the socket is named by this daemon's id, not the library's index.

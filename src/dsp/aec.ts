@@ -235,6 +235,13 @@ export class VoiceDetector {
     this.#out = ws('vad.out', Float32Array, APM_FRAME);
   }
 
+  /** A new voice likelihood from the next frame on (the detector's state carries over). */
+  setLikelihood(likelihood: VadLikelihood): void {
+    const level = VAD_LIKELIHOOD[likelihood];
+    if (level === undefined) throw new InternalError(`unknown VAD likelihood '${likelihood}'`);
+    native.apmSetVoice(this.#handle, level);
+  }
+
   /**
    * Takes `pcm[at, at + n)`; writes one decision (1 voice, 0 not) per completed frame to
    * `decisions` from `dAt`, and returns how many frames completed.

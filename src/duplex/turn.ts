@@ -41,6 +41,8 @@ export interface EndpointOptions {
   minSpeech: number;
   /** Frames of speech after which the segment closes anyway. */
   maxSegment: number;
+  /** The longest `silence` a later `configure` may ask for (the window is carved for it). Default `silence`. */
+  maxSilence?: number;
   /**
    * Frames at the start of a stream whose decisions are ignored: the VAD learns the noise floor
    * and the echo canceller converges there, and both misfire until they have. Default 50.
@@ -55,6 +57,8 @@ export function framesOf(ms: number): number {
 
 export class Endpointer {
   readonly o: Required<EndpointOptions>;
+  /** `silence` and `minSpeech` as `configure` asked, applied when no speech is under way. */
+  readonly #next = { silence: 0, minSpeech: 0 };
   /** Frames seen. */
   frame = 0;
   /** While speaking: the frame the speech began at; -1 when idle. */
@@ -73,8 +77,32 @@ export class Endpointer {
     if (!Number.isInteger(pause) || pause < 1) throw new ArgumentError(`endpointing pause must be a positive whole number of frames, got ${pause}`);
     const warmup = o.warmup ?? 50;
     if (!Number.isInteger(warmup) || warmup < 0) throw new ArgumentError(`endpointing warmup must be a whole number of frames, got ${warmup}`);
-    this.o = { ...o, warmup, pause };
-    this.#window = ws('endpoint.window', Uint8Array, o.silence);
+    const maxSilence = o.maxSilence ?? o.silence;
+    if (!Number.isInteger(maxSilence) || maxSilence < o.silence)
+      throw new ArgumentError(`endpointing maxSilence must be a whole number of frames of at least silence (${o.silence}), got ${maxSilence}`);
+    this.o = { ...o, warmup, pause, maxSilence };
+    this.#next.silence = o.silence;
+    this.#next.minSpeech = o.minSpeech;
+    this.#window = ws('endpoint.window', Uint8Array, maxSilence);
+  }
+
+  /**
+   * New `silence` and `minSpeech` (frames): now when no speech is under way, else when it ends,
+   * so a turn is judged by one rule throughout.
+   */
+  configure(silence: number, minSpeech: number): void {
+    if (!Number.isInteger(silence) || silence < 1 || silence > this.o.maxSilence)
+      throw new ArgumentError(`endpointing silence must be 1..${this.o.maxSilence} frames, got ${silence}`);
+    if (!Number.isInteger(minSpeech) || minSpeech < 1)
+      throw new ArgumentError(`endpointing minSpeech must be a positive whole number of frames, got ${minSpeech}`);
+    this.#next.silence = silence;
+    this.#next.minSpeech = minSpeech;
+    if (this.start < 0) this.#apply();
+  }
+
+  #apply(): void {
+    this.o.silence = this.#next.silence;
+    this.o.minSpeech = this.#next.minSpeech;
   }
 
   get speaking(): boolean {
@@ -109,6 +137,7 @@ export class Endpointer {
   #end(event: number): number {
     this.start = -1;
     this.#run = 0;
+    this.#apply();
     return event;
   }
 

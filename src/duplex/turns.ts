@@ -14,6 +14,8 @@ export interface TurnTakingOptions {
   onsetMs: number;
   silenceMs: number;
   minSpeechMs: number;
+  /** The longest silence `configure` may set later (default `silenceMs`). */
+  maxSilenceMs?: number;
   /** Floats per mel row. */
   width: number;
   /** Rows of the longest segment (the encoder's); a segment's speech stops short of it by the pre-roll and its end's frame. */
@@ -32,7 +34,13 @@ export class TurnTaking {
   constructor(o: TurnTakingOptions, ws: Workspace, rows: Workspace) {
     const onset = framesOf(o.onsetMs);
     this.endpointer = new Endpointer(
-      { onset, silence: framesOf(o.silenceMs), minSpeech: framesOf(o.minSpeechMs), maxSegment: Math.max(1, o.maxRows - PRE_ROLL_ROWS - 1) },
+      {
+        onset,
+        silence: framesOf(o.silenceMs),
+        maxSilence: framesOf(o.maxSilenceMs ?? o.silenceMs),
+        minSpeech: framesOf(o.minSpeechMs),
+        maxSegment: Math.max(1, o.maxRows - PRE_ROLL_ROWS - 1),
+      },
       ws,
     );
     // Rows run ahead of the decisions by a push's rows and the detector's delay.

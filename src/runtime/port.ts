@@ -15,10 +15,14 @@ import {
   kCancelReply,
   kHeard,
   kHeardReply,
+  kLookaheadSet,
+  kMinSpeechSet,
   kOnsets,
   kOnsetsSeen,
   kPlayed,
   kPlayedReply,
+  kSilenceSet,
+  kVadSet,
   kVoice,
   REC_BARGE,
   REC_CODES,
@@ -171,6 +175,20 @@ export class ConversationPort {
   cancelReply(): void {
     this.dropReply = this.replied;
     Atomics.store(this.conv.duplex, kCancelReply, this.replied + 1);
+    this.#pipeline.bells.ring(this.#depthformerBell);
+  }
+
+  /**
+   * A VAD conversation's settings in the stages' units (10 ms frames, the VAD's likelihood level,
+   * output samples; 0: the engine's). The frontend reads them at its next record, the
+   * Depthformer stage at its next step.
+   */
+  settings(s: { silence: number; minSpeech: number; vad: number; lookahead: number }): void {
+    const w = this.conv.duplex;
+    Atomics.store(w, kSilenceSet, s.silence);
+    Atomics.store(w, kMinSpeechSet, s.minSpeech);
+    Atomics.store(w, kVadSet, s.vad);
+    Atomics.store(w, kLookaheadSet, s.lookahead);
     this.#pipeline.bells.ring(this.#depthformerBell);
   }
 

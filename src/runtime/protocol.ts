@@ -81,9 +81,10 @@ export function readBargeFields(b: Int32Array): BargeVerdict {
 
 /**
  * A conversation's duplex words (Int32, carved with its rings). Writers: the frontend stage
- * (kVoice, kOnsets), the main thread (kOnsetsSeen, kHeard*, kPlayed*, kCancelReply), the
- * Depthformer stage (kReplies). Each is written by one thread and read with Atomics by the
- * others. All but kCancelReply serve VAD conversations only.
+ * (kVoice, kOnsets), the main thread (kOnsetsSeen, kHeard*, kPlayed*, kCancelReply, the
+ * settings k*Set), the Depthformer stage (kReplies). Each is written by one thread and read with
+ * Atomics by the others. All but kCancelReply serve VAD conversations only. A setting's 0 means
+ * the engine's own value.
  */
 export const kVoice = 0; // 1 while speech may be under way (playback holds), else 0
 export const kOnsets = 1; // confirmed speech onsets so far
@@ -94,7 +95,11 @@ export const kPlayedReply = 5; // the reply being delivered now (replies whose e
 export const kPlayed = 6; // samples of it delivered so far
 export const kReplies = 7; // replies the Depthformer stage has begun
 export const kCancelReply = 8; // 1 + the reply the main thread cancelled (0: none)
-export const DUPLEX_WORDS = 9;
+export const kSilenceSet = 9; // frames of silence that end a turn (the frontend reads it)
+export const kMinSpeechSet = 10; // frames of speech a turn needs (the frontend)
+export const kVadSet = 11; // the WebRTC VAD's likelihood, 1..4 (the frontend)
+export const kLookaheadSet = 12; // output samples generation may run ahead of playback (the Depthformer stage)
+export const DUPLEX_WORDS = 13;
 
 /** Fields of a TURN_END record on the event ring. */
 export const TURN_TEXT_TOKENS = 0;

@@ -172,11 +172,14 @@ t.test('events: the async iterator yields a turn in order and ends at close', as
   conv.endTurn();
   await done;
   const types = seen.map((e) => e.type);
-  t.equal(types[0], 'speech_start');
-  t.equal(types[1], 'speech_end');
-  t.equal(types.at(-1), 'turn_end');
+  t.same(types.slice(0, 3), ['memory', 'speech_start', 'speech_end'], 'the manifest at open, then the turn');
+  t.same(types.slice(-2), ['turn_end', 'memory'], 'the reply, then the manifest after it');
   t.ok(types.includes('audio'));
-  const end = seen.at(-1) as Extract<ConversationEvent, { type: 'turn_end' }>;
+  t.ok(
+    seen.every((e) => e.type === 'error' || e.turn === 0),
+    'every event names turn 0',
+  );
+  const end = seen.at(-2) as Extract<ConversationEvent, { type: 'turn_end' }>;
   const texts = seen.filter((e): e is Extract<ConversationEvent, { type: 'text' }> => e.type === 'text');
   t.equal(texts.map((e) => e.delta).join(''), end.text, 'the text deltas add up to the turn’s text');
   t.equal(texts.length, end.tokens.length);

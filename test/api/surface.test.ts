@@ -1,8 +1,10 @@
 // The public surface: what the root exports, what its declarations show, and the calls a voice
 // session offers beyond speaking a turn (clearInput, async disposal).
 import t from 'tap';
-import { readdirSync, readFileSync, statSync } from 'node:fs';
+import { readdirSync, readFileSync, statSync, writeFileSync } from 'node:fs';
+import { scratchDir } from '../helpers.js';
 import { join } from 'node:path';
+import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import * as root from '../../src/index.js';
 import { load } from '../../src/index.js';
@@ -80,4 +82,65 @@ t.test('cancelReply stops the reply in progress; the conversation goes on', asyn
   t.ok(next.frames > 0, `the next turn is answered (${next.frames} frames)`);
   await engine.close();
   t.equal(engine.snapshot().held.total, 0, 'every byte back');
+});
+
+t.test('every event names its turn: memory at open and after each reply, close', async (t) => {
+  const engine = await load('tiny', { memoryLimit: '1GiB', replySeconds: 1 });
+  const conv = await engine.open({ inputRate: 16000 });
+  const memory: { turn: number; held: number }[] = [];
+  conv.on('memory', (e) => memory.push({ turn: e.turn, held: e.manifest.totals.current }));
+  const closed = new Promise<{ turn: number }>((resolve) => conv.once('close', resolve));
+  const speech = Float32Array.from({ length: 16000 }, (_, i) => 0.3 * Math.sin((2 * Math.PI * 220 * i) / 16000));
+  for (let k = 0; k < 2; k++) {
+    conv.write(speech);
+    conv.endTurn();
+    await conv.nextTurn();
+  }
+  t.same(
+    memory.map((m) => m.turn),
+    [0, 0, 1],
+    'the manifest at open (turn 0), then after reply 0 and reply 1',
+  );
+  t.ok(memory.every((m) => m.held > 0));
+  await conv.close();
+  t.same(await closed, { turn: 2 }, 'close names the next turn');
+  await engine.close();
+});
+
+t.test('a stage worker that dies: the error reaches a listener with its turn; the conversation closes', async (t) => {
+  const engine = await load('tiny', { memoryLimit: '1GiB', replySeconds: 1 });
+  const conv = await engine.open({ inputRate: 16000 });
+  const failed = new Promise<[Error, { turn: number }]>((resolve) => conv.once('error', (e, info) => resolve([e, info])));
+  await engine.pipeline.workers[2]!.worker.terminate();
+  const [error, info] = await failed;
+  t.match(error, { name: 'WorkerError', code: 'ERR_VOXSLAB_WORKER' });
+  t.same(info, { turn: 0 });
+  t.ok(conv.closed, 'the conversation closed');
+  await engine.close();
+});
+
+t.test('an error nothing receives is thrown, as Node’s emitters do: the process exits with it', async (t) => {
+  const index = new URL('../../src/index.js', import.meta.url).href;
+  const script = (listen: boolean): string => `
+    import { load } from ${JSON.stringify(index)};
+    const engine = await load('tiny', { memoryLimit: '1GiB' });
+    const conv = await engine.open({ inputRate: 16000 });
+    ${listen ? "conv.on('error', (e, i) => console.log('received', e.name, i.turn));" : ''}
+    conv.once('close', () => setTimeout(() => engine.close().then(() => console.log('closed')), 100));
+    await engine.pipeline.workers[1].worker.terminate();
+  `;
+  // A file, not --eval: the stage workers inherit the process's exec arguments.
+  const dir = scratchDir('voxslab-unhandled-');
+  const run = (listen: boolean) => {
+    const file = join(dir, `app-${listen}.mjs`);
+    writeFileSync(file, script(listen));
+    return spawnSync(process.execPath, [file], { encoding: 'utf8', timeout: 60_000 });
+  };
+  const thrown = run(false);
+  t.equal(thrown.status, 1, 'no listener: an uncaught exception, exit code 1');
+  t.match(thrown.stderr, /Unhandled 'error' event[\s\S]*WorkerError: frontend worker: exited with code 1[\s\S]*Emitted 'error' event on Conversation instance/);
+  t.notMatch(thrown.stdout, /closed/);
+  const heard = run(true);
+  t.equal(heard.status, 0, `a listener: no throw (${heard.stderr.trim()})`);
+  t.match(heard.stdout, /received WorkerError 0\nclosed/);
 });

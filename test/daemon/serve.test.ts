@@ -183,6 +183,32 @@ t.test('oversized and malformed frames close only their own socket, with a reaso
   const unknown = await closeWith((ws) => ws.send(JSON.stringify({ type: 'dance' })));
   t.equal(unknown.code, 1008);
   t.match(unknown.reason, /unknown message type/);
+  // update / cancel_reply / clear_input: a refused setting is an error event, the socket stays open.
+  const session = (query: string, msgs: object[]): Promise<Record<string, unknown>[]> =>
+    new Promise((resolve) => {
+      const ws = new WebSocket(`${s.ws}/v1/ws?inputRate=16000&format=s16${query}`);
+      const got: Record<string, unknown>[] = [];
+      ws.on('message', (d: Buffer, binary: boolean) => {
+        if (binary) return;
+        const e = JSON.parse(d.toString()) as Record<string, unknown>;
+        got.push(e);
+        if (e.type === 'ready') for (const m of msgs) ws.send(JSON.stringify(m));
+        if (got.filter((x) => x.type === 'updated' || x.type === 'error').length === msgs.filter((m) => 'silenceMs' in m).length) ws.close();
+      });
+      ws.on('close', () => resolve(got));
+      ws.on('error', () => undefined);
+    });
+  const vadEvents = await session('&vad=true', [
+    { type: 'cancel_reply' },
+    { type: 'clear_input' },
+    { type: 'update', silenceMs: 5 },
+    { type: 'update', silenceMs: 900 },
+  ]);
+  const answers = vadEvents.filter((e) => e.type === 'updated' || e.type === 'error');
+  t.match(answers[0], { type: 'error', code: 'ERR_VOXSLAB_ARGUMENT', message: /silenceMs must be an integer from 100/ }, 'a refused setting: an error event');
+  t.match(answers[1], { type: 'updated', silenceMs: 900, minSpeechMs: 200 }, 'then the next update applies on the same socket');
+  const plainEvents = await session('', [{ type: 'update', silenceMs: 900 }]);
+  t.match(plainEvents.at(-1), { type: 'error', message: /opened without vad: true/ });
   // Garbage on the raw socket is refused by the HTTP parser; the daemon stays up.
   await new Promise<void>((resolve) => {
     const sock = connect(Number(new URL(s.url).port), '127.0.0.1', () => sock.end('\u0000\u0001garbage\r\n\r\n'));

@@ -38,6 +38,7 @@ import {
   kPlayed,
   kPlayedReply,
   kCancelReply,
+  kLookaheadSet,
   kReplies,
   REC_BARGE,
   type StageConversation,
@@ -383,7 +384,8 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     if (!c.vad || c.verdict >= 0 || c.cutReply === c.replies - 1) return true;
     const w = c.words;
     const played = Atomics.load(w, kPlayedReply) === c.replies - 1 ? Atomics.load(w, kPlayed) : 0;
-    return c.dialogue.frames * this.#frameSamples - played < this.#lookahead;
+    const set = Atomics.load(w, kLookaheadSet);
+    return c.dialogue.frames * this.#frameSamples - played < (set > 0 ? set : this.#lookahead);
   }
 
   /** Sends what one step of `c` emitted; at the turn's end, its summary, and its slot goes back. */

@@ -13,6 +13,9 @@ import {
   REC_SPEECH_END,
   REC_SPEECH_START,
   BELL_MAIN,
+  kMinSpeechSet,
+  kSilenceSet,
+  kVadSet,
   kOnsets,
   kVoice,
   SPEECH_DROPPED,
@@ -21,9 +24,11 @@ import {
   type StageOpen,
 } from '../protocol.js';
 import type { FrameDecider } from '../../dsp/voice.js';
+import { VAD_LIKELIHOOD, VoiceDetector, type VadLikelihood } from '../../dsp/aec.js';
+import { OPTIONS } from '../../options.js';
 import { prepareVoice } from '../../io/silero.js';
 import { makeVoice, maxDecisions } from '../../dsp/voice.js';
-import { VAD_SPEECH_START } from '../../duplex/turn.js';
+import { framesOf, VAD_SPEECH_START } from '../../duplex/turn.js';
 import { TurnTaking } from '../../duplex/turns.js';
 import { GATE_END, GATE_NONE, GATE_ROWS, GATE_START, type SegmentGate } from '../../duplex/gate.js';
 import { native } from '../../native.js';
@@ -42,8 +47,15 @@ interface FrontendConv extends RoomConv {
   /** VAD mode: the turn detector, the segment gate and the playback hold (published as kVoice). */
   turns: TurnTaking | null;
   reason: Int32Array; // [1] a SPEECH_END record's payload
-  words: Int32Array; // barge-in words: this stage writes kVoice and kOnsets
+  words: Int32Array; // barge-in words: this stage writes kVoice and kOnsets, reads the settings
+  /** The settings words as last applied (kSilenceSet, kMinSpeechSet, kVadSet). */
+  silenceSet: number;
+  minSpeechSet: number;
+  vadSet: number;
 }
+
+/** Likelihood names by their level (VAD_LIKELIHOOD's inverse). */
+const LIKELIHOODS = Object.fromEntries(Object.entries(VAD_LIKELIHOOD).map(([k, v]) => [v, k])) as Record<number, VadLikelihood>;
 
 export class FrontendStage extends StreamStage<FrontendConv> {
   constructor(env: Environment) {
@@ -68,7 +80,16 @@ export class FrontendStage extends StreamStage<FrontendConv> {
       const vad = voice !== null ? makeVoice(voice, vadWs, engine ?? SIZING_ENGINE) : null;
       const turns = o.vad
         ? new TurnTaking(
-            { onsetMs: so.onsetMs, silenceMs: so.silenceMs, minSpeechMs: so.minSpeechMs, width: f.nMels, maxRows, rowsPerPush: rowsPer },
+            {
+              onsetMs: so.onsetMs,
+              silenceMs: so.silenceMs,
+              minSpeechMs: so.minSpeechMs,
+              // `update({ silenceMs })` may ask for up to the option's longest.
+              maxSilenceMs: OPTIONS.silenceMs.max,
+              width: f.nMels,
+              maxRows,
+              rowsPerPush: rowsPer,
+            },
             vadWs,
             vadWs,
           )
@@ -90,7 +111,8 @@ export class FrontendStage extends StreamStage<FrontendConv> {
     if (conv.room > capacity(o, 'mel'))
       throw new InternalError(`frontend: the mel ring (${capacity(o, 'mel')} words) cannot hold a record's rows (${conv.room})`);
     const words = o.vad ? this.words(o) : new Int32Array(0);
-    this.conversations[o.index] = { index: o.index, input: this.input(o, 'pcm16'), out: this.output(o, 'mel'), words, ...conv };
+    const settings = { silenceSet: 0, minSpeechSet: 0, vadSet: 0 };
+    this.conversations[o.index] = { index: o.index, input: this.input(o, 'pcm16'), out: this.output(o, 'mel'), words, ...settings, ...conv };
   }
 
   protected pcm(c: FrontendConv, echo: boolean): void {
@@ -104,6 +126,7 @@ export class FrontendStage extends StreamStage<FrontendConv> {
     }
     // VAD mode: the mel runs on; the gate lets the rows of the user's segments through.
     const turns = c.turns!;
+    this.#settings(c, turns);
     const gate = turns.gate;
     const base = c.mel.rows;
     const rows = c.mel.push(c.pcm, c.rows, n, base, base + c.rowsPer);
@@ -122,6 +145,24 @@ export class FrontendStage extends StreamStage<FrontendConv> {
       this.env.bells.ring(BELL_MAIN);
     }
     this.#route(c, gate);
+  }
+
+  /** The main thread's `update()`: applied between records, so each record is decided by one rule. */
+  #settings(c: FrontendConv, turns: TurnTaking): void {
+    const w = c.words;
+    const silence = Atomics.load(w, kSilenceSet);
+    const minSpeech = Atomics.load(w, kMinSpeechSet);
+    if (silence !== c.silenceSet || minSpeech !== c.minSpeechSet) {
+      const so = this.env.init.options;
+      c.silenceSet = silence;
+      c.minSpeechSet = minSpeech;
+      turns.endpointer.configure(silence > 0 ? silence : framesOf(so.silenceMs), minSpeech > 0 ? minSpeech : framesOf(so.minSpeechMs));
+    }
+    const vad = Atomics.load(w, kVadSet);
+    if (vad !== c.vadSet && c.vad instanceof VoiceDetector) {
+      c.vadSet = vad;
+      c.vad.setLikelihood(vad > 0 ? LIKELIHOODS[vad]! : (this.env.init.options.vad as VadLikelihood));
+    }
   }
 
   /** What the gate lets through, as records: the speech's start, its rows, its end. */
