@@ -29,6 +29,8 @@ export function readmeExample(name: string): string {
 }
 
 export { readMonoWav as readWavSamples } from '../src/io/files.js';
+import { readMonoWav } from '../src/io/files.js';
+import { makeCheckpoint } from '../src/io/checkpoint.js';
 
 /** Integer in [lo, hi] from a PRNG. */
 export function randInt(r: () => number, lo: number, hi: number): number {
@@ -106,4 +108,21 @@ export function scratchDir(prefix: string): string {
     });
   scratch.push(dir);
   return dir;
+}
+
+/**
+ * The VAD tests' scene: a tiny checkpoint (seed 3) in a scratch folder, the spoken fixture, and
+ * silence at its rate.
+ */
+export function speechScene(prefix: string): {
+  model: string;
+  speech: { samples: Float32Array; rate: number };
+  rate: number;
+  silence: (seconds: number) => Float32Array;
+} {
+  const model = join(scratchDir(prefix), 'tiny');
+  makeCheckpoint({ config: 'tiny', seed: 3, out: model, dtype: 'f32' });
+  const speech = readMonoWav(fileURLToPath(new URL('../../test/fixtures/hello.wav', import.meta.url)));
+  const rate = speech.rate;
+  return { model, speech, rate, silence: (s) => new Float32Array(Math.round(s * rate)) };
 }

@@ -1,23 +1,14 @@
 // Barge-in inside the five-stage pipeline (VAD conversations), on the built artifact: real
 // stage workers, real rings, the WebRTC VAD in the frontend stage.
 import t from 'tap';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { setTimeout as delay } from 'node:timers/promises';
-import { makeCheckpoint } from '../../src/io/checkpoint.js';
-import { readWavSamples, scratchDir } from '../helpers.js';
+import { speechScene } from '../helpers.js';
 import type { Conversation, TurnSummary } from '../../src/index.js';
 import { loadWithHooks } from '../../src/api/engine.js';
 import { apmAvailable } from '../../src/dsp/aec.js';
 import { EchoPath } from '../../src/dsp/echo.js';
 
-const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
-const work = scratchDir('voxslab-barge-api-');
-const model = join(work, 'tiny');
-makeCheckpoint({ config: 'tiny', seed: 3, out: model, dtype: 'f32' });
-const speech = readWavSamples(fixture);
-const rate = speech.rate;
-const silence = (s: number): Float32Array => new Float32Array(Math.round(s * rate));
+const { model, speech, rate, silence } = speechScene('voxslab-barge-api-');
 const bytes = (x: Float32Array | Int16Array): Buffer => Buffer.from(x.buffer, x.byteOffset, x.byteLength);
 const OPTIONS = { replySeconds: 8, lookaheadMs: 400, memoryLimit: '1GiB' };
 const skip = apmAvailable() ? false : 'no WebRTC audio processing';

@@ -1,22 +1,13 @@
 // conversation.update(): a VAD conversation's turn-taking settings changed while it runs, through
 // the stage workers' settings words (real workers, rings and the WebRTC VAD in the frontend).
 import t from 'tap';
-import { join } from 'node:path';
-import { fileURLToPath } from 'node:url';
 import { setTimeout as delay } from 'node:timers/promises';
-import { makeCheckpoint } from '../../src/io/checkpoint.js';
-import { readWavSamples, scratchDir } from '../helpers.js';
+import { speechScene } from '../helpers.js';
 import { ArgumentError, ClosedError, type Conversation } from '../../src/index.js';
 import { loadWithHooks } from '../../src/api/engine.js';
 import { apmAvailable, VoiceDetector } from '../../src/dsp/aec.js';
 
-const fixture = fileURLToPath(new URL('../../../test/fixtures/hello.wav', import.meta.url));
-const work = scratchDir('voxslab-update-');
-const model = join(work, 'tiny');
-makeCheckpoint({ config: 'tiny', seed: 3, out: model, dtype: 'f32' });
-const speech = readWavSamples(fixture);
-const rate = speech.rate;
-const silence = (s: number): Float32Array => new Float32Array(Math.round(s * rate));
+const { model, speech, rate, silence } = speechScene('voxslab-update-');
 const OPTIONS = { replySeconds: 2, lookaheadMs: 400, memoryLimit: '1GiB' };
 const skip = apmAvailable() ? false : 'no WebRTC audio processing';
 
