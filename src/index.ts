@@ -5,6 +5,14 @@
  * session), `voxslab/memory` (the memory core), `voxslab/native` (the addon's kernels).
  */
 export * from './api/index.js';
+export type { DeviceLink } from './api/device.js';
+export type { ReplyStop } from './core/dialogue.js';
+export type { LayerKind, Lfm2Shape, ModelConfig } from './model/format/config.js';
+export type { SamplingOptions } from './model/blocks/sampler.js';
+export type { KvType } from './model/blocks/lfm2_state.js';
+export type { MemoryManifest } from './memory/manifest.js';
+export type { MemorySnapshot } from './memory/snapshot.js';
+export type { ErrorOptions } from './errors.js';
 export {
   AbortedError,
   AllocationError,

@@ -25,13 +25,17 @@ export interface DeviceLink {
   inputPeak: number;
   /** Playback held (fading out or silent) because the user may be speaking. */
   paused: boolean;
+  /** @internal The driver's period buffers. */
   readonly buffers: { played: Float32Array; mic: Float32Array; far: Float32Array; backlog: Float32Array; carry: Float32Array };
+  /** @internal */
   carryAt: number;
+  /** @internal */
   carryLength: number;
-  /** Periods waiting for room in the capture ring (at most two seconds). */
+  /** @internal Periods waiting for room in the capture ring (at most two seconds). */
   backlogHead: number;
+  /** @internal */
   backlogCount: number;
-  /** Playback's gain, fading out while the user may be speaking. */
+  /** @internal Playback's gain, fading out while the user may be speaking. */
   readonly fader: Fader;
 }
 

@@ -67,7 +67,8 @@ export interface PageLocker {
   unlock(view: Uint8Array): { ok: boolean; errno: number; message: string };
 }
 
-interface Charge {
+/** What one category of a slab record charges. */
+export interface Charge {
   requested: number;
   footprint: number;
   regions: number;
