@@ -2,6 +2,7 @@ import t from 'tap';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { scratchDir } from '../helpers.js';
+import { planIntervals } from '../../src/cli/plan.js';
 
 const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
 const voxslab = (...args: string[]) => spawnSync(process.execPath, [cli, ...args], { encoding: 'utf8', timeout: 120_000 });
@@ -107,9 +108,12 @@ t.test('plan --intervals plans a CSV and refuses malformed rows with the line nu
     ['id,lower,upper,size\na,0,1', /line 2: expected 4 columns, got 3/],
     ['id,lower,upper,size\n', /no buffers after the header/],
   ];
+  // Each malformed file through the command's own function; the first through the process too.
   for (const [i, [text, pattern]] of bad.entries()) {
     const f = join(dir, `bad${i}.csv`);
     writeFileSync(f, text);
+    t.throws(() => planIntervals(f, undefined, false), { name: 'BadInputError', message: pattern }, `bad${i} is bad input`);
+    if (i > 0) continue;
     const b = voxslab('plan', '--intervals', f);
     t.equal(b.status, 4, `bad${i} exits 4`);
     t.match(b.stderr, pattern);
