@@ -11,16 +11,11 @@ import { join } from 'node:path';
 import { UsageError } from '../errors.js';
 import { reportFailure } from './failure.js';
 import { defaultOf, flagOf, flagValue, optionHelp, parseArgsOptions, parseFlag, wrap, type OptionKey } from '../options.js';
-import { PLAN_KEYS, planConfig, planIntervals } from './plan.js';
-import { melFile, resampleFile } from './audio.js';
-import { runCommand } from './run.js';
-import { serveCommand } from './serve.js';
-import { devicesCommand, talkCommand } from './talk.js';
+import { PLAN_KEYS } from './plan-keys.js';
+import type { runCommand as RunCommand } from './run.js';
+import type { serveCommand as ServeCommand } from './serve.js';
 import { registeredBenches, type Bench } from './benches.js';
-import { builtinConfig, makeCheckpoint, resolveModel, type FloatDtype } from '../io/checkpoint.js';
-import { checkFolderWritable, stagedFolder } from '../io/files.js';
-import { quantizeCheckpoint } from '../io/quantize.js';
-import { exportGguf } from '../io/gguf.js';
+import type { FloatDtype } from '../io/checkpoint.js';
 import type { GgufType } from '../model/format/gguf.js';
 
 type Values = Record<string, string | string[] | boolean | undefined>;
@@ -52,6 +47,7 @@ const COMMANDS: Record<string, Command> = {
       const json = v.json === true;
       if ((v.intervals === undefined) === (v.config === undefined)) throw new UsageError('plan: give either --config <name|file> or --intervals FILE.csv');
       if (v.intervals !== undefined) {
+        const { planIntervals } = await import('./plan.js');
         process.stdout.write(`${planIntervals(v.intervals as string, text(v, 'align'), json)}\n`);
         return;
       }
@@ -60,6 +56,7 @@ const COMMANDS: Record<string, Command> = {
         const t = text(v, k);
         if (t !== undefined) values[k] = t;
       }
+      const { planConfig } = await import('./plan.js');
       process.stdout.write(`${planConfig({ config: v.config as string, values, json })}\n`);
     },
   },
@@ -76,6 +73,11 @@ const COMMANDS: Record<string, Command> = {
       const group = Number(defaultOf('group'));
       // Refused before any work: an unknown configuration, then an output that exists as a file,
       // a non-empty folder, a name too long.
+      const [{ builtinConfig, makeCheckpoint }, { checkFolderWritable, stagedFolder }, { quantizeCheckpoint }] = await Promise.all([
+        import('../io/checkpoint.js'),
+        import('../io/files.js'),
+        import('../io/quantize.js'),
+      ]);
       builtinConfig(config);
       checkFolderWritable(out, '--out');
       if (dtype === 'q8' || dtype === 'q4') {
@@ -103,6 +105,7 @@ const COMMANDS: Record<string, Command> = {
       const bits = Number(parseFlag('bits', text(v, 'bits'))) as 4 | 8;
       const group = Number(flagValue<string>('group', text(v, 'group')));
       const [input, output] = [last(v, 'input'), last(v, 'output')];
+      const { quantizeCheckpoint } = await import('../io/quantize.js');
       const r = await quantizeCheckpoint({ input, output, bits, group });
       log(`wrote ${output}: ${r.quantized} tensors quantized, ${r.kept} kept (${r.threads} threads)`);
     },
@@ -115,6 +118,7 @@ const COMMANDS: Record<string, Command> = {
     async run(v) {
       const type = flagValue<string>('ggufType', text(v, 'ggufType')) as GgufType;
       const out = last(v, 'output');
+      const [{ resolveModel }, { exportGguf }] = await Promise.all([import('../io/checkpoint.js'), import('../io/gguf.js')]);
       const model = resolveModel(v.model as string, log);
       const r = exportGguf({ model, out, type, progress: true });
       log(`wrote ${out}: ${r.tensors} tensors, ${r.bytes} bytes (${type})`);
@@ -146,7 +150,7 @@ const COMMANDS: Record<string, Command> = {
     ],
     required: ['model', 'input', 'output'],
     async run(v) {
-      const request: Parameters<typeof runCommand>[0] = {
+      const request: Parameters<typeof RunCommand>[0] = {
         model: v.model as string,
         inputs: v.in as string[],
         outputs: v.out as string[],
@@ -168,6 +172,7 @@ const COMMANDS: Record<string, Command> = {
         slots: 'slots',
       } as const;
       for (const [field, key] of Object.entries(fields)) request[field as keyof typeof fields] = text(v, key);
+      const { runCommand } = await import('./run.js');
       process.stdout.write(`${await runCommand(request)}\n`);
     },
   },
@@ -207,7 +212,7 @@ const COMMANDS: Record<string, Command> = {
       'outputDevice',
     ],
     async run(v) {
-      const request: Parameters<typeof serveCommand>[0] = { model: (v.model as string | undefined) ?? 'tiny' };
+      const request: Parameters<typeof ServeCommand>[0] = { model: (v.model as string | undefined) ?? 'tiny' };
       const fields = {
         host: 'host',
         port: 'port',
@@ -236,6 +241,7 @@ const COMMANDS: Record<string, Command> = {
         outputDevice: 'outputDevice',
       } as const;
       for (const [field, key] of Object.entries(fields)) request[field as keyof typeof fields] = text(v, key);
+      const { serveCommand } = await import('./serve.js');
       await serveCommand(request);
     },
   },
@@ -263,6 +269,7 @@ const COMMANDS: Record<string, Command> = {
       const controller = new AbortController();
       const stop = (): void => controller.abort();
       process.once('SIGINT', stop);
+      const { talkCommand } = await import('./talk.js');
       try {
         const summary = await talkCommand(
           {
@@ -299,6 +306,7 @@ const COMMANDS: Record<string, Command> = {
     summary: 'the audio inputs and outputs PortAudio sees: ids, channels, default rates',
     keys: ['json'],
     async run(v) {
+      const { devicesCommand } = await import('./talk.js');
       process.stdout.write(`${devicesCommand(v.json === true)}\n`);
     },
   },
@@ -308,6 +316,7 @@ const COMMANDS: Record<string, Command> = {
     keys: ['input', 'resampleRate', 'output'],
     required: ['input', 'resampleRate', 'output'],
     async run(v) {
+      const { resampleFile } = await import('./audio.js');
       log(resampleFile(last(v, 'input'), text(v, 'resampleRate') as string, last(v, 'output')));
     },
   },
@@ -317,6 +326,7 @@ const COMMANDS: Record<string, Command> = {
     keys: ['input', 'output', 'raw'],
     required: ['input', 'output'],
     async run(v) {
+      const { melFile } = await import('./audio.js');
       log(melFile(last(v, 'input'), last(v, 'output'), v.raw === true));
     },
   },

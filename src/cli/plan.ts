@@ -1,6 +1,6 @@
 import { totalmem } from 'node:os';
 import { ArgumentError, UsageError } from '../errors.js';
-import { flagValue, parseFlag, type OptionKey } from '../options.js';
+import { flagValue, parseFlag } from '../options.js';
 import { limitFromEnvironment } from '../memory/limit.js';
 
 import { existsSync } from 'node:fs';
@@ -47,19 +47,8 @@ export function planIntervals(file: string, align: string | undefined, json: boo
   ].join('\n');
 }
 
-/** The options of `voxslab plan --config`: every option that changes what is carved. */
-export const PLAN_KEYS = [
-  'conversations',
-  'context',
-  'segmentSeconds',
-  'replySeconds',
-  'kv',
-  'slots',
-  'prefillChunk',
-  'outputRate',
-  'inputRate',
-  'dtype',
-] as const satisfies readonly OptionKey[];
+export { PLAN_KEYS } from './plan-keys.js';
+import { PLAN_KEYS } from './plan-keys.js';
 
 export interface PlanConfigArgs {
   config: string;
