@@ -14,11 +14,13 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import WebSocket from 'ws';
-import { load, type Engine } from '../src/api/engine.js';
+import { load as loadEngine, type Engine } from '../src/api/engine.js';
 import { spawnServe } from '../src/daemon/child.js';
 import { resolveModel } from '../src/io/checkpoint.js';
 import { readMonoWav } from '../src/io/files.js';
 import { median, round } from './util.js';
+import { formatLoad, type LoadResult, loadTest } from './load.js';
+import { defaultOf } from '../src/options.js';
 
 const FIXTURE = fileURLToPath(new URL('../../test/fixtures/hello.wav', import.meta.url));
 const REPLY = 4;
@@ -149,7 +151,7 @@ export interface ServeBenchRow {
   };
 }
 
-export async function run(o: { quick: boolean }): Promise<{ rows: ServeBenchRow[] }> {
+export async function run(o: { quick: boolean }): Promise<{ rows: ServeBenchRow[]; load: LoadResult }> {
   const speech = readMonoWav(FIXTURE);
   const names = o.quick ? ['tiny'] : ['tiny', 'small'];
   const rounds = o.quick ? 2 : 4;
@@ -157,7 +159,7 @@ export async function run(o: { quick: boolean }): Promise<{ rows: ServeBenchRow[
   for (const name of names) {
     const model = resolveModel(name, (l) => process.stderr.write(`${l}\n`));
     // The peer first, alone, so the two never share the machine.
-    const engine = await load(model, { replySeconds: REPLY });
+    const engine = await loadEngine(model, { replySeconds: REPLY });
     const outputRate = engine.outputRate;
     const libFirst: number[] = [];
     for (let i = 0; i < rounds; i++) libFirst.push((await libraryTurn(engine, speech, true)).firstAudioMs);
@@ -207,7 +209,10 @@ export async function run(o: { quick: boolean }): Promise<{ rows: ServeBenchRow[
       await d.exited;
     }
   }
-  return { rows };
+  // The load test on tiny, at the daemon's default conversation limit.
+  const tiny = resolveModel('tiny', (l) => process.stderr.write(`${l}\n`));
+  const load = await loadTest(tiny, { quick: o.quick, maxConversations: Number(defaultOf('maxConversations')), outputRate: Number(defaultOf('outputRate')) });
+  return { rows, load };
 }
 
 export function format(r: Awaited<ReturnType<typeof run>>): string {
@@ -226,5 +231,6 @@ export function format(r: Awaited<ReturnType<typeof run>>): string {
         `(×${x.throughput.twoDaemonOverLibrary}; ×${x.throughput.twoOverOneDaemon} of one)`,
     );
   }
+  lines.push(...formatLoad(r.load));
   return lines.join('\n');
 }

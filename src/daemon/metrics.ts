@@ -18,8 +18,26 @@ export interface MetricsSource {
 }
 
 /** Registers every metric on `registry`; returns the counters the daemon adds to. */
-export function daemonMetrics(registry: Registry, d: MetricsSource): { refused: Counter; turns: Counter; bargeIns: Counter; firstAudio: Histogram } {
+export function daemonMetrics(
+  registry: Registry,
+  d: MetricsSource,
+): { refused: Counter; turns: Counter; bargeIns: Counter; firstAudio: Histogram; eventLoop: LoopDelay } {
   const r = [registry];
+  // The main thread's event loop: how late a 20 ms timer runs (sockets, the pump and control
+  // calls share this thread). Node's monitorEventLoopDelay missed blocks here, so it is timed directly.
+  const eventLoop = new LoopDelay();
+  new Gauge({
+    name: 'voxslab_event_loop_delay_seconds',
+    help: "How late the main thread's timers ran since the previous scrape: p50, p99 and max",
+    labelNames: ['quantile'],
+    registers: r,
+    collect() {
+      const q = eventLoop.take();
+      this.set({ quantile: '0.5' }, q.p50 / 1000);
+      this.set({ quantile: '0.99' }, q.p99 / 1000);
+      this.set({ quantile: '1' }, q.max / 1000);
+    },
+  });
   const refused = new Counter({
     name: 'voxslab_admissions_refused_total',
     help: 'Conversations refused by admission (cap or conversation limit)',
@@ -156,5 +174,30 @@ export function daemonMetrics(registry: Registry, d: MetricsSource): { refused: 
       for (const [n, v] of sum) this.set({ clock: n }, v);
     },
   });
-  return { refused, turns, bargeIns, firstAudio };
+  return { refused, turns, bargeIns, firstAudio, eventLoop };
+}
+
+/** How late a timer on this thread runs, every 20 ms: the last samples (up to ten minutes' worth) until `take`. */
+export class LoopDelay {
+  readonly #ms = new Float64Array(30_000);
+  #n = 0;
+  #expected = performance.now() + 20;
+  readonly #timer = setInterval(() => {
+    const now = performance.now();
+    this.#ms[this.#n++ % this.#ms.length] = Math.max(0, now - this.#expected);
+    this.#expected = now + 20;
+  }, 20).unref();
+
+  /** p50, p99 and max of the samples since the last call, ms; then starts again. */
+  take(): { p50: number; p99: number; max: number } {
+    const s = this.#ms.slice(0, Math.min(this.#n, this.#ms.length)).sort();
+    this.#n = 0;
+    if (s.length === 0) return { p50: 0, p99: 0, max: 0 };
+    const at = (q: number): number => s[Math.min(s.length - 1, Math.floor(q * s.length))]!;
+    return { p50: at(0.5), p99: at(0.99), max: s[s.length - 1]! };
+  }
+
+  stop(): void {
+    clearInterval(this.#timer);
+  }
 }

@@ -33,7 +33,7 @@ import { LogLines } from './log.js';
 import { checkBind, digest, HttpError, STATUS_TEXT } from './http.js';
 
 export { checkBind } from './http.js';
-import { daemonMetrics } from './metrics.js';
+import { daemonMetrics, type LoopDelay } from './metrics.js';
 import { livePage } from './page.js';
 
 import type { DuplexDevice } from '../core/session.js';
@@ -66,6 +66,8 @@ const OUTPUT_HIGH_BYTES = 1 << 20;
 const OUTPUT_LOW_BYTES = 1 << 18;
 /** How often a held-back socket is looked at (its buffer drained, or its client stalled too long). */
 const OUTPUT_CHECK_MS = 50;
+/** How long a request's headers may take to arrive. */
+const HEADERS_MS = 10_000;
 /** The JSON messages a client sends on a conversation's socket. */
 const CLIENT_MESSAGES = ['end_turn', 'cancel_reply', 'clear_input', 'update', 'close'];
 
@@ -96,6 +98,7 @@ export class Daemon {
   readonly #turns: Counter;
   readonly #bargeIns: Counter;
   readonly #firstAudio: Histogram;
+  readonly #eventLoop: LoopDelay;
   readonly #sockets = new Set<Socket>();
   #nextId = 1;
   #draining = false;
@@ -119,7 +122,12 @@ export class Daemon {
     };
     this.#lines = new LogLines(options.log ?? (() => undefined));
     this.#log = (line) => this.#lines.line(line);
-    this.server = createServer((req, res) => void this.#http(req, res));
+    // A request's headers (an upgrade's too) must arrive within HEADERS_MS: a client sending them
+    // a byte at a time (slow loris) is answered 408 and closed, checked every second.
+    this.server = createServer(
+      { headersTimeout: HEADERS_MS, requestTimeout: 2 * HEADERS_MS, connectionsCheckingInterval: 1000 },
+      (req, res) => void this.#http(req, res),
+    );
     this.server.maxConnections = optionValue<number>('maxConnections', options.maxConnections);
     this.server.on('connection', (s) => {
       this.#sockets.add(s);
@@ -132,6 +140,7 @@ export class Daemon {
       turns: this.#turns,
       bargeIns: this.#bargeIns,
       firstAudio: this.#firstAudio,
+      eventLoop: this.#eventLoop,
     } = daemonMetrics(this.registry, {
       engine,
       conversations: () => this.#entries.size,
@@ -592,6 +601,7 @@ export class Daemon {
     for (const s of this.#sockets) s.destroy();
     await closed;
     await this.engine.close();
+    this.#eventLoop.stop();
     this.#lines.close();
   }
 }
