@@ -43,12 +43,13 @@ export interface LoadResult {
   turns: number;
   firstAudioMs: { solo: Quantiles; atCapacity: Quantiles; p99OverSolo: number };
   underrunMs: number;
-  /** The daemon at its fullest: RSS, the ledger's bytes (held, and resident), the runtimes', mapped files', and what none explains. */
+  /** The daemon at its fullest: RSS, the ledger's bytes (held, and resident), the runtimes', mapped files', the C heap's, and what none explains. */
   rssMiB: number;
   accountedMiB: number;
   ledgerResidentMiB: number;
   runtimeMiB: number;
   filesMiB: number;
+  cHeapMiB: number;
   residualMiB: number;
   residualShareOfRss: number;
   eventLoopDelayMs: { p50: number; p99: number; max: number };
@@ -101,6 +102,7 @@ interface MemorySample {
   ledgerResident: number;
   runtime: number;
   files: number;
+  cHeap: number;
   residual: number;
 }
 
@@ -115,7 +117,7 @@ async function watchMemory(d: ServeChild, stop: Promise<unknown>): Promise<Memor
     try {
       const m = (await (await fetch(`${d.url}/v1/memory`)).json()) as {
         totals: { current: number };
-        runtime: { rss: number; runtime: number; files: number; ledgerResident: number; residual: number };
+        runtime: { rss: number; runtime: number; files: number; cHeap: number; ledgerResident: number; residual: number };
       };
       const c = (await (await fetch(`${d.url}/v1/conversations`)).json()) as { conversations: unknown[] };
       // The ledger's bytes are its held bytes; what of them is resident is the runtime split's.
@@ -127,6 +129,7 @@ async function watchMemory(d: ServeChild, stop: Promise<unknown>): Promise<Memor
         ledgerResident: r.ledgerResident,
         runtime: r.runtime,
         files: r.files,
+        cHeap: r.cHeap,
         residual: r.residual,
       });
     } catch {
@@ -221,6 +224,7 @@ export async function loadTest(model: string, o: { quick: boolean; maxConversati
     ledgerResidentMiB: round(full.ledgerResident / MIB, 1),
     runtimeMiB: round(full.runtime / MIB, 1),
     filesMiB: round(full.files / MIB, 1),
+    cHeapMiB: round(full.cHeap / MIB, 1),
     residualMiB: round(full.residual / MIB, 1),
     residualShareOfRss: round(full.residual / full.rss, 3),
     eventLoopDelayMs: delay,
@@ -247,7 +251,7 @@ export function formatLoad(l: LoadResult): string[] {
       `${l.refused} refused with 503 (${l.refusedWithRetryAfter} with Retry-After); ${l.lost} lost after admission; ${l.turns} turns`,
     `    first audio p50 / p99: ${l.firstAudioMs.solo.p50} / ${l.firstAudioMs.solo.p99} ms alone, ${l.firstAudioMs.atCapacity.p50} / ` +
       `${l.firstAudioMs.atCapacity.p99} ms at capacity (p99 ×${l.firstAudioMs.p99OverSolo}); underruns ${l.underrunMs} ms`,
-    `    at capacity: RSS ${l.rssMiB} MiB = the ledger's resident ${l.ledgerResidentMiB} (of ${l.accountedMiB} accounted) + runtimes ${l.runtimeMiB} + files ${l.filesMiB} + residual ` +
+    `    at capacity: RSS ${l.rssMiB} MiB = the ledger's resident ${l.ledgerResidentMiB} (of ${l.accountedMiB} accounted) + runtimes ${l.runtimeMiB} + files ${l.filesMiB} + C heap ${l.cHeapMiB} + residual ` +
       `${l.residualMiB} (${round(100 * l.residualShareOfRss, 1)} % of RSS); event-loop delay p50 ${l.eventLoopDelayMs.p50}, p99 ` +
       `${l.eventLoopDelayMs.p99}, max ${l.eventLoopDelayMs.max} ms`,
     `    abusive mix: ${l.abusive.clients} well-behaved clients, first audio p50 / p99 ${l.abusive.firstAudioMs.p50} / ` +

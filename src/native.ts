@@ -100,6 +100,8 @@ export interface NativeAddon {
    * Process-wide: for voxslab's own processes (the daemon), never for a host application.
    */
   mallocMmapThreshold(bytes: number): boolean;
+  /** Bytes the C allocator's arenas (every thread's) hold from the system, outside its own mappings; -1 where unknown. */
+  mallocArenaBytes(): number;
   /** True when the addon was linked with WebRTC's audio processing module. */
   apmAvailable(): boolean;
   /** One engine: echo 0 (off)..3 suppression low/moderate/high, highPass 0|1, noise 0 (off)..4, voice 0 (off)..4 likelihood, delayAgnostic 0|1. */

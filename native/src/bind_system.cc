@@ -154,6 +154,12 @@ Napi::Value MallocMmapThresholdValue(const Napi::CallbackInfo& info) {
   return Napi::Boolean::New(info.Env(), voxslab::SetMallocMmapThreshold(static_cast<int>(n)));
 }
 
+// mallocArenaBytes(): see MallocArenaBytes (-1 where unknown).
+Napi::Value MallocArenaBytesValue(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 0, "mallocArenaBytes");
+  return Napi::Number::New(info.Env(), static_cast<double>(voxslab::MallocArenaBytes()));
+}
+
 // ---- mirrored rings (the registry is in system.cc) ----
 uintptr_t MirrorAddressArg(const Napi::CallbackInfo& info, const char* fn) {
   if (!info[0].IsBigInt()) ThrowType(info.Env(), std::string(fn) + ": address must be a bigint from mirrorCreate");
@@ -216,6 +222,7 @@ void BindSystem(Napi::Env env, Napi::Object exports) {
   Export<UnlockRange>(env, exports, "unlockRange");
   Export<AdviseHugePages>(env, exports, "adviseHugePages");
   Export<MallocMmapThresholdValue>(env, exports, "mallocMmapThreshold");
+  Export<MallocArenaBytesValue>(env, exports, "mallocArenaBytes");
   Export<CpuFeaturesValue>(env, exports, "cpuFeatures");
 
   Export<NoArgs<voxslab::QuietAlsaErrors>>(env, exports, "quietAlsa");

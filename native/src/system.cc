@@ -301,6 +301,15 @@ extern "C" void QuietAlsa(const char*, int, const char*, int, const char*, ...) 
 #endif
 }  // namespace
 
+int64_t MallocArenaBytes() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  // mallinfo2 sums every arena; `arena` is what they took from the system (brk and arena maps).
+  return static_cast<int64_t>(mallinfo2().arena);
+#else
+  return -1;
+#endif
+}
+
 bool SetMallocMmapThreshold(int bytes) {
 #ifdef __GLIBC__
   return bytes > 0 && mallopt(M_MMAP_THRESHOLD, bytes) == 1;

@@ -63,4 +63,8 @@ bool QuietAlsaErrors();
 // no such setting. A process-wide choice: the daemon makes it for itself, a library never does.
 bool SetMallocMmapThreshold(int bytes);
 
+// What the C allocator (glibc) holds from the system in its arenas, every thread's, outside the
+// blocks it maps one by one: the native heap of the runtimes and libraries. -1 where unknown.
+int64_t MallocArenaBytes();
+
 }  // namespace voxslab

@@ -18,6 +18,7 @@ import { readFileSync } from 'node:fs';
 import v8 from 'node:v8';
 import { ArgumentError, ClosedError, UnsupportedError } from '../errors.js';
 import { apmAvailable } from '../dsp/aec.js';
+import { native } from '../native.js';
 import { MemoryDomain } from '../memory/domain.js';
 import type { MemoryManifest } from '../memory/manifest.js';
 import type { MemorySnapshot } from '../memory/snapshot.js';
@@ -107,9 +108,15 @@ export interface RuntimeMemory {
   ledgerResident: number;
   /** Resident pages mapped from files: Node's and the libraries' code and read-only data (Linux; 0 elsewhere). */
   files: number;
+  /**
+   * The C heap: what the C allocator's arenas (every thread's) hold from the system, less what
+   * V8 reports it allocated there (`malloced`, counted above): Node's, libuv's and the
+   * libraries' native allocations and the arenas' free space (glibc; 0 elsewhere).
+   */
+  cHeap: number;
   /** The process's resident set. */
   rss: number;
-  /** RSS none of the above accounts for: malloc arenas, thread stacks, the libraries' own heaps. */
+  /** RSS none of the above accounts for: thread stacks, blocks the C allocator maps one by one, page tables' share. */
   residual: number;
 }
 
@@ -192,7 +199,9 @@ export class Engine {
     const ledgerResident = this.domain.residentBytes() + stats.reduce((a, s) => a + s.slabResident, 0);
     const rss = process.memoryUsage.rss();
     const files = residentFileBytes();
-    return { threads, runtime, ledgerResident, files, rss, residual: rss - runtime - ledgerResident - files };
+    const malloced = threads.reduce((a, t) => a + t.malloced, 0);
+    const cHeap = Math.max(0, native.mallocArenaBytes() - malloced);
+    return { threads, runtime, ledgerResident, files, cHeap, rss, residual: rss - runtime - ledgerResident - files - cHeap };
   }
 
   snapshot(): MemorySnapshot {

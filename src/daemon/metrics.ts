@@ -105,7 +105,7 @@ export function daemonMetrics(
   });
   new Gauge({
     name: 'voxslab_resident_bytes',
-    help: "The process's resident set, by what accounts for it: the ledger's slabs, the threads' runtimes, pages mapped from files (code), and the residual",
+    help: "The process's resident set, by what accounts for it: the ledger's slabs, the threads' runtimes, pages mapped from files (code), the C heap's arenas, and the residual",
     labelNames: ['part'],
     registers: r,
     async collect() {
@@ -114,6 +114,7 @@ export function daemonMetrics(
       this.set({ part: 'ledger' }, m.ledgerResident);
       this.set({ part: 'runtime' }, m.runtime);
       this.set({ part: 'files' }, m.files);
+      this.set({ part: 'c_heap' }, m.cHeap);
       this.set({ part: 'residual' }, m.residual);
     },
   });

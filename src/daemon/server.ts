@@ -30,6 +30,7 @@ import { ArgumentError, BadInputError, ClosedError, MemoryLimitError, UsageError
 import { optionValue } from '../options.js';
 import type { Conversation, ConversationSettings, Engine, SampleFormat, TurnSummary } from '../api/engine.js';
 import { LogLines } from './log.js';
+import { describeEntry, type Entry, newEntry, peakOf } from './entry.js';
 import { checkBind, digest, HttpError, STATUS_TEXT } from './http.js';
 
 export { checkBind } from './http.js';
@@ -70,17 +71,6 @@ const OUTPUT_CHECK_MS = 50;
 const HEADERS_MS = 10_000;
 /** The JSON messages a client sends on a conversation's socket. */
 const CLIENT_MESSAGES = ['end_turn', 'cancel_reply', 'clear_input', 'update', 'close'];
-
-interface Entry {
-  id: string;
-  conversation: Conversation;
-  format: SampleFormat;
-  createdAt: string;
-  turns: number;
-  socket: WebSocket | null;
-  /** Closed with the socket (opened by `/v1/ws`). */
-  ephemeral: boolean;
-}
 
 /** How long the same operator line again is counted rather than printed. */
 export class Daemon {
@@ -193,6 +183,7 @@ export class Daemon {
           headless: this.#devices === null,
           devices: this.#devices ?? 'none: WebSocket clients only',
           conversations: this.#entries.size,
+          maxConversations: this.#limits.conversations,
           outputRate: this.engine.outputRate,
         });
       if (method === 'GET' && path === '/readyz') {
@@ -213,11 +204,11 @@ export class Daemon {
         return;
       }
       if (path === '/v1/conversations') {
-        if (method === 'GET') return this.#json(res, 200, { conversations: [...this.#entries.values()].map((e) => this.#describe(e)) });
+        if (method === 'GET') return this.#json(res, 200, { conversations: [...this.#entries.values()].map((e) => describeEntry(e)) });
         if (method === 'POST') {
           const body = await this.#body(req);
           const e = await this.#open(body, false);
-          return this.#json(res, 201, this.#describe(e));
+          return this.#json(res, 201, describeEntry(e));
         }
         throw new HttpError(405, `${method} is not allowed on ${path}`, { Allow: 'GET, POST' });
       }
@@ -225,7 +216,7 @@ export class Daemon {
       if (m !== null) {
         const e = this.#entries.get(m[1]!);
         if (e === undefined) throw new HttpError(404, `no conversation ${m[1]}`);
-        if (method === 'GET') return this.#json(res, 200, this.#describe(e));
+        if (method === 'GET') return this.#json(res, 200, describeEntry(e));
         if (method === 'DELETE') {
           await this.#close(e, 1000, 'closed by DELETE');
           res.writeHead(204);
@@ -325,10 +316,9 @@ export class Daemon {
 
   /** Lists a new conversation and counts what it does. */
   #register(conversation: Conversation, id: string, format: SampleFormat, ephemeral: boolean): Entry {
-    const entry: Entry = { id, conversation, format, createdAt: new Date().toISOString(), turns: 0, socket: null, ephemeral };
+    const entry = newEntry(conversation, id, format, ephemeral);
     this.#entries.set(id, entry);
     conversation.on('turn_end', (t: TurnSummary) => {
-      entry.turns++;
       this.#turns.inc();
       if (t.firstAudioMs !== null) this.#firstAudio.observe(t.firstAudioMs / 1000);
     });
@@ -336,20 +326,6 @@ export class Daemon {
     conversation.on('error', (e) => this.#log(`conversation ${id}: ${e.message}`));
     conversation.once('close', () => this.#entries.delete(id));
     return entry;
-  }
-
-  #describe(e: Entry): Record<string, unknown> {
-    const c = e.conversation;
-    return {
-      id: e.id,
-      inputRate: c.inputRate,
-      outputRate: c.outputRate,
-      format: e.format,
-      createdAt: e.createdAt,
-      turns: e.turns,
-      connected: e.socket !== null,
-      ws: `/v1/conversations/${e.id}/ws`,
-    };
   }
 
   async #close(e: Entry, code: number, reason: string): Promise<void> {
@@ -472,7 +448,7 @@ export class Daemon {
       detach();
       if (ws.readyState === ws.OPEN) ws.close(1000, 'conversation closed');
     });
-    send({ type: 'ready', ...this.#describe(e) });
+    send({ type: 'ready', ...describeEntry(e) });
     // One line per socket closed: frames that arrive while it closes are dropped unlogged.
     let closing = false;
     const fail = (code: number, reason: string, hard = false): void => {
@@ -496,7 +472,10 @@ export class Daemon {
           else if (pacedSince < 0) pacedSince = now;
           else if (now - pacedSince > stallMs)
             return fail(1008, `audio sent faster than real time for ${stallMs / 1000} s (more than ${stallMs / 1000} s of it ahead)`);
-          if (!c.writeBytes(buf) && !draining) {
+          const room = c.writeBytes(buf);
+          // After writeBytes: a block it refused (not finite) is not the input's level.
+          e.inputPeak = peakOf(buf, e.format);
+          if (!room && !draining) {
             draining = true;
             ws.pause();
             void c.drained().then(() => {

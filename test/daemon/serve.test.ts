@@ -9,7 +9,7 @@ import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { readWavSamples, scratchDir } from '../helpers.js';
 import { apmAvailable } from '../../src/dsp/aec.js';
 import { runCommand } from '../../src/cli/run.js';
-import { load } from '../../src/index.js';
+import { load, type RuntimeMemory } from '../../src/index.js';
 import { serve as serveModel, stop, talk as talkTo, type Served } from './daemon.js';
 
 const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
@@ -70,20 +70,17 @@ t.test('two WebSocket conversations at once each get their reply, byte for byte 
   t.match(metrics, /voxslab_memory_bytes\{owner="model\/0",category="weights"\} [1-9]/);
   t.match(metrics, /voxslab_first_audio_seconds_count 2/);
   // The resident set explained: the ledger's resident slabs, six threads' runtimes, the residual.
-  const runtime = (
-    memory as unknown as {
-      runtime: { threads: { thread: string; heapCommitted: number }[]; runtime: number; ledgerResident: number; files: number; rss: number; residual: number };
-    }
-  ).runtime;
+  const runtime = (memory as unknown as { runtime: RuntimeMemory }).runtime;
   t.same(
     runtime.threads.map((x) => x.thread),
     ['main', 'capture', 'frontend', 'conformer', 'depthformer', 'playback'],
     '/v1/memory: a runtime reading per thread',
   );
   t.ok(runtime.threads.every((x) => x.heapCommitted > 0) && runtime.ledgerResident > 0, 'each thread has a heap; the weights are resident');
-  t.equal(runtime.residual, runtime.rss - runtime.runtime - runtime.ledgerResident - runtime.files, 'the residual is what none accounts for');
+  t.ok(runtime.cHeap > 0, `the C heap's arenas: ${runtime.cHeap} bytes`);
+  t.equal(runtime.residual, runtime.rss - runtime.runtime - runtime.ledgerResident - runtime.files - runtime.cHeap, 'the residual is what none accounts for');
   t.ok(runtime.residual < runtime.rss, 'and less than the whole');
-  for (const part of ['total', 'ledger', 'runtime', 'files', 'residual'])
+  for (const part of ['total', 'ledger', 'runtime', 'files', 'c_heap', 'residual'])
     t.match(metrics, new RegExp(`voxslab_resident_bytes\\{part="${part}"\\} -?[0-9]`), `/metrics: ${part}`);
   t.match(metrics, /voxslab_runtime_bytes\{thread="depthformer",kind="heap"\} [1-9]/);
   t.equal(await stop(s), 0, 'SIGTERM exits 0');
