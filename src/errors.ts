@@ -55,6 +55,16 @@ export class MemoryLimitError extends VoxslabError {
   }
 }
 
+/**
+ * Admission refused a conversation for a fixed limit other than bytes (the ledger's owner table,
+ * the Depthformer stage's conversation table), before anything was carved. Exit code 3, as for
+ * the cap: try again when a conversation has closed.
+ */
+export class CapacityError extends VoxslabError {
+  override readonly code = 'ERR_VOXSLAB_CAPACITY';
+  override readonly exitCode = 3;
+}
+
 /** The allocator (or page locking) failed after a reservation; the reservation was refunded. */
 export class AllocationError extends VoxslabError {
   override readonly code = 'ERR_VOXSLAB_ALLOCATION';
@@ -161,6 +171,7 @@ const CATALOGUE: Readonly<Record<string, abstract new (...args: never[]) => Voxs
   ERR_VOXSLAB_ARGUMENT: ArgumentError,
   ERR_VOXSLAB_USAGE: UsageError,
   ERR_VOXSLAB_MEMORY_LIMIT: MemoryLimitError,
+  ERR_VOXSLAB_CAPACITY: CapacityError,
   ERR_VOXSLAB_ALLOCATION: AllocationError,
   ERR_VOXSLAB_AFTER_READINESS: ReadinessError,
   ERR_VOXSLAB_CORRUPTION: CorruptionError,

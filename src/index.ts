@@ -18,6 +18,7 @@ export {
   AllocationError,
   ArgumentError,
   BadInputError,
+  CapacityError,
   ClosedError,
   ControlTimeoutError,
   CorruptionError,

@@ -158,7 +158,8 @@ export class Engine {
   }
 
   /**
-   * Opens a conversation. A conversation the cap cannot take is refused (MemoryLimitError)
+   * Opens a conversation. A conversation the cap cannot take is refused (MemoryLimitError), one a
+   * fixed table cannot (the ledger's owners, the pipeline's conversations) with CapacityError,
    * before anything is carved.
    */
   async open(options: ConversationOptions = {}): Promise<Conversation> {

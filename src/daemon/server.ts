@@ -26,7 +26,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import { type Counter, type Histogram, Registry } from 'prom-client';
 import { WebSocketServer, type RawData, type WebSocket } from 'ws';
-import { ArgumentError, BadInputError, ClosedError, MemoryLimitError, UsageError, VoxslabError } from '../errors.js';
+import { ArgumentError, BadInputError, CapacityError, ClosedError, MemoryLimitError, UsageError, VoxslabError } from '../errors.js';
 import { optionValue } from '../options.js';
 import type { Conversation, ConversationSettings, Engine, SampleFormat, TurnSummary } from '../api/engine.js';
 import { LogLines } from './log.js';
@@ -235,7 +235,7 @@ export class Daemon {
 
   #httpError(error: unknown): HttpError {
     if (error instanceof HttpError) return error;
-    if (error instanceof MemoryLimitError) {
+    if (error instanceof MemoryLimitError || error instanceof CapacityError) {
       this.#refused.inc();
       return new HttpError(503, error.message, { 'Retry-After': String(RETRY_AFTER) });
     }

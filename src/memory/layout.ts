@@ -85,20 +85,20 @@ export const kGlobalSlots = 16;
 export const kOwnerKind = 0; // index into OWNER_KINDS, plus one (0 = empty record)
 export const kOwnerIndex = 1;
 export const kOwnerSealed = 2;
-export const kOwnerBorrowersLo = 3; // bitmask of borrower owner slots 0..31
-export const kOwnerBorrowersHi = 4; // slots 32..63
-export const kOwnerHeld = 5;
-export const kOwnerPeak = 6;
-export const kOwnerPassSlots = 7;
-export const kOwnerCategories = 8; // then [category][requested, footprint, regions]
+/** Most owners one process can register: enough for an engine's conversations at once (two owners each) beside its model and pass slots. */
+export const kMaxOwners = 256;
+/** Borrower sets: one bit per owner slot, 32 to a counter word. */
+export const kBorrowerWords = kMaxOwners / 32;
+export const kOwnerBorrowers = 3; // kBorrowerWords words: word w, bit b is borrower slot 32·w + b
+export const kOwnerHeld = kOwnerBorrowers + kBorrowerWords;
+export const kOwnerPeak = kOwnerHeld + 1;
+export const kOwnerPassSlots = kOwnerHeld + 2;
+export const kOwnerCategories = kOwnerHeld + 3; // then [category][requested, footprint, regions]
 export const kCategoryFields = 3;
 export const kRequested = 0;
 export const kFootprint = 1;
 export const kRegions = 2;
 export const kOwnerSlots = kOwnerCategories + kMaxCategories * kCategoryFields;
-
-/** Most owners one process can register (borrower sets are a 64-bit mask). */
-export const kMaxOwners = 64;
 
 export function ownerBase(slot: number): number {
   return kGlobalSlots + slot * kOwnerSlots;

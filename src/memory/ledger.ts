@@ -13,8 +13,7 @@ import {
   kFootprint,
   kGlobalSlots,
   kMaxOwners,
-  kOwnerBorrowersHi,
-  kOwnerBorrowersLo,
+  kOwnerBorrowers,
   kOwnerCapacity,
   kOwnerCount,
   kOwnerHeld,
@@ -89,12 +88,25 @@ export class Ledger {
     this.#raw = new Float64Array(counters.count);
   }
 
-  /** A new ledger block for up to `ownerCapacity` owners (1..64). */
+  /** A new ledger block for up to `ownerCapacity` owners (1..kMaxOwners). */
   static create(ownerCapacity = kMaxOwners): Ledger {
     if (!Number.isSafeInteger(ownerCapacity) || ownerCapacity < 1 || ownerCapacity > kMaxOwners) {
       throw new ArgumentError(`ownerCapacity must be an integer from 1 to ${kMaxOwners}, got ${String(ownerCapacity)}`);
     }
     return new Ledger(new SharedCounters(counterCount(ownerCapacity)));
+  }
+
+  /** Owner slots no owner holds yet (an owner once registered keeps its slot). */
+  freeOwnerSlots(): number {
+    return this.ownerCapacity - this.counters.get(kOwnerCount);
+  }
+
+  /** Whether `kind/index` has a slot (this thread or another registered it). */
+  registered(kind: OwnerKind, index: number): boolean {
+    const k = OWNER_KINDS.indexOf(kind) + 1;
+    const n = this.counters.get(kOwnerCount);
+    for (let s = 0; s < n; s++) if (this.counters.get(ownerBase(s) + kOwnerKind) === k && this.counters.get(ownerBase(s) + kOwnerIndex) === index) return true;
+    return false;
   }
 
   /** Finds or registers the owner `kind/index`; every thread gets the same slot. */
@@ -212,7 +224,7 @@ export class Ledger {
     this.#check(borrower);
     if (owner.slot === borrower.slot) return;
     const c = this.counters;
-    const word = borrower.slot < 32 ? kOwnerBorrowersLo : kOwnerBorrowersHi;
+    const word = kOwnerBorrowers + Math.floor(borrower.slot / 32);
     const bit = 2 ** (borrower.slot % 32);
     c.beginWrite();
     try {

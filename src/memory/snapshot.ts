@@ -9,8 +9,8 @@ import {
   kFootprint,
   kLimit,
   kLiveSlabs,
-  kOwnerBorrowersHi,
-  kOwnerBorrowersLo,
+  kBorrowerWords,
+  kOwnerBorrowers,
   kOwnerCount,
   kOwnerHeld,
   kOwnerIndex,
@@ -78,13 +78,13 @@ export interface MemorySnapshot {
 
 const at = (raw: Float64Array, i: number): number => raw[i] ?? 0;
 
-function borrowerSlots(lo: number, hi: number): number[] {
+/** The borrower slots whose bits are set in the kBorrowerWords words from `at`. */
+function borrowerSlots(raw: Float64Array, at: number): number[] {
   const out: number[] = [];
-  for (let b = 0; b < 32; b++) {
-    if (Math.floor(lo / 2 ** b) % 2 === 1) out.push(b);
-  }
-  for (let b = 0; b < 32; b++) {
-    if (Math.floor(hi / 2 ** b) % 2 === 1) out.push(32 + b);
+  for (let w = 0; w < kBorrowerWords; w++) {
+    const mask = raw[at + w] ?? 0;
+    if (mask === 0) continue;
+    for (let b = 0; b < 32; b++) if (Math.floor(mask / 2 ** b) % 2 === 1) out.push(32 * w + b);
   }
   return out;
 }
@@ -118,7 +118,7 @@ export function decodeSnapshot(raw: Float64Array, sequence: number): MemorySnaps
       held: at(raw, b + kOwnerHeld),
       peak: at(raw, b + kOwnerPeak),
       passSlots: at(raw, b + kOwnerPassSlots),
-      borrowers: borrowerSlots(at(raw, b + kOwnerBorrowersLo), at(raw, b + kOwnerBorrowersHi)).map((slot) => names[slot] ?? `slot/${slot}`),
+      borrowers: borrowerSlots(raw, b + kOwnerBorrowers).map((slot) => names[slot] ?? `slot/${slot}`),
       categories,
     });
   }

@@ -19,7 +19,7 @@ import type { Arena } from '../memory/arena.js';
 import type { MemoryDomain } from '../memory/domain.js';
 import type { Owner } from '../memory/ledger.js';
 import type { SlabRecord } from '../memory/slab.js';
-import { ArgumentError, ControlTimeoutError, MemoryLimitError, WorkerError, reviveError } from '../errors.js';
+import { ArgumentError, CapacityError, ControlTimeoutError, MemoryLimitError, WorkerError, reviveError } from '../errors.js';
 import { optionValue } from '../options.js';
 import { loadCheckpoint } from '../io/checkpoint.js';
 import type { ModelConfig } from '../model/format/config.js';
@@ -30,7 +30,7 @@ import { native } from '../native.js';
 import { nodeEndpoint } from './endpoint.js';
 import { STAGE_RESOURCE_LIMITS, withWorkerOptions } from '../threads.js';
 import { captureMirrored, Doorbells, RecordRing, type SharedRing } from './ring.js';
-import { BELL_MAIN, type StageApi, type StageName, type StageReady, type StageStats } from './protocol.js';
+import { BELL_MAIN, MAX_CONVERSATIONS, type StageApi, type StageName, type StageReady, type StageStats } from './protocol.js';
 import { inputChunk, PIPELINE } from './stages/index.js';
 import { borrowModel, type CaptureMirror, carveControl, carveRings, ringArenaBytes } from './carve.js';
 import type { StageSpec, Topology } from './topology.js';
@@ -355,6 +355,19 @@ export class Pipeline {
     return stages.reduce((s, b) => s + b, rings);
   }
 
+  /** Refuses conversation `index` (CapacityError) when a fixed table cannot take it: nothing is carved yet. */
+  #checkTables(index: number): void {
+    if (index >= MAX_CONVERSATIONS)
+      throw new CapacityError(`the engine holds at most ${MAX_CONVERSATIONS} conversations at once; ${this.conversations.size} are open`);
+    const ledger = this.domain.ledger;
+    const owners = (['conversation', 'session'] as const).filter((k) => !ledger.registered(k, index)).length;
+    if (owners > ledger.freeOwnerSlots())
+      throw new CapacityError(
+        `the memory ledger's owner table is full (${ledger.ownerCapacity} owners) with ${this.conversations.size} conversations open: ` +
+          `conversation ${index} needs ${owners} more`,
+      );
+  }
+
   #freeIndex(): number {
     let index = 0;
     while (this.conversations.has(index)) index++;
@@ -381,6 +394,7 @@ export class Pipeline {
     const echoDelayMs = o.echoDelayMs ?? -1;
     if (!(Number.isInteger(echoDelayMs) && echoDelayMs >= -1 && echoDelayMs <= 500))
       throw new ArgumentError(`echoDelayMs must be an integer 0..500, got ${echoDelayMs}`);
+    this.#checkTables(index);
     const planned = await this.plannedBytes(o.inputRate, index, vad, echoDelayMs);
     const snap = this.domain.snapshot();
     const inUse = snap.held.total + snap.reserved;

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { spawnSync } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import * as root from '../../src/index.js';
-import { load } from '../../src/index.js';
+import { CapacityError, load } from '../../src/index.js';
 
 t.test('the root exports the product: load, Engine, Conversation and the errors', async (t) => {
   const names = Object.keys(root).sort();
@@ -143,4 +143,31 @@ t.test('an error nothing receives is thrown, as Node’s emitters do: the proces
   const heard = run(true);
   t.equal(heard.status, 0, `a listener: no throw (${heard.stderr.trim()})`);
   t.match(heard.stdout, /received WorkerError 0\nclosed/);
+});
+
+t.test('a conversation the owner table cannot take is an admission error before anything is carved', async (t) => {
+  // A domain with room for the model's and pass slots' owners and two conversations (two owners each).
+  const { MemoryDomain } = await import('../../src/memory/index.js');
+  const probe = await load('tiny', { memoryLimit: '1GiB' });
+  const fixed = probe.snapshot().owners.length;
+  await probe.close();
+  const domain = MemoryDomain.create({ limit: '1GiB', ownerCapacity: fixed + 4 });
+  const engine = await load('tiny', { domain });
+  const a = await engine.open();
+  const b = await engine.open();
+  const held = engine.snapshot().held.total;
+  const e = await engine.open().then(
+    () => null,
+    (error: unknown) => error,
+  );
+  t.ok(e instanceof CapacityError, `refused with CapacityError: ${(e as Error).message}`);
+  t.match((e as Error).message, /owner table is full \(\d+ owners\) with 2 conversations open: conversation 2 needs 2 more/);
+  t.equal((e as CapacityError).exitCode, 3);
+  t.equal(engine.snapshot().held.total, held, 'nothing was carved for it');
+  // A closed conversation's index (and owners) serve the next one.
+  await b.close();
+  const c = await engine.open();
+  t.equal(c.index, 1, 'the freed index is reused');
+  await Promise.all([a.close(), c.close()]);
+  await engine.close();
 });

@@ -1,6 +1,6 @@
 import t from 'tap';
 import { Worker } from 'node:worker_threads';
-import { Ledger, MemoryDomain, SharedCounters, apportion } from '../../src/memory/index.js';
+import { Ledger, MemoryDomain, SharedCounters, apportion, kMaxOwners } from '../../src/memory/index.js';
 
 t.test('owners get the same slot in every thread; shared storage is charged once', async (t) => {
   const domain = MemoryDomain.create({ limit: '64MiB' });
@@ -73,10 +73,25 @@ t.test('ledger argument checks', async (t) => {
   t.throws(() => ledger.charge(o, 'scratch', 10, 64), /exceeds its 0 uncarved slab bytes/);
   t.throws(() => ledger.charge(o, 'scratch', 100, 64), /requested 100 exceeds footprint 64/);
   t.throws(() => ledger.charge(o, 'nope' as never, 1, 1), /category must be one of/);
-  t.throws(() => Ledger.create(65), /ownerCapacity/);
+  t.throws(() => Ledger.create(kMaxOwners + 1), /ownerCapacity/);
   t.throws(() => new SharedCounters(new SharedArrayBuffer(7)), /not a counter block/);
   t.throws(() => MemoryDomain.attach({} as never), /MemoryDomain.share/);
   t.throws(() => ledger.setPassSlots(o, -1), /non-negative/);
   ledger.setPassSlots(o, 2);
   t.equal(ledger.snapshot().owners[0]!.passSlots, 2);
+});
+
+t.test('borrower sets hold every owner slot: kMaxOwners owners, borrowers past the first 64 listed', async (t) => {
+  const ledger = Ledger.create();
+  t.equal(ledger.ownerCapacity, kMaxOwners);
+  const model = ledger.owner('model', 0);
+  const owners = Array.from({ length: kMaxOwners - 1 }, (_, i) => ledger.owner('conversation', i));
+  t.equal(ledger.freeOwnerSlots(), 0, 'every slot taken');
+  t.throws(() => ledger.owner('session', 0), /ledger is full/);
+  t.ok(ledger.registered('conversation', 200) && !ledger.registered('session', 0));
+  const borrowers = [owners[0]!, owners[63]!, owners[64]!, owners[150]!, owners.at(-1)!];
+  for (const b of borrowers) ledger.borrow(model, b);
+  ledger.unborrow(model, owners[150]!);
+  const listed = ledger.snapshot().owners.find((o) => o.name === 'model/0')!.borrowers;
+  t.same(listed, ['conversation/0', 'conversation/63', 'conversation/64', `conversation/${kMaxOwners - 2}`], 'each set bit names its owner');
 });

@@ -39,6 +39,7 @@ import {
   kPlayedReply,
   kCancelReply,
   kLookaheadSet,
+  MAX_CONVERSATIONS,
   kReplies,
   REC_BARGE,
   type StageConversation,
@@ -74,7 +75,6 @@ interface DepthConv {
 }
 
 /** Conversation indices are owner indices: never more than a ledger's owners. */
-const MAX_CONVERSATIONS = 64;
 /** Longest the main thread is not woken for text and frames it has not read (they ride on the reply's samples). */
 const EVENTS_LAZY_MS = 40;
 
