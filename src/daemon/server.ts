@@ -184,6 +184,8 @@ export class Daemon {
           devices: this.#devices ?? 'none: WebSocket clients only',
           conversations: this.#entries.size,
           maxConversations: this.#limits.conversations,
+          // Where each stage worker and its compute helpers run (the CPUs each may use).
+          placement: this.engine.pipeline.placement.map((w) => ({ stage: w.stage, cpus: w.affinity, helpers: w.helpers, pinError: w.pinError })),
           outputRate: this.engine.outputRate,
         });
       if (method === 'GET' && path === '/readyz') {

@@ -10,6 +10,7 @@ import { readWavSamples, scratchDir } from '../helpers.js';
 import { apmAvailable } from '../../src/dsp/aec.js';
 import { runCommand } from '../../src/cli/run.js';
 import { load, type RuntimeMemory } from '../../src/index.js';
+import { native } from '../../src/native.js';
 import { serve as serveModel, stop, talk as talkTo, type Served } from './daemon.js';
 
 const cli = fileURLToPath(new URL('../../src/cli/main.js', import.meta.url));
@@ -215,7 +216,19 @@ t.test('oversized and malformed frames close only their own socket, with a reaso
   });
   const ok = await talk(s.ws, 11);
   t.ok(ok.pcm.length > 0, 'the daemon still serves a conversation');
-  t.equal((await get(`${s.url}/healthz`)).status, 200);
+  const health = await get(`${s.url}/healthz`);
+  t.equal(health.status, 200);
+  const { placement } = (await health.json()) as { placement: { stage: string; cpus: number[]; helpers: number[][] }[] };
+  t.same(
+    placement.map((p) => p.stage),
+    ['capture', 'frontend', 'conformer', 'depthformer', 'playback'],
+    '/healthz: where each stage runs',
+  );
+  const allowed = native.allowedCpus();
+  t.ok(
+    placement.every((p) => p.cpus.length > 0 && p.cpus.every((c) => allowed.includes(c))),
+    `on CPUs this process may use: ${placement.map((p) => `${p.stage}@${p.cpus.join('+')}`).join(', ')}`,
+  );
   t.equal(await stop(s), 0);
 });
 
