@@ -18,7 +18,7 @@ import { spawnServe, type ServeChild } from '../src/daemon/child.js';
 import { corpusTools, SENTENCES, utterance, VOICES } from './corpus.js';
 import { readMonoWav } from '../src/io/files.js';
 import { resampleSignal } from '../src/dsp/resample.js';
-import { round } from './util.js';
+import { quantiles, round } from './util.js';
 import type { ClientReport, LoadPlan, LoadReport } from './workers/load-client.js';
 
 const CLIENT = fileURLToPath(new URL('./workers/load-client.js', import.meta.url));
@@ -65,12 +65,6 @@ export interface LoadResult {
     idleRssMiB: number;
     peakRssMiB: number;
   };
-}
-
-function quantiles(xs: number[]): Quantiles {
-  const s = [...xs].sort((a, b) => a - b);
-  const at = (q: number): number => round(s[Math.min(s.length - 1, Math.floor(q * s.length))] ?? 0, 1);
-  return { p50: at(0.5), p99: at(0.99) };
 }
 
 /** Speech for the clients, 16 kHz: the labelled corpus's sentences when espeak-ng is here, else the fixture. */

@@ -18,7 +18,9 @@ import { load as loadEngine, type Engine } from '../src/api/engine.js';
 import { spawnServe } from '../src/daemon/child.js';
 import { resolveModel } from '../src/io/checkpoint.js';
 import { readMonoWav } from '../src/io/files.js';
-import { median, round } from './util.js';
+import { median, quantiles as quantilesAt, round } from './util.js';
+
+const quantiles = (xs: number[]): { p50: number; p99: number } => quantilesAt(xs, 3);
 import { formatLoad, type LoadResult, loadTest } from './load.js';
 import { defaultOf } from '../src/options.js';
 
@@ -26,12 +28,6 @@ const FIXTURE = fileURLToPath(new URL('../../test/fixtures/hello.wav', import.me
 const REPLY = 4;
 
 const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
-
-function quantiles(xs: number[]): { p50: number; p99: number } {
-  const s = [...xs].sort((a, b) => a - b);
-  const at = (q: number): number => round(s[Math.min(s.length - 1, Math.floor(q * s.length))] ?? 0, 3);
-  return { p50: at(0.5), p99: at(0.99) };
-}
 
 interface TurnTimes {
   firstAudioMs: number;

@@ -45,6 +45,13 @@ export function fastestSeconds(runs: number, body: () => void): number {
 
 export const round = (x: number, digits = 1): number => Number(x.toFixed(digits));
 
+/** p50 and p99 of `xs` (nearest rank), rounded to `digits`. */
+export function quantiles(xs: number[], digits = 1): { p50: number; p99: number } {
+  const s = [...xs].sort((a, b) => a - b);
+  const at = (q: number): number => round(s[Math.min(s.length - 1, Math.floor(q * s.length))] ?? 0, digits);
+  return { p50: at(0.5), p99: at(0.99) };
+}
+
 /** Bytes a hugePageBytes view starts on a multiple of: a page (the engine's arenas align to a cache line). */
 const VIEW_ALIGNMENT = 4096;
 

@@ -31,6 +31,8 @@ export function readmeExample(name: string): string {
 export { readMonoWav as readWavSamples } from '../src/io/files.js';
 import { readMonoWav } from '../src/io/files.js';
 import { makeCheckpoint } from '../src/io/checkpoint.js';
+import type { Conversation } from '../src/api/conversation.js';
+import { setTimeout as delay } from 'node:timers/promises';
 
 /** Integer in [lo, hi] from a PRNG. */
 export function randInt(r: () => number, lo: number, hi: number): number {
@@ -119,10 +121,28 @@ export function speechScene(prefix: string): {
   speech: { samples: Float32Array; rate: number };
   rate: number;
   silence: (seconds: number) => Float32Array;
+  interrupt: (conv: Conversation) => Promise<void>;
 } {
   const model = join(scratchDir(prefix), 'tiny');
   makeCheckpoint({ config: 'tiny', seed: 3, out: model, dtype: 'f32' });
   const speech = readMonoWav(fileURLToPath(new URL('../../test/fixtures/hello.wav', import.meta.url)));
   const rate = speech.rate;
-  return { model, speech, rate, silence: (s) => new Float32Array(Math.round(s * rate)) };
+  const silence = (s: number): Float32Array => new Float32Array(Math.round(s * rate));
+  /**
+   * A question, then the same words over its reply 0.3 s after the reply's first audio, while the
+   * reply's stream goes unread (delivery stops at its high-water mark, generation at the
+   * look-ahead beyond it); resolves at the barge-in (at most 20 s on), the stream then read.
+   */
+  const interrupt = async (conv: Conversation): Promise<void> => {
+    const stream = conv.stream();
+    const firstAudio = new Promise<void>((resolve) => conv.once('audio', () => resolve()));
+    for (const part of [silence(0.6), speech.samples, silence(1.2)]) conv.write(part);
+    await firstAudio;
+    await delay(300);
+    const bargeIn = new Promise<void>((resolve) => conv.once('barge_in', () => resolve()));
+    for (const part of [speech.samples, silence(1.5)]) conv.write(part);
+    await Promise.race([bargeIn, delay(20_000, undefined, { ref: false })]);
+    stream.on('data', () => undefined);
+  };
+  return { model, speech, rate, silence, interrupt };
 }

@@ -239,6 +239,11 @@ export class VoiceDetector {
   setLikelihood(likelihood: VadLikelihood): void {
     const level = VAD_LIKELIHOOD[likelihood];
     if (level === undefined) throw new InternalError(`unknown VAD likelihood '${likelihood}'`);
+    this.setLevel(level);
+  }
+
+  /** `setLikelihood` by its level (VAD_LIKELIHOOD's values, 1..4). */
+  setLevel(level: number): void {
     native.apmSetVoice(this.#handle, level);
   }
 

@@ -7,7 +7,7 @@ import { ArgumentError, ClosedError, type Conversation } from '../../src/index.j
 import { loadWithHooks } from '../../src/api/engine.js';
 import { apmAvailable, VoiceDetector } from '../../src/dsp/aec.js';
 
-const { model, speech, rate, silence } = speechScene('voxslab-update-');
+const { model, speech, rate, silence, interrupt } = speechScene('voxslab-update-');
 const OPTIONS = { replySeconds: 2, lookaheadMs: 400, memoryLimit: '1GiB' };
 const skip = apmAvailable() ? false : 'no WebRTC audio processing';
 
@@ -68,16 +68,8 @@ t.test('a shorter look-ahead holds generation closer to delivery', { skip }, asy
   conv.on('audio', (e) => {
     if (e.turn === 0) delivered += e.pcm.length;
   });
-  // Nobody reads the stream: delivery stops at its high-water mark, generation at the look-ahead.
-  const stream = conv.stream();
-  const firstAudio = new Promise<void>((resolve) => conv.once('audio', () => resolve()));
-  for (const part of [silence(0.6), speech.samples, silence(1.2)]) conv.write(part);
-  await firstAudio;
-  await delay(300);
-  const bargeIn = new Promise<void>((resolve) => conv.once('barge_in', () => resolve()));
-  for (const part of [speech.samples, silence(1.5)]) conv.write(part);
-  await bargeIn;
-  stream.on('data', () => undefined);
+  await interrupt(conv);
+  t.equal(barges.length, 1, 'the user spoke over the reply');
   const d = engine.config.detokenizer;
   const frameSamples = (engine.outputRate * d.upsample * d.hop) / d.sampleRate;
   const bound = Math.ceil((delivered + (80 * engine.outputRate) / 1000) / frameSamples);

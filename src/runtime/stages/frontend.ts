@@ -54,9 +54,6 @@ interface FrontendConv extends RoomConv {
   vadSet: number;
 }
 
-/** Likelihood names by their level (VAD_LIKELIHOOD's inverse). */
-const LIKELIHOODS = Object.fromEntries(Object.entries(VAD_LIKELIHOOD).map(([k, v]) => [v, k])) as Record<number, VadLikelihood>;
-
 export class FrontendStage extends StreamStage<FrontendConv> {
   constructor(env: Environment) {
     super('frontend', env);
@@ -161,7 +158,7 @@ export class FrontendStage extends StreamStage<FrontendConv> {
     const vad = Atomics.load(w, kVadSet);
     if (vad !== c.vadSet && c.vad instanceof VoiceDetector) {
       c.vadSet = vad;
-      c.vad.setLikelihood(vad > 0 ? LIKELIHOODS[vad]! : (this.env.init.options.vad as VadLikelihood));
+      c.vad.setLevel(vad > 0 ? vad : VAD_LIKELIHOOD[this.env.init.options.vad as VadLikelihood]);
     }
   }
 
