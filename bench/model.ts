@@ -13,7 +13,7 @@
  *
  * Default: `tiny` and `small` (f32). `--production` adds `lfm2-audio-1.5b` at q4 and q8
  * (generated once into the checkpoint cache, several minutes each); `--model DIR` adds any
- * checkpoint folder. The peer figures are llama.cpp's on this machine class (from the issue).
+ * checkpoint folder. `--peer` measures llama.cpp on the same backbones in a process of its own (bench/peer.ts).
  */
 import { existsSync, mkdirSync, mkdtempSync, renameSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
@@ -30,7 +30,7 @@ import { AUDIO_SAMPLING, Sampler } from '../src/model/blocks/sampler.js';
 import { gemvScratchFloats, setComputeThreads } from '../src/model/blocks/kernels.js';
 import { fastestSeconds as best, readBandwidth, round } from './util.js';
 import { native } from '../src/native.js';
-import { LlamaPeer, type PeerSpeed, peerGguf, peerType } from './peer.js';
+import { llamaBench, pagesOf, type Pages, peerChildSample, type PeerInfo, peerGguf, peerType } from './peer.js';
 import type { BackboneState } from '../src/model/blocks/backbone.js';
 
 export interface ModelBenchRow {
@@ -119,16 +119,30 @@ export interface StageRates {
  * One checkpoint's backbone beside llama.cpp's on the same weights (exported to GGUF), measured
  * alternately in the same run: prefill of `prefillTokens` positions, decode with the text head.
  */
+/** Samples of one figure: tokens/s. */
+export interface Spread {
+  min: number;
+  median: number;
+  max: number;
+}
+
+/** Rounds of each side against the peer (each a sample of every figure). */
+const PEER_ROUNDS = 5;
+
 export interface PeerRow {
   checkpoint: string;
   threads: number;
   ggufType: string;
   prefillTokens: number;
-  voxslabPrefillTokensPerSecond: number;
-  peerPrefillTokensPerSecond: number;
+  decodeSteps: number;
+  /** Samples per figure: voxslab's, the peer's. */
+  samples: [number, number];
+  /** Tokens/s: prefill of prefillTokens in one batch; greedy decode with the text head. Ratios are of the medians. */
+  voxslabPrefill: Spread;
+  peerPrefill: Spread;
   prefillRatio: number;
-  voxslabDecodeTokensPerSecond: number;
-  peerDecodeTokensPerSecond: number;
+  voxslabDecode: Spread;
+  peerDecode: Spread;
   decodeRatio: number;
 }
 
@@ -194,6 +208,52 @@ function decodeSeconds(model: SpeechModel, state: BackboneState, steps: number, 
       if (head) s.backbone.logits(hidden, s.logits, s.logitsScratch);
     }
   });
+}
+
+/**
+ * A generated frame's parts on this thread's compute threads, fastest of `runs` each (ms): an
+ * audio step, a text step (with its head), a Depthformer frame, a detokenizer frame, and the
+ * frame they make (ModelBenchRow.frameMs). Leaves `conv`'s backbone and detokenizer used.
+ */
+export function frameCost(model: SpeechModel, conv: Conversation, steps: number, frames: number, runs: number) {
+  const s = model.slot;
+  const c = model.config;
+  const stepMs = (decodeSeconds(model, conv.backbone, steps, false, runs) / steps) * 1000;
+  const textMs = (decodeSeconds(model, conv.backbone, steps, true, runs) / steps) * 1000;
+  const sampler = new Sampler(1);
+  const codes = new Int32Array(8);
+  const hidden = new Float32Array(c.backbone.hidden).map((_, i) => Math.cos(i));
+  const depthMs =
+    (best(runs, () => {
+      for (let i = 0; i < frames; i++) s.depthformer.frame(hidden, sampler, AUDIO_SAMPLING, codes);
+    }) /
+      frames) *
+    1000;
+  const out = new Float32Array(s.detokenizer.maxSamples(conv.detokenizer));
+  const detMs =
+    (best(runs, () => {
+      conv.detokenizer.startTurn();
+      for (let i = 0; i < frames; i++) {
+        for (let k = 0; k < 8; k++) codes[k] = (i * 131 + k * 17) % 2048;
+        s.detokenizer.frame(conv.detokenizer, codes, out, 0);
+      }
+    }) /
+      frames) *
+    1000;
+  const frameMs = stepMs + depthMs + detMs + (c.interleave.text / c.interleave.audio) * textMs;
+  return { stepMs, textMs, depthMs, detMs, frameMs };
+}
+
+/** The engine's own frame (frameCost's) of the checkpoint `dir` with `threads` compute threads: what `bench model` reports. */
+export function engineFrameMs(dir: string, threads: number, quick: boolean): number {
+  const model = SpeechModel.load(dir, MemoryDomain.create(), { segmentSeconds: 5, replySeconds: quick ? 2 : 4, context: 4096, threads });
+  const conv = model.conversation({ seed: 1, inputRate: 16000 });
+  model.ready();
+  conv.ready();
+  const big = model.config.backbone.hidden >= 1024;
+  const ms = frameCost(model, conv, quick ? 8 : big ? 16 : 100, quick ? 4 : big ? 8 : 40, quick || big ? 3 : 5).frameMs;
+  setComputeThreads(1);
+  return ms;
 }
 
 /** The weight encodings of a loaded model's matrices, e.g. `F32` or `F32+q4`. */
@@ -336,13 +396,13 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
   const chunk = model.options.prefillChunk;
   const chunks = big ? 2 : 4;
   const steps = quick ? 8 : big ? 16 : 100;
+  const frames = quick ? 4 : big ? 8 : 40;
   const prefillS = prefillSeconds(model, state, chunks * chunk, runs);
   // The frame's parts back to back between two read probes at this thread count (the bound
   // takes the faster, read within seconds of the parts it bounds), each two-conversation
   // figure next to the one it is compared with.
   const probeBefore = probeRead(threads);
-  const decodeS = decodeSeconds(model, state, steps, false, runs);
-  const decodeTextS = decodeSeconds(model, state, steps, true, runs);
+  const { stepMs, textMs, depthMs, detMs, frameMs } = frameCost(model, conv, steps, frames, runs);
   const pair = [state, other.backbone];
   const pairS = best(runs, () => {
     state.reset();
@@ -356,26 +416,14 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
   const sampler = new Sampler(1);
   const codes = new Int32Array(8);
   const hidden = new Float32Array(D).map((_, i) => Math.cos(i));
-  const frames = quick ? 4 : big ? 8 : 40;
   // The pipeline's Depthformer stage carves two-row heads: both conversations' in one call.
   const pairSlot = pairHeads(model, domain);
   const hidden2 = new Float32Array(2 * D).map((_, i) => Math.cos(i * 0.7));
   const samplers = [sampler, new Sampler(2)];
   const audioOptions = [AUDIO_SAMPLING, AUDIO_SAMPLING];
   const codes2 = new Int32Array(8);
-  const depthS = best(runs, () => {
-    for (let i = 0; i < frames; i++) s.depthformer.frame(hidden, sampler, AUDIO_SAMPLING, codes);
-  });
   const depthPairS = best(runs, () => {
     for (let i = 0; i < frames; i++) Depthformer.framePair(pairSlot.depthformer, s.depthformer, hidden2, samplers, audioOptions, codes, codes2);
-  });
-  const out = new Float32Array(s.detokenizer.maxSamples(conv.detokenizer));
-  const detS = best(runs, () => {
-    conv.detokenizer.startTurn();
-    for (let i = 0; i < frames; i++) {
-      for (let k = 0; k < 8; k++) codes[k] = (i * 131 + k * 17) % 2048;
-      s.detokenizer.frame(conv.detokenizer, codes, out, 0);
-    }
   });
   const readMs = frameReadMs(model, runs + 1);
   const probeAfter = probeRead(threads);
@@ -395,11 +443,6 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
   const replyMs = performance.now() - t0;
   const first = firstReply(model, 2);
   const { total: frameBytes, stage: stageBytes } = frameWeightBytes(model);
-  const stepMs = (decodeS / steps) * 1000;
-  const textMs = (decodeTextS / steps) * 1000;
-  const depthMs = (depthS / frames) * 1000;
-  const detMs = (detS / frames) * 1000;
-  const frameMs = stepMs + depthMs + detMs + (c.interleave.text / c.interleave.audio) * textMs;
   const pairMs = (pairS / steps) * 1000;
   const textShare = c.interleave.text / c.interleave.audio;
   const headMs = (headS / steps) * 1000;
@@ -419,8 +462,8 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
     weightMiB: round(weightBytes / 2 ** 20, 1),
     encoderMsPerSecondOfAudio: round((encS / segment) * 1000, 2),
     prefillTokensPerSecond: round((chunks * chunk) / prefillS, 1),
-    decodeTokensPerSecond: round(steps / decodeS, 1),
-    decodeWithTextHeadTokensPerSecond: round(steps / decodeTextS, 1),
+    decodeTokensPerSecond: round(1000 / stepMs, 1),
+    decodeWithTextHeadTokensPerSecond: round(1000 / textMs, 1),
     batchedDecodePositionsPerSecond: round((2 * steps) / pairS, 1),
     pairStepOverOne: round(pairMs / stepMs, 3),
     pairHeadOverOne: round(headPairMs / headMs, 3),
@@ -488,52 +531,88 @@ function firstReply(model: SpeechModel, runs: number): { ms: number; encoderMs: 
  * voxslab's backbone against llama.cpp's on the same weights, alternating in one run: two rounds
  * of (one thread, two threads) for each engine, the fastest of each kept.
  */
-async function againstPeer(label: string, dir: string, quick: boolean, log: (l: string) => void): Promise<{ rows: PeerRow[]; engine: string }> {
+/** min / median / max of samples. */
+function spreadOf(xs: readonly number[]): Spread {
+  const s = [...xs].sort((a, b) => a - b);
+  return { min: round(s[0]!, 1), median: round(s[Math.floor((s.length - 1) / 2)]!, 1), max: round(s[s.length - 1]!, 1) };
+}
+
+/**
+ * voxslab against llama.cpp on the backbone of `dir`: per thread count, voxslab's samples in
+ * this process and the peer's in a process of its own, alternating round by round
+ * (node-llama-cpp: one child per sample; llama-bench: its own repetitions, between voxslab's
+ * rounds). voxslab's helper threads are stopped while the peer runs.
+ */
+async function againstPeer(
+  label: string,
+  dir: string,
+  quick: boolean,
+  bench: string | undefined,
+  log: (l: string) => void,
+): Promise<{ rows: PeerRow[]; info: PeerInfo }> {
   const domain = MemoryDomain.create();
-  const model = SpeechModel.load(dir, domain, { context: 4096 });
+  const model = SpeechModel.load(dir, domain, { context: 4096, threads: 1 });
   const conv = model.conversation({ seed: 1, inputRate: 16000 });
   model.ready();
   conv.ready();
   const type = peerType(weightKinds(model));
-  const peer = await LlamaPeer.open(peerGguf(dir, type, log));
+  const gguf = peerGguf(dir, type, log);
   const prefillTokens = quick ? 128 : 512;
-  const steps = quick ? 8 : 32;
+  const steps = quick ? 8 : 64;
+  const rounds = quick ? 2 : PEER_ROUNDS;
   const THREADS = [1, 2];
-  // Per thread count, every round's seconds (ours) and tokens/s (the peer's); the best is kept.
   const ours = THREADS.map(() => ({ prefill: [] as number[], decode: [] as number[] }));
-  const theirs = THREADS.map(() => [] as PeerSpeed[]);
+  const theirs = THREADS.map(() => ({ prefill: [] as number[], decode: [] as number[] }));
+  let info: PeerInfo = { engine: '', variant: '', pages: null };
+  const voxslabRound = (j: number, threads: number): void => {
+    setComputeThreads(threads);
+    ours[j]!.prefill.push(prefillTokens / prefillSeconds(model, conv.backbone, prefillTokens, 1));
+    ours[j]!.decode.push(steps / decodeSeconds(model, conv.backbone, steps, true, 1));
+    // Helpers stopped: nothing of voxslab's runs beside the peer.
+    setComputeThreads(1);
+  };
   try {
-    for (let round = 0; round < 2; round++) {
-      for (const [j, threads] of THREADS.entries()) {
-        setComputeThreads(threads);
-        ours[j]!.prefill.push(prefillSeconds(model, conv.backbone, prefillTokens, 1));
-        ours[j]!.decode.push(decodeSeconds(model, conv.backbone, steps, true, 1));
-        theirs[j]!.push(await peer.speed(threads, prefillTokens, steps));
+    if (bench !== undefined) {
+      for (let r = 0; r < rounds; r++) for (const [j, t] of THREADS.entries()) voxslabRound(j, t);
+      const lb = llamaBench(bench, gguf, prefillTokens, steps, THREADS, rounds);
+      THREADS.forEach((t, j) => {
+        theirs[j]!.prefill.push(...(lb.prefill.get(t) ?? []));
+        theirs[j]!.decode.push(...(lb.decode.get(t) ?? []));
+      });
+      info = lb.info;
+      for (let r = 0; r < rounds; r++) for (const [j, t] of THREADS.entries()) voxslabRound(j, t);
+    } else {
+      for (let r = 0; r < rounds; r++) {
+        for (const [j, threads] of THREADS.entries()) {
+          voxslabRound(j, threads);
+          const p = peerChildSample(gguf, threads, prefillTokens, steps);
+          theirs[j]!.prefill.push(p.prefillTokensPerSecond);
+          theirs[j]!.decode.push(p.decodeTokensPerSecond);
+          info = { engine: p.engine, variant: p.variant, pages: p.pages };
+        }
       }
     }
   } finally {
-    await peer.close();
     setComputeThreads(1);
   }
-  const rows = THREADS.map((threads, j) => {
-    const prefill = prefillTokens / Math.min(...ours[j]!.prefill);
-    const decode = steps / Math.min(...ours[j]!.decode);
-    const peerPrefill = Math.max(...theirs[j]!.map((p) => p.prefillTokensPerSecond));
-    const peerDecode = Math.max(...theirs[j]!.map((p) => p.decodeTokensPerSecond));
+  const rows = THREADS.map((threads, j): PeerRow => {
+    const [vp, vd, pp, pd] = [ours[j]!.prefill, ours[j]!.decode, theirs[j]!.prefill, theirs[j]!.decode].map(spreadOf) as [Spread, Spread, Spread, Spread];
     return {
       checkpoint: label,
       threads,
       ggufType: type,
       prefillTokens,
-      voxslabPrefillTokensPerSecond: round(prefill, 1),
-      peerPrefillTokensPerSecond: round(peerPrefill, 1),
-      prefillRatio: round(prefill / peerPrefill, 2),
-      voxslabDecodeTokensPerSecond: round(decode, 1),
-      peerDecodeTokensPerSecond: round(peerDecode, 1),
-      decodeRatio: round(decode / peerDecode, 2),
+      decodeSteps: steps,
+      samples: [ours[j]!.prefill.length, theirs[j]!.prefill.length],
+      voxslabPrefill: vp,
+      peerPrefill: pp,
+      prefillRatio: round(vp.median / pp.median, 2),
+      voxslabDecode: vd,
+      peerDecode: pd,
+      decodeRatio: round(vd.median / pd.median, 2),
     };
   });
-  return { rows, engine: peer.engine };
+  return { rows, info };
 }
 
 export interface ModelBenchResult {
@@ -541,7 +620,10 @@ export interface ModelBenchResult {
   rows: ModelBenchRow[];
   /** `--peer`: llama.cpp in the same run (empty without it). */
   peer: PeerRow[];
-  peerEngine: string | null;
+  /** The peer's engine, the CPU build it loaded and its pages; null without --peer. */
+  peerInfo: PeerInfo | null;
+  /** What voxslab's weights sit on after the rows above (this process's huge-page mappings). */
+  voxslabPages: Pages | null;
   notMeasured: string[];
 }
 
@@ -558,7 +640,9 @@ function withBound(row: UnboundRow, frameBytes: number): ModelBenchRow {
   };
 }
 
-export async function run(options: { quick?: boolean; models?: string[]; production?: boolean; peer?: boolean } = {}): Promise<ModelBenchResult> {
+export async function run(
+  options: { quick?: boolean; models?: string[]; production?: boolean; peer?: boolean; peerBench?: string } = {},
+): Promise<ModelBenchResult> {
   const quick = options.quick === true;
   const log = (l: string): void => {
     process.stderr.write(`${l}\n`);
@@ -571,7 +655,7 @@ export async function run(options: { quick?: boolean; models?: string[]; product
   if (options.peer !== true) notMeasured.push('llama.cpp on the same backbones: run with --peer');
   const rows: ModelBenchRow[] = [];
   const peer: PeerRow[] = [];
-  let peerEngine: string | null = null;
+  let peerInfo: PeerInfo | null = null;
   try {
     for (const [label, dir] of targets) {
       for (const threads of [1, 2]) {
@@ -582,15 +666,15 @@ export async function run(options: { quick?: boolean; models?: string[]; product
     // The peer: every checkpoint but tiny (too small for a rate to mean anything).
     if (options.peer === true) {
       for (const [label, dir] of targets.filter(([l]) => l !== 'tiny')) {
-        const r = await againstPeer(label, dir, quick, log);
+        const r = await againstPeer(label, dir, quick, options.peerBench, log);
         peer.push(...r.rows);
-        peerEngine = r.engine;
+        peerInfo = r.info;
       }
     }
   } finally {
     setComputeThreads(1);
   }
-  return { bench: 'model', rows, peer, peerEngine, notMeasured };
+  return { bench: 'model', rows, peer, peerInfo, voxslabPages: pagesOf('self'), notMeasured };
 }
 
 /** A stage's read rate with its ratio to the row's read probe. */
@@ -620,11 +704,19 @@ export function format(r: ModelBenchResult): string {
         `sample ${m.firstReplyMs} ms after a 3 s turn (encoder ${m.firstReplyEncoderMs}, prefill ${m.firstReplyPrefillMs})`,
     );
   }
+  const sp = (s: Spread) => `${s.median} (${s.min}–${s.max})`;
+  const pages = (p: Pages | null) => (p === null ? 'unknown' : `${p.anonHugeMiB} MiB anonymous and ${p.fileHugeMiB} MiB file-backed in huge pages`);
+  if (r.peerInfo !== null) {
+    lines.push(
+      `  peer: ${r.peerInfo.engine}, alone in its own process (voxslab's helper threads stopped meanwhile); its CPU build: ${r.peerInfo.variant}`,
+      `  pages: voxslab ${pages(r.voxslabPages)}; the peer ${pages(r.peerInfo.pages)}`,
+    );
+  }
   for (const p of r.peer) {
     lines.push(
-      `  ${p.checkpoint} vs ${r.peerEngine} (${p.ggufType}), ${p.threads} thread${p.threads > 1 ? 's' : ''}: prefill ${p.prefillTokens} ` +
-        `${p.voxslabPrefillTokensPerSecond} vs ${p.peerPrefillTokensPerSecond} tok/s (×${p.prefillRatio}); decode with the text head ` +
-        `${p.voxslabDecodeTokensPerSecond} vs ${p.peerDecodeTokensPerSecond} tok/s (×${p.decodeRatio})`,
+      `  ${p.checkpoint} (${p.ggufType}), ${p.threads} thread${p.threads > 1 ? 's' : ''}, tok/s median (min–max) of ${p.samples[0]} / ${p.samples[1]} samples: ` +
+        `prefill ${p.prefillTokens} ${sp(p.voxslabPrefill)} vs ${sp(p.peerPrefill)} (×${p.prefillRatio}); decode with the text head ` +
+        `${sp(p.voxslabDecode)} vs ${sp(p.peerDecode)} (×${p.decodeRatio})`,
     );
   }
   for (const n of r.notMeasured) lines.push(`  not measured: ${n}`);

@@ -1,17 +1,93 @@
 /**
- * llama.cpp as the peer of `bench model --peer`, through node-llama-cpp (a dev dependency, its
- * prebuilt CPU binaries): the backbone exported with `voxslab export-gguf`, prefill of a batch
- * of tokens (llama-bench's pp) and greedy decode one token at a time with the text head (its
- * tg), at a given thread count. The GGUF files are written once into the checkpoint cache.
+ * llama.cpp as the peer of `bench model --peer`: the backbone exported with `voxslab
+ * export-gguf`, prefill of a batch of tokens (llama-bench's pp) and greedy decode one token at
+ * a time with the text head (its tg), at a given thread count. The peer always runs in a
+ * process of its own: llama.cpp's own `llama-bench` when the user has built one
+ * (`--peer-bench PATH`), otherwise node-llama-cpp (a dev dependency, its prebuilt CPU
+ * binaries) in a child process, one per sample. The GGUF files are written once into the
+ * checkpoint cache.
  */
-import { existsSync } from 'node:fs';
+import { spawnSync } from 'node:child_process';
+import { existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { fileURLToPath } from 'node:url';
 import { exportGguf } from '../src/io/gguf.js';
 import type { GgufType } from '../src/model/format/gguf.js';
 
-/** The GGUF encoding closest to a checkpoint's weights: q4 → Q4_0, q8 → Q8_0, floats → F16. */
+/** The GGUF encoding of a checkpoint's weights: q4 → Q4_0, q8 → Q8_0, f16 → F16, f32 → F32 (both sides read the same bytes per weight). */
 export function peerType(weights: string): GgufType {
-  return weights.includes('q4') ? 'q4_0' : weights.includes('q8') ? 'q8_0' : 'f16';
+  return weights.includes('q4') ? 'q4_0' : weights.includes('q8') ? 'q8_0' : /f16|F16/.test(weights) ? 'f16' : 'f32';
+}
+
+/** What a process's memory sits on: its anonymous and file-backed memory mapped in huge pages (MiB), from /proc/<pid>/smaps_rollup. */
+export interface Pages {
+  anonHugeMiB: number;
+  fileHugeMiB: number;
+}
+
+export function pagesOf(pid: number | 'self'): Pages | null {
+  let text: string;
+  try {
+    text = readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8');
+  } catch {
+    return null;
+  }
+  const kib = (key: string) => Number(new RegExp(`^${key}:\\s+(\\d+) kB`, 'm').exec(text)?.[1] ?? 0);
+  return { anonHugeMiB: Math.round(kib('AnonHugePages') / 1024), fileHugeMiB: Math.round(kib('FilePmdMapped') / 1024) };
+}
+
+/** The peer's engine: its name and version, the CPU build it loaded (llama.cpp's system info line), and its pages. */
+export interface PeerInfo {
+  engine: string;
+  variant: string;
+  pages: Pages | null;
+}
+
+const CHILD = fileURLToPath(new URL('./workers/peer-child.js', import.meta.url));
+
+/** One sample of node-llama-cpp alone in a child process: prefill of `prefill` tokens, then `decode` steps, at `threads`. */
+export function peerChildSample(gguf: string, threads: number, prefill: number, decode: number): PeerSpeed & PeerInfo {
+  const r = spawnSync(process.execPath, [CHILD, gguf, String(threads), String(prefill), String(decode)], { encoding: 'utf8', maxBuffer: 1 << 24 });
+  if (r.status !== 0) throw new Error(`bench model --peer: the peer process failed: ${r.error?.message ?? r.stderr.trim().split('\n').pop()}`);
+  return JSON.parse(r.stdout) as PeerSpeed & PeerInfo;
+}
+
+/** llama-bench's samples per thread count (tokens/s of each repetition), and what it ran. */
+export interface LlamaBenchResult {
+  prefill: Map<number, number[]>;
+  decode: Map<number, number[]>;
+  info: PeerInfo;
+}
+
+/** `llama-bench -m gguf -p prefill -n decode -t threads -r reps -o json`, in its own process. */
+export function llamaBench(bin: string, gguf: string, prefill: number, decode: number, threads: readonly number[], reps: number): LlamaBenchResult {
+  const args = ['-m', gguf, '-p', String(prefill), '-n', String(decode), '-t', threads.join(','), '-r', String(reps), '-o', 'json'];
+  const r = spawnSync(bin, args, { encoding: 'utf8', maxBuffer: 1 << 24 });
+  if (r.error !== undefined || r.status !== 0)
+    throw new Error(`bench model --peer-bench: ${bin} failed: ${r.error?.message ?? r.stderr.trim().split('\n').pop()}`);
+  type Test = {
+    n_prompt: number;
+    n_gen: number;
+    n_threads: number;
+    avg_ts: number;
+    samples_ts?: number[];
+    build_commit?: string;
+    cpu_info?: string;
+    backends?: string;
+  };
+  const tests = JSON.parse(r.stdout) as Test[];
+  const out: LlamaBenchResult = { prefill: new Map(), decode: new Map(), info: { engine: 'llama-bench', variant: '', pages: null } };
+  for (const t of tests) {
+    const samples = t.samples_ts ?? [t.avg_ts];
+    if (t.n_prompt > 0 && t.n_gen === 0) out.prefill.set(t.n_threads, samples);
+    else if (t.n_gen > 0 && t.n_prompt === 0) out.decode.set(t.n_threads, samples);
+    out.info = {
+      engine: `llama.cpp ${t.build_commit ?? '?'} llama-bench`,
+      variant: `${t.backends ?? 'CPU'} on ${t.cpu_info ?? 'this CPU'} (built natively)`,
+      pages: null,
+    };
+  }
+  return out;
 }
 
 /** The backbone of `dir` as GGUF in `type`, exported once beside the checkpoint. */
@@ -39,11 +115,14 @@ export class LlamaPeer {
   readonly #llama: Llama;
   readonly #model: LlamaModel;
   readonly engine: string;
+  /** llama.cpp's system info line: the features of the CPU build it loaded. */
+  readonly variant: string;
 
   private constructor(llama: Llama, model: LlamaModel, engine: string) {
     this.#llama = llama;
     this.#model = model;
     this.engine = engine;
+    this.variant = llama.systemInfo.trim();
   }
 
   static async open(gguf: string): Promise<LlamaPeer> {

@@ -15,7 +15,14 @@
  *   p99 gap between reply frames beside it.
  * - Wake latency: a record answered across two threads through rings and doorbells
  *   (Atomics.wait), p50/p99 of one way, beside postMessage in the same run.
+ * - Each row's steady frame (a long reply's wall time less a short one's, per added frame) on
+ *   the default placement, beside the engine's own frame (bench model's frameMs) with the same
+ *   compute threads.
+ * - Placement: for 1, 2, 4 and 8 CPUs (as many as the process may use), `voxslab run` under
+ *   `taskset` on the last checkpoint: the steady frame with the default placement and with one
+ *   thread per stage, beside the engine's own frame on those CPUs (each in a child process).
  */
+import { spawnSync } from 'node:child_process';
 import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
@@ -24,12 +31,16 @@ import { Worker } from 'node:worker_threads';
 import { runCommand } from '../src/cli/run.js';
 import { encodeWav, WavReader } from '../src/dsp/wav.js';
 import { openFileSource } from '../src/io/files.js';
-import { production } from './model.js';
+import { engineFrameMs, production } from './model.js';
+import { optionValue } from '../src/options.js';
+import { native } from '../src/native.js';
 import { resolveModel } from '../src/io/checkpoint.js';
 import { Doorbells, RecordRing, ringBytes } from '../src/runtime/ring.js';
 import { round } from './util.js';
 
 const FIXTURE = fileURLToPath(new URL('../../test/fixtures/hello.wav', import.meta.url));
+const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
+const ENGINE_FRAME = fileURLToPath(new URL('./workers/engine-frame.js', import.meta.url));
 
 interface RunConv {
   wallMs: number;
@@ -92,6 +103,13 @@ async function runOnce(
   }
 }
 
+/** Wall ms per frame a long reply adds over a short one (one conversation each): the frame without start-up and prefill. */
+function steadyFrameMs(short: RunReport, long: RunReport): number {
+  const [a, b] = [short.conversations[0]!, long.conversations[0]!];
+  if (b.audioFrames <= a.audioFrames) return a.wallMs / a.audioFrames;
+  return (b.wallMs - a.wallMs) / (b.audioFrames - a.audioFrames);
+}
+
 /** Wall ms per generated frame of a run (all its conversations' frames; conversations overlap). */
 function msPerFrame(r: RunReport): number {
   const frames = r.conversations.reduce((a, c) => a + c.audioFrames, 0);
@@ -130,6 +148,16 @@ function perCall(t: Record<string, { ms: number; count: number }>): Record<strin
 
 export interface PipelineBenchRow {
   checkpoint: string;
+  /** Compute threads of the heavy stages and of the engine beside them (the default: the allowed CPUs, at most 8). */
+  threads: number;
+  /** Steady wall ms per generated frame (a long reply less a short one, per added frame): the pipeline on its default placement, and the single-thread engine. */
+  pipelineFrameMs: number;
+  singleFrameMs: number;
+  /** The engine's own frame with the same compute threads (bench model's frameMs), and the pipeline's over it. */
+  engineFrameMs: number;
+  pipelineOverEngineFrame: number;
+  /** The pipeline's steady frame over the 80 ms it plays. */
+  steadyRealTimeFactor: number;
   singleMsPerFrame: number;
   pipelineMsPerFrame: number;
   /** Pipeline over single thread, one conversation (below 1: the stages overlap). */
@@ -252,6 +280,91 @@ function overheadOf(single: RunReport, one: RunReport, longSingle: RunReport, lo
   };
 }
 
+export interface PlacementRow {
+  cpus: number;
+  /** The default placement on these CPUs, as the run's report gives it (stage@cpus, helpers counted). */
+  placement: string;
+  /** Steady ms per frame (median of the rounds, and the range): default placement, one thread per stage, the engine's own frame with a thread per CPU. */
+  defaultFrameMs: Spread;
+  oneThreadFrameMs: Spread;
+  engineFrameMs: Spread;
+  /** Medians: the default over one thread per stage, and over the engine's own frame. */
+  defaultOverOneThread: number;
+  defaultOverEngine: number;
+}
+
+interface Spread {
+  median: number;
+  min: number;
+  max: number;
+}
+
+function spread(xs: number[]): Spread {
+  const s = [...xs].sort((a, b) => a - b);
+  return { median: round(s[Math.floor((s.length - 1) / 2)]!, 3), min: round(s[0]!, 3), max: round(s[s.length - 1]!, 3) };
+}
+
+/** A child process under `taskset -c cpus`; its stdout. */
+function pinned(cpus: readonly number[], args: string[]): string {
+  const r = spawnSync('taskset', ['-c', cpus.join(','), process.execPath, ...args], { encoding: 'utf8', maxBuffer: 1 << 24 });
+  if (r.error !== undefined || r.status !== 0)
+    throw new Error(`bench pipeline: taskset ${args.join(' ')}: ${r.error?.message ?? r.stderr.trim().split('\n').pop()}`);
+  return r.stdout;
+}
+
+/** `voxslab run` of one conversation on `cpus` with a short and a long reply: the steady frame and the placement. */
+function pinnedSteady(model: string, cpus: readonly number[], extra: string[], dir: string): { frameMs: number; placement: string } {
+  const reports = ['4', LONG_REPLY].map((reply) => {
+    const rep = join(dir, `p${reply}.json`);
+    pinned(cpus, [CLI, 'run', '--model', model, '--in', FIXTURE, '--out', join(dir, 'p.wav'), '--reply', reply, '--report', rep, ...extra]);
+    return JSON.parse(readFileSync(rep, 'utf8')) as RunReport & { pipeline: { placement: { stage: string; affinity: number[]; helpers: number[][] }[] } };
+  });
+  const placement = reports[1]!.pipeline.placement
+    .map((w) => `${w.stage}@${w.affinity.join('+')}${w.helpers.length > 0 ? ` (+${w.helpers.length})` : ''}`)
+    .join(' ');
+  return { frameMs: steadyFrameMs(reports[0]!, reports[1]!), placement };
+}
+
+/**
+ * The default placement against one thread per stage and against the engine alone, for 1, 2,
+ * 4 and 8 CPUs (those this process may use), each run in a child process under taskset,
+ * alternating, 3 rounds (1 with --quick).
+ */
+export function placement(model: string, quick: boolean): { rows: PlacementRow[]; untried: number[] } {
+  const allowed = native.allowedCpus();
+  const dir = mkdtempSync(join(tmpdir(), 'voxslab-bench-'));
+  const rows: PlacementRow[] = [];
+  try {
+    for (const k of [1, 2, 4, 8].filter((k) => k <= allowed.length)) {
+      const cpus = allowed.slice(0, k);
+      const d: number[] = [];
+      const one: number[] = [];
+      const engine: number[] = [];
+      let where = '';
+      for (let r = 0; r < (quick ? 1 : 3); r++) {
+        const p = pinnedSteady(model, cpus, [], dir);
+        where = p.placement;
+        d.push(p.frameMs);
+        one.push(pinnedSteady(model, cpus, ['--threads', '1'], dir).frameMs);
+        engine.push((JSON.parse(pinned(cpus, [ENGINE_FRAME, model, String(Math.min(8, k)), quick ? 'quick' : ''])) as { frameMs: number }).frameMs);
+      }
+      const [sd, so, se] = [spread(d), spread(one), spread(engine)];
+      rows.push({
+        cpus: k,
+        placement: where,
+        defaultFrameMs: sd,
+        oneThreadFrameMs: so,
+        engineFrameMs: se,
+        defaultOverOneThread: round(sd.median / so.median, 3),
+        defaultOverEngine: round(sd.median / se.median, 3),
+      });
+    }
+  } finally {
+    rmSync(dir, { recursive: true, force: true });
+  }
+  return { rows, untried: [1, 2, 4, 8].filter((k) => k > allowed.length) };
+}
+
 async function wake(rounds: number): Promise<{ ring: { p50: number; p99: number }; message: { p50: number; p99: number } }> {
   const url = new URL('./workers/pingpong.js', import.meta.url);
   const q = (xs: number[], p: number) => round(xs.sort((a, b) => a - b)[Math.floor(p * (xs.length - 1))]! / 2, 2);
@@ -294,7 +407,10 @@ async function wake(rounds: number): Promise<{ ring: { p50: number; p99: number 
   return { ring: { p50: q(ringUs, 0.5), p99: q(ringUs, 0.99) }, message: { p50: q(msgUs, 0.5), p99: q(msgUs, 0.99) } };
 }
 
-export async function run(o: { quick: boolean; production?: boolean }): Promise<{ rows: PipelineBenchRow[]; wakeMicros: Awaited<ReturnType<typeof wake>> }> {
+export async function run(o: {
+  quick: boolean;
+  production?: boolean;
+}): Promise<{ rows: PipelineBenchRow[]; wakeMicros: Awaited<ReturnType<typeof wake>>; placement: ReturnType<typeof placement> & { checkpoint: string } }> {
   const log = (l: string) => process.stderr.write(`${l}\n`);
   const models: [string, string][] = (o.quick ? ['tiny'] : ['tiny', 'small']).map((n) => [n, resolveModel(n, log)]);
   if (o.production === true) models.push(['lfm2-audio-1.5b q4', await production('q4', log)]);
@@ -307,7 +423,8 @@ export async function run(o: { quick: boolean; production?: boolean }): Promise<
   } finally {
     rmSync(scratch, { recursive: true, force: true });
   }
-  return { rows, wakeMicros: await wake(o.quick ? 2000 : 20000) };
+  const [name, dir] = models[models.length - 1]!;
+  return { rows, wakeMicros: await wake(o.quick ? 2000 : 20000), placement: { checkpoint: name, ...placement(dir, o.quick) } };
 }
 
 /** The fixture's samples at 16 kHz, mono. */
@@ -351,6 +468,11 @@ async function measure(name: string, model: string, o: { quick: boolean }, short
     }
   }
   if (single === null || one === null || two === null || mixed === null) throw new Error('bench pipeline: no rounds');
+  const threads = optionValue<number>('threads', undefined);
+  const long = await runOnce(model, 1, { reply: LONG_REPLY });
+  const longSingle = await runOnce(model, 1, { engine: 'single', reply: LONG_REPLY });
+  const engineFrame = engineFrameMs(model, threads, o.quick);
+  const pipelineFrame = steadyFrameMs(one.report, long.report);
   const rt = await runOnce(model, 1, { realtime: true, reply: '1' });
   const capacity: { conversations: number; p99GapMs: number; underrunMs: number }[] = [];
   for (const n of o.quick || big ? [1, 2] : [1, 2, 4, 8]) {
@@ -365,6 +487,12 @@ async function measure(name: string, model: string, o: { quick: boolean }, short
   const depth = mixed.report.pipeline!.stages.find((s) => s.stage === 'depthformer')!;
   return {
     checkpoint: name,
+    threads,
+    pipelineFrameMs: round(pipelineFrame, 3),
+    singleFrameMs: round(steadyFrameMs(single.report, longSingle.report), 3),
+    engineFrameMs: round(engineFrame, 3),
+    pipelineOverEngineFrame: round(pipelineFrame / engineFrame, 3),
+    steadyRealTimeFactor: round(pipelineFrame / 80, 4),
     singleMsPerFrame: round(msPerFrame(single.report), 3),
     pipelineMsPerFrame: round(msPerFrame(one.report), 3),
     pipelineOverSingle: round(msPerFrame(one.report) / msPerFrame(single.report), 3),
@@ -397,6 +525,8 @@ export function format(r: Awaited<ReturnType<typeof run>>): string {
       `${x.checkpoint}: ${x.singleMsPerFrame} ms/frame single, ${x.pipelineMsPerFrame} pipeline (×${x.pipelineOverSingle}); two at once ` +
         `${x.twoMsPerFrame} ms/frame, wall ×${x.twoOverOne} of one; two of different lengths: frame time ×${x.mixedOverOne} of one ` +
         `(heads batched in ${Math.round(x.mixedHeadsBatched * 100)}% of batched steps); RTF ${x.realTimeFactor}`,
+      `  steady frame (${LONG_REPLY} s reply less 4 s): pipeline ${x.pipelineFrameMs} ms, single ${x.singleFrameMs}; the engine's own frame ` +
+        `${x.engineFrameMs} ms (${x.threads} threads) ⇒ pipeline ×${x.pipelineOverEngineFrame} of it, RTF ${x.steadyRealTimeFactor}`,
       `  Depthformer stage's reply work per frame, two ÷ one: ×${x.twoStepsOverOne} same input, ×${x.mixedStepsOverOne} different lengths`,
       `  first audio after end of speech (device pace): ${x.realtimeFirstAudioMs ?? '-'} ms; frame gaps p50 ${x.frameGapMs?.p50 ?? '-'} / p99 ` +
         `${x.frameGapMs?.p99 ?? '-'} ms`,
@@ -423,6 +553,15 @@ export function format(r: Awaited<ReturnType<typeof run>>): string {
         `${x.capacityRealTime} real-time`,
     );
   }
+  const pl = r.placement;
+  const sp = (s: Spread) => `${s.median} (${s.min}–${s.max})`;
+  lines.push(`placement (${pl.checkpoint}, taskset; steady ms per frame, median (range)):`);
+  for (const p of pl.rows)
+    lines.push(
+      `  ${p.cpus} CPU${p.cpus > 1 ? 's' : ''}: default ${sp(p.defaultFrameMs)}, one thread per stage ${sp(p.oneThreadFrameMs)}, engine alone ${sp(p.engineFrameMs)} ⇒ ` +
+        `default ×${p.defaultOverOneThread} of one thread per stage, ×${p.defaultOverEngine} of the engine; ${p.placement}`,
+    );
+  if (pl.untried.length > 0) lines.push(`  not tried (this process may use fewer CPUs): ${pl.untried.join(', ')}`);
   const w = r.wakeMicros;
   lines.push(`wake latency one way (µs): rings+doorbells p50 ${w.ring.p50} / p99 ${w.ring.p99}; postMessage p50 ${w.message.p50} / p99 ${w.message.p99}`);
   return lines.join('\n');

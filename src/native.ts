@@ -164,6 +164,10 @@ export interface NativeAddon {
   /** Threads sharing each GEMV's rows (1–8); returns the count now in use. */
   setComputeThreads(n: number): number;
   computeThreads(): number;
+  /** The calling thread's split calls that used fewer threads than it has, because other threads' pools were computing (they divide the process's CPUs). */
+  computeNarrowed(): number;
+  /** The calling thread enters (true) or leaves a compute section: meanwhile every pool's split calls count it as computing. */
+  computeScope(on: boolean): void;
   gemvInt(
     type: number,
     w: Uint8Array,

@@ -4,6 +4,7 @@
  * --help` is generated from it. Library callers get `ArgumentError` naming the option; the command
  * line gets `UsageError` naming the flag and the text it was given (both exit 2).
  */
+import { availableParallelism } from 'node:os';
 import { ArgumentError, UsageError } from './errors.js';
 
 /** What a default or a range may depend on: the configuration's own limits. */
@@ -87,8 +88,10 @@ export const OPTIONS = {
     value: 'N',
     min: 1,
     max: 8,
-    default: 1,
-    doc: 'threads sharing each row-by-row linear layer; results do not depend on it',
+    // The computing stage takes every CPU it may use (docs/architecture.md, placement).
+    default: () => Math.min(8, availableParallelism()),
+    defaultDoc: 'the CPUs the process may run on, at most 8',
+    doc: 'threads sharing each row-by-row linear layer of the encoder and the backbone stages; results do not depend on it',
   },
   slots: { kind: 'int', flag: 'slots', value: 'N', min: 1, max: 8, default: 2, doc: 'pass (ticket) slots per compute stage' },
   callTimeoutMs: {
@@ -135,13 +138,19 @@ export const OPTIONS = {
   json: { kind: 'flag', flag: 'json', doc: 'print one JSON document on stdout' },
   quick: { kind: 'flag', flag: 'quick', doc: 'fewer rounds (a smoke run)' },
   benchModels: { kind: 'text', flag: 'model', value: 'DIR', multiple: true, doc: 'a checkpoint to bench besides the built-in ones' },
-  peer: { kind: 'flag', flag: 'peer', doc: 'bench model: llama.cpp (node-llama-cpp) on the same backbones, alternating in the same run' },
+  peer: { kind: 'flag', flag: 'peer', doc: 'bench model: llama.cpp on the same backbones, alone in its own process, alternating in the same run' },
+  peerBench: {
+    kind: 'text',
+    flag: 'peer-bench',
+    value: 'PATH',
+    doc: "bench model --peer: llama.cpp's own llama-bench binary (built from llama.cpp's source) instead of node-llama-cpp",
+  },
   production: { kind: 'flag', flag: 'production', doc: 'add lfm2-audio-1.5b at q4 and q8 (generated once into the checkpoint cache)' },
   dtype: { kind: 'choice', flag: 'dtype', choices: ['f32', 'f16', 'bf16', 'q8', 'q4'], default: 'f32', doc: 'weight encoding of the written checkpoint' },
   ggufType: {
     kind: 'choice',
     flag: 'type',
-    choices: ['q4_0', 'q8_0', 'f16'],
+    choices: ['q4_0', 'q8_0', 'f16', 'f32'],
     default: 'q4_0',
     doc: 'weight type of the GGUF file (norms and conv taps stay f32)',
   },

@@ -7,6 +7,13 @@
 namespace voxslab::napi {
 namespace {
 
+// computeScope(on): the calling thread enters or leaves a compute section (pool.cc).
+Napi::Value ComputeScopeValue(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 1, "computeScope");
+  voxslab::ComputeScope(BoolArg(info, 0, "computeScope", "on"));
+  return info.Env().Undefined();
+}
+
 // setComputeThreads(n): threads sharing each GEMV's rows (1–8; 1 stops the helpers).
 Napi::Value SetComputeThreadsValue(const Napi::CallbackInfo& info) {
   ExpectArgs(info, 1, "setComputeThreads");
@@ -462,6 +469,8 @@ void BindKernels(Napi::Env env, Napi::Object exports) {
   Export<RowsValue<true>>(env, exports, "gemmInt");
   Export<SetComputeThreadsValue>(env, exports, "setComputeThreads");
   Export<NoArgs<voxslab::ComputeThreads>>(env, exports, "computeThreads");
+  Export<NoArgs<voxslab::ComputeNarrowed>>(env, exports, "computeNarrowed");
+  Export<ComputeScopeValue>(env, exports, "computeScope");
   Export<NormValue>(env, exports, "norm");
   Export<AddNormValue>(env, exports, "addNorm");
   Export<ActivationValue>(env, exports, "activation");

@@ -40,6 +40,11 @@ void QuantizeActivations(const float* x, int64_t K, int group, bool q4, int8_t* 
 // depend on the count. Set it during setup: it starts or stops the helper threads.
 void SetComputeThreads(int n);
 int ComputeThreads();
+// The calling thread's split calls that used fewer threads than it has (other stages were computing).
+size_t ComputeNarrowed();
+// The calling thread enters (true) or leaves a compute section: while in one it counts as
+// computing for every pool's division of the CPUs, its own calls included.
+void ComputeScope(bool on);
 // The CPUs each of the calling thread's helpers may run on.
 std::vector<std::vector<int>> ComputeHelperCpus();
 // Float-weight GEMV (f32/f16/bf16) with its rows split among the compute threads.

@@ -111,7 +111,7 @@ const COMMANDS: Record<string, Command> = {
     },
   },
   'export-gguf': {
-    usage: 'voxslab export-gguf --model <DIR|tiny|small> --out X.gguf [--type q4_0|q8_0|f16]',
+    usage: 'voxslab export-gguf --model <DIR|tiny|small> --out X.gguf [--type q4_0|q8_0|f16|f32]',
     summary: 'the backbone as a GGUF file llama.cpp loads (architecture lfm2)',
     keys: ['model', 'output', 'ggufType'],
     required: ['model', 'output'],
@@ -332,9 +332,9 @@ const COMMANDS: Record<string, Command> = {
   },
   bench: {
     usage:
-      'voxslab bench <name> [--json] [--quick]   (bench model and pipeline take --production; bench model --model DIR, repeatable, and --peer; bench duplex --vad)',
+      'voxslab bench <name> [--json] [--quick]   (bench model and pipeline take --production; bench model --model DIR, repeatable, --peer and --peer-bench PATH; bench duplex --vad)',
     summary: 'benchmarks, measured as ratios against a peer or the machine in the same run',
-    keys: ['json', 'quick', 'production', 'benchModels', 'peer', 'vad'],
+    keys: ['json', 'quick', 'production', 'benchModels', 'peer', 'peerBench', 'vad'],
     positionals: 1,
     async run(v, positionals) {
       const benches = await loadBenches();
@@ -347,9 +347,16 @@ const COMMANDS: Record<string, Command> = {
       if (name !== 'model' && name !== 'pipeline' && v.production === true)
         throw new UsageError('bench: --production is an option of bench model and bench pipeline');
       if (name !== 'model' && v.peer === true) throw new UsageError('bench: --peer is an option of bench model');
+      if (v.peerBench !== undefined && v.peer !== true) throw new UsageError('bench: --peer-bench needs --peer');
       if (name !== 'duplex' && v.vad !== undefined) throw new UsageError('bench: --vad is an option of bench duplex');
       const models = (v.model as string[] | undefined) ?? [];
-      const options = { quick: v.quick === true, production: v.production === true, peer: v.peer === true, models };
+      const options = {
+        quick: v.quick === true,
+        production: v.production === true,
+        peer: v.peer === true,
+        models,
+        ...(v.peerBench === undefined ? {} : { peerBench: v.peerBench as string }),
+      };
       const result = await b.run(v.vad === undefined ? options : { ...options, vad: v.vad as string });
       process.stdout.write(v.json === true ? `${JSON.stringify(result, null, 2)}\n` : `${b.format(result as never)}\n`);
     },

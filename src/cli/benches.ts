@@ -5,8 +5,10 @@
 export interface BenchOptions {
   quick: boolean;
   production: boolean;
-  /** bench model: llama.cpp in the same run. */
+  /** bench model: llama.cpp in the same run, alone in a process of its own. */
   peer: boolean;
+  /** bench model --peer: llama.cpp's llama-bench binary (node-llama-cpp without it). */
+  peerBench?: string;
   models: string[];
   /** bench duplex: the voice detector its sessions and pipeline run (default: option `vad`'s). */
   vad?: string;

@@ -58,6 +58,8 @@ export class Stopwatch {
   readonly #t = new Float64Array(2); // [start, now] ms
 
   tic(): void {
+    // A timed section is compute: split calls elsewhere leave this thread a CPU meanwhile.
+    native.computeScope(true);
     native.threadCpuInto(sectionCpu, 1);
     native.clockInto(this.#t, 0);
   }
@@ -69,5 +71,6 @@ export class Stopwatch {
     sectionCpu[0] = (sectionCpu[0] as number) + ((sectionCpu[2] as number) - (sectionCpu[1] as number));
     clocks.ms[slot] = (clocks.ms[slot] as number) + ((this.#t[1] as number) - (this.#t[0] as number));
     clocks.count[slot] = (clocks.count[slot] as number) + 1;
+    native.computeScope(false);
   }
 }

@@ -66,11 +66,13 @@ export interface PipelineOptions extends SpeechModelOptions {
 }
 
 /**
- * The default placement (Topology.pinMap): the Depthformer stage (the busiest) gets a CPU of its
- * own, then playback, then the Conformer; capture and frontend share the first CPU.
+ * The default placement (Topology.pinMap): the heavy compute stages (Conformer, Depthformer) run
+ * with a thread per allowed CPU on every one of them (two computing at once divide the CPUs, in
+ * the addon's pool); the light stages keep a CPU each by priority (playback first), the rest
+ * sharing the first.
  */
-export function defaultPinMap(cpus: readonly number[], threads: StageThreads = {}, topology: Topology = PIPELINE): PinMap {
-  return topology.pinMap(cpus, threads as Record<string, number>);
+export function defaultPinMap(cpus: readonly number[], threads?: StageThreads, topology: Topology = PIPELINE): PinMap {
+  return topology.pinMap(cpus, (threads ?? topology.threads(optionValue<number>('threads', undefined))) as Record<string, number>);
 }
 
 /** What every stage is built from, besides its domain, image and control block. */
@@ -296,7 +298,7 @@ export class Pipeline {
     }
     const p = new Pipeline(dir, domain, options);
     try {
-      const threads = Object.fromEntries(names.map((s) => [s, options.stageThreads?.[s] ?? p.setup.options.threads]));
+      const threads = p.topology.threads(p.setup.options.threads, options.stageThreads);
       const pin = options.pin === 'none' ? {} : { ...defaultPinMap(native.allowedCpus(), threads, p.topology), ...(options.pin ?? {}) };
       const shared = {
         ...stageSettings(p.setup, p.config, p.slots),

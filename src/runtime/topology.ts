@@ -31,6 +31,8 @@ export interface StageSpec {
   readonly capacities?: Readonly<Record<string, RingCapacity>>;
   /** Pass slots and native helper threads: it takes part in dividing the CPUs. */
   readonly compute: boolean;
+  /** A heavy compute stage: it takes the `threads` option (every CPU by default); a light one computes on its own thread unless named in `stageThreads`. */
+  readonly heavy?: boolean;
   /** Placement: with fewer CPUs than stages, higher values get a CPU of their own first. */
   readonly pin: number;
   /** The clocks it accumulates per conversation (core/clock.ts). */
@@ -149,6 +151,11 @@ export class Topology {
   /** Data words of every ring, by ring name (what a ring carries has one capacity wherever it is spliced). */
   capacities(c: ModelConfig, outputRate: number): Record<string, number> {
     return Object.fromEntries(this.rings.map((r) => [r.name, r.capacity(c, outputRate)]));
+  }
+
+  /** Compute threads per stage: `threads` for the heavy stages, one for the others, unless `named`. */
+  threads(threads: number, named: Readonly<Partial<Record<string, number>>> = {}): Record<string, number> {
+    return Object.fromEntries(this.stages.map((s) => [s.name, named[s.name] ?? (s.heavy === true ? threads : 1)]));
   }
 
   /** Stages with pass slots and native helpers. */

@@ -126,7 +126,7 @@ t.test('Q4_0 and Q8_0 blocks decode to the weights within half a step (llama.cpp
 });
 
 t.test('the file: header, metadata llama.cpp reads, every tensor aligned and sized by its type', async (t) => {
-  for (const type of ['f16', 'q8_0', 'q4_0'] as const) {
+  for (const type of ['f32', 'f16', 'q8_0', 'q4_0'] as const) {
     const out = join(dir, `tiny-${type}.gguf`);
     const r = exportGguf({ model, out, type });
     const bytes = new Uint8Array(readFileSync(out));
@@ -143,7 +143,7 @@ t.test('the file: header, metadata llama.cpp reads, every tensor aligned and siz
     for (const [name, info] of g.tensors) {
       t.equal(info.offset % 32, 0, `${name} aligned`);
       const n = info.dims.reduce((a, b) => a * b, 1);
-      const expected = name.endsWith('norm.weight') || name.includes('shortconv.conv') ? 0 : { f16: 1, q8_0: 8, q4_0: 2 }[type];
+      const expected = name.endsWith('norm.weight') || name.includes('shortconv.conv') ? 0 : { f32: 0, f16: 1, q8_0: 8, q4_0: 2 }[type];
       if (info.type !== expected) t.fail(`${name}: type ${info.type}, expected ${expected}`);
       end = Math.max(end, g.dataStart + info.offset + SIZE[info.type]!(n));
     }
@@ -212,6 +212,10 @@ t.test('llama.cpp (node-llama-cpp) runs the exported backbone: next-token distri
       await m.dispose();
     }
   };
+  const f32 = await compare(join(dir, 'tiny-f32.gguf'));
+  // llama.cpp keeps its KV cache in f16 by default: f32 weights agree to f16 rounding, no closer.
+  t.ok(f32.worst < 1e-3, `f32: largest probability difference ${f32.worst.toExponential(2)} (< 1e-3)`);
+  t.equal(f32.agree, TOKENS.length, 'f32: the same most likely token at every position');
   const f16 = await compare(join(dir, 'tiny-f16.gguf'));
   t.ok(f16.worst < 1e-3, `f16: largest probability difference ${f16.worst.toExponential(2)} (< 1e-3)`);
   t.equal(f16.agree, TOKENS.length, 'f16: the same most likely token at every position');

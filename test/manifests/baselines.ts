@@ -23,9 +23,9 @@ export const BASELINES: Record<string, { config: string; dtype: FloatDtype; opti
 /** Fixed 4 KiB pages so baselines match on every machine. */
 export const BASELINE_POLICY = new FootprintPolicy({ alignment: 64, pageSize: 4096 });
 
-/** Baselines carry no machine-dependent limit. */
+/** Baselines carry no machine-dependent limit, nor the thread count (by default the machine's CPUs). */
 export function computeBaseline(name: string): MemoryManifest {
   const b = BASELINES[name];
   if (b === undefined) throw new Error(`no baseline '${name}'`);
-  return planDocument(planPipeline({ config: loadConfig(b.config), dtype: b.dtype }, { ...b.options, policy: BASELINE_POLICY }), 0);
+  return planDocument(planPipeline({ config: loadConfig(b.config), dtype: b.dtype }, { threads: 1, ...b.options, policy: BASELINE_POLICY }), 0);
 }

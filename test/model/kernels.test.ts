@@ -681,6 +681,45 @@ t.test('kernels give the same bits on another thread', async (t) => {
   );
 });
 
+t.test('compute threads computing at once divide the CPUs: each call narrows while another pool computes, and the bits stay', async (t) => {
+  const cpus = native.allowedCpus().length;
+  if (cpus !== 2) {
+    t.pass(`skipped: the figures below are for a two-CPU budget (this process has ${cpus})`);
+    return;
+  }
+  const rows = 1024;
+  const cols = 1024;
+  const W = new Float32Array(new SharedArrayBuffer(rows * cols * 4));
+  const x = new Float32Array(new SharedArrayBuffer(cols * 4));
+  const r = prng(11);
+  for (let i = 0; i < W.length; i++) W[i] = r() - 0.5;
+  for (let i = 0; i < x.length; i++) x[i] = r() - 0.5;
+  const want = new Float32Array(rows);
+  gemv({ kind: 'f32', data: W, rows, cols }, x, want);
+  type Out = { y: Float32Array; calls: number; narrowed: number };
+  const run = async (n: number): Promise<Out[]> => {
+    const go = new SharedArrayBuffer(4);
+    const url = new URL('./workers/split.js', import.meta.url);
+    const done = Array.from({ length: n }, () => runWorker<Out>(url, { W: W.buffer, x: x.buffer, rows, cols, go, ms: 400 }));
+    // Every worker waits on the flag: a short head start lets them all reach it.
+    await new Promise((res) => setTimeout(res, 300));
+    Atomics.store(new Int32Array(go), 0, 1);
+    Atomics.notify(new Int32Array(go), 0);
+    return Promise.all(done);
+  };
+  const [alone] = await run(1);
+  t.equal(alone!.narrowed, 0, `one pool alone uses both threads in all its ${alone!.calls} calls`);
+  const both = await run(2);
+  const narrowed = both.reduce((s, o) => s + o.narrowed, 0);
+  const calls = both.reduce((s, o) => s + o.calls, 0);
+  t.ok(narrowed > 0, `two pools at once on two CPUs: ${narrowed} of ${calls} calls ran on one thread`);
+  for (const o of [alone!, ...both])
+    t.ok(
+      o.y.every((v, i) => Object.is(v, want[i])),
+      'the same bits as one thread',
+    );
+});
+
 t.test(`SiLU, SwiGLU and GLU: the f32 of a / (1 + e^−g) in double (times up in f32), bit for bit, specials included (${kernelIsa()})`, async (t) => {
   const r = prng(35);
   const n = 100_003; // not a multiple of a vector

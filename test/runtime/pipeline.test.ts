@@ -9,6 +9,7 @@ import { WavReader } from '../../src/dsp/wav.js';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { runCommand } from '../../src/cli/run.js';
 import { defaultPinMap } from '../../src/runtime/coordinator.js';
+import { PIPELINE } from '../../src/runtime/stages/index.js';
 import { installConstructorTrap } from '../../src/runtime/trap.js';
 import { native } from '../../src/native.js';
 import { scratchDir } from '../helpers.js';
@@ -252,8 +253,8 @@ t.test('--threads 2: each heavy stage computes with helpers of its own, pinned w
     'one thread per stage: no helpers',
   );
   for (const w of readReport(r2).pipeline.placement) {
-    const heavy = ['conformer', 'depthformer', 'playback'].includes(w.stage);
-    t.equal(w.helpers.length, heavy ? 1 : 0, `${w.stage}: ${heavy ? 'one helper of its own' : 'no helpers (no row-by-row layers)'}`);
+    const heavy = ['conformer', 'depthformer'].includes(w.stage);
+    t.equal(w.helpers.length, heavy ? 1 : 0, `${w.stage}: ${heavy ? 'one helper of its own' : 'no helpers (a light stage computes on its own thread)'}`);
     if (heavy && native.affinitySupported()) {
       t.same(w.helpers[0], w.affinity, `${w.stage}: its helper runs where the stage is pinned (${w.affinity.join('+')})`);
       t.same(w.affinity, native.allowedCpus(), `${w.stage}: with two threads the default placement allows every CPU, not only the stage's own`);
@@ -264,8 +265,11 @@ t.test('--threads 2: each heavy stage computes with helpers of its own, pinned w
   // --stage-threads: the Depthformer stage alone computes on two threads.
   const c = join(work, 'th3.wav');
   const r3 = join(work, 'th3.json');
-  await runCommand({ model, inputs: [fixture, shortWav], outputs: [c, join(work, 'th3b.wav')], reply: '2', stageThreads: 'depthformer=2', report: r3 }, quiet);
-  const want = defaultPinMap(native.allowedCpus());
+  await runCommand(
+    { model, inputs: [fixture, shortWav], outputs: [c, join(work, 'th3b.wav')], reply: '2', threads: '1', stageThreads: 'depthformer=2', report: r3 },
+    quiet,
+  );
+  const want = defaultPinMap(native.allowedCpus(), PIPELINE.threads(1));
   for (const w of readReport(r3).pipeline.placement) {
     t.equal(
       w.helpers.length,

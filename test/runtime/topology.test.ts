@@ -48,6 +48,17 @@ t.test('the default placement follows the pin priorities', async (t) => {
   t.same(PIPELINE.pinMap([0, 1], { depthformer: 2 }).depthformer, [0, 1], 'a stage with two threads spans the CPUs');
   t.same(PIPELINE.pinMap([0, 1], { frontend: 2 }).frontend, [0], 'a light stage does not');
   t.same(PIPELINE.pinMap([]), {});
+  t.same(PIPELINE.threads(2), { capture: 1, frontend: 1, conformer: 2, depthformer: 2, playback: 1 }, 'threads go to the heavy stages');
+  t.same(
+    PIPELINE.threads(2, { playback: 3, depthformer: 1 }),
+    { capture: 1, frontend: 1, conformer: 2, depthformer: 1, playback: 3 },
+    'named stages keep theirs',
+  );
+  t.same(
+    PIPELINE.pinMap([0, 1], PIPELINE.threads(2)),
+    { depthformer: [0, 1], playback: [0], conformer: [0, 1], frontend: [0], capture: [0] },
+    'the default on two CPUs: both heavy stages on both, the light ones on the first',
+  );
 });
 
 t.test('a stage spliced into a ring gets the ring after it; the control block grows with the stages', async (t) => {

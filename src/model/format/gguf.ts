@@ -18,7 +18,7 @@ import { TOKENS } from './tokenizer.js';
 /** ggml tensor types (ggml.h). */
 const GGML_TYPE = Object.freeze({ F32: 0, F16: 1, Q4_0: 2, Q8_0: 8 });
 /** `general.file_type` (llama.h `llama_ftype`). */
-const FILE_TYPE = Object.freeze({ f16: 1, q4_0: 2, q8_0: 7 });
+const FILE_TYPE = Object.freeze({ f32: 0, f16: 1, q4_0: 2, q8_0: 7 });
 /** GGUF metadata value types. */
 const GGUF_VALUE = Object.freeze({ U32: 4, I32: 5, F32: 6, BOOL: 7, STRING: 8, ARRAY: 9 });
 
@@ -29,9 +29,9 @@ const GGUF_ALIGNMENT = 32;
 const QK = 32;
 
 /** The weight encodings `export-gguf` writes for matrices (vectors and the conv taps stay f32). */
-export type GgufType = 'f16' | 'q4_0' | 'q8_0';
+export type GgufType = 'f32' | 'f16' | 'q4_0' | 'q8_0';
 
-const TYPE_OF: Readonly<Record<GgufType, number>> = Object.freeze({ f16: GGML_TYPE.F16, q4_0: GGML_TYPE.Q4_0, q8_0: GGML_TYPE.Q8_0 });
+const TYPE_OF: Readonly<Record<GgufType, number>> = Object.freeze({ f32: GGML_TYPE.F32, f16: GGML_TYPE.F16, q4_0: GGML_TYPE.Q4_0, q8_0: GGML_TYPE.Q8_0 });
 
 export type GgufValue =
   | { readonly type: 'u32' | 'i32' | 'f32'; readonly value: number }
@@ -272,7 +272,7 @@ export function lfm2GgufPlan(
   set('general.architecture', { type: 'string', value: 'lfm2' });
   set('general.name', { type: 'string', value: 'LFM2-Audio backbone' });
   set('general.file_type', { type: 'u32', value: FILE_TYPE[type] });
-  if (type !== 'f16') set('general.quantization_version', { type: 'u32', value: 2 });
+  if (type !== 'f16' && type !== 'f32') set('general.quantization_version', { type: 'u32', value: 2 });
   set('lfm2.vocab_size', { type: 'u32', value: V });
   set('lfm2.context_length', { type: 'u32', value: b.maxContext });
   set('lfm2.embedding_length', { type: 'u32', value: D });

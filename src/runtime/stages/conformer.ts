@@ -115,6 +115,6 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
 
 export const stage: StageSpec = {
   ...stageDefaults(import.meta.url, 'conformer', (env) => new ConformerStage(env)),
-  ...{ reads: ['mel'], writes: ['embed'], compute: true, pin: 2, clocks: ['encoder'] },
+  ...{ reads: ['mel'], writes: ['embed'], compute: true, heavy: true, pin: 2, clocks: ['encoder'] },
   capacities: { embed: (c) => 4 * EMBED_ROWS * (c.backbone.hidden + RECORD_OVERHEAD) + 4 },
 };

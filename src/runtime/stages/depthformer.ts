@@ -423,6 +423,6 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
 export const stage: StageSpec = {
   ...stageDefaults(import.meta.url, 'depthformer', (env) => new DepthformerStage(env)),
   // The busiest stage (a backbone step and a Depthformer frame per 80 ms): a CPU of its own first.
-  ...{ reads: ['embed'], writes: ['codes', 'events'], compute: true, pin: 4, clocks: ['prefill', 'textStep', 'audioStep', 'depthformer'] },
+  ...{ reads: ['embed'], writes: ['codes', 'events'], compute: true, heavy: true, pin: 4, clocks: ['prefill', 'textStep', 'audioStep', 'depthformer'] },
   capacities: { codes: (c) => 64 * (c.audio.codebooks + RECORD_OVERHEAD), events: () => 4096 },
 };
