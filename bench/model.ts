@@ -28,7 +28,7 @@ import { EMIT_DONE } from '../src/core/dialogue.js';
 import { CLOCKS } from '../src/core/clock.js';
 import { AUDIO_SAMPLING, Sampler } from '../src/model/blocks/sampler.js';
 import { gemvScratchFloats, setComputeThreads } from '../src/model/blocks/kernels.js';
-import { fastestSeconds as best, readBandwidth, round } from './util.js';
+import { fastestSeconds as best, readBandwidth, round, type Spread, spread } from './util.js';
 import { native } from '../src/native.js';
 import { llamaBench, pagesOf, type Pages, peerChildSample, type PeerInfo, peerGguf, peerType } from './peer.js';
 import type { BackboneState } from '../src/model/blocks/backbone.js';
@@ -44,21 +44,8 @@ export interface ModelBenchRow {
   prefillTokensPerSecond: number;
   decodeTokensPerSecond: number;
   decodeWithTextHeadTokensPerSecond: number;
-  /** Two conversations' positions per batched backbone call (Lfm2Stack.forwardRows), per second. */
-  batchedDecodePositionsPerSecond: number;
-  /** One batched call for two conversations over one conversation's single step (2.0 = no gain). */
-  pairStepOverOne: number;
-  /** Both conversations' text heads in one call, and both Depthformer frames, over one's. */
-  pairHeadOverOne: number;
-  pairDepthformerOverOne: number;
-  /**
-   * The Depthformer stage's work per generated frame (backbone steps with 6/12 of a text head,
-   * the Depthformer) for two conversations at once over one: everything batched, as when both
-   * replies are at text or at audio together (`InPhase`), and heads per conversation, as when
-   * one is at text and the other at audio (`OwnHeads`).
-   */
-  pairFrameOverOneInPhase: number;
-  pairFrameOverOneOwnHeads: number;
+  /** N conversations at once in the Depthformer stage's batched calls, for each N measured. */
+  batched: BatchedRow[];
   depthformerMsPerFrame: number;
   detokenizerMsPerFrame: number;
   frameMs: number;
@@ -119,11 +106,17 @@ export interface StageRates {
  * One checkpoint's backbone beside llama.cpp's on the same weights (exported to GGUF), measured
  * alternately in the same run: prefill of `prefillTokens` positions, decode with the text head.
  */
-/** Samples of one figure: tokens/s. */
-export interface Spread {
-  min: number;
-  median: number;
-  max: number;
+/** N conversations' positions in one batched call, each figure over one conversation's. */
+export interface BatchedRow {
+  rows: number;
+  /** Positions per second through the batched backbone call (Lfm2Stack.forwardRows). */
+  positionsPerSecond: number;
+  /** The batched backbone step, the N text heads in one call, the N Depthformer frames in one call (N.0 = no gain). */
+  stepOverOne: number;
+  headOverOne: number;
+  depthformerOverOne: number;
+  /** The stage's work per generated frame (backbone steps with 6/12 of a text head, the Depthformer) for N at once over one. */
+  frameOverOne: number;
 }
 
 /** Rounds of each side against the peer (each a sample of every figure). */
@@ -165,17 +158,18 @@ export async function production(dtype: 'q4' | 'q8', log: (l: string) => void): 
   return dir;
 }
 
-/** Two-row heads beside a model's own slot, as the pipeline's Depthformer stage carves them. */
-function pairHeads(model: SpeechModel, domain: MemoryDomain): { depthformer: Depthformer; logits: Float32Array; scratch: Float32Array } {
+/** Heads of `rows` conversations beside a model's own slot, as the pipeline's Depthformer stage carves them. */
+function rowHeads(model: SpeechModel, domain: MemoryDomain, rows: number): { depthformer: Depthformer; logits: Float32Array; scratch: Float32Array } {
   const c = model.config;
   const V = c.backbone.vocab;
-  const scratchFloats = 2 * gemvScratchFloats(c.backbone.hidden);
-  const work = domain.createArena(domain.owner('ticket', 1), 'bench pair heads', {
-    bytes: domain.policy.arenaBytes([plan(depthformerPass(c, 2).build()).highWater, depthformerStateFloats(c) * 4, 2 * V * 4, scratchFloats * 4]),
+  const scratchFloats = rows * gemvScratchFloats(c.backbone.hidden);
+  const kvFloats = rows * depthformerStateFloats(c);
+  const work = domain.createArena(domain.owner('ticket', 1), `bench heads ${rows}`, {
+    bytes: domain.policy.arenaBytes([plan(depthformerPass(c, rows).build()).highWater, kvFloats * 4, rows * V * 4, scratchFloats * 4]),
   });
-  const kv = work.carve('depth_kv', 'workspace.depthformer', Float32Array, depthformerStateFloats(c));
-  const depthformer = new Depthformer(c, model.image, work, heapWorkspace, kv, plan, 2);
-  const logits = work.carve('text.logits', 'workspace.sampler', Float32Array, 2 * V);
+  const kv = work.carve('depth_kv', 'workspace.depthformer', Float32Array, kvFloats);
+  const depthformer = new Depthformer(c, model.image, work, heapWorkspace, kv, plan, rows);
+  const logits = work.carve('text.logits', 'workspace.sampler', Float32Array, rows * V);
   const scratch = work.carve('text.scratch', 'workspace.sampler', Float32Array, scratchFloats);
   work.seal();
   return { depthformer, logits, scratch };
@@ -374,10 +368,13 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
   const segment = 5;
   const model = SpeechModel.load(dir, domain, { segmentSeconds: segment, replySeconds: quick ? 2 : 4, context: 4096, threads });
   const conv = model.conversation({ seed: 1, inputRate: 16000 });
-  const other = model.conversation({ seed: 2, inputRate: 16000 });
+  const c0 = model.config;
+  // Batch widths measured (the stage serves up to STEP_BATCH): fewer on the 1.5B shape, whose conversations' caches are large.
+  const widths = quick ? [2] : c0.backbone.hidden >= 1024 ? [2, 4, 8] : [2, 4, 8, 16];
+  const others = Array.from({ length: widths[widths.length - 1]! - 1 }, (_, i) => model.conversation({ seed: 2 + i, inputRate: 16000 }));
   model.ready();
   conv.ready();
-  other.ready();
+  for (const o of others) o.ready();
   const c = model.config;
   const s = model.slot;
   const big = c.backbone.hidden >= 1024;
@@ -403,36 +400,36 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
   // figure next to the one it is compared with.
   const probeBefore = probeRead(threads);
   const { stepMs, textMs, depthMs, detMs, frameMs } = frameCost(model, conv, steps, frames, runs);
-  const pair = [state, other.backbone];
-  const pairS = best(runs, () => {
-    state.reset();
-    other.backbone.reset();
-    for (let i = 0; i < steps; i++) {
-      s.backbone.embedText(i % 100, stack.input, 0);
-      s.backbone.embedText((i + 7) % 100, stack.input, 1);
-      stack.forwardRows(pair, 2);
-    }
-  });
-  const sampler = new Sampler(1);
-  const codes = new Int32Array(8);
   const hidden = new Float32Array(D).map((_, i) => Math.cos(i));
-  // The pipeline's Depthformer stage carves two-row heads: both conversations' in one call.
-  const pairSlot = pairHeads(model, domain);
-  const hidden2 = new Float32Array(2 * D).map((_, i) => Math.cos(i * 0.7));
-  const samplers = [sampler, new Sampler(2)];
-  const audioOptions = [AUDIO_SAMPLING, AUDIO_SAMPLING];
-  const codes2 = new Int32Array(8);
-  const depthPairS = best(runs, () => {
-    for (let i = 0; i < frames; i++) Depthformer.framePair(pairSlot.depthformer, s.depthformer, hidden2, samplers, audioOptions, codes, codes2);
+  // Per width: the batched backbone step and the batched Depthformer frame (the heads after the probe).
+  const wide = widths.map((n) => {
+    const states = [state, ...others.slice(0, n - 1).map((o) => o.backbone)];
+    const stepS = best(runs, () => {
+      for (const st of states) st.reset();
+      for (let i = 0; i < steps; i++) {
+        for (let r = 0; r < n; r++) s.backbone.embedText((i + 7 * r) % 100, stack.input, r);
+        stack.forwardRows(states, n);
+      }
+    });
+    const heads = rowHeads(model, domain, n);
+    const hiddenN = new Float32Array(n * D).map((_, i) => Math.cos(i * 0.7));
+    const samplers = Array.from({ length: n }, (_, r) => new Sampler(1 + r));
+    const options = Array.from({ length: n }, () => AUDIO_SAMPLING);
+    const codesN = Array.from({ length: n }, () => new Int32Array(8));
+    const depthS = best(runs, () => {
+      for (let i = 0; i < frames; i++) heads.depthformer.frameRows(hiddenN, n, samplers, options, codesN);
+    });
+    return { n, stepS, depthS, heads, hiddenN, headS: 0 };
   });
   const readMs = frameReadMs(model, runs + 1);
   const probeAfter = probeRead(threads);
   const headS = best(runs, () => {
     for (let i = 0; i < steps; i++) s.backbone.logits(hidden, s.logits, s.logitsScratch);
   });
-  const headPairS = best(runs, () => {
-    for (let i = 0; i < steps; i++) s.backbone.logitsRows(hidden2, pairSlot.logits, 2, pairSlot.scratch);
-  });
+  for (const w of wide)
+    w.headS = best(runs, () => {
+      for (let i = 0; i < steps; i++) s.backbone.logitsRows(w.hiddenN, w.heads.logits, w.n, w.heads.scratch);
+    });
   // A real turn: 2 s of input, then the reply; the conversation's clocks give each stage.
   state.reset();
   listenTo(conv, turnAudio(2));
@@ -443,14 +440,22 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
   const replyMs = performance.now() - t0;
   const first = firstReply(model, 2);
   const { total: frameBytes, stage: stageBytes } = frameWeightBytes(model);
-  const pairMs = (pairS / steps) * 1000;
   const textShare = c.interleave.text / c.interleave.audio;
   const headMs = (headS / steps) * 1000;
-  const headPairMs = (headPairS / steps) * 1000;
-  const depthPairMs = (depthPairS / frames) * 1000;
   const stageOne = stepMs + depthMs + textShare * (stepMs + headMs);
-  const stagePair = pairMs + depthPairMs + textShare * (pairMs + headPairMs);
-  const stagePairOwn = pairMs + 2 * depthMs + textShare * (pairMs + 2 * headMs);
+  const batched = wide.map((w): BatchedRow => {
+    const stepN = (w.stepS / steps) * 1000;
+    const headN = (w.headS / steps) * 1000;
+    const depthN = (w.depthS / frames) * 1000;
+    return {
+      rows: w.n,
+      positionsPerSecond: round((w.n * steps) / w.stepS, 1),
+      stepOverOne: round(stepN / stepMs, 3),
+      headOverOne: round(headN / headMs, 3),
+      depthformerOverOne: round(depthN / depthMs, 3),
+      frameOverOne: round((stepN + depthN + textShare * (stepN + headN)) / stageOne, 3),
+    };
+  });
   const prefillMs = conv.stageMs[CLOCKS.indexOf('prefill')] as number;
   const replyMsPerFrame = r.audioFrames > 0 ? (replyMs - prefillMs) / r.audioFrames : 0;
   const weightBytes = model.report.weightBytes;
@@ -464,12 +469,7 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
     prefillTokensPerSecond: round((chunks * chunk) / prefillS, 1),
     decodeTokensPerSecond: round(1000 / stepMs, 1),
     decodeWithTextHeadTokensPerSecond: round(1000 / textMs, 1),
-    batchedDecodePositionsPerSecond: round((2 * steps) / pairS, 1),
-    pairStepOverOne: round(pairMs / stepMs, 3),
-    pairHeadOverOne: round(headPairMs / headMs, 3),
-    pairDepthformerOverOne: round(depthPairMs / depthMs, 3),
-    pairFrameOverOneInPhase: round(stagePair / stageOne, 3),
-    pairFrameOverOneOwnHeads: round(stagePairOwn / stageOne, 3),
+    batched,
     depthformerMsPerFrame: round(depthMs, 3),
     detokenizerMsPerFrame: round(detMs, 3),
     frameMs: round(frameMs, 3),
@@ -531,12 +531,6 @@ function firstReply(model: SpeechModel, runs: number): { ms: number; encoderMs: 
  * voxslab's backbone against llama.cpp's on the same weights, alternating in one run: two rounds
  * of (one thread, two threads) for each engine, the fastest of each kept.
  */
-/** min / median / max of samples. */
-function spreadOf(xs: readonly number[]): Spread {
-  const s = [...xs].sort((a, b) => a - b);
-  return { min: round(s[0]!, 1), median: round(s[Math.floor((s.length - 1) / 2)]!, 1), max: round(s[s.length - 1]!, 1) };
-}
-
 /**
  * voxslab against llama.cpp on the backbone of `dir`: per thread count, voxslab's samples in
  * this process and the peer's in a process of its own, alternating round by round
@@ -596,7 +590,12 @@ async function againstPeer(
     setComputeThreads(1);
   }
   const rows = THREADS.map((threads, j): PeerRow => {
-    const [vp, vd, pp, pd] = [ours[j]!.prefill, ours[j]!.decode, theirs[j]!.prefill, theirs[j]!.decode].map(spreadOf) as [Spread, Spread, Spread, Spread];
+    const [vp, vd, pp, pd] = [ours[j]!.prefill, ours[j]!.decode, theirs[j]!.prefill, theirs[j]!.decode].map((x) => spread(x)) as [
+      Spread,
+      Spread,
+      Spread,
+      Spread,
+    ];
     return {
       checkpoint: label,
       threads,
@@ -691,10 +690,10 @@ export function format(r: ModelBenchResult): string {
     lines.push(
       `  ${m.checkpoint} (${m.weights}, ${m.weightMiB} MiB of weights), ${m.threads} thread${m.threads > 1 ? 's' : ''}: encoder ` +
         `${m.encoderMsPerSecondOfAudio} ms per s of audio; prefill ${m.prefillTokensPerSecond} tok/s; decode ${m.decodeTokensPerSecond} tok/s ` +
-        `(${m.decodeWithTextHeadTokensPerSecond} with the text head); two conversations batched ${m.batchedDecodePositionsPerSecond} ` +
-        `positions/s: a pair step ×${m.pairStepOverOne} of one, both text heads ×${m.pairHeadOverOne}, both Depthformer frames ` +
-        `×${m.pairDepthformerOverOne}; the Depthformer stage's frame for two ×${m.pairFrameOverOneInPhase} of one in phase ` +
-        `(×${m.pairFrameOverOneOwnHeads} with a head each)`,
+        `(${m.decodeWithTextHeadTokensPerSecond} with the text head); N conversations batched, each over one's (step, text heads, ` +
+        `Depthformer frames, the stage's frame): ${m.batched
+          .map((b) => `${b.rows}: ×${b.stepOverOne}, ×${b.headOverOne}, ×${b.depthformerOverOne}, ×${b.frameOverOne} (${b.positionsPerSecond} positions/s)`)
+          .join('; ')}`,
       `      Depthformer ${m.depthformerMsPerFrame} ms/frame, detokenizer ${m.detokenizerMsPerFrame} ms/frame → ${m.frameMs} ms per 80 ms frame ` +
         `(real-time factor ${m.realTimeFactor}; ${m.frameWeightMiB} MiB of weights at the read probe's ${m.readGBps} GB/s take ` +
         `${m.frameBoundMs} ms: ×${m.frameOverBound} of that bound; the probes around the frame's parts read ${m.frameProbeGBps.join(' and ')} GB/s; ` +

@@ -2,7 +2,7 @@
  * `voxslab bench pipeline`: the five-stage pipeline as `voxslab run` runs it, beside the
  * single-thread engine in the same run.
  *
- * - Per checkpoint (tiny, small; `--production` adds the 1.5B shape at q4): one conversation on
+ * - Per checkpoint (tiny, small; `--production` adds the 1.5B shape at q4 and q8): one conversation on
  *   one thread (the peer) and through the pipeline, then two at once through the pipeline (the
  *   same input, so both replies are at text or at audio together; and inputs of different
  *   lengths, whose replies are not): wall time per generated frame, the ratio of two
@@ -10,16 +10,17 @@
  *   at device pace with --realtime), gaps between reply frames at the main thread (p50, p99),
  *   per-stage ms per call, ring occupancy, each worker's busy time, and the process RSS next
  *   to the accounted bytes.
- * - Capacity: the most simultaneous conversations (1, 2, 4, 8; a pass slot each) whose replies
- *   never starve a player that starts at each reply's first sample (underrun 0 ms), with the
- *   p99 gap between reply frames beside it.
+ * - Capacity: the most simultaneous conversations whose replies never starve a player that
+ *   starts at each reply's first sample (underrun 0 ms) and whose p99 gap between reply frames
+ *   is at most a frame, searched by doubling then bisection up to the engine's 64; accounted
+ *   bytes and RSS per added conversation.
  * - Wake latency: a record answered across two threads through rings and doorbells
  *   (Atomics.wait), p50/p99 of one way, beside postMessage in the same run.
  * - Each row's steady frame (a long reply's wall time less a short one's, per added frame) on
  *   the default placement, beside the engine's own frame (bench model's frameMs) with the same
  *   compute threads.
  * - Placement: for 1, 2, 4 and 8 CPUs (as many as the process may use), `voxslab run` under
- *   `taskset` on the last checkpoint: the steady frame with the default placement and with one
+ *   `taskset` on the 1.5B q4 shape (with --production; else the last checkpoint): the steady frame with the default placement and with one
  *   thread per stage, beside the engine's own frame on those CPUs (each in a child process).
  */
 import { spawnSync } from 'node:child_process';
@@ -36,8 +37,11 @@ import { optionValue } from '../src/options.js';
 import { native } from '../src/native.js';
 import { resolveModel } from '../src/io/checkpoint.js';
 import { Doorbells, RecordRing, ringBytes } from '../src/runtime/ring.js';
-import { round } from './util.js';
+import { MAX_CONVERSATIONS } from '../src/runtime/protocol.js';
+import { round, type Spread, spread } from './util.js';
 
+/** A generated frame's span: a p99 gap between reply frames above it starves the player. */
+const FRAME_MS = 80;
 const FIXTURE = fileURLToPath(new URL('../../test/fixtures/hello.wav', import.meta.url));
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 const ENGINE_FRAME = fileURLToPath(new URL('./workers/engine-frame.js', import.meta.url));
@@ -186,8 +190,12 @@ export interface PipelineBenchRow {
   ringMaxUsed: Record<string, string>;
   rssMiB: number;
   accountedMiB: number;
-  capacity: { conversations: number; p99GapMs: number; underrunMs: number }[];
+  /** The capacity search's runs in the order tried (see capacitySearch). */
+  capacity: CapacityTry[];
+  /** The most conversations at once every one of which stayed real-time. */
   capacityRealTime: number;
+  /** What one more conversation adds, over the runs tried: accounted bytes and process RSS (MiB). */
+  perConversation: { accountedMiB: number; rssMiB: number };
 }
 
 interface Overhead {
@@ -293,17 +301,6 @@ export interface PlacementRow {
   defaultOverEngine: number;
 }
 
-interface Spread {
-  median: number;
-  min: number;
-  max: number;
-}
-
-function spread(xs: number[]): Spread {
-  const s = [...xs].sort((a, b) => a - b);
-  return { median: round(s[Math.floor((s.length - 1) / 2)]!, 3), min: round(s[0]!, 3), max: round(s[s.length - 1]!, 3) };
-}
-
 /** A child process under `taskset -c cpus`; its stdout. */
 function pinned(cpus: readonly number[], args: string[]): string {
   const r = spawnSync('taskset', ['-c', cpus.join(','), process.execPath, ...args], { encoding: 'utf8', maxBuffer: 1 << 24 });
@@ -348,7 +345,7 @@ export function placement(model: string, quick: boolean): { rows: PlacementRow[]
         one.push(pinnedSteady(model, cpus, ['--threads', '1'], dir).frameMs);
         engine.push((JSON.parse(pinned(cpus, [ENGINE_FRAME, model, String(Math.min(8, k)), quick ? 'quick' : ''])) as { frameMs: number }).frameMs);
       }
-      const [sd, so, se] = [spread(d), spread(one), spread(engine)];
+      const [sd, so, se] = [spread(d, 3), spread(one, 3), spread(engine, 3)];
       rows.push({
         cpus: k,
         placement: where,
@@ -413,7 +410,7 @@ export async function run(o: {
 }): Promise<{ rows: PipelineBenchRow[]; wakeMicros: Awaited<ReturnType<typeof wake>>; placement: ReturnType<typeof placement> & { checkpoint: string } }> {
   const log = (l: string) => process.stderr.write(`${l}\n`);
   const models: [string, string][] = (o.quick ? ['tiny'] : ['tiny', 'small']).map((n) => [n, resolveModel(n, log)]);
-  if (o.production === true) models.push(['lfm2-audio-1.5b q4', await production('q4', log)]);
+  if (o.production === true) for (const d of ['q4', 'q8'] as const) models.push([`lfm2-audio-1.5b ${d}`, await production(d, log)]);
   const rows: PipelineBenchRow[] = [];
   const scratch = mkdtempSync(join(tmpdir(), 'voxslab-bench-'));
   const short = join(scratch, 'short.wav');
@@ -423,7 +420,8 @@ export async function run(o: {
   } finally {
     rmSync(scratch, { recursive: true, force: true });
   }
-  const [name, dir] = models[models.length - 1]!;
+  // Placement on the production shape at q4 when it is measured, else the largest built-in.
+  const [name, dir] = models.find(([n]) => n.endsWith('q4')) ?? models[models.length - 1]!;
   return { rows, wakeMicros: await wake(o.quick ? 2000 : 20000), placement: { checkpoint: name, ...placement(dir, o.quick) } };
 }
 
@@ -442,8 +440,68 @@ function readFixture(): Float32Array {
   }
 }
 
+interface CapacityTry {
+  conversations: number;
+  p99GapMs: number;
+  underrunMs: number;
+  /** Every conversation stayed real-time: no underrun, and its p99 gap between reply frames at most one frame. */
+  realTime: boolean;
+  accountedMiB: number;
+  rssMiB: number;
+}
+
+/**
+ * The most simultaneous conversations (the same 4 s reply each) that all stay real-time, up to
+ * `limit`: doubling from one until a run fails, then bisection between the last that passed
+ * and the first that failed.
+ */
+export async function capacitySearch(
+  model: string,
+  limit: number,
+): Promise<{ tries: CapacityTry[]; capacity: number; perConversation: { accountedMiB: number; rssMiB: number } }> {
+  const tries: CapacityTry[] = [];
+  const attempt = async (n: number): Promise<boolean> => {
+    const r = await runOnce(model, n, { reply: '4' });
+    const p99 = Math.max(...r.report.conversations.map((c) => c.frameIntervalMs?.p99 ?? Number.POSITIVE_INFINITY));
+    const late = Math.max(...r.report.conversations.map((c) => c.underrunMs));
+    const realTime = late === 0 && p99 <= FRAME_MS;
+    tries.push({
+      conversations: n,
+      p99GapMs: round(p99, 2),
+      underrunMs: round(late, 2),
+      realTime,
+      accountedMiB: round(r.report.manifest.totals.slab / 2 ** 20, 1),
+      rssMiB: round(r.rssMiB, 1),
+    });
+    return realTime;
+  };
+  let good = 0;
+  let bad = 0;
+  for (let n = 1; ; n = Math.min(2 * n, limit)) {
+    if (await attempt(n)) good = n;
+    else {
+      bad = n;
+      break;
+    }
+    if (n === limit) break;
+  }
+  while (bad - good > 1) {
+    const mid = (good + bad) >> 1;
+    if (await attempt(mid)) good = mid;
+    else bad = mid;
+  }
+  const sorted = [...tries].sort((a, b) => a.conversations - b.conversations);
+  const [lo, hi] = [sorted[0]!, sorted[sorted.length - 1]!];
+  const span = Math.max(1, hi.conversations - lo.conversations);
+  return {
+    tries,
+    capacity: good,
+    perConversation: { accountedMiB: round((hi.accountedMiB - lo.accountedMiB) / span, 2), rssMiB: round((hi.rssMiB - lo.rssMiB) / span, 1) },
+  };
+}
+
 async function measure(name: string, model: string, o: { quick: boolean }, short: string): Promise<PipelineBenchRow> {
-  // The 1.5B shape takes seconds per run: no capacity search past two conversations.
+  // The 1.5B shape takes seconds per run: no long-reply overhead rounds.
   const big = name.startsWith('lfm2');
   const repeats = o.quick ? 1 : 2;
   // Rounds alternate the runs, so a slow spell of a shared machine does not fall on one of them only.
@@ -474,14 +532,7 @@ async function measure(name: string, model: string, o: { quick: boolean }, short
   const engineFrame = engineFrameMs(model, threads, o.quick);
   const pipelineFrame = steadyFrameMs(one.report, long.report);
   const rt = await runOnce(model, 1, { realtime: true, reply: '1' });
-  const capacity: { conversations: number; p99GapMs: number; underrunMs: number }[] = [];
-  for (const n of o.quick || big ? [1, 2] : [1, 2, 4, 8]) {
-    const r = await runOnce(model, n, { slots: n, reply: '4' });
-    const p99 = Math.max(...r.report.conversations.map((c) => c.frameIntervalMs?.p99 ?? Number.POSITIVE_INFINITY));
-    const late = Math.max(...r.report.conversations.map((c) => c.underrunMs));
-    capacity.push({ conversations: n, p99GapMs: round(p99, 2), underrunMs: round(late, 2) });
-    if (late > 0) break;
-  }
+  const { tries: capacity, capacity: capacityRealTime, perConversation } = await capacitySearch(model, o.quick ? 4 : MAX_CONVERSATIONS);
   const c0 = one.report.conversations[0]!;
   const stages = one.report.pipeline!.stages;
   const depth = mixed.report.pipeline!.stages.find((s) => s.stage === 'depthformer')!;
@@ -514,7 +565,8 @@ async function measure(name: string, model: string, o: { quick: boolean }, short
     rssMiB: round(one.rssMiB, 1),
     accountedMiB: round(one.report.manifest.totals.slab / 2 ** 20, 1),
     capacity,
-    capacityRealTime: Math.max(0, ...capacity.filter((c) => c.underrunMs === 0).map((c) => c.conversations)),
+    capacityRealTime,
+    perConversation,
   };
 }
 
@@ -549,8 +601,8 @@ export function format(r: Awaited<ReturnType<typeof run>>): string {
         .map(([k, v]) => `${k} ${v}`)
         .join(', ')}`,
       `  RSS ${x.rssMiB} MiB (process, model image included), accounted ${x.accountedMiB} MiB`,
-      `  capacity: ${x.capacity.map((c) => `${c.conversations} → underrun ${c.underrunMs} ms, p99 gap ${c.p99GapMs} ms`).join('; ')} ⇒ ` +
-        `${x.capacityRealTime} real-time`,
+      `  capacity (doubling, then bisection): ${x.capacity.map((c) => `${c.conversations} → underrun ${c.underrunMs} ms, p99 gap ${c.p99GapMs} ms${c.realTime ? '' : ' ✗'}`).join('; ')} ⇒ ` +
+        `${x.capacityRealTime} real-time; per added conversation ${x.perConversation.accountedMiB} MiB accounted, ${x.perConversation.rssMiB} MiB RSS`,
     );
   }
   const pl = r.placement;

@@ -45,6 +45,18 @@ export function fastestSeconds(runs: number, body: () => void): number {
 
 export const round = (x: number, digits = 1): number => Number(x.toFixed(digits));
 
+/** Samples of one figure: their min, median and max. */
+export interface Spread {
+  min: number;
+  median: number;
+  max: number;
+}
+
+export function spread(xs: readonly number[], digits = 1): Spread {
+  const s = [...xs].sort((a, b) => a - b);
+  return { min: round(s[0]!, digits), median: round(median(s), digits), max: round(s[s.length - 1]!, digits) };
+}
+
 /** p50 and p99 of `xs` (nearest rank), rounded to `digits`. */
 export function quantiles(xs: number[], digits = 1): { p50: number; p99: number } {
   const s = [...xs].sort((a, b) => a - b);

@@ -27,9 +27,10 @@
  * positions after the system prompt are forgotten (Lfm2Stack.dropPositions).
  *
  * A pass slot (`StepSlot`, ticket scratch) holds the staged rows and the last hidden state: a
- * dialogue must keep the same slot from `beginUser` until `step` returns DONE. What must
- * outlive the turn (the last emitted token or frame when a reply stops for length) is kept
- * here and staged again at the next turn.
+ * dialogue must keep the same slot from `beginUser` until its reply's first `step`. Later steps
+ * may run on any slot: each embeds the token or frame it feeds back (kept here) into its slot
+ * first. What must outlive the turn (the last emitted token or frame when a reply stops for
+ * length) is kept here too and staged again at the next turn.
  *
  * Thread contract: one thread, one call at a time. After construction nothing allocates; the
  * stage clocks read the native monotonic clock.
@@ -41,7 +42,7 @@ import { arenaWorkspace } from '../dsp/workspace.js';
 import type { ModelConfig } from '../model/format/config.js';
 import { BackboneState, type KvType } from '../model/blocks/backbone.js';
 import type { StepSlot } from './step.js';
-import { Depthformer, END_OF_AUDIO } from '../model/blocks/depthformer.js';
+import { END_OF_AUDIO } from '../model/blocks/depthformer.js';
 import { Sampler, type SamplingOptions } from '../model/blocks/sampler.js';
 import { TOKENS } from '../model/format/tokenizer.js';
 import './categories.js';
@@ -89,10 +90,10 @@ const CK_END_OF_AUDIO = 8;
 const CK_DROPPED = 9;
 const CK_FIELDS = 10;
 
-/** What a pair step's heads did: nothing (each runs its own), both text heads, both frames. */
-export const PAIR_HEADS_OWN = 0;
-export const PAIR_HEADS_TEXT = 1;
-export const PAIR_HEADS_AUDIO = 2;
+/** Samplers and options of the audio rows of one `stepRows` (kept here: nothing is allocated per step). */
+const ROW_SAMPLERS: Sampler[] = [];
+const ROW_OPTIONS: SamplingOptions[] = [];
+const ROW_CODES: Int32Array[] = [];
 
 /** Inspection taps of a step (slower: set them only to dump stages). */
 export interface StepTaps {
@@ -119,8 +120,6 @@ export class Dialogue {
   readonly #systemConv: Float32Array; // [short-conv layers][kernel − 1][hidden] at the system prompt's end
   #systemSaved = false;
   /** A pair step's samplers and options (caller-kept arrays: no allocation per step). */
-  readonly #samplerPair: Sampler[] = [];
-  readonly #optionsPair: SamplingOptions[] = [];
   /** Positions forgotten by the context policy so far, and how many times. */
   dropped = 0;
   compactions = 0;
@@ -295,8 +294,9 @@ export class Dialogue {
     this.#toc(CLOCK_PREFILL);
   }
 
-  /** Stages `frames` adapter rows of `rows` (hidden wide) from row `at`; full chunks run at once. */
-  pushRows(slot: StepSlot, rows: Float32Array, at: number, frames: number): void {
+  /** Stages `frames` adapter rows of `rows` (hidden wide) from row `at`; full chunks run at once. True if one ran. */
+  pushRows(slot: StepSlot, rows: Float32Array, at: number, frames: number): boolean {
+    let ran = false;
     this.#tic();
     const D = this.config.backbone.hidden;
     const input = slot.backbone.stack.input;
@@ -305,9 +305,13 @@ export class Dialogue {
       // A native copy: this runs a few times per turn, often in unoptimised code.
       native.copyF32(rows, (at + t) * D, input, this.#staged * D, D);
       this.#staged++;
-      if (this.#staged === this.options.prefillChunk) this.#flush(slot);
+      if (this.#staged === this.options.prefillChunk) {
+        this.#flush(slot);
+        ran = true;
+      }
     }
     this.#toc(CLOCK_PREFILL);
+    return ran;
   }
 
   /**
@@ -384,86 +388,89 @@ export class Dialogue {
     if (this.#step === 0) hidden = this.#staged > 0 ? this.#flush(slot) : stack.hiddenRows;
     else {
       this.#makeRoom(slot, 1);
+      this.#feedBack(slot, 0);
       hidden = stack.forward(this.state, 1);
     }
-    return this.#afterBackbone(slot, hidden, taps);
+    return this.#afterBackbone(slot, hidden, taps, false, slot.logits);
   }
 
-  /** True when the next `step()` is one single-position backbone step: what `stepPair` batches. */
+  /** The token or frame the last step emitted, embedded as row `row` of `slot`'s input. */
+  #feedBack(slot: StepSlot, row: number): void {
+    const bb = slot.backbone;
+    if (this.#pending === 1) bb.embedText(this.token, bb.stack.input, row);
+    else bb.embedAudio(this.codes, bb.stack.input, row);
+  }
+
+  /** True when the next `step()` is one single-position backbone step: what `stepRows` batches. */
   get batchable(): boolean {
     return this.#maxSteps !== 0 && this.#step > 0 && this.#step < this.#maxSteps && this.frames < this.#maxFrames;
   }
 
   /**
-   * The next step of two `batchable` dialogues on their own slots, with one batched backbone
-   * call (Lfm2Stack.forwardRows on `sa`'s plan: each weight block is read once for both
-   * positions). Every bit is what `a.step(sa)` and `b.step(sb)` give one after the other.
-   * `states` is a caller-kept array of two (no allocation per step); what each emitted goes to
-   * `emitted[0]` and `emitted[1]`. When both are at text, or both at audio, and `sa` has two
-   * rows, their heads run in one call too (`Backbone.logitsRows`, `Depthformer.framePair`).
-   * Returns what the heads did: PAIR_PAIR_HEADS_OWN, PAIR_PAIR_HEADS_TEXT or PAIR_PAIR_HEADS_AUDIO.
+   * The next step of each of `m` `batchable` dialogues `ds` (at most `slot.rows`) at once, on
+   * `slot`: one batched backbone call (Lfm2Stack.forwardRows: each weight block is read once for
+   * all m positions), then the text heads of those at text in one call (`Backbone.logitsRows`)
+   * and the frames of those at audio in one (`Depthformer.frameRows`). Every bit is what m
+   * `step` calls give one after the other. `ds` is reordered (those at text first); `states`
+   * is a caller-kept array of at least m; what ds[r] emitted goes to `emitted[r]`. Returns how
+   * many were at text. The shared calls are on the first dialogue's clock.
    */
-  static stepPair(a: Dialogue, sa: StepSlot, b: Dialogue, sb: StepSlot, states: BackboneState[], emitted: Int32Array): number {
-    if (!a.batchable || !b.batchable || sa === sb) throw new InternalError('stepPair: two batchable dialogues on two slots');
-    a.#tic();
-    a.#makeRoom(sa, 1);
-    b.#makeRoom(sb, 1);
-    const D = a.config.backbone.hidden;
-    const stack = sa.backbone.stack;
-    // b's next input row (embedded into its own slot's plane) joins a's as row 1.
-    const input = stack.input;
-    const bIn = sb.backbone.stack.input;
-    for (let i = 0; i < D; i++) input[D + i] = bIn[i]!;
-    states[0] = a.state;
-    states[1] = b.state;
-    const hidden = stack.forwardRows(states, 2);
-    // b's hidden row into its own slot's plane, where its heads read it.
-    const bHidden = sb.backbone.stack.hiddenRows;
-    for (let i = 0; i < D; i++) bHidden[i] = hidden[D + i]!;
-    // Both at text, or both at audio, with a slot of two rows: one batched head call too.
-    // The shared calls are on a's clock.
-    let heads = PAIR_HEADS_OWN;
-    if (sa.rows === 2 && a.#text === b.#text) {
-      if (a.#text) {
-        sa.backbone.logitsRows(hidden, sa.logits, 2, sa.logitsScratch);
-        native.copyF32(sa.logitsRow1, 0, sb.logits, 0, a.config.backbone.vocab);
-        heads = PAIR_HEADS_TEXT;
-      } else {
-        const samplers = a.#samplerPair;
-        samplers[0] = a.sampler;
-        samplers[1] = b.sampler;
-        const options = a.#optionsPair;
-        options[0] = a.options.audio;
-        options[1] = b.options.audio;
-        Depthformer.framePair(sa.depthformer, sb.depthformer, hidden, samplers, options, a.codes, b.codes);
-        heads = PAIR_HEADS_AUDIO;
+  static stepRows(ds: Dialogue[], m: number, slot: StepSlot, states: BackboneState[], emitted: Int32Array): number {
+    if (m < 1 || m > slot.rows) throw new InternalError(`stepRows: ${m} dialogues on a slot of ${slot.rows} rows`);
+    let text = 0;
+    for (let r = 0; r < m; r++) {
+      const d = ds[r]!;
+      if (!d.batchable) throw new InternalError('stepRows: a dialogue that is not batchable');
+      if (d.#text) {
+        ds[r] = ds[text]!;
+        ds[text++] = d;
       }
     }
-    emitted[0] = a.#afterBackbone(sa, hidden, null, heads);
-    b.#tic();
-    emitted[1] = b.#afterBackbone(sb, bHidden, null, heads);
-    return heads;
+    const first = ds[0]!;
+    first.#tic();
+    for (let r = 0; r < m; r++) {
+      const d = ds[r]!;
+      d.#makeRoom(slot, 1);
+      d.#feedBack(slot, r);
+      states[r] = d.state;
+    }
+    const hidden = slot.backbone.stack.forwardRows(states, m);
+    if (text > 0) slot.backbone.logitsRows(hidden, slot.logits, text, slot.logitsScratch);
+    if (text < m) {
+      for (let r = text; r < m; r++) {
+        const d = ds[r]!;
+        ROW_SAMPLERS[r - text] = d.sampler;
+        ROW_OPTIONS[r - text] = d.options.audio;
+        ROW_CODES[r - text] = d.codes;
+      }
+      slot.depthformer.frameRows(slot.hiddenFrom[text]!, m - text, ROW_SAMPLERS, ROW_OPTIONS, ROW_CODES);
+    }
+    for (let r = 0; r < m; r++) {
+      const d = ds[r]!;
+      if (r > 0) d.#tic();
+      emitted[r] = d.#afterBackbone(slot, slot.hiddenFrom[r]!, null, true, r < text ? slot.logitsRows[r]! : slot.logits);
+    }
+    return text;
   }
 
   /**
    * The rest of a step once the backbone has run: text head and sampling, or the Depthformer
-   * frame. `heads` says whether a pair step has already run this dialogue's text head (its
-   * logits are in `slot.logits`) or its frame (its codes are in `codes`).
+   * frame. With `headsDone` a several-row step has already run this dialogue's text head (its
+   * logits in `logits`) or its frame (its codes in `codes`).
    */
-  #afterBackbone(slot: StepSlot, hidden: Float32Array, taps: StepTaps | null, heads = PAIR_HEADS_OWN): number {
+  #afterBackbone(slot: StepSlot, hidden: Float32Array, taps: StepTaps | null, headsDone: boolean, logits: Float32Array): number {
     const c = this.config;
-    const stack = slot.backbone.stack;
     const first = this.#step === 0;
     this.#step++;
     this.#left--;
     if (this.#text) {
-      if (heads !== PAIR_HEADS_TEXT) slot.backbone.logits(hidden, slot.logits, slot.logitsScratch);
+      if (!headsDone) slot.backbone.logits(hidden, logits, slot.logitsScratch);
       this.#toc(first ? CLOCK_PREFILL : CLOCK_TEXT);
       if (taps !== null) {
         taps.hidden?.(hidden);
-        taps.textLogits?.(slot.logits);
+        taps.textLogits?.(logits);
       }
-      const token = this.sampler.sample(slot.logits, c.backbone.vocab, this.options.text);
+      const token = this.sampler.sample(logits, c.backbone.vocab, this.options.text);
       if (token === TOKENS.imEnd) {
         this.stop = 'end-of-turn';
         return this.#done();
@@ -475,7 +482,6 @@ export class Dialogue {
         this.#text = false;
         this.#left = c.interleave.audio;
       }
-      slot.backbone.embedText(token, stack.input, 0);
       this.#pending = 1;
       return EMIT_TEXT;
     }
@@ -483,7 +489,7 @@ export class Dialogue {
     if (taps !== null) taps.hidden?.(hidden);
     this.#tic();
     const inspect = taps !== null && taps.audioLogits !== undefined;
-    if (heads !== PAIR_HEADS_AUDIO) slot.depthformer.frame(hidden, this.sampler, this.options.audio, this.codes, inspect ? slot.audioLogits : null);
+    if (!headsDone) slot.depthformer.frame(hidden, this.sampler, this.options.audio, this.codes, inspect ? slot.audioLogits : null);
     this.#toc(CLOCK_DEPTHFORMER);
     if (inspect) taps.audioLogits!(slot.audioLogits);
     this.frames++;
@@ -498,7 +504,6 @@ export class Dialogue {
       this.endOfAudio = true;
       emitted = EMIT_END_OF_AUDIO;
     }
-    slot.backbone.embedAudio(this.codes, stack.input, 0);
     this.#pending = 2;
     if (this.options.checkpoints > 0) this.#checkpoint();
     return emitted;

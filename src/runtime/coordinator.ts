@@ -57,7 +57,7 @@ export interface PipelineOptions extends SpeechModelOptions {
   exitAfterRecords?: Partial<Record<StageName, number>>;
   /** Test hook (fault injection): a stage worker's allocator fails its n-th slab. */
   failAllocationAt?: Partial<Record<StageName, number>>;
-  /** Test hook: the Depthformer stage holds every reply until this many conversations have one ready. */
+  /** Test hook: the Depthformer stage holds every reply after its first step until this many conversations have one ready. */
   gateReplies?: number;
   /** Test hook (Depthformer stage): the most audio frames of each conversation's n-th reply. */
   replyFrameLimits?: number[];

@@ -215,9 +215,12 @@ export interface StageStats {
   /** Per conversation: wall ms and count of each clock this stage ran (names as CLOCKS). */
   clocks: Record<string, { ms: number; count: number }>[];
   records: number;
-  /** Batched backbone calls: two conversations' positions read each weight block once. */
+  /** Batched backbone calls: several conversations' positions read each weight block once. */
   batchedSteps: number;
-  /** Of those, the ones that also ran both text heads, or both Depthformer frames, in one call. */
+  /** Positions those calls served (over batchedSteps: the mean width), and the widest. */
+  batchedRows: number;
+  widestBatch: number;
+  /** Of those calls, the ones that also ran two or more text heads, or Depthformer frames, in one call. */
   batchedTextHeads: number;
   batchedFrames: number;
   /** Conversations that copied their system prompt's state from another instead of running it. */
@@ -258,7 +261,7 @@ export interface StageStats {
 }
 
 /** The batching counters of a stage's stats (the Depthformer stage's). */
-export type BatchingStats = Pick<StageStats, 'batchedSteps' | 'batchedTextHeads' | 'batchedFrames' | 'systemCopies'>;
+export type BatchingStats = Pick<StageStats, 'batchedSteps' | 'batchedRows' | 'widestBatch' | 'batchedTextHeads' | 'batchedFrames' | 'systemCopies'>;
 
 /** The control surface each stage worker exposes over comlink. */
 export interface StageApi {

@@ -158,7 +158,7 @@ t.test('a draw allocates nothing even where V8 inlines nothing (a double returne
   t.ok(p.heap >= 0 && p.heap < 1024, `JS heap growth over 200 draws: ${p.heap} bytes (window ${p.windows})`);
 });
 
-t.test('a pair frame gives each conversation the codes and state of its own frame, bit for bit (f32 and q4)', async (t) => {
+t.test('a several-row frame gives each conversation the codes and state of its own frame, bit for bit (f32 and q4; 2, 5 and 16 rows)', async (t) => {
   for (const dtype of ['f32', 'q4'] as const) {
     let where = dir;
     if (dtype === 'q4') {
@@ -170,35 +170,36 @@ t.test('a pair frame gives each conversation the codes and state of its own fram
     const cb = config.audio.codebooks;
     const D = config.backbone.hidden;
     const make = (rows: number, i: number) => {
-      const work = domain.createArena(domain.owner('ticket', i), `pair ${rows} ${i}`, {
-        bytes: domain.policy.arenaBytes([plan(depthformerPass(config, rows).build()).highWater, depthformerStateFloats(config) * 4]),
+      const work = domain.createArena(domain.owner('ticket', i), `rows ${rows} ${i}`, {
+        bytes: domain.policy.arenaBytes([plan(depthformerPass(config, rows).build()).highWater, rows * depthformerStateFloats(config) * 4]),
       });
-      const kv = work.carve('depth_kv', 'recurrence', Float32Array, depthformerStateFloats(config));
+      const kv = work.carve('depth_kv', 'recurrence', Float32Array, rows * depthformerStateFloats(config));
       return new Depthformer(config, image, work, heapWorkspace, kv, plan, rows);
     };
-    const pairA = make(2, 0);
-    const pairB = make(1, 1);
-    const solo = [make(1, 2), make(1, 3)];
-    const r = prng(9);
-    const samplers = [new Sampler(3), new Sampler(4)];
-    const own = [new Sampler(3), new Sampler(4)];
-    const options = [AUDIO_SAMPLING, { temperature: 0.7, topK: 16 }];
-    let same = true;
-    let differ = false;
-    for (let frame = 0; frame < 4; frame++) {
-      const hidden = Float32Array.from({ length: 2 * D }, () => r() * 2 - 1);
-      const codes = [new Int32Array(cb), new Int32Array(cb)];
-      Depthformer.framePair(pairA, pairB, hidden, samplers, options, codes[0]!, codes[1]!);
-      for (let c = 0; c < 2; c++) {
-        const want = new Int32Array(cb);
-        solo[c]!.frame(hidden.subarray(c * D, (c + 1) * D), own[c]!, options[c]!, want);
-        if (want.some((v, i) => v !== codes[c]![i])) same = false;
-        if (samplers[c]!.state !== own[c]!.state) same = false;
+    const many = make(16, 0);
+    const solo = make(1, 1);
+    for (const m of [2, 5, 16]) {
+      const r = prng(9 + m);
+      const samplers = Array.from({ length: m }, (_, i) => new Sampler(3 + i));
+      const own = Array.from({ length: m }, (_, i) => new Sampler(3 + i));
+      const options = Array.from({ length: m }, (_, i) => (i % 2 === 0 ? AUDIO_SAMPLING : { temperature: 0.7, topK: 16 }));
+      let same = true;
+      let differ = false;
+      for (let frame = 0; frame < 3; frame++) {
+        const hidden = Float32Array.from({ length: m * D }, () => r() * 2 - 1);
+        const codes = Array.from({ length: m }, () => new Int32Array(cb));
+        many.frameRows(hidden, m, samplers, options, codes);
+        for (let c = 0; c < m; c++) {
+          const want = new Int32Array(cb);
+          solo.frame(hidden.subarray(c * D, (c + 1) * D), own[c]!, options[c]!, want);
+          if (want.some((v, i) => v !== codes[c]![i])) same = false;
+          if (samplers[c]!.state !== own[c]!.state) same = false;
+        }
+        if (codes[0]!.some((v, i) => v !== codes[1]![i])) differ = true;
       }
-      if (codes[0]!.some((v, i) => v !== codes[1]![i])) differ = true;
+      t.ok(same, `${dtype}, ${m} rows: three frames give every conversation the codes and sampler state of its own frames`);
+      t.ok(differ, `${dtype}, ${m} rows: the conversations' codes differ (the comparison can fail)`);
     }
-    t.ok(same, `${dtype}: four pair frames give both conversations the codes and sampler state of their own frames`);
-    t.ok(differ, `${dtype}: the two conversations' codes differ (the comparison can fail)`);
-    t.throws(() => Depthformer.framePair(pairB, pairA, new Float32Array(2 * D), samplers, options, new Int32Array(cb), new Int32Array(cb)), /two-row/);
+    t.throws(() => solo.frameRows(new Float32Array(2 * D), 2, [], [], []), /at most 1/);
   }
 });

@@ -40,8 +40,8 @@ import '../categories.js';
 
 /** RMSNorm epsilon of every LFM2 norm (docs/model.md). */
 export const EPS = 1e-5;
-/** Conversations one batched backbone step serves (Lfm2Stack.forwardRows). */
-export const STEP_BATCH = 2;
+/** Conversations one batched backbone step serves at most (Lfm2Stack.forwardRows, and the heads after it). */
+export const STEP_BATCH = 16;
 
 export {
   backboneDims,

@@ -30,6 +30,7 @@ import {
   type Weights,
 } from './kernels.js';
 import type { Sampler, SamplingOptions } from './sampler.js';
+import { STEP_BATCH } from './backbone.js';
 import { ArgumentError } from '../../errors.js';
 import { ATTENTION_MASK, native } from '../../native.js';
 import '../categories.js';
@@ -40,7 +41,7 @@ export const END_OF_AUDIO = 2048;
 
 /**
  * Workspace of one codebook step (all small; every buffer lives for the step), for `rows`
- * conversations at once (`framePair` takes 2).
+ * conversations at once (`frameRows`).
  */
 export function depthformerPass(config: ModelConfig, rows = 1): PassBuilder {
   const f = config.depthformer;
@@ -67,6 +68,7 @@ export function depthformerPass(config: ModelConfig, rows = 1): PassBuilder {
   return p;
 }
 
+/** Floats of one frame cache (keys and values of every layer over the frame's codebooks); a Depthformer of `rows` keeps one per row. */
 export function depthformerStateFloats(config: ModelConfig): number {
   const f = config.depthformer;
   return f.layers * 2 * config.audio.codebooks * f.kvHeads * f.headDim;
@@ -89,13 +91,13 @@ interface DepthLayer {
   gateUp: LinearSet;
 }
 
-/** Per row of a pair frame: views of the plan's planes, made once. */
+/** Per row of a several-row frame: views of the plan's planes, made once. */
 type RowViews = Readonly<Record<'q' | 'k' | 'v' | 'ctx' | 'logits', Float32Array>>;
 
 export class Depthformer {
   readonly config: ModelConfig;
   readonly region: PlannedRegion;
-  /** Conversations one call can serve: 1, or 2 for `framePair`. */
+  /** Conversations one call can serve (`frameRows`), from 1 to STEP_BATCH. */
   readonly rows: number;
   readonly #rowViews: RowViews[];
   readonly #v: Readonly<Record<string, Float32Array>>;
@@ -107,15 +109,15 @@ export class Depthformer {
   readonly #logits: Weights[];
   readonly #cos: Float32Array;
   readonly #sin: Float32Array;
-  readonly #kvViews: Float32Array[]; // [layers][k|v] views of the frame cache, [codebooks][kv heads × head dim] each, made once
-  readonly #qkvRows: readonly Float32Array[]; // the q, k, v and the gate, up outputs of every row (framePair), made once
+  readonly #kvViews: Float32Array[][]; // per row, [layers][k|v] views of its frame cache, [codebooks][kv heads × head dim] each, made once
+  readonly #qkvRows: readonly Float32Array[]; // the q, k, v and the gate, up outputs of every row (frameRows), made once
   readonly #gateUpRows: readonly Float32Array[];
   readonly #scale: number; // 1/√head dim, made once: a double computed per call would be boxed
 
   constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, state: Float32Array, planner: Planner = plan, rows = 1) {
     const f = config.depthformer;
     const cb = config.audio.codebooks;
-    if (rows !== 1 && rows !== 2) throw new ArgumentError(`depthformer rows must be 1 or 2, got ${rows}`);
+    if (!Number.isInteger(rows) || rows < 1 || rows > STEP_BATCH) throw new ArgumentError(`depthformer rows must be from 1 to ${STEP_BATCH}, got ${rows}`);
     this.config = config;
     this.rows = rows;
     this.region = arena.carvePlan('depthformer', 'workspace.depthformer', planner(depthformerPass(config, rows).build()));
@@ -174,20 +176,25 @@ export class Depthformer {
     this.#cos = derived('depth:rope.cos', Float32Array, cb * half);
     this.#sin = derived('depth:rope.sin', Float32Array, cb * half);
     ropeTables(cb, f.headDim, config.backbone.ropeTheta, this.#cos, this.#sin);
-    if (state.length < depthformerStateFloats(config)) throw new ArgumentError('depthformer state is too small');
+    const per = depthformerStateFloats(config);
+    // A sizing (unbacked) arena's large views are empty.
+    if (state.length < rows * per && arena.backed) throw new ArgumentError('depthformer state is too small');
     const span = cb * kd;
-    this.#kvViews = Array.from({ length: 2 * f.layers }, (_, j) => state.subarray(j * span, (j + 1) * span));
+    this.#kvViews = Array.from({ length: rows }, (_, r) =>
+      Array.from({ length: 2 * f.layers }, (_, j) => state.subarray(r * per + j * span, r * per + (j + 1) * span)),
+    );
     this.#scale = 1 / Math.sqrt(f.headDim);
   }
 
-  /** One codebook step's attention for a query row `q` over the frame's cache `kv` (position i). */
-  #attend(kv: Depthformer, l: number, i: number, q: Float32Array, ctx: Float32Array): void {
+  /** One codebook step's attention for a query row `q` over row `r`'s frame cache (position i). */
+  #attend(r: number, l: number, i: number, q: Float32Array, ctx: Float32Array): void {
     const f = this.config.depthformer;
     const cb = this.config.audio.codebooks;
+    const kv = this.#kvViews[r]!;
     native.attention(
       q,
-      kv.#kvViews[2 * l]!,
-      kv.#kvViews[2 * l + 1]!,
+      kv[2 * l]!,
+      kv[2 * l + 1]!,
       ctx,
       null,
       null,
@@ -208,11 +215,11 @@ export class Depthformer {
     );
   }
 
-  /** Keys and values of codebook step i, layer l, into `kv`'s frame cache. */
-  static #cache(kv: Depthformer, l: number, i: number, k: Float32Array, v: Float32Array): void {
-    const kd = kv.config.depthformer.kvHeads * kv.config.depthformer.headDim;
-    const K = kv.#kvViews[2 * l]!;
-    const V = kv.#kvViews[2 * l + 1]!;
+  /** Keys and values of codebook step i, layer l, into row `r`'s frame cache. */
+  #cache(r: number, l: number, i: number, k: Float32Array, v: Float32Array): void {
+    const kd = this.config.depthformer.kvHeads * this.config.depthformer.headDim;
+    const K = this.#kvViews[r]![2 * l]!;
+    const V = this.#kvViews[r]![2 * l + 1]!;
     for (let j = 0; j < kd; j++) {
       K[i * kd + j] = k[j]!;
       V[i * kd + j] = v[j]!;
@@ -220,65 +227,56 @@ export class Depthformer {
   }
 
   /**
-   * One frame of two conversations at once: row 0 of `hidden` ([2][hidden]) is `a`'s, row 1
-   * `b`'s. Every linear layer runs over both rows (`linearRows`: each weight block is read once
-   * for both, and each row gets the bits `frame` gives it); RoPE, the frame caches (`a`'s own
-   * and `b`'s), attention and sampling run per row. Runs on `a`'s planes (`a.rows` must be 2);
-   * `b` lends only its frame cache. Every bit equals `a.frame(...)` then `b.frame(...)`.
+   * One frame of each of `m` ≤ `rows` conversations at once: row r of `hidden` ([m][hidden])
+   * is conversation r's, sampled with `samplers[r]` and `options[r]` into `codes[r]`. Every
+   * linear layer runs over the m rows (`linearRows`: each weight block is read once for all
+   * of them, and each row gets the bits `frame` gives it); RoPE, row r's own frame cache,
+   * attention and sampling run per row. Every bit equals m calls of `frame`.
    */
-  static framePair(
-    a: Depthformer,
-    b: Depthformer,
-    hidden: Float32Array,
-    samplers: readonly [Sampler, Sampler] | Sampler[],
-    options: readonly [SamplingOptions, SamplingOptions] | SamplingOptions[],
-    codesA: Int32Array,
-    codesB: Int32Array,
-  ): void {
-    if (a.rows !== 2 || a === b) throw new ArgumentError('depthformer: a pair frame needs a two-row depthformer and a second one');
-    const f = a.config.depthformer;
-    const cb = a.config.audio.codebooks;
-    const codes = a.config.audio.codes;
-    const v = a.#v;
+  frameRows(hidden: Float32Array, m: number, samplers: readonly Sampler[], options: readonly SamplingOptions[], codes: readonly Int32Array[]): void {
+    if (m < 1 || m > this.rows) throw new ArgumentError(`depthformer: ${m} rows in a frame, at most ${this.rows}`);
+    const f = this.config.depthformer;
+    const cb = this.config.audio.codebooks;
+    const n = this.config.audio.codes;
+    const v = this.#v;
     const hd = f.headDim;
     const scratch = v['gemv.scratch'] as Float32Array;
     const slices = v.slices as Float32Array;
     const x = v.x as Float32Array;
     const ln = v.ln as Float32Array;
     const o = v.o as Float32Array;
-    const rows = a.#rowViews;
-    linearRows(a.#linear, hidden, slices, 2, scratch);
+    const rows = this.#rowViews;
+    linearRows(this.#linear, hidden, slices, m, scratch);
     const width = cb * f.dim;
-    for (let r = 0; r < 2; r++) for (let j = 0; j < width; j++) slices[r * width + j] = slices[r * width + j]! + a.#linearBias[j]!;
+    for (let r = 0; r < m; r++) for (let j = 0; j < width; j++) slices[r * width + j] = slices[r * width + j]! + this.#linearBias[j]!;
     for (let i = 0; i < cb; i++) {
-      for (let r = 0; r < 2; r++) {
+      for (let r = 0; r < m; r++) {
         for (let j = 0; j < f.dim; j++) x[r * f.dim + j] = slices[r * width + i * f.dim + j]!;
-        if (i > 0) rowInto(a.#embed[i - 1]!, (r === 0 ? codesA : codesB)[i - 1]!, x, r * f.dim, 1, true);
+        if (i > 0) rowInto(this.#embed[i - 1]!, codes[r]![i - 1]!, x, r * f.dim, 1, true);
       }
-      for (let l = 0; l < a.#layers.length; l++) {
-        const L = a.#layers[l]!;
-        if (l === 0) rmsNorm(x, L.opNorm, ln, 2, f.dim, EPS);
-        else addRmsNorm(x, o, L.opNorm, ln, 2, f.dim, EPS);
-        linearRowsMany(L.qkv, ln, a.#qkvRows, 2, scratch);
-        rmsNorm(v.q as Float32Array, L.qNorm, v.q as Float32Array, 2 * f.heads, hd, EPS);
-        rmsNorm(v.k as Float32Array, L.kNorm, v.k as Float32Array, 2 * f.kvHeads, hd, EPS);
-        for (let r = 0; r < 2; r++) {
+      for (let l = 0; l < this.#layers.length; l++) {
+        const L = this.#layers[l]!;
+        if (l === 0) rmsNorm(x, L.opNorm, ln, m, f.dim, EPS);
+        else addRmsNorm(x, o, L.opNorm, ln, m, f.dim, EPS);
+        linearRowsMany(L.qkv, ln, this.#qkvRows, m, scratch);
+        rmsNorm(v.q as Float32Array, L.qNorm, v.q as Float32Array, m * f.heads, hd, EPS);
+        rmsNorm(v.k as Float32Array, L.kNorm, v.k as Float32Array, m * f.kvHeads, hd, EPS);
+        for (let r = 0; r < m; r++) {
           const rv = rows[r]!;
-          rope(rv.q, a.#cos, a.#sin, 1, f.heads, hd, i, true);
-          rope(rv.k, a.#cos, a.#sin, 1, f.kvHeads, hd, i, true);
-          Depthformer.#cache(r === 0 ? a : b, l, i, rv.k, rv.v);
-          a.#attend(r === 0 ? a : b, l, i, rv.q, rv.ctx);
+          rope(rv.q, this.#cos, this.#sin, 1, f.heads, hd, i, true);
+          rope(rv.k, this.#cos, this.#sin, 1, f.kvHeads, hd, i, true);
+          this.#cache(r, l, i, rv.k, rv.v);
+          this.#attend(r, l, i, rv.q, rv.ctx);
         }
-        linearRows(L.out, v.ctx as Float32Array, o, 2, scratch);
-        addRmsNorm(x, o, L.ffnNorm, ln, 2, f.dim, EPS);
-        linearRowsMany(L.gateUp, ln, a.#gateUpRows, 2, scratch);
-        swiglu(v.gate as Float32Array, v.up as Float32Array, v.act as Float32Array, 2 * f.ffn);
-        linearRows(L.w2, v.act as Float32Array, o, 2, scratch);
+        linearRows(L.out, v.ctx as Float32Array, o, m, scratch);
+        addRmsNorm(x, o, L.ffnNorm, ln, m, f.dim, EPS);
+        linearRowsMany(L.gateUp, ln, this.#gateUpRows, m, scratch);
+        swiglu(v.gate as Float32Array, v.up as Float32Array, v.act as Float32Array, m * f.ffn);
+        linearRows(L.w2, v.act as Float32Array, o, m, scratch);
       }
-      addRmsNorm(x, o, a.#norm[i]!, ln, 2, f.dim, EPS);
-      linearRows(a.#logits[i]!, ln, v.logits as Float32Array, 2, scratch);
-      codesA[i] = samplers[0]!.sample(rows[0]!.logits, codes, options[0]!, i > 0 ? END_OF_AUDIO : -1);
-      codesB[i] = samplers[1]!.sample(rows[1]!.logits, codes, options[1]!, i > 0 ? END_OF_AUDIO : -1);
+      addRmsNorm(x, o, this.#norm[i]!, ln, m, f.dim, EPS);
+      linearRows(this.#logits[i]!, ln, v.logits as Float32Array, m, scratch);
+      for (let r = 0; r < m; r++) codes[r]![i] = samplers[r]!.sample(rows[r]!.logits, n, options[r]!, i > 0 ? END_OF_AUDIO : -1);
     }
   }
 
@@ -324,8 +322,8 @@ export class Depthformer {
         rmsNorm(k, L.kNorm, k, f.kvHeads, hd, EPS);
         rope(q, this.#cos, this.#sin, 1, f.heads, hd, i, true);
         rope(k, this.#cos, this.#sin, 1, f.kvHeads, hd, i, true);
-        Depthformer.#cache(this, l, i, k, vv);
-        this.#attend(this, l, i, q, ctx);
+        this.#cache(0, l, i, k, vv);
+        this.#attend(0, l, i, q, ctx);
         linear1(L.out, ctx, o, scratch);
         addRmsNorm(x, o, L.ffnNorm, ln, 1, f.dim, EPS);
         linearMany(L.gateUp, ln, scratch);

@@ -1,5 +1,5 @@
 import { type BackboneState, backboneStateSizes, STEP_BATCH } from '../../model/blocks/backbone.js';
-import { Dialogue, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_TEXT, PAIR_HEADS_AUDIO, PAIR_HEADS_TEXT, type Prompts } from '../../core/dialogue.js';
+import { Dialogue, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_TEXT, type Prompts } from '../../core/dialogue.js';
 import { IDLE_POLL_MS, PassStage, type Environment } from './stage.js';
 import { stageDefaults, type StageSpec } from '../topology.js';
 import { EMBED_ROWS } from './conformer.js';
@@ -47,6 +47,7 @@ import {
   type BatchingStats,
 } from '../protocol.js';
 import { native } from '../../native.js';
+import { InternalError } from '../../errors.js';
 
 import '../../core/categories.js';
 
@@ -82,23 +83,30 @@ const PHASE_IDLE = 0;
 const PHASE_PREFILL = 1;
 const PHASE_REPLY = 2;
 const WAIT_FOR_DONOR = 1;
+/** Who holds a slot during a batched step: an index no conversation has. */
+const BATCH_HOLDER = MAX_CONVERSATIONS;
 /** What the turn-end test hook waits on (never notified). */
 const PAUSE = new Int32Array(new SharedArrayBuffer(4));
 
 export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
   readonly prompts: Prompts;
   #gate: number;
-  /** Batched backbone calls (two conversations' positions in one), and of those, the ones whose text heads or frames were batched too. */
+  /** Batched backbone calls (several conversations' positions in one), the positions they served, the widest, and the calls whose text heads or frames were batched too. */
   #batched = 0;
+  #batchedRows = 0;
+  #widest = 0;
   #batchedText = 0;
   #batchedFrames = 0;
   /** Conversations that copied their system prompt from another. */
   #systemCopies = 0;
-  /** Per conversation index, stepped in this poll (made once: no allocation per poll). */
-  readonly #stepped = new Uint8Array(MAX_CONVERSATIONS);
-  readonly #pair: BackboneState[] = [];
+  /** One batched step's conversations, dialogues, states and what each emitted (made once: no allocation per poll). */
+  readonly #batch: DepthConv[] = [];
+  readonly #dialogues: Dialogue[] = [];
+  readonly #states: BackboneState[] = [];
+  readonly #emitted = new Int32Array(STEP_BATCH);
   readonly #now = new Float64Array(1);
-  readonly #emitted = new Int32Array(2);
+  /** Conversations one batched step serves: a slot's rows. */
+  readonly #rows: number;
   /** Output-rate samples of one reply frame, and of the look-ahead. */
   readonly #frameSamples: number;
   readonly #lookahead: number;
@@ -122,18 +130,26 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
           replyClose: meta('reply_close', ids.replyClose),
         };
       }
-      // Two rows: a pair step runs both conversations' heads in one call.
+      // Several rows: one batched step runs every ready conversation's position and heads.
       const step = buildStepSlot(c, env.image, work, derived, { chunk: o.prefillChunk, context: o.context, planner: s.planner, rows: STEP_BATCH });
       return { ...step, rowsIn: work.carve('embed.in', 'workspace.prefill', Float32Array, EMBED_ROWS * c.backbone.hidden) };
     });
     this.prompts = prompts!;
+    this.#rows = this.tickets.slots[0]!.rows;
     this.#gate = env.init.gateReplies;
     this.#frameSamples = frameSamplesAt(c, o.outputRate);
     this.#lookahead = (o.lookaheadMs * o.outputRate) / 1000;
   }
 
   override batching(): BatchingStats {
-    return { batchedSteps: this.#batched, batchedTextHeads: this.#batchedText, batchedFrames: this.#batchedFrames, systemCopies: this.#systemCopies };
+    return {
+      batchedSteps: this.#batched,
+      batchedRows: this.#batchedRows,
+      widestBatch: this.#widest,
+      batchedTextHeads: this.#batchedText,
+      batchedFrames: this.#batchedFrames,
+      systemCopies: this.#systemCopies,
+    };
   }
 
   /** The test gate: false until `gateReplies` conversations have a reply ready, then always true. */
@@ -191,40 +207,68 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       const c = this.conversations[k];
       if (c !== undefined && this.#prefill(c)) progress = true;
     }
-    if (!this.#open()) return progress;
-    // Reply: one backbone position per conversation whose rings can take what it may emit;
-    // two such conversations share one batched backbone call.
-    const stepped = this.#stepped;
-    stepped.fill(0);
+    // The test gate holds the batched steps (a first step gives its slot back for the others' turns).
+    const open = this.#open();
+    // Reply: one backbone position per conversation whose rings can take what it may emit. A
+    // reply's first step runs on the slot its turn was staged in, which then goes back; every
+    // later step joins one batched step of all such conversations (continuous batching: a
+    // conversation joins or leaves between steps), as many as a slot has rows per call.
+    const batch = this.#batch;
+    let m = 0;
     for (let k = 0; k < this.conversations.length; k++) {
       const c = this.conversations[k];
-      if (c === undefined || stepped[k] === 1 || !this.#canStep(c)) continue;
-      stepped[k] = 1;
-      progress = true;
-      let partner: DepthConv | undefined;
-      if (c.dialogue.batchable) {
-        for (let j = k + 1; j < this.conversations.length && partner === undefined; j++) {
-          const d = this.conversations[j];
-          if (d !== undefined && stepped[j] === 0 && d.dialogue.batchable && this.#canStep(d)) {
-            partner = d;
-            stepped[j] = 1;
-          }
+      if (c === undefined || !this.#canStep(c)) continue;
+      if (c.slot >= 0 || !c.dialogue.batchable) {
+        // A reply whose next step only ends it computes nothing: any slot serves.
+        const slot = Math.max(c.slot, 0);
+        this.#emit(c, c.dialogue.step(this.tickets.slots[slot]!));
+        if (c.phase === PHASE_REPLY && c.slot >= 0) {
+          this.tickets.release(c.slot);
+          c.slot = -1;
         }
-      }
-      if (partner === undefined) {
-        this.#emit(c, c.dialogue.step(this.tickets.slots[c.slot]!));
+        progress = true;
         continue;
       }
-      const e = this.#emitted;
-      const heads = Dialogue.stepPair(c.dialogue, this.tickets.slots[c.slot]!, partner.dialogue, this.tickets.slots[partner.slot]!, this.#pair, e);
-      this.#batched++;
-      if (heads === PAIR_HEADS_TEXT) this.#batchedText++;
-      else if (heads === PAIR_HEADS_AUDIO) this.#batchedFrames++;
-      this.#emit(c, e[0]!);
-      this.#emit(partner, e[1]!);
+      if (!open) continue;
+      batch[m++] = c;
+      if (m === this.#rows) {
+        if (!this.#stepBatch(m)) break;
+        progress = true;
+        m = 0;
+      }
     }
+    if (m > 0 && this.#stepBatch(m)) progress = true;
     this.#flushEvents();
     return progress;
+  }
+
+  /** Runs the next step of the batch's first `m` conversations on a free slot; false when none is free. */
+  #stepBatch(m: number): boolean {
+    const slotIndex = this.tickets.acquire(BATCH_HOLDER);
+    if (slotIndex < 0) return false;
+    const slot = this.tickets.slots[slotIndex]!;
+    const batch = this.#batch;
+    if (m === 1) this.#emit(batch[0]!, batch[0]!.dialogue.step(slot));
+    else {
+      const ds = this.#dialogues;
+      for (let r = 0; r < m; r++) ds[r] = batch[r]!.dialogue;
+      const text = Dialogue.stepRows(ds, m, slot, this.#states, this.#emitted);
+      this.#batched++;
+      this.#batchedRows += m;
+      if (m > this.#widest) this.#widest = m;
+      if (text >= 2) this.#batchedText++;
+      if (m - text >= 2) this.#batchedFrames++;
+      // stepRows reordered the dialogues: each emits through its own conversation.
+      for (let r = 0; r < m; r++) this.#emit(this.#owner(ds[r]!, m), this.#emitted[r]!);
+    }
+    this.tickets.release(slotIndex);
+    return true;
+  }
+
+  /** The batch's conversation whose dialogue is `d`. */
+  #owner(d: Dialogue, m: number): DepthConv {
+    for (let r = 0; r < m; r++) if (this.#batch[r]!.dialogue === d) return this.#batch[r]!;
+    throw new InternalError('depthformer: a batched dialogue without its conversation');
   }
 
   override idle(): number {
@@ -293,6 +337,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       }
       if (c.phase === PHASE_REPLY) break;
       if (c.phase === PHASE_IDLE) {
+        if (!this.#roomToStage()) break;
         const slot = this.tickets.acquire(c.index);
         if (slot < 0) break;
         c.slot = slot;
@@ -302,7 +347,12 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       const s = this.tickets.slots[c.slot]!;
       if (kind === REC_EMBED) {
         const n = c.input.read(s.rowsIn, 0);
-        c.dialogue.pushRows(s, s.rowsIn, 0, n / this.config.backbone.hidden);
+        // After a prefill chunk the replies step before the next: a turn's prefill delays
+        // them by one chunk at most.
+        if (c.dialogue.pushRows(s, s.rowsIn, 0, n / this.config.backbone.hidden) && this.#replying()) {
+          this.records++;
+          return true;
+        }
       } else {
         if (kind === REC_END_SEGMENT && !c.codes.canWrite(0)) break;
         c.input.skip();
@@ -318,6 +368,20 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       progress = true;
     }
     return progress;
+  }
+
+  /** Some reply steps in the batched step (its first step is done). */
+  #replying(): boolean {
+    for (let k = 0; k < this.conversations.length; k++) {
+      const d = this.conversations[k];
+      if (d !== undefined && d.phase === PHASE_REPLY && d.slot < 0) return true;
+    }
+    return false;
+  }
+
+  /** A turn may take a slot to stage in if one stays free for the batched step of the replies that need it. */
+  #roomToStage(): boolean {
+    return this.tickets.slots.length - this.tickets.busy >= 2 || !this.#replying();
   }
 
   /** A conversation whose system prompt `c` may copy, WAIT_FOR_DONOR while one is running it, or null. */
@@ -408,7 +472,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       c.events.write(REC_TURN_END, sm, 0, TURN_FIELDS);
       if (this.env.init.turnEndPauseMs > 0) Atomics.wait(PAUSE, 0, 0, this.env.init.turnEndPauseMs);
       c.codes.write(REC_TURN_END, null, 0, 0);
-      this.tickets.release(c.slot);
+      if (c.slot >= 0) this.tickets.release(c.slot);
       c.slot = -1;
       c.phase = PHASE_IDLE;
     } else {

@@ -14,13 +14,13 @@ interface PlaybackConv extends RoomConv {
   state: DetokenizerState;
   pcm: Float32Array; // one frame (or the flush) at the device rate
   codes: Int32Array;
-  slot: number;
   open: boolean;
 }
 
 /**
  * Codes to device-rate PCM: the detokenizer, the ISTFT and the resampler, one code frame per
- * record, written straight into the playback ring.
+ * record, written straight into the playback ring. A conversation's detokenizer state is its
+ * own; a slot's scratch serves one record at a time, so any number of replies play at once.
  */
 export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
   constructor(env: Environment) {
@@ -53,7 +53,6 @@ export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
       input: this.input(o, 'codes'),
       out: this.output(o, 'output'),
       room: conv.pcm.length + 2 * RECORD_OVERHEAD,
-      slot: -1,
       open: false,
       ...conv,
     };
@@ -73,15 +72,19 @@ export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
 
   protected override record(c: PlaybackConv, kind: number): boolean {
     if (kind === REC_TURN_START) {
-      const slot = this.tickets.acquire(c.index);
-      if (slot < 0) return false;
-      c.slot = slot;
       c.state.startTurn();
       c.open = false;
       c.input.skip();
       return true;
     }
-    const det = this.tickets.slots[c.slot]!;
+    const slot = this.tickets.acquire(c.index);
+    if (slot < 0) return false;
+    this.#decode(c, kind, this.tickets.slots[slot]!);
+    this.tickets.release(slot);
+    return true;
+  }
+
+  #decode(c: PlaybackConv, kind: number, det: Detokenizer): void {
     if (kind === REC_CODES) {
       c.input.read(c.codes, 0);
       this.tic();
@@ -98,11 +101,8 @@ export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
       if (kind === REC_TURN_END) {
         if (c.open) this.#flush(c, det);
         c.out.write(REC_TURN_END, null, 0, 0);
-        this.tickets.release(c.slot);
-        c.slot = -1;
       }
     }
-    return true;
   }
 }
 
