@@ -20,16 +20,21 @@ const model = join(work, 'tiny');
 makeCheckpoint({ config: 'tiny', seed: 3, out: model, dtype: 'f32' });
 const quiet = (): void => undefined;
 
-// A second, shorter input at another rate: the first 1.2 s of the fixture, every other sample.
-const shortWav = join(work, 'short.wav');
-{
+/** The fixture's samples (mono) and rate. */
+function readFixture(): { all: Float32Array; rate: number } {
   const src = openFileSource(fixture);
   const r = new WavReader(src, 4096);
   const all = new Float32Array(r.info.frames);
   let n = 0;
   for (let k = r.readMono(all.subarray(n), 4096); k > 0; k = r.readMono(all.subarray(n), 4096)) n += k;
   src.close();
-  const rate = r.info.sampleRate;
+  return { all, rate: r.info.sampleRate };
+}
+
+// A second, shorter input at another rate: the first 1.2 s of the fixture, every other sample.
+const shortWav = join(work, 'short.wav');
+{
+  const { all, rate } = readFixture();
   const take = Math.floor(1.2 * rate);
   const half = new Float32Array(Math.floor(take / 2)).map((_, i) => all[2 * i]!);
   writeFileSync(shortWav, encodeWav({ sampleRate: Math.floor(rate / 2), channels: 1, format: 'pcm16', extensible: false }, half));
@@ -158,17 +163,10 @@ t.test("the report has each reply's summary even when playback passes its end on
 // prefill and first step; every later step joins one batched call of all the replies ready.
 t.test('four conversations of different lengths at once: one batched step serves all four, and each gives the bytes it gives alone', async (t) => {
   const inputs = [fixture, shortWav, join(work, 'cut1.wav'), join(work, 'cut2.wav')];
-  {
-    const src = openFileSource(fixture);
-    const r = new WavReader(src, 4096);
-    const all = new Float32Array(r.info.frames);
-    let n = 0;
-    for (let k = r.readMono(all.subarray(n), 4096); k > 0; k = r.readMono(all.subarray(n), 4096)) n += k;
-    src.close();
-    for (const [i, seconds] of [0.7, 2].entries()) {
-      const cut = all.subarray(0, Math.floor(seconds * r.info.sampleRate));
-      writeFileSync(inputs[2 + i]!, encodeWav({ sampleRate: r.info.sampleRate, channels: 1, format: 'pcm16', extensible: false }, cut));
-    }
+  const { all, rate } = readFixture();
+  for (const [i, seconds] of [0.7, 2].entries()) {
+    const cut = all.subarray(0, Math.floor(seconds * rate));
+    writeFileSync(inputs[2 + i]!, encodeWav({ sampleRate: rate, channels: 1, format: 'pcm16', extensible: false }, cut));
   }
   const outs = inputs.map((_, i) => join(work, `four${i}.wav`));
   const rep = join(work, 'four.json');
