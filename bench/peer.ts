@@ -64,7 +64,9 @@ export function llamaBench(bin: string, gguf: string, prefill: number, decode: n
   const args = ['-m', gguf, '-p', String(prefill), '-n', String(decode), '-t', threads.join(','), '-r', String(reps), '-o', 'json'];
   const r = spawnSync(bin, args, { encoding: 'utf8', maxBuffer: 1 << 24 });
   if (r.error !== undefined || r.status !== 0)
-    throw new Error(`bench model --peer-bench: ${bin} failed: ${r.error?.message ?? r.stderr.trim().split('\n').pop()}`);
+    throw new Error(
+      `bench model --peer-bench: ${bin} on ${gguf} failed (${r.error?.message ?? r.signal ?? `exit ${r.status}`}): ${r.stderr.trim().split('\n').pop() ?? ''}`,
+    );
   type Test = {
     n_prompt: number;
     n_gen: number;

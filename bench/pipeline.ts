@@ -11,8 +11,8 @@
  *   per-stage ms per call, ring occupancy, each worker's busy time, and the process RSS next
  *   to the accounted bytes.
  * - Capacity: the most simultaneous conversations whose replies never starve a player that
- *   starts at each reply's first sample (underrun 0 ms) and whose p99 gap between reply frames
- *   is at most a frame, searched by doubling then bisection up to the engine's 64; accounted
+ *   starts at each reply's first sample (underrun 0 ms), searched by doubling then bisection
+ *   up to the engine's 64, with the p99 gap between reply frames beside each run; accounted
  *   bytes and RSS per added conversation.
  * - Wake latency: a record answered across two threads through rings and doorbells
  *   (Atomics.wait), p50/p99 of one way, beside postMessage in the same run.
@@ -40,8 +40,6 @@ import { Doorbells, RecordRing, ringBytes } from '../src/runtime/ring.js';
 import { MAX_CONVERSATIONS } from '../src/runtime/protocol.js';
 import { round, type Spread, spread } from './util.js';
 
-/** A generated frame's span: a p99 gap between reply frames above it starves the player. */
-const FRAME_MS = 80;
 const FIXTURE = fileURLToPath(new URL('../../test/fixtures/hello.wav', import.meta.url));
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 const ENGINE_FRAME = fileURLToPath(new URL('./workers/engine-frame.js', import.meta.url));
@@ -444,7 +442,7 @@ interface CapacityTry {
   conversations: number;
   p99GapMs: number;
   underrunMs: number;
-  /** Every conversation stayed real-time: no underrun, and its p99 gap between reply frames at most one frame. */
+  /** Every conversation stayed real-time: a player started at its reply's first sample never ran dry. */
   realTime: boolean;
   accountedMiB: number;
   rssMiB: number;
@@ -464,7 +462,9 @@ export async function capacitySearch(
     const r = await runOnce(model, n, { reply: '4' });
     const p99 = Math.max(...r.report.conversations.map((c) => c.frameIntervalMs?.p99 ?? Number.POSITIVE_INFINITY));
     const late = Math.max(...r.report.conversations.map((c) => c.underrunMs));
-    const realTime = late === 0 && p99 <= FRAME_MS;
+    // Not the frame gaps: a reply's text steps (6 between every 12 frames) leave gaps longer than
+    // a frame in a reply generated faster than it plays.
+    const realTime = late === 0;
     tries.push({
       conversations: n,
       p99GapMs: round(p99, 2),

@@ -347,7 +347,7 @@ const COMMANDS: Record<string, Command> = {
       if (name !== 'model' && name !== 'pipeline' && v.production === true)
         throw new UsageError('bench: --production is an option of bench model and bench pipeline');
       if (name !== 'model' && v.peer === true) throw new UsageError('bench: --peer is an option of bench model');
-      if (v.peerBench !== undefined && v.peer !== true) throw new UsageError('bench: --peer-bench needs --peer');
+      if (v['peer-bench'] !== undefined && v.peer !== true) throw new UsageError('bench: --peer-bench needs --peer');
       if (name !== 'duplex' && v.vad !== undefined) throw new UsageError('bench: --vad is an option of bench duplex');
       const models = (v.model as string[] | undefined) ?? [];
       const options = {
@@ -355,7 +355,7 @@ const COMMANDS: Record<string, Command> = {
         production: v.production === true,
         peer: v.peer === true,
         models,
-        ...(v.peerBench === undefined ? {} : { peerBench: v.peerBench as string }),
+        ...(v['peer-bench'] === undefined ? {} : { peerBench: v['peer-bench'] as string }),
       };
       const result = await b.run(v.vad === undefined ? options : { ...options, vad: v.vad as string });
       process.stdout.write(v.json === true ? `${JSON.stringify(result, null, 2)}\n` : `${b.format(result as never)}\n`);

@@ -20,7 +20,15 @@ t.test('bench memory --json prints one JSON document', async (t) => {
 });
 
 t.test('usage errors exit 2 with a message', async (t) => {
-  for (const args of [['frobnicate'], ['bench'], ['bench', 'nope'], ['bench', 'memory', '--bogus'], []]) {
+  for (const args of [
+    ['frobnicate'],
+    ['bench'],
+    ['bench', 'nope'],
+    ['bench', 'memory', '--bogus'],
+    ['bench', 'model', '--peer-bench', '/nonexistent/llama-bench'],
+    ['bench', 'pipeline', '--peer'],
+    [],
+  ]) {
     const r = voxslab(...args);
     t.equal(r.status, 2, `voxslab ${args.join(' ')} exits 2`);
     t.ok(r.stderr.length > 0 || r.stdout.includes('usage'), 'and says why');
