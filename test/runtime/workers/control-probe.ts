@@ -10,6 +10,7 @@ const d = workerData as { dir: string; rounds: number; windows: number };
 const engine = await load(d.dir, { memoryLimit: '1GiB' });
 // gc is exposed only once the stage workers exist: theirs would collect on every stats call.
 v8.setFlagsFromString('--expose-gc');
+v8.setFlagsFromString('--no-flush-bytecode');
 const gc = vm.runInNewContext('gc') as () => void;
 const heap = (): number => {
   gc();
@@ -17,16 +18,16 @@ const heap = (): number => {
   return process.memoryUsage().heapUsed;
 };
 const kept: unknown[] = [];
-/** Heap growth over each of `windows` windows of `rounds` rounds; with `leak`, 16 numbers kept per round. */
+/** Heap growth over each of `windows` windows of `rounds` rounds, after one window not counted (the heap settles); with `leak`, 32 numbers kept per round. */
 async function windows(leak: boolean): Promise<number[]> {
   const out: number[] = [];
-  for (let w = 0; w < d.windows; w++) {
+  for (let w = -1; w < d.windows; w++) {
     const before = heap();
     for (let i = 0; i < d.rounds; i++) {
       const s = await engine.pipeline.stats();
-      if (leak) kept.push(Array.from({ length: 16 }, (_, k) => s[0]!.records + k));
+      if (leak) kept.push(Array.from({ length: 32 }, (_, k) => s[0]!.records + k));
     }
-    out.push(heap() - before);
+    if (w >= 0) out.push(heap() - before);
   }
   return out;
 }
