@@ -30,6 +30,7 @@ import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Worker } from 'node:worker_threads';
 import { runCommand } from '../src/cli/run.js';
+import { load } from '../src/api/engine.js';
 import { encodeWav, WavReader } from '../src/dsp/wav.js';
 import { openFileSource } from '../src/io/files.js';
 import { engineFrameMs, production } from './model.js';
@@ -194,6 +195,9 @@ export interface PipelineBenchRow {
   capacityRealTime: number;
   /** What one more conversation adds, over the runs tried: accounted bytes and process RSS (MiB). */
   perConversation: { accountedMiB: number; rssMiB: number };
+  /** The engine's compute capacity as `load()` measures it (what a daemon admits), and the frame times it came from. */
+  capacityCalibrated: number;
+  calibration: { rows: number[]; frameMs: number[] };
 }
 
 interface Overhead {
@@ -533,6 +537,9 @@ async function measure(name: string, model: string, o: { quick: boolean }, short
   const pipelineFrame = steadyFrameMs(one.report, long.report);
   const rt = await runOnce(model, 1, { realtime: true, reply: '1' });
   const { tries: capacity, capacity: capacityRealTime, perConversation } = await capacitySearch(model, o.quick ? 4 : MAX_CONVERSATIONS);
+  const engine = await load(model);
+  const calibrated = engine.capacity;
+  await engine.close();
   const c0 = one.report.conversations[0]!;
   const stages = one.report.pipeline!.stages;
   const depth = mixed.report.pipeline!.stages.find((s) => s.stage === 'depthformer')!;
@@ -567,6 +574,8 @@ async function measure(name: string, model: string, o: { quick: boolean }, short
     capacity,
     capacityRealTime,
     perConversation,
+    capacityCalibrated: calibrated.conversations,
+    calibration: { rows: calibrated.rows, frameMs: calibrated.frameMs.map((ms) => round(ms, 2)) },
   };
 }
 
@@ -603,6 +612,8 @@ export function format(r: Awaited<ReturnType<typeof run>>): string {
       `  RSS ${x.rssMiB} MiB (process, model image included), accounted ${x.accountedMiB} MiB`,
       `  capacity (doubling, then bisection): ${x.capacity.map((c) => `${c.conversations} → underrun ${c.underrunMs} ms, p99 gap ${c.p99GapMs} ms${c.realTime ? '' : ' ✗'}`).join('; ')} ⇒ ` +
         `${x.capacityRealTime} real-time; per added conversation ${x.perConversation.accountedMiB} MiB accounted, ${x.perConversation.rssMiB} MiB RSS`,
+      `  compute capacity as load() measures it: ${x.capacityCalibrated} (a frame of ${x.calibration.rows.join(', ')} at once: ` +
+        `${x.calibration.frameMs.join(', ')} ms)`,
     );
   }
   const pl = r.placement;

@@ -6,6 +6,7 @@
  */
 export * from './api/index.js';
 export type { DeviceLink } from './api/device.js';
+export type { ComputeCapacity } from './runtime/capacity.js';
 export type { ReplyStop } from './core/dialogue.js';
 export type { LayerKind, Lfm2Shape, ModelConfig } from './model/format/config.js';
 export type { SamplingOptions } from './model/blocks/sampler.js';

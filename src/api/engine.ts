@@ -16,7 +16,7 @@
  */
 import { readFileSync } from 'node:fs';
 import v8 from 'node:v8';
-import { ArgumentError, ClosedError, UnsupportedError } from '../errors.js';
+import { ArgumentError, CapacityError, ClosedError, MemoryLimitError, UnsupportedError } from '../errors.js';
 import { apmAvailable } from '../dsp/aec.js';
 import { native } from '../native.js';
 import { MemoryDomain } from '../memory/domain.js';
@@ -27,7 +27,8 @@ import { resolveModel } from '../io/checkpoint.js';
 import type { ModelConfig } from '../model/format/config.js';
 import type { SpeechModelOptions } from '../core/conversation.js';
 import { Pipeline, type PinMap, type PipelineConversation, type StageThreads } from '../runtime/coordinator.js';
-import { BELL_MAIN } from '../runtime/protocol.js';
+import { BELL_MAIN, MAX_CONVERSATIONS } from '../runtime/protocol.js';
+import { calibrate, type ComputeCapacity, frameCostMs, givenCapacity } from '../runtime/capacity.js';
 import { Conversation, type ConversationOptions } from './conversation.js';
 import { aborted, isAborted, kFail, kPump } from './host.js';
 
@@ -48,6 +49,11 @@ export interface EngineOptions extends SpeechModelOptions {
   stageThreads?: StageThreads;
   /** Milliseconds a control call to a stage worker may take. */
   callTimeoutMs?: number;
+  /**
+   * Conversations admitted at once by compute. Default: measured while loading (a short
+   * calibration of a generated frame on the stage workers: `engine.capacity`).
+   */
+  capacity?: number;
   /** Aborts loading (the workers stop and every byte is returned). */
   signal?: AbortSignal;
   /** Progress lines (generating a built-in checkpoint on first use). Default: none. */
@@ -69,11 +75,11 @@ export function loadWithHooks(model: string, options: EngineOptions, hooks: Engi
 
 /** Loads `model` into the stage workers, with the suite's hooks (none for an application). */
 async function startEngine(model: string, options: EngineOptions, hooks: EngineTestHooks): Promise<Engine> {
-  const { memoryLimit, domain: given, slots, pin, stageThreads, callTimeoutMs, signal, log, ...speech } = options;
+  const { memoryLimit, domain: inDomain, slots, pin, stageThreads, callTimeoutMs, signal, log, capacity: cap, ...speech } = options;
   const { trapAllocations, replyFrameLimits } = hooks;
   if (signal?.aborted === true) throw aborted(signal, 'loading');
   const dir = resolveModel(model, log ?? (() => undefined));
-  const domain = given ?? MemoryDomain.create(memoryLimit === undefined ? {} : { limit: memoryLimit });
+  const domain = inDomain ?? MemoryDomain.create(memoryLimit === undefined ? {} : { limit: memoryLimit });
   const po: Parameters<typeof Pipeline.start>[2] = { ...speech };
   if (slots !== undefined) po.slots = slots;
   if (pin !== undefined) po.pin = pin;
@@ -81,8 +87,12 @@ async function startEngine(model: string, options: EngineOptions, hooks: EngineT
   if (callTimeoutMs !== undefined) po.callTimeoutMs = callTimeoutMs;
   if (trapAllocations === true) po.trapAllocations = true;
   if (replyFrameLimits !== undefined) po.replyFrameLimits = replyFrameLimits;
+  const given = cap === undefined ? undefined : optionValue<number>('capacity', cap);
   const pipeline = await Pipeline.start(dir, domain, po);
+  let capacity: ComputeCapacity;
   try {
+    capacity = given === undefined ? await measuredCapacity(pipeline) : givenCapacity(pipeline, given);
+    signal?.throwIfAborted();
     await pipeline.ready();
     // The signal may have fired while the workers were starting.
     signal?.throwIfAborted();
@@ -90,7 +100,17 @@ async function startEngine(model: string, options: EngineOptions, hooks: EngineT
     await pipeline.close();
     throw signal !== undefined && isAborted(signal) ? aborted(signal, 'loading') : error;
   }
-  return new Engine(pipeline);
+  return new Engine(pipeline, capacity);
+}
+
+/** The calibration's capacity; when a conversation does not fit under the cap now, no bound but the bytes'. */
+async function measuredCapacity(p: Pipeline): Promise<ComputeCapacity> {
+  try {
+    return await calibrate(p);
+  } catch (error) {
+    if (!(error instanceof MemoryLimitError || error instanceof CapacityError)) throw error;
+    return { ...givenCapacity(p, MAX_CONVERSATIONS), measured: false };
+  }
 }
 
 /** A model loaded into the five stage workers, ready to open conversations. */
@@ -127,13 +147,18 @@ export class Engine {
   readonly config: ModelConfig;
   /** The sample rate of every reply. */
   readonly outputRate: number;
+  /** Conversations admitted at once by compute, and the calibration that found it. */
+  readonly capacity: ComputeCapacity;
   readonly #live = new Set<Conversation>();
+  /** Opens under way: admitted by compute, not yet live. */
+  #opening = 0;
   #pumping = false;
   #closed: Promise<void> | null = null;
 
   /** @internal Use `load()`. */
-  constructor(pipeline: Pipeline) {
+  constructor(pipeline: Pipeline, capacity: ComputeCapacity) {
     this.pipeline = pipeline;
+    this.capacity = capacity;
     this.domain = pipeline.domain;
     this.config = pipeline.config;
     this.outputRate = pipeline.setup.options.outputRate;
@@ -149,18 +174,37 @@ export class Engine {
     return this.#live.size;
   }
 
-  /** The bytes a conversation at `inputRate` (with `vad`: its VAD engine too) would take, and whether the cap has them now. */
-  async admission(inputRate = 16000, vad = false, echoDelayMs = -1): Promise<{ planned: number; free: number; admit: boolean }> {
+  /**
+   * Whether another conversation would be admitted now: the bytes one at `inputRate` (with
+   * `vad`: its VAD engine too) would take against what the cap has free, and the conversations
+   * open against the compute capacity.
+   */
+  async admission(
+    inputRate = 16000,
+    vad = false,
+    echoDelayMs = -1,
+  ): Promise<{ planned: number; free: number; bytes: boolean; compute: boolean; admit: boolean }> {
     const planned = await this.pipeline.plannedBytes(inputRate, undefined, vad, echoDelayMs);
     const s = this.domain.snapshot();
     const free = Math.max(0, s.limit - s.held.total - s.reserved);
-    return { planned, free, admit: planned <= free };
+    const bytes = planned <= free;
+    const compute = this.#live.size + this.#opening < this.capacity.conversations;
+    return { planned, free, bytes, compute, admit: bytes && compute };
   }
 
   /**
-   * Opens a conversation. A conversation the cap cannot take is refused (MemoryLimitError), one a
-   * fixed table cannot (the ledger's owners, the pipeline's conversations) with CapacityError,
-   * before anything is carved.
+   * The share of a frame's period left when every open conversation replies at once, predicted
+   * from the calibration (null when the capacity was given): below zero, they would underrun.
+   */
+  get realTimeMargin(): number | null {
+    const c = this.capacity;
+    return c.measured ? 1 - frameCostMs(c, this.#live.size) / c.periodMs : null;
+  }
+
+  /**
+   * Opens a conversation. A conversation the cap cannot take is refused (MemoryLimitError), one
+   * beyond the compute capacity or a fixed table (the ledger's owners, the pipeline's
+   * conversations) with CapacityError, before anything is carved.
    */
   async open(options: ConversationOptions = {}): Promise<Conversation> {
     if (this.#closed !== null) throw new ClosedError('the engine is closed');
@@ -174,7 +218,20 @@ export class Engine {
     const echo = options.echoDelayMs;
     if (echo !== undefined && !vad) throw new ArgumentError('echoDelayMs needs vad: true (echo cancellation serves conversations that find their own turns)');
     if (echo !== undefined && !apmAvailable()) throw new UnsupportedError('echo cancellation is off: the addon was built without WebRTC audio processing');
-    const pc = await this.pipeline.open(echo === undefined ? { seed, inputRate, vad } : { seed, inputRate, vad, echoDelayMs: echo });
+    const open = this.#live.size + this.#opening;
+    const cap = this.capacity;
+    if (open >= cap.conversations)
+      throw new CapacityError(
+        `${open} conversations are open: the engine keeps ${cap.conversations} in real time ` +
+          `(${cap.measured ? 'measured when it loaded' : 'the capacity option'})`,
+      );
+    this.#opening++;
+    let pc: PipelineConversation;
+    try {
+      pc = await this.pipeline.open(echo === undefined ? { seed, inputRate, vad } : { seed, inputRate, vad, echoDelayMs: echo });
+    } finally {
+      this.#opening--;
+    }
     const conv = new Conversation(this, pc, format, this.pipeline.setup.options.segmentSeconds, vad ? this.pipeline.setup.options.silenceMs : 0);
     this.#live.add(conv);
     if (options.signal !== undefined) conv.abortOn(options.signal);

@@ -17,6 +17,7 @@ export interface ServeRequest {
   token?: string | undefined;
   memory?: string | undefined;
   maxConversations?: string | undefined;
+  capacity?: string | undefined;
   maxConnections?: string | undefined;
   maxMessage?: string | undefined;
   maxRequest?: string | undefined;
@@ -80,6 +81,8 @@ export async function serveCommand(r: ServeRequest, log: (line: string) => void 
     lookaheadMs: flagValue<number>('lookaheadMs', r.lookahead),
     log,
   };
+  const capacity = parseFlag('capacity', r.capacity) as number | undefined;
+  if (capacity !== undefined) options.capacity = capacity;
   const context = parseFlag('context', r.context) as number | undefined;
   if (context !== undefined) options.context = context;
   if (r.memory !== undefined) options.memoryLimit = r.memory;

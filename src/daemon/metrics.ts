@@ -52,6 +52,24 @@ export function daemonMetrics(
     registers: r,
   });
   new Gauge({
+    name: 'voxslab_capacity_conversations',
+    help: 'Conversations the engine admits at once by compute (measured when it loaded, or the capacity option)',
+    registers: r,
+    collect() {
+      this.set(d.engine.capacity.conversations);
+    },
+  });
+  // Only a measured capacity predicts the margin.
+  if (d.engine.capacity.measured)
+    new Gauge({
+      name: 'voxslab_realtime_margin',
+      help: "The share of a frame's period left if every open conversation replied at once, predicted from the load-time calibration",
+      registers: r,
+      collect() {
+        this.set(d.engine.realTimeMargin ?? 0);
+      },
+    });
+  new Gauge({
     name: 'voxslab_device_xruns',
     help: 'The device conversation: periods owed a reply with no audio (underrun), microphone periods lost (overrun), input samples the device ring dropped',
     labelNames: ['kind'],

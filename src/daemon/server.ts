@@ -184,6 +184,7 @@ export class Daemon {
           devices: this.#devices ?? 'none: WebSocket clients only',
           conversations: this.#entries.size,
           maxConversations: this.#limits.conversations,
+          capacity: this.engine.capacity.conversations,
           // Where each stage worker and its compute helpers run (the CPUs each may use).
           placement: this.engine.pipeline.placement.map((w) => ({ stage: w.stage, cpus: w.affinity, helpers: w.helpers, pinError: w.pinError })),
           outputRate: this.engine.outputRate,
@@ -281,9 +282,14 @@ export class Daemon {
     const a = await this.engine.admission(inputRate, vad);
     if (conversations >= this.#limits.conversations)
       return { ok: false, reason: `${conversations} of ${this.#limits.conversations} conversations open`, planned: a.planned, free: a.free, conversations };
+    const cap = this.engine.capacity.conversations;
     return {
       ok: a.admit,
-      reason: a.admit ? 'admits another conversation' : `a conversation needs ${a.planned} bytes; ${a.free} are free under the cap`,
+      reason: !a.bytes
+        ? `a conversation needs ${a.planned} bytes; ${a.free} are free under the cap`
+        : !a.compute
+          ? `${conversations} conversations open: the engine keeps ${cap} in real time`
+          : 'admits another conversation',
       planned: a.planned,
       free: a.free,
       conversations,

@@ -15,7 +15,7 @@ import * as Comlink from 'comlink';
 import { nodeEndpoint } from './endpoint.js';
 import { MemoryDomain } from '../memory/domain.js';
 import type { SlabRecord } from '../memory/slab.js';
-import { AllocationError, ArgumentError, errorRecord } from '../errors.js';
+import { AllocationError, ArgumentError, errorRecord, InternalError } from '../errors.js';
 import { WeightsImage } from '../model/format/image.js';
 import { computeThreadsShortfall } from '../model/blocks/kernels.js';
 import { native } from '../native.js';
@@ -172,6 +172,11 @@ export async function serveStage(expected: StageName, module: string): Promise<v
         if (ready) stage!.ready();
         return stage!.arenas.slice(before).map((a) => a.slab.record());
       });
+    },
+    calibrate(index: number, rows: readonly number[]): number[] {
+      attended();
+      if (ready) throw new InternalError(`${expected} stage: calibration runs before readiness`);
+      return stage!.calibrate(index, rows);
     },
     close(index: number): void {
       attended();

@@ -270,6 +270,8 @@ export interface StageApi {
   size(o: StageConversation): number;
   /** Returns the records of the slabs it created (sealed at once when the stage is running). */
   open(o: StageOpen): SlabRecord[];
+  /** Milliseconds of one generated frame of 1, 2, … conversations at once here (empty: none), timed on a conversation opened for it. */
+  calibrate(index: number, rows: readonly number[]): number[];
   /** Drops a conversation (its pass slot too) and returns its slabs to the cap. */
   close(index: number): void;
   ready(): void;

@@ -5,7 +5,7 @@ import { fileURLToPath } from 'node:url';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { readWavSamples, scratchDir } from '../helpers.js';
 import { runCommand } from '../../src/cli/run.js';
-import { AbortedError, ClosedError, load, MemoryLimitError, type ConversationEvent, type Engine } from '../../src/index.js';
+import { AbortedError, CapacityError, ClosedError, load, MemoryLimitError, type ConversationEvent, type Engine } from '../../src/index.js';
 import { apmAvailable } from '../../src/dsp/aec.js';
 import { MemoryDomain } from '../../src/memory/index.js';
 import { SpeechModel } from '../../src/core/conversation.js';
@@ -92,6 +92,46 @@ t.test('admission: a conversation the cap cannot take is refused before anything
   const c2 = await engine.open({ inputRate: speech.rate });
   t.equal(engine.snapshot().held.total, held, 'the next conversation fits once the first is closed');
   await c2.close();
+});
+
+t.test('compute admission: the capacity measured at load, or given, refuses a conversation beyond it before anything is carved', async (t) => {
+  const measured = await load(model, { replySeconds: REPLY });
+  const m = measured.capacity;
+  t.equal(m.measured, true, 'measured when it loaded');
+  t.same(m.rows, [1, 2, 4, 8, 16], 'a frame of 1 to 16 conversations at once was timed');
+  t.ok(
+    m.frameMs.every((ms) => ms > 0),
+    `every frame took time: ${m.frameMs.map((ms) => ms.toFixed(2)).join(', ')} ms`,
+  );
+  t.ok(m.frameMs[4]! > m.frameMs[0]!, 'sixteen at once take longer than one');
+  t.ok(m.conversations >= 1 && m.conversations <= 64, `capacity ${m.conversations}`);
+  t.equal(m.periodMs, 80, 'a frame carries 80 ms');
+  t.equal(measured.realTimeMargin, 1, 'nothing open: the whole period is left');
+  const c0 = await measured.open({ inputRate: speech.rate });
+  t.ok(measured.realTimeMargin! < 1, `one open: margin ${measured.realTimeMargin}`);
+  await c0.close();
+  await measured.close();
+
+  for (const bad of [0, 65, 1.5, -1]) await t.rejects(load(model, { capacity: bad }), /capacity must be/, `capacity ${bad} is refused`);
+  const engine = await load(model, { replySeconds: REPLY, capacity: 2 });
+  t.teardown(() => engine.close());
+  t.same(engine.capacity, { conversations: 2, measured: false, periodMs: 80, rows: [], frameMs: [] }, 'given: nothing measured');
+  t.equal(engine.realTimeMargin, null);
+  const [a, b] = await Promise.all([engine.open({ inputRate: speech.rate }), engine.open({ inputRate: speech.rate })]);
+  const held = engine.snapshot().held.total;
+  const adm = await engine.admission(speech.rate);
+  t.match(adm, { bytes: true, compute: false, admit: false }, 'admission: bytes enough, compute not');
+  const e = await engine.open({ inputRate: speech.rate }).then(
+    () => null,
+    (error: unknown) => error,
+  );
+  t.ok(e instanceof CapacityError, `refused with CapacityError: ${(e as Error).message}`);
+  t.match((e as Error).message, /^2 conversations are open: the engine keeps 2 in real time \(the capacity option\)$/);
+  t.equal(engine.snapshot().held.total, held, 'nothing was carved for it');
+  await b.close();
+  t.equal((await engine.admission(speech.rate)).admit, true, 'after a close it admits again');
+  const c = await engine.open({ inputRate: speech.rate });
+  await Promise.all([a.close(), c.close()]);
 });
 
 t.test('the Duplex stream: s16 bytes in, s16 bytes out; ending the input ends the reply', async (t) => {

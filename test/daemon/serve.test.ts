@@ -61,6 +61,8 @@ t.test('two WebSocket conversations at once each get their reply, byte for byte 
   );
   const metrics = await (await get(`${s.url}/metrics`)).text();
   const lines = metrics.split('\n').filter((l) => l !== '');
+  t.match(metrics, /\nvoxslab_capacity_conversations [1-9][0-9]*\n/, '/metrics: the measured capacity');
+  t.match(metrics, /\nvoxslab_realtime_margin 1\n/, '/metrics: nothing open, the whole period left');
   const bad = lines.filter(
     (l) =>
       !/^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+$/.test(l) &&
@@ -119,6 +121,33 @@ t.test('admission: a third conversation beyond the cap gets 503 with Retry-After
   t.equal((await fetch(`${s.url}/v1/conversations/1`, { method: 'DELETE' })).status, 204);
   t.equal((await get(`${s.url}/readyz`)).status, 200, 'after a close it admits again');
   t.match(await (await get(`${s.url}/metrics`)).text(), /voxslab_admissions_refused_total 2/);
+  t.equal(await stop(s), 0);
+});
+
+t.test('admission by compute: a daemon at its capacity answers /readyz 503 and refuses the next conversation; /metrics exports it', async (t) => {
+  const s = await serve(['--capacity', '1']);
+  t.teardown(() => void s.proc.kill('SIGKILL'));
+  t.equal((await get(`${s.url}/readyz`)).status, 200, 'below capacity: ready');
+  t.match(await (await get(`${s.url}/healthz`)).json(), { capacity: 1 });
+  const open = () => fetch(`${s.url}/v1/conversations`, { method: 'POST', body: JSON.stringify({ inputRate: 16000 }) });
+  const first = await open();
+  t.equal(first.status, 201);
+  const { id } = (await first.json()) as { id: number };
+  const ready = await get(`${s.url}/readyz`);
+  t.equal(ready.status, 503, '/readyz says no more');
+  t.equal(ready.headers.get('retry-after'), '2');
+  t.match(await ready.json(), { ok: false, reason: '1 conversations open: the engine keeps 1 in real time' });
+  const held = ((await (await get(`${s.url}/v1/memory`)).json()) as { totals: { current: number } }).totals.current;
+  const second = await open();
+  t.equal(second.status, 503);
+  t.equal(second.headers.get('retry-after'), '2');
+  t.match(((await second.json()) as { error: string }).error, /the engine keeps 1 in real time/);
+  t.equal(((await (await get(`${s.url}/v1/memory`)).json()) as { totals: { current: number } }).totals.current, held, 'nothing was carved for it');
+  const metrics = await (await get(`${s.url}/metrics`)).text();
+  t.match(metrics, /\nvoxslab_capacity_conversations 1\n/);
+  t.notMatch(metrics, /\nvoxslab_realtime_margin [0-9-]/, 'no margin without a calibration');
+  t.equal((await fetch(`${s.url}/v1/conversations/${id}`, { method: 'DELETE' })).status, 204);
+  t.equal((await get(`${s.url}/readyz`)).status, 200, 'after a close it admits again');
   t.equal(await stop(s), 0);
 });
 

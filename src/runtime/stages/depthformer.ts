@@ -152,6 +152,44 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     };
   }
 
+  /**
+   * One generated frame of m conversations at once, for each m in `rows`: a batched audio
+   * step (backbone and Depthformer frames) plus the text steps' share of a frame (backbone
+   * and text heads), each the best of a few, with conversation `index`'s state standing in for
+   * all m rows at a mid-length context.
+   */
+  override calibrate(index: number, rows: readonly number[]): number[] {
+    const c = this.conversations[index];
+    if (c === undefined) throw new InternalError(`depthformer stage: no conversation ${index} to calibrate on`);
+    const slot = this.tickets.slots[0]!;
+    const d = c.dialogue;
+    const st = d.state;
+    const most = Math.min(this.#rows, Math.max(...rows));
+    const states = Array.from({ length: most }, () => st);
+    const samplers = states.map(() => d.sampler);
+    const options = states.map(() => d.options.audio);
+    const codes = states.map(() => d.codes);
+    const at = Math.max(0, Math.min(256, st.rows - most - 1, st.context - most - 1));
+    const stack = slot.backbone.stack;
+    const textShare = this.config.interleave.text / this.config.interleave.audio;
+    const best = (run: () => void): number => {
+      let ms = Infinity;
+      for (let k = 0; k < 2; k++) {
+        st.position = at;
+        const t = performance.now();
+        run();
+        ms = Math.min(ms, performance.now() - t);
+      }
+      return ms;
+    };
+    return rows.map((m) => {
+      if (m < 1 || m > most) throw new InternalError(`depthformer stage: cannot calibrate ${m} rows`);
+      const audio = best(() => slot.depthformer.frameRows(stack.forwardRows(states, m), m, samplers, options, codes));
+      const text = best(() => slot.backbone.logitsRows(stack.forwardRows(states, m), slot.logits, m, slot.logitsScratch));
+      return audio + textShare * text;
+    });
+  }
+
   /** The test gate: false until `gateReplies` conversations have a reply ready, then always true. */
   #open(): boolean {
     if (this.#gate === 0) return true;

@@ -252,6 +252,16 @@ export abstract class Stage<C> {
     for (const a of this.arenas) a.seal();
   }
 
+  /**
+   * Milliseconds this stage spends on one generated frame of each of `rows[i]` conversations
+   * at once, timed on conversation `index` (opened for it and closed after: its state is left
+   * unusable); empty for a stage a frame does not pass through. Before readiness only: it
+   * allocates.
+   */
+  calibrate(_index: number, _rows: readonly number[]): number[] {
+    return [];
+  }
+
   /** Per conversation, the clocks this stage ran (CLOCKS names). */
   clockReport(): Record<string, { ms: number; count: number }>[] {
     return this.clocks.map((c) => {
