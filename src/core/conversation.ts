@@ -450,13 +450,15 @@ export class Conversation {
 
   /**
    * Ends the user segment: encodes it, and prefills the user turn (the system prompt ran at
-   * `ready()`). Returns the encoder frames. `onMel` and `onEncoded` are taps.
+   * `ready()`). Returns the encoder frames. `onMel` and `onEncoded` are taps; of rows handed in
+   * (`listenRows`), the turn is the first `rows`.
    */
   endSegment(
     taps: { mel?(rows: Float32Array, count: number): void; encoded?(encoder: Float32Array, adapter: Float32Array, frames: number): void } = {},
+    rows = Number.POSITIVE_INFINITY,
   ): number {
     const slot = this.model.slot;
-    let T = this.#givenRows;
+    let T = Math.min(this.#givenRows, rows);
     if (T === 0) {
       this.#tic();
       const tail = this.#resampler.finish(this.#resampled, 0);

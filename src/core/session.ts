@@ -327,7 +327,7 @@ export class DuplexSession {
       if (k === GATE_ROWS) conv.listenRows(g.ring, g.spanAt * g.width, g.spanRows);
       else if (k === GATE_DISCARD) conv.discardSegment();
       else if (k === GATE_END) {
-        conv.endSegment();
+        conv.endSegment({}, g.turnRows);
         conv.startReply();
         this.turns++;
         this.#replying = true;

@@ -3,9 +3,11 @@
  * log-mel rows, one per 10 ms) are numbered from the start of the stream, as the turn detector's
  * frames are, and a segment is a range of them: from `preRoll` rows before the speech began (the
  * onset is confirmed after it began, and soft onsets sit under the detector's threshold) through
- * the frame its end was decided at. Because the range is a pure function of the frame decisions,
- * the rows a segment holds do not depend on how the audio was chunked: the frontend stage and the
- * one-thread session, fed the same audio, hand the encoder the same rows.
+ * the end the detector gives with its decision. Rows are handed out as their frames are decided,
+ * so a turn's may run past its end: `turnRows` says how many of them the turn is. Because the
+ * range is a pure function of the frame decisions, the rows a segment holds do not depend on how
+ * the audio was chunked: the frontend stage and the one-thread session, fed the same audio, hand
+ * the encoder the same rows.
  *
  * Rows and decisions may arrive in any interleaving (a detector may decide a frame some frames
  * after its audio came): the gate keeps the rows not yet routed in a ring and hands out, in
@@ -61,12 +63,15 @@ export class SegmentGate {
   /** After GATE_ROWS: the first row's slot in `ring` and the count (they never wrap). */
   spanAt = 0;
   spanRows = 0;
+  /** After GATE_END: the turn's rows, from the first handed out (at most `maxRows`). */
+  turnRows = 0;
   readonly #bounds: Int32Array; // [BOUNDS][2] boundaries waiting for their rows, from #head
   #head = 0;
   #count = 0;
   #open = false;
   #next = 0; // the next row of the open segment to hand out
   #sent = 0; // rows of the open segment handed out
+  #first = 0; // the open segment's first row
   #lastEnd = 0; // the row after the last segment's end
 
   constructor(o: GateOptions, ws: Workspace = heapWorkspace) {
@@ -97,16 +102,18 @@ export class SegmentGate {
 
   /**
    * The turn detector's event `e` (0: none) for the next frame, in order: every decided frame
-   * comes through here. For a speech start, `start` is the frame the speech began at.
+   * comes through here. For a speech start, `start` is the frame the speech began at; for a
+   * speech end, `end` is the row after the turn's last (default: after this frame).
    */
-  frame(e: number, start: number): void {
+  frame(e: number, start: number, end = this.decided + 1): void {
     const frame = this.decided++;
     if (e === VAD_SPEECH_START) {
       // Never back into the segment before (its rows are routed already).
       this.#bound(B_START, Math.max(0, start - this.preRoll, this.#lastEnd));
     } else if (e === VAD_SPEECH_END || e === VAD_SPEECH_DROP) {
-      this.#lastEnd = frame + 1;
-      this.#bound(e === VAD_SPEECH_END ? B_END : B_DROP, frame + 1);
+      const row = e === VAD_SPEECH_END ? end : frame + 1;
+      this.#lastEnd = Math.max(frame + 1, row);
+      this.#bound(e === VAD_SPEECH_END ? B_END : B_DROP, row);
     }
   }
 
@@ -140,6 +147,7 @@ export class SegmentGate {
         this.#sent = 0;
         // Rows older than the ring holds are gone (it is sized so that none the segment needs are).
         this.#next = Math.max(row, this.rows - this.capacity);
+        this.#first = this.#next;
         return GATE_START;
       }
       // The open segment's rows: up to its end when it is known, else up to the frames decided.
@@ -163,6 +171,7 @@ export class SegmentGate {
       if ((kind === B_END || kind === B_DROP) && this.#next >= row) {
         this.#pop();
         this.#open = false;
+        this.turnRows = Math.min(this.maxRows, row - this.#first);
         return kind === B_END ? GATE_END : GATE_DISCARD;
       }
       return GATE_NONE;

@@ -65,6 +65,8 @@ export class Endpointer {
   start = -1;
   /** The last voiced frame. */
   lastVoiced = -1;
+  /** After SPEECH_END: whether the longest segment ended it (the speech went on). */
+  cut = false;
   #run = 0;
   readonly #window: Uint8Array; // [silence] the last decisions while speaking, a ring
   #voicedInWindow = 0;
@@ -129,8 +131,12 @@ export class Endpointer {
     const k = this.#run++ % this.o.silence;
     this.#voicedInWindow += (voiced ? 1 : 0) - this.#window[k]!;
     this.#window[k] = voiced ? 1 : 0;
-    if (f - this.start + 1 >= this.o.maxSegment) return this.#end(VAD_SPEECH_END);
+    if (f - this.start + 1 >= this.o.maxSegment) {
+      this.cut = true;
+      return this.#end(VAD_SPEECH_END);
+    }
     if (this.#run < this.o.silence || 10 * this.#voicedInWindow > this.o.silence) return VAD_NONE;
+    this.cut = false;
     return this.#end(this.lastVoiced - this.start + 1 >= this.o.minSpeech ? VAD_SPEECH_END : VAD_SPEECH_DROP);
   }
 

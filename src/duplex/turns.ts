@@ -8,7 +8,16 @@
  */
 import type { Workspace } from '../dsp/workspace.js';
 import { PRE_ROLL_ROWS, SegmentGate } from './gate.js';
-import { Endpointer, framesOf, holdsPlayback } from './turn.js';
+import { Endpointer, framesOf, holdsPlayback, VAD_SPEECH_END } from './turn.js';
+
+/**
+ * Rows of a turn after its last voiced frame: 100 ms. A turn ended by silence is its speech
+ * through the last voiced frame and this tail, however long the silence that ended it (at least
+ * `silenceMs`, which is at least the tail), so its rows and its reply do not depend on when the
+ * endpoint fired — unless a voiced frame inside the final window brings the tail past the
+ * decision.
+ */
+export const TURN_TAIL_ROWS = 10;
 
 export interface TurnTakingOptions {
   onsetMs: number;
@@ -51,7 +60,9 @@ export class TurnTaking {
   frame(voiced: boolean): number {
     const ep = this.endpointer;
     const e = ep.push(voiced);
-    this.gate.frame(e, ep.start);
+    // A turn ended by silence ends a tail after its last voiced frame (never after this frame: the
+    // stream may end here); one cut at the longest segment, after this frame.
+    this.gate.frame(e, ep.start, e === VAD_SPEECH_END && !ep.cut ? Math.min(ep.lastVoiced + 1 + TURN_TAIL_ROWS, ep.frame) : ep.frame);
     this.hold = holdsPlayback(e, this.hold);
     return e;
   }

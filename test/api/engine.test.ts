@@ -280,6 +280,43 @@ t.test(
   },
 );
 
+t.test(
+  'VAD mode: a turn is its speech through the last voiced frame and a fixed tail, whatever silence ended it',
+  { skip: apmAvailable() ? false : 'no WebRTC audio processing' },
+  async (t) => {
+    const rate = speech.rate;
+    const silence = (s: number): Float32Array => new Float32Array(Math.round(s * rate));
+    const click = Float32Array.from({ length: Math.round(0.08 * rate) }, (_, i) => 0.4 * Math.sin((2 * Math.PI * 220 * i) / rate));
+    const turn = async (silenceMs: number, after: Float32Array[]): Promise<{ pcm: Buffer; userFrames: number; turns: number }> => {
+      const engine = await load(model, { replySeconds: REPLY, silenceMs, capacity: 1 });
+      try {
+        const conv = await engine.open({ inputRate: rate, seed: 5, vad: true });
+        const parts: Float32Array[] = [];
+        let turns = 0;
+        conv.on('audio', (e) => parts.push(e.pcm as Float32Array));
+        conv.on('speech_end', (e) => (turns += e.reason === 'vad' ? 1 : 0));
+        for (const part of [silence(1), speech.samples, ...after]) conv.write(part);
+        const summary = await conv.nextTurn();
+        await conv.close();
+        return { pcm: Buffer.concat(parts.map((p) => bytes(p))), userFrames: summary.userFrames, turns };
+      } finally {
+        await engine.close();
+      }
+    };
+    const at600 = await turn(600, [silence(1.5)]);
+    t.ok(at600.pcm.length > 0 && at600.turns === 1, `one turn, a reply of ${at600.pcm.length} bytes`);
+    // The question's own pauses are shorter than 600 ms: longer silences end it at the same place.
+    const at1200 = await turn(1200, [silence(2)]);
+    t.equal(at1200.turns, 1);
+    t.equal(at1200.userFrames, at600.userFrames, `the same encoder frames at silenceMs 600 and 1200 (${at600.userFrames})`);
+    t.ok(at1200.pcm.equals(at600.pcm), 'the same reply, byte for byte');
+    // The control: a voiced click inside the silence moves the last voiced frame: the turn is longer.
+    const clicked = await turn(600, [silence(0.25), click, silence(1.5)]);
+    t.equal(clicked.turns, 1, 'still one turn');
+    t.ok(clicked.userFrames > at600.userFrames, `a click 250 ms on is in the turn (${clicked.userFrames} encoder frames)`);
+  },
+);
+
 t.test('VAD mode with Silero: a click is not speech, the question is a turn; its weights are held in the arena and given back', async (t) => {
   const engine = await load(model, { replySeconds: REPLY, vad: 'silero' });
   t.teardown(() => engine.close());

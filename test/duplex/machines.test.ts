@@ -14,7 +14,9 @@ import {
 import { GATE_DISCARD, GATE_END, GATE_NONE, GATE_ROWS, GATE_START, SegmentGate } from '../../src/duplex/gate.js';
 import { heardFrames, keptFrames, NO_CUT } from '../../src/duplex/bargein.js';
 import { Fader } from '../../src/duplex/fader.js';
+import { TURN_TAIL_ROWS, TurnTaking } from '../../src/duplex/turns.js';
 import { allocationProbe, prng } from '../helpers.js';
+import { heapWorkspace } from '../../src/dsp/workspace.js';
 
 t.test('endpointing: onset, end after silence, short bursts dropped, longest segment', async (t) => {
   const e = new Endpointer({ onset: 3, silence: 5, minSpeech: 4, maxSegment: 20, warmup: 0 });
@@ -132,6 +134,55 @@ t.test('segment gate: a pre-roll never reaches back into the segment before; the
   t.equal(out[out.indexOf('end') + 2], '9', 'the second segment starts where the first ended');
   const cut = gated('0111111111111100000', 1, 1, 0, { preRoll: 0, maxRows: 5 });
   t.same(cut, ['start', '1', '2', '3', '4', '5', 'end'], 'rows past maxRows are dropped, the end still comes');
+});
+
+t.test('turn-taking: a turn ended by silence is its speech through the last voiced frame and the tail, whatever the silence', async (t) => {
+  // After the 50-frame warm-up: speech from frame 80 with a 20-frame pause, its last voiced frame 159.
+  const bits = `${'0'.repeat(80)}${'1'.repeat(40)}${'0'.repeat(20)}${'1'.repeat(20)}${'0'.repeat(150)}`;
+  const run = (silenceMs: number, rowsPerPush: number): { rows: number[]; turnRows: number; ends: number } => {
+    const turns = new TurnTaking({ onsetMs: 30, silenceMs, minSpeechMs: 100, width: 1, maxRows: 3000, rowsPerPush }, heapWorkspace, heapWorkspace);
+    const g = turns.gate;
+    const rows: number[] = [];
+    let turnRows = -1;
+    let ends = 0;
+    const row = new Float32Array(1);
+    let pushed = 0;
+    for (let f = 0; f < bits.length; f++) {
+      // Rows run ahead of the decisions by up to a push.
+      for (; pushed < Math.min(bits.length, f + rowsPerPush); pushed++) {
+        row[0] = pushed;
+        g.pushRow(row, 0);
+      }
+      turns.frame(bits[f] === '1');
+      for (let k = g.next(); k !== GATE_NONE; k = g.next()) {
+        if (k === GATE_ROWS) for (let r = 0; r < g.spanRows; r++) rows.push(g.ring[g.spanAt + r]!);
+        else if (k === GATE_END) {
+          turnRows = g.turnRows;
+          ends++;
+        }
+      }
+    }
+    return { rows, turnRows, ends };
+  };
+  const want = run(300, 1);
+  t.equal(want.ends, 1, 'one turn: the 200 ms pause is shorter than the silence');
+  const first = 80 - 30;
+  t.equal(want.turnRows, 159 + 1 + TURN_TAIL_ROWS - first, 'from the pre-roll through the last voiced frame and the tail');
+  t.ok(want.rows.length > want.turnRows, `rows past the turn were handed out (${want.rows.length}), the turn says where it ends`);
+  t.same(
+    want.rows.slice(0, want.turnRows),
+    Array.from({ length: want.turnRows }, (_, i) => first + i),
+  );
+  for (const [ms, push] of [
+    [600, 1],
+    [1000, 1],
+    [300, 7],
+    [600, 16],
+  ] as const) {
+    const r = run(ms, push);
+    t.equal(r.turnRows, want.turnRows, `silenceMs ${ms}, rows ${push} ahead: the same turn`);
+    t.same(r.rows.slice(0, r.turnRows), want.rows.slice(0, want.turnRows));
+  }
 });
 
 t.test('segment gate: pushing and routing allocate nothing', async (t) => {

@@ -82,6 +82,8 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
         } else if (kind === REC_END_SEGMENT) {
           const slot = this.tickets.acquire(c.index);
           if (slot < 0) break;
+          // The frontend's turn ends say how many of its rows the turn is.
+          if (c.input.peekLength() > 0) c.count = Math.min(c.count, c.input.peekInt(0));
           c.input.skip();
           c.slot = slot;
           const encoder = this.tickets.slots[slot]!;

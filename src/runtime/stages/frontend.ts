@@ -92,8 +92,8 @@ export class FrontendStage extends StreamStage<FrontendConv> {
           )
         : null;
       return {
-        // A record may release every row the gate holds besides its own, and five control records.
-        room: (rowsPer + (turns?.gate.capacity ?? 0)) * f.nMels + 10 * RECORD_OVERHEAD + 2,
+        // A record may release every row the gate holds besides its own, and five control records (three with a word each).
+        room: (rowsPer + (turns?.gate.capacity ?? 0)) * f.nMels + 10 * RECORD_OVERHEAD + 3,
         rowsPer,
         mel,
         pcm: a!.carve('frontend.pcm', 'workspace.frontend', Float32Array, maxIn),
@@ -169,7 +169,10 @@ export class FrontendStage extends StreamStage<FrontendConv> {
       if (g === GATE_START) c.out.write(REC_SPEECH_START, null, 0, 0);
       else if (g === GATE_ROWS) c.out.write(REC_MEL, gate.ring, gate.spanAt * nMels, gate.spanRows * nMels);
       else {
-        c.out.write(g === GATE_END ? REC_END_SEGMENT : REC_DISCARD, null, 0, 0);
+        // A turn's end carries its rows: the gate may have handed out rows past it.
+        c.reason[0] = gate.turnRows;
+        if (g === GATE_END) c.out.write(REC_END_SEGMENT, c.reason, 0, 1);
+        else c.out.write(REC_DISCARD, null, 0, 0);
         c.reason[0] = g === GATE_END ? SPEECH_TURN : SPEECH_DROPPED;
         c.out.write(REC_SPEECH_END, c.reason, 0, 1);
       }
