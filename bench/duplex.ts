@@ -14,6 +14,7 @@
 import { APM_FRAME, ECHO_GATE_DB, EchoCanceller, VoiceDetector, apmAvailable, type VadLikelihood } from '../src/dsp/aec.js';
 import { Endpointer, framesOf, VAD_SPEECH_END } from '../src/duplex/turn.js';
 import { LoopbackDevice } from '../src/io/loopback.js';
+import type { ClockedDevice } from '../src/io/devices.js';
 import { defaultOf } from '../src/options.js';
 import { corpusTools, f1, labelFrames, NOISES, noise as makeNoise, rms, scene, utterance, RATE, SENTENCES, SPEEDS, VOICES } from './corpus.js';
 import { prng } from '../src/memory/prng.js';
@@ -27,6 +28,7 @@ import { CLOCKS } from '../src/core/clock.js';
 import { resampleSignal } from '../src/dsp/resample.js';
 import { EchoPath } from '../src/dsp/echo.js';
 import { load, type Engine } from '../src/api/engine.js';
+import { production } from './model.js';
 import { SileroModel, SileroVad } from '../src/dsp/silero.js';
 import type { FrameDecider } from '../src/dsp/voice.js';
 import { loadSileroWeights, sileroModelPath } from '../src/io/silero.js';
@@ -164,10 +166,53 @@ function duplexModel(vad: string): {
   };
 }
 
-export async function run(options: { quick?: boolean; vad?: string } = {}): Promise<DuplexBenchResult | { available: false; reason: string }> {
+/** `bench duplex --production` (or `--model DIR`): the five-stage figures on a given checkpoint at two endpoint silences. */
+export interface DuplexProductionResult {
+  available: true;
+  production: ({
+    checkpoint: string;
+    silenceMs: number;
+    /** The engine's compute capacity as load() measured it. */
+    capacity: number;
+  } & Omit<DuplexBenchResult['pipeline'], 'falseOnsets'>)[];
+}
+
+/** The silences the production figures are taken at: the default and a short one. */
+const PRODUCTION_SILENCES = [600, 300];
+
+async function productionRuns(
+  models: [string, string][],
+  quick: boolean,
+  vad: string,
+  log: (line: string) => void,
+): Promise<DuplexProductionResult['production']> {
+  const rows: DuplexProductionResult['production'] = [];
+  for (const [name, dir] of models) {
+    for (const silenceMs of PRODUCTION_SILENCES) {
+      log(`duplex --production: ${name} at silenceMs ${silenceMs}`);
+      const engine = await load(dir, { outputRate: RATE, replySeconds: 12, vad: vad as VadChoice, silenceMs });
+      try {
+        rows.push({ checkpoint: name, silenceMs, capacity: engine.capacity.conversations, ...(await pipelineRuns(engine, quick ? 3 : 12, true)) });
+      } finally {
+        await engine.close();
+      }
+    }
+  }
+  return rows;
+}
+
+export async function run(
+  options: { quick?: boolean; vad?: string; production?: boolean; models?: string[] } = {},
+): Promise<DuplexBenchResult | DuplexProductionResult | { available: false; reason: string }> {
   if (!apmAvailable()) return { available: false, reason: 'the native addon was built without WebRTC audio processing' };
   if (!corpusTools()) return { available: false, reason: 'espeak-ng and sox are needed to make the speech set' };
   const quick = options.quick === true;
+  if (options.production === true || (options.models?.length ?? 0) > 0) {
+    const log = (line: string): void => void process.stderr.write(`${line}\n`);
+    const models: [string, string][] = (options.models ?? []).map((m) => [m, resolveModel(m, log)]);
+    if (options.production === true) models.push(['lfm2-audio-1.5b q4', await production('q4', log)]);
+    return { available: true, production: await productionRuns(models, quick, options.vad ?? (defaultOf('vad') as string), log) };
+  }
   const vadEngine = options.vad ?? (defaultOf('vad') as string);
   const sileroWeights = sileroModelPath() === null ? null : loadSileroWeights();
   const sileroModel = sileroWeights === null ? null : new SileroModel(sileroWeights);
@@ -463,7 +508,7 @@ async function pipelineLoop(quick: boolean, vad: string): Promise<DuplexBenchRes
     { outputRate: RATE, replySeconds: 12, vad: vad as VadChoice },
   );
   try {
-    const runs = await pipelineRuns(engine, quick);
+    const runs = await pipelineRuns(engine, quick ? 10 : 50);
     return { ...runs, falseOnsets: await pipelineFalseOnsets(engine, quick ? 60 : 300) };
   } finally {
     await engine.close();
@@ -519,17 +564,44 @@ async function pipelineFalseOnsets(engine: Engine, seconds: number): Promise<{ s
 const USER_OVER_ECHO_DB = 10;
 
 /**
+ * The loopback device on a wall clock: its periods come at the device's pace (a timer catches up
+ * on the periods due), as a real device's do, so compute shows on the device clock.
+ */
+function paced(device: LoopbackDevice): LoopbackDevice & ClockedDevice & { stop(): Promise<void> } {
+  let timer: NodeJS.Timeout | null = null;
+  return Object.assign(device, {
+    failure: null,
+    start(onPeriod: () => void): void {
+      const t0 = performance.now();
+      let periods = 0;
+      timer = setInterval(() => {
+        const due = Math.floor(((performance.now() - t0) * device.rate) / 1000 / device.period);
+        for (; periods < due && timer !== null; periods++) onPeriod();
+      }, 2);
+    },
+    stop(): Promise<void> {
+      if (timer !== null) clearInterval(timer);
+      timer = null;
+      return Promise.resolve();
+    },
+  });
+}
+
+/**
  * One scripted turn through the pipeline on the loopback device (lockstep, so the same inputs
- * give the same bytes): what played, the barge-ins and the end-of-speech decision on the device
- * clock, and the wall time from that decision to the first reply audio.
+ * give the same bytes; or `atPace`, on a wall clock): what played, the barge-ins and the
+ * end-of-speech decision on the device clock, and the wall time from that decision to the first
+ * reply audio.
  */
 async function scriptedTurn(
   engine: Engine,
   user: Float32Array,
   delayMs: number,
   seed: number,
+  atPace = false,
 ): Promise<{ played: Float32Array; barges: number[]; decidedAt: number; computeMs: number | null; turns: number }> {
-  const device = new LoopbackDevice({ rate: RATE, echo: { delayMs, gain: 1, seed: 9 }, user });
+  const loopback = new LoopbackDevice({ rate: RATE, echo: { delayMs, gain: 1, seed: 9 }, user });
+  const device = atPace ? paced(loopback) : loopback;
   const played = new Float32Array(user.length + RATE);
   const tick = device.tick.bind(device);
   device.tick = (out, mic, far) => {
@@ -555,11 +627,16 @@ async function scriptedTurn(
   conv.on('turn_end', () => turns++);
   await conv.run(device, { seconds: user.length / RATE });
   await conv.close();
+  if (atPace && decidedAt >= 0) {
+    // At the device's pace the first reply sample is on the device clock: what played first after the decision.
+    let first = decidedAt;
+    while (first < played.length && played[first] === 0) first++;
+    computeMs = first < played.length ? ((first - decidedAt) * 1000) / RATE : null;
+  }
   return { played, barges, decidedAt, computeMs, turns };
 }
 
-async function pipelineRuns(engine: Engine, quick: boolean): Promise<Omit<DuplexBenchResult['pipeline'], 'falseOnsets'>> {
-  const want = quick ? 10 : 50;
+async function pipelineRuns(engine: Engine, want: number, atPace = false): Promise<Omit<DuplexBenchResult['pipeline'], 'falseOnsets'>> {
   const rand = prng(606);
   const latencies: number[] = [];
   const decisions: number[] = [];
@@ -594,7 +671,7 @@ async function pipelineRuns(engine: Engine, quick: boolean): Promise<Omit<Duplex
     const delayMs = 20 + Math.floor(rand() * 9) * 20;
     // First the turn without the interruption: the reply is the same bytes up to it, and its
     // echo over the user's span sets the user's level (USER_OVER_ECHO_DB over it).
-    const quiet = await scriptedTurn(engine, user, delayMs, 1 + k);
+    const quiet = await scriptedTurn(engine, user, delayMs, 1 + k, atPace);
     seconds += user.length / RATE;
     const echo = new Float32Array(quiet.played.length);
     new EchoPath({ rate: RATE, delayMs, gain: 1, seed: 9 }).push(quiet.played, echo, 0, quiet.played.length);
@@ -609,7 +686,7 @@ async function pipelineRuns(engine: Engine, quick: boolean): Promise<Omit<Duplex
     // The user's level over their voiced frames, as the sessions' interruptions above measure it.
     const gain = (10 ** (USER_OVER_ECHO_DB / 20) * echoRms) / voicedRms(over, labels);
     for (let i = 0; i < over.length; i++) user[start + i] = gain * over[i]!;
-    const r = await scriptedTurn(engine, user, delayMs, 1 + k);
+    const r = await scriptedTurn(engine, user, delayMs, 1 + k, atPace);
     seconds += user.length / RATE;
     turns += r.turns;
     if (r.decidedAt >= 0) decisions.push(((r.decidedAt - lastWord) * 1000) / RATE);
@@ -653,8 +730,27 @@ async function pipelineRuns(engine: Engine, quick: boolean): Promise<Omit<Duplex
   };
 }
 
-export function format(r: DuplexBenchResult | { available: false; reason: string }): string {
+export function format(r: DuplexBenchResult | DuplexProductionResult | { available: false; reason: string }): string {
   if (!r.available) return `duplex bench skipped: ${(r as { reason: string }).reason}`;
+  if ('production' in r) {
+    const lines = [
+      'five-stage pipeline on the loopback device at its own pace (a wall clock; 16 kHz, 10 ms periods; the user 10 dB over the echo; ' +
+        'compute is the device time from the decision to the first sample played)',
+    ];
+    for (const p of r.production) {
+      const b = p.bargeIn;
+      lines.push(
+        `  ${p.checkpoint}, silenceMs ${p.silenceMs} (capacity ${p.capacity}): last word → first reply sample p50 ${p.reply.firstSampleP50Ms} ms, ` +
+          `p95 ${p.reply.firstSampleP95Ms} ms (decision p50 ${p.reply.endOfSpeechP50Ms} ms + compute p50 ${p.reply.computeP50Ms} ms + 20 ms device queue; ` +
+          `${p.reply.turns} turns); barge-in p50 ${b.p50Ms} ms, p95 ${b.p95Ms} ms, max ${b.maxMs} ms (${b.detected}/${b.interruptions}; ` +
+          `${b.stoppedEarly} early, ${b.missed} missed, ${b.replyOver} after the reply ended); ${p.realtime}× real time; stage busy % of a core: ` +
+          Object.entries(p.cpuPercent)
+            .map(([k, v]) => `${k} ${v}`)
+            .join(', '),
+      );
+    }
+    return lines.join('\n');
+  }
   const x = r as DuplexBenchResult;
   const lines = [`full-duplex front end on the loopback device (16 kHz, 10 ms periods; WebRTC echo cancellation; VAD: ${x.vadEngine})`];
   lines.push(`  ERLE after convergence:   ${x.erle.map((e) => `${e.delayMs} ms ${e.erleDb} dB`).join(', ')}`);

@@ -334,7 +334,8 @@ const COMMANDS: Record<string, Command> = {
   },
   bench: {
     usage:
-      'voxslab bench <name> [--json] [--quick]   (bench model and pipeline take --production; bench model --model DIR, repeatable, --peer and --peer-bench PATH; bench duplex --vad)',
+      'voxslab bench <name> [--json] [--quick]   (bench model, pipeline and duplex take --production; bench model and duplex --model DIR, repeatable; ' +
+      'bench model --peer and --peer-bench PATH; bench duplex --vad)',
     summary: 'benchmarks, measured as ratios against a peer or the machine in the same run',
     keys: ['json', 'quick', 'production', 'benchModels', 'peer', 'peerBench', 'vad'],
     positionals: 1,
@@ -345,9 +346,9 @@ const COMMANDS: Record<string, Command> = {
       if (name === undefined) throw new UsageError(`bench: name one benchmark (${names})`);
       const b = benches.get(name);
       if (b === undefined) throw new UsageError(`bench: unknown benchmark '${name}' (available: ${names})`);
-      if (name !== 'model' && v.model !== undefined) throw new UsageError('bench: --model is an option of bench model');
-      if (name !== 'model' && name !== 'pipeline' && v.production === true)
-        throw new UsageError('bench: --production is an option of bench model and bench pipeline');
+      if (name !== 'model' && name !== 'duplex' && v.model !== undefined) throw new UsageError('bench: --model is an option of bench model and bench duplex');
+      if (name !== 'model' && name !== 'pipeline' && name !== 'duplex' && v.production === true)
+        throw new UsageError('bench: --production is an option of bench model, bench pipeline and bench duplex');
       if (name !== 'model' && v.peer === true) throw new UsageError('bench: --peer is an option of bench model');
       if (v['peer-bench'] !== undefined && v.peer !== true) throw new UsageError('bench: --peer-bench needs --peer');
       if (name !== 'duplex' && v.vad !== undefined) throw new UsageError('bench: --vad is an option of bench duplex');
