@@ -213,6 +213,15 @@ export const OPTIONS = {
     default: 80,
     doc: 'voiced time in a row that starts speech (and interrupts the assistant)',
   },
+  speculateMs: {
+    kind: 'int',
+    flag: 'speculate',
+    value: 'MS',
+    min: 0,
+    max: 10_000,
+    default: 200,
+    doc: 'pause after speech at which the turn so far is encoded ahead, kept if the silence ends the turn (0: never; else at least 100)',
+  },
   minSpeechMs: {
     kind: 'int',
     flag: 'min-speech',

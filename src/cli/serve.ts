@@ -32,6 +32,7 @@ export interface ServeRequest {
   pin?: string | undefined;
   stageThreads?: string | undefined;
   silence?: string | undefined;
+  speculate?: string | undefined;
   onset?: string | undefined;
   minSpeech?: string | undefined;
   vad?: string | undefined;
@@ -75,6 +76,7 @@ export async function serveCommand(r: ServeRequest, log: (line: string) => void 
     slots: flagValue<number>('slots', r.slots),
     // Endpointing of conversations opened with vad.
     silenceMs: flagValue<number>('silenceMs', r.silence),
+    speculateMs: flagValue<number>('speculateMs', r.speculate),
     onsetMs: flagValue<number>('onsetMs', r.onset),
     minSpeechMs: flagValue<number>('minSpeechMs', r.minSpeech),
     vad: flagValue<'silero' | 'very-low' | 'low' | 'moderate' | 'high'>('vad', r.vad),
@@ -100,6 +102,13 @@ export async function serveCommand(r: ServeRequest, log: (line: string) => void 
   }
   const s = engine.snapshot();
   log(`voxslab serve: model '${engine.config.name}', ${s.held.total} bytes held of a ${s.limit}-byte cap; replies at ${engine.outputRate} Hz`);
+  const cap = engine.capacity;
+  log(
+    `compute capacity: ${cap.conversations} conversations at once` +
+      (cap.measured
+        ? ` (measured: a frame of ${cap.rows.join(', ')} conversations at once takes ${cap.frameMs.map((ms) => ms.toFixed(1)).join(', ')} ms of its ${cap.periodMs})`
+        : ' (--capacity)'),
+  );
   if (devices === null) log('no audio devices in use: headless, serving WebSocket clients only');
   else {
     const label = `${devices.input.name} → ${devices.output.name} at ${engine.outputRate} Hz`;

@@ -44,6 +44,7 @@ import { Dialogue, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_TEXT, type Prompts } from 
 import { buildStepSlot, type StepSlot } from './step.js';
 import { DEFAULT_ENCODER_TILES, melRows, replyFrames, segmentSamples } from '../model/plan/plans.js';
 import { loadTokenizer } from '../io/config.js';
+import { TURN_TAIL_ROWS } from '../duplex/turns.js';
 import './categories.js';
 
 export const DEFAULT_SYSTEM_PROMPT = 'Respond with interleaved text and audio.';
@@ -68,6 +69,8 @@ export interface SpeechModelOptions {
   vad?: 'silero' | 'very-low' | 'low' | 'moderate' | 'high';
   onsetMs?: number;
   silenceMs?: number;
+  /** The pause at which the Conformer stage encodes the turn so far ahead of the endpoint (0: off). */
+  speculateMs?: number;
   minSpeechMs?: number;
   /** How far generation may run ahead of playback in VAD conversations (barge-in cuts back to what was heard). */
   lookaheadMs?: number;
@@ -108,6 +111,13 @@ function checkSampling(name: string, s: SamplingOptions): SamplingOptions {
   return Object.freeze({ temperature: s.temperature, topK: s.topK });
 }
 
+/** `speculateMs`: 0 (off), or a pause no shorter than a turn's tail (its rows must be there to encode). */
+function speculateOption(given: number | undefined): number {
+  const ms = optionValue<number>('speculateMs', given);
+  if (ms !== 0 && ms < 10 * TURN_TAIL_ROWS) throw new ArgumentError(`speculateMs must be 0 or at least ${10 * TURN_TAIL_ROWS}, got ${ms}`);
+  return ms;
+}
+
 export function resolveSpeechOptions(config: ModelConfig, o: SpeechModelOptions): ResolvedSpeechOptions {
   const c = { maxContext: config.backbone.maxContext };
   if (o.systemPrompt !== undefined && typeof o.systemPrompt !== 'string') throw new ArgumentError('systemPrompt must be a string');
@@ -127,6 +137,7 @@ export function resolveSpeechOptions(config: ModelConfig, o: SpeechModelOptions)
     onsetMs: optionValue('onsetMs', o.onsetMs),
     silenceMs: optionValue('silenceMs', o.silenceMs),
     minSpeechMs: optionValue('minSpeechMs', o.minSpeechMs),
+    speculateMs: speculateOption(o.speculateMs),
     lookaheadMs: optionValue('lookaheadMs', o.lookaheadMs),
   };
 }

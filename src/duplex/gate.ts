@@ -29,12 +29,16 @@ export const GATE_START = 1; // a segment opens
 export const GATE_ROWS = 2; // `spanRows` rows at row `spanAt` of `ring`
 export const GATE_END = 3; // the segment is a turn
 export const GATE_DISCARD = 4; // the segment was too short: forget its rows
+export const GATE_PROVISIONAL = 5; // the segment's first `turnRows` rows are its turn if the silence goes on
+export const GATE_RESUME = 6; // the speech went on: the last provisional turn is not one
 
 /** Boundaries waiting for their rows: [kind, row] pairs, a ring of BOUNDS. */
 const BOUNDS = 16;
 const B_START = 1;
 const B_END = 2;
 const B_DROP = 3;
+const B_PROVISIONAL = 4;
+const B_RESUME = 5;
 
 export interface GateOptions {
   /** Floats per row. */
@@ -63,7 +67,7 @@ export class SegmentGate {
   /** After GATE_ROWS: the first row's slot in `ring` and the count (they never wrap). */
   spanAt = 0;
   spanRows = 0;
-  /** After GATE_END: the turn's rows, from the first handed out (at most `maxRows`). */
+  /** After GATE_END and GATE_PROVISIONAL: the turn's rows, from the first handed out (at most `maxRows`). */
   turnRows = 0;
   readonly #bounds: Int32Array; // [BOUNDS][2] boundaries waiting for their rows, from #head
   #head = 0;
@@ -117,6 +121,16 @@ export class SegmentGate {
     }
   }
 
+  /** The open segment's turn would end before `row` if the silence goes on (speculation). */
+  provisional(row: number): void {
+    this.#bound(B_PROVISIONAL, row);
+  }
+
+  /** The speech went on after a provisional end. */
+  resume(): void {
+    this.#bound(B_RESUME, 0);
+  }
+
   #bound(kind: number, row: number): void {
     // A full queue would need BOUNDS / 2 segments inside `lag` rows; the oldest goes.
     if (this.#count === BOUNDS) {
@@ -142,6 +156,7 @@ export class SegmentGate {
       if (!this.#open) {
         if (kind === 0) return GATE_NONE;
         this.#pop();
+        // A provisional end or resume of a segment the gate no longer holds is void.
         if (kind !== B_START) continue;
         this.#open = true;
         this.#sent = 0;
@@ -150,8 +165,13 @@ export class SegmentGate {
         this.#first = this.#next;
         return GATE_START;
       }
-      // The open segment's rows: up to its end when it is known, else up to the frames decided.
-      const until = Math.min(kind === B_END || kind === B_DROP ? row : this.decided, this.rows);
+      if (kind === B_RESUME) {
+        this.#pop();
+        return GATE_RESUME;
+      }
+      // The open segment's rows: up to its end (or provisional end) when it is known, else up to the frames decided.
+      const ends = kind === B_END || kind === B_DROP || kind === B_PROVISIONAL;
+      const until = Math.min(ends ? row : this.decided, this.rows);
       if (this.#next < until) {
         const at = this.#next % this.capacity;
         let n = Math.min(until - this.#next, this.capacity - at);
@@ -168,10 +188,11 @@ export class SegmentGate {
         this.#sent += n;
         return GATE_ROWS;
       }
-      if ((kind === B_END || kind === B_DROP) && this.#next >= row) {
+      if (ends && this.#next >= row) {
         this.#pop();
-        this.#open = false;
         this.turnRows = Math.min(this.maxRows, row - this.#first);
+        if (kind === B_PROVISIONAL) return GATE_PROVISIONAL;
+        this.#open = false;
         return kind === B_END ? GATE_END : GATE_DISCARD;
       }
       return GATE_NONE;

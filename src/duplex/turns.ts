@@ -23,6 +23,8 @@ export interface TurnTakingOptions {
   onsetMs: number;
   silenceMs: number;
   minSpeechMs: number;
+  /** The pause after which the turn so far is offered ahead (GATE_PROVISIONAL); 0: never. At least the tail. */
+  speculateMs?: number;
   /** The longest silence `configure` may set later (default `silenceMs`). */
   maxSilenceMs?: number;
   /** Floats per mel row. */
@@ -38,6 +40,10 @@ export class TurnTaking {
   readonly gate: SegmentGate;
   /** Playback holds (the user may be speaking). */
   hold = false;
+  /** Frames of pause after the last voiced one that offer the turn ahead (0: never). */
+  readonly speculate: number;
+  /** A provisional turn is out and the speech has not gone on since. */
+  #offered = false;
 
   /** The endpointer's window is carved from `ws`, the gate's rows from `rows`. */
   constructor(o: TurnTakingOptions, ws: Workspace, rows: Workspace) {
@@ -52,14 +58,30 @@ export class TurnTaking {
       },
       ws,
     );
+    this.speculate = (o.speculateMs ?? 0) > 0 ? Math.max(TURN_TAIL_ROWS, framesOf(o.speculateMs!)) : 0;
     // Rows run ahead of the decisions by a push's rows and the detector's delay.
     this.gate = new SegmentGate({ width: o.width, preRoll: PRE_ROLL_ROWS, onset, maxRows: o.maxRows, lag: o.rowsPerPush + 8 }, rows);
   }
 
-  /** The next frame's decision: returns the endpointer's event (VAD_*, 0: none), the gate and `hold` updated. */
+  /**
+   * The next frame's decision: returns the endpointer's event (VAD_*, 0: none), the gate and
+   * `hold` updated. With `speculate`, a pause that long after speech long enough to be a turn
+   * offers the turn so far — the rows a silence end would give it — and a voiced frame after
+   * it takes the offer back.
+   */
   frame(voiced: boolean): number {
     const ep = this.endpointer;
     const e = ep.push(voiced);
+    if (this.speculate > 0 && e === 0 && ep.speaking) {
+      const f = ep.frame - 1;
+      if (this.#offered && voiced) {
+        this.#offered = false;
+        this.gate.resume();
+      } else if (!this.#offered && f - ep.lastVoiced === this.speculate && ep.lastVoiced - ep.start + 1 >= ep.o.minSpeech) {
+        this.#offered = true;
+        this.gate.provisional(ep.lastVoiced + 1 + TURN_TAIL_ROWS);
+      }
+    } else if (e !== 0 && !ep.speaking) this.#offered = false;
     // A turn ended by silence ends a tail after its last voiced frame (never after this frame: the
     // stream may end here); one cut at the longest segment, after this frame.
     this.gate.frame(e, ep.start, e === VAD_SPEECH_END && !ep.cut ? Math.min(ep.lastVoiced + 1 + TURN_TAIL_ROWS, ep.frame) : ep.frame);

@@ -43,6 +43,8 @@ export const REC_TURN_END = 9; // TURN_FIELDS
 export const REC_SPEECH_START = 10; // [] the user started speaking (the frontend's VAD)
 export const REC_SPEECH_END = 11; // [reason] SPEECH_TURN: a turn follows; SPEECH_DROPPED: too short
 export const REC_DISCARD = 12; // [] forget the segment's rows so far
+export const REC_PROVISIONAL = 16; // [rows] the segment's first rows are the turn if the silence goes on (speculation)
+export const REC_RESUME = 17; // [] the speech went on: the last provisional turn is not one
 export const REC_DUPLEX = 14; // [2][samples] the microphone, then the far end played at the same device time (input rate)
 export const REC_PCM_ECHO = 15; // samples (16 kHz, echo cancelled) heard while the far end plays and the canceller has not converged: not the user
 export const REC_BARGE = 13; // BARGE_FIELDS: the Depthformer stage's verdict on a speech onset (events ring)
@@ -225,6 +227,9 @@ export interface StageStats {
   batchedFrames: number;
   /** Conversations that copied their system prompt's state from another instead of running it. */
   systemCopies: number;
+  /** Turns encoded ahead at a pause (the Conformer stage's), and those the endpoint kept. */
+  speculations: number;
+  speculationsKept: number;
   /** Pass slots: most held at once, passes that began while another slot was held. */
   slots: { count: number; maxBusy: number; overlapped: number };
   /** Constructor calls trapped after readiness (test mode), JS heap change over the run. */
@@ -261,7 +266,10 @@ export interface StageStats {
 }
 
 /** The batching counters of a stage's stats (the Depthformer stage's). */
-export type BatchingStats = Pick<StageStats, 'batchedSteps' | 'batchedRows' | 'widestBatch' | 'batchedTextHeads' | 'batchedFrames' | 'systemCopies'>;
+export type BatchingStats = Pick<
+  StageStats,
+  'batchedSteps' | 'batchedRows' | 'widestBatch' | 'batchedTextHeads' | 'batchedFrames' | 'systemCopies' | 'speculations' | 'speculationsKept'
+>;
 
 /** The control surface each stage worker exposes over comlink. */
 export interface StageApi {

@@ -63,6 +63,7 @@ t.test('two WebSocket conversations at once each get their reply, byte for byte 
   const lines = metrics.split('\n').filter((l) => l !== '');
   t.match(metrics, /\nvoxslab_capacity_conversations [1-9][0-9]*\n/, '/metrics: the measured capacity');
   t.match(metrics, /\nvoxslab_realtime_margin 1\n/, '/metrics: nothing open, the whole period left');
+  t.match(s.stderr(), /compute capacity: [1-9][0-9]* conversations at once \(measured: a frame of 1, 2, 4, 8, 16 conversations at once takes /);
   const bad = lines.filter(
     (l) =>
       !/^# (HELP|TYPE) [a-zA-Z_:][a-zA-Z0-9_:]* .+$/.test(l) &&
@@ -129,6 +130,7 @@ t.test('admission by compute: a daemon at its capacity answers /readyz 503 and r
   t.teardown(() => void s.proc.kill('SIGKILL'));
   t.equal((await get(`${s.url}/readyz`)).status, 200, 'below capacity: ready');
   t.match(await (await get(`${s.url}/healthz`)).json(), { capacity: 1 });
+  t.match(s.stderr(), /compute capacity: 1 conversations at once \(--capacity\)/);
   const open = () => fetch(`${s.url}/v1/conversations`, { method: 'POST', body: JSON.stringify({ inputRate: 16000 }) });
   const first = await open();
   t.equal(first.status, 201);

@@ -11,7 +11,7 @@ import {
   VAD_SPEECH_NOT,
   VAD_SPEECH_START,
 } from '../../src/duplex/turn.js';
-import { GATE_DISCARD, GATE_END, GATE_NONE, GATE_ROWS, GATE_START, SegmentGate } from '../../src/duplex/gate.js';
+import { GATE_DISCARD, GATE_END, GATE_NONE, GATE_PROVISIONAL, GATE_RESUME, GATE_ROWS, GATE_START, SegmentGate } from '../../src/duplex/gate.js';
 import { heardFrames, keptFrames, NO_CUT } from '../../src/duplex/bargein.js';
 import { Fader } from '../../src/duplex/fader.js';
 import { TURN_TAIL_ROWS, TurnTaking } from '../../src/duplex/turns.js';
@@ -183,6 +183,36 @@ t.test('turn-taking: a turn ended by silence is its speech through the last voic
     t.equal(r.turnRows, want.turnRows, `silenceMs ${ms}, rows ${push} ahead: the same turn`);
     t.same(r.rows.slice(0, r.turnRows), want.rows.slice(0, want.turnRows));
   }
+});
+
+t.test('turn-taking: a pause offers the turn so far, the rows a silence end would give it; speech that goes on takes it back', async (t) => {
+  // Speech from 80, a 30-frame pause (an offer at 20 frames, taken back), speech to 169, then silence (an offer, then the end).
+  const bits = `${'0'.repeat(80)}${'1'.repeat(40)}${'0'.repeat(30)}${'1'.repeat(20)}${'0'.repeat(150)}`;
+  const turns = new TurnTaking(
+    { onsetMs: 30, silenceMs: 600, speculateMs: 200, minSpeechMs: 100, width: 1, maxRows: 3000, rowsPerPush: 4 },
+    heapWorkspace,
+    heapWorkspace,
+  );
+  const g = turns.gate;
+  const seen: string[] = [];
+  const row = new Float32Array(1);
+  let pushed = 0;
+  for (let f = 0; f < bits.length; f++) {
+    for (; pushed < Math.min(bits.length, f + 4); pushed++) g.pushRow(row, 0);
+    turns.frame(bits[f] === '1');
+    for (let k = g.next(); k !== GATE_NONE; k = g.next()) {
+      if (k === GATE_PROVISIONAL) seen.push(`offer ${g.turnRows} at ${f}`);
+      else if (k === GATE_RESUME) seen.push(`resume at ${f}`);
+      else if (k === GATE_END) seen.push(`end ${g.turnRows}`);
+    }
+  }
+  const first = 80 - 30;
+  t.same(seen, [
+    `offer ${119 + 1 + TURN_TAIL_ROWS - first} at 139`,
+    'resume at 150',
+    `offer ${169 + 1 + TURN_TAIL_ROWS - first} at 189`,
+    `end ${169 + 1 + TURN_TAIL_ROWS - first}`,
+  ]);
 });
 
 t.test('segment gate: pushing and routing allocate nothing', async (t) => {

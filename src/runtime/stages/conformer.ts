@@ -1,26 +1,53 @@
 import { ConformerEncoder } from '../../model/blocks/encoder.js';
 import { CLOCK_ENCODER } from '../../core/clock.js';
+import { native } from '../../native.js';
 import { PassStage, type Environment, type RingConv } from './stage.js';
 import { stageDefaults, type StageSpec } from '../topology.js';
 import { DEFAULT_ENCODER_TILES, melRows, segmentSamples } from '../../model/plan/plans.js';
 import { RECORD_OVERHEAD } from '../ring.js';
-import { REC_DISCARD, REC_EMBED, REC_END_SEGMENT, REC_MEL, REC_SPEECH_END, REC_SPEECH_START, type StageConversation, type StageOpen } from '../protocol.js';
+import {
+  REC_DISCARD,
+  REC_EMBED,
+  REC_END_SEGMENT,
+  REC_MEL,
+  REC_PROVISIONAL,
+  REC_RESUME,
+  REC_SPEECH_END,
+  REC_SPEECH_START,
+  type BatchingStats,
+  type StageConversation,
+  type StageOpen,
+} from '../protocol.js';
 
 import '../../core/categories.js';
+
+/** A conversation's spare rows when it does not speculate. */
+const NO_ROWS = new Float32Array(0);
 
 /** Adapter rows per embedding record. */
 export const EMBED_ROWS = 4;
 
 interface ConformerConv extends RingConv {
   rows: Float32Array; // [segment rows][nMels] the open segment
+  /** [segment rows][nMels] what a provisional turn is encoded from: encoding normalises its rows in place (empty without speculation). */
+  spare: Float32Array;
   count: number; // rows received
   slot: number; // held pass slot, -1 = none
   adapter: Float32Array | null; // the encoded segment being sent
   frames: number;
   sent: number;
+  /** A provisional turn encoded ahead: its slot (held until the endpoint decides, -1: none), rows, output and frames. */
+  spec: number;
+  specRows: number;
+  specAdapter: Float32Array | null;
+  specFrames: number;
 }
 
 export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
+  /** Provisional turns encoded ahead, and those the endpoint kept. */
+  #speculations = 0;
+  #kept = 0;
+
   constructor(env: Environment) {
     const o = env.init.options;
     super(
@@ -34,21 +61,66 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
   open(o: StageConversation & { rings?: StageOpen['rings']; duplex?: StageOpen['duplex'] }): void {
     const c = this.config;
     const segRows = melRows(c, segmentSamples(c, this.env.init.options.segmentSeconds));
-    const rows = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} conformer` }], 1 << 28, ([a]) => {
+    const speculates = o.vad && this.env.init.options.speculateMs > 0;
+    const { rows, spare } = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} conformer` }], 1 << 28, ([a]) => {
       this.clocksFor(o.index, a!);
-      return a!.carve('mel_rows', 'workspace.frontend', Float32Array, segRows * c.frontend.nMels);
+      return {
+        rows: a!.carve('mel_rows', 'workspace.frontend', Float32Array, segRows * c.frontend.nMels),
+        spare: speculates ? a!.carve('mel_rows.provisional', 'workspace.frontend', Float32Array, segRows * c.frontend.nMels) : NO_ROWS,
+      };
     });
     this.conversations[o.index] = {
       index: o.index,
       input: this.input(o, 'mel'),
       out: this.output(o, 'embed'),
       rows,
+      spare,
       count: 0,
       slot: -1,
       adapter: null,
       frames: 0,
       sent: 0,
+      spec: -1,
+      specRows: 0,
+      specAdapter: null,
+      specFrames: 0,
     };
+  }
+
+  override batching(): BatchingStats {
+    return { ...super.batching(), speculations: this.#speculations, speculationsKept: this.#kept };
+  }
+
+  /** Encodes the first `rows` rows of `mel` on `slot` (timed on `c`'s encoder clock). */
+  #encode(c: ConformerConv, mel: Float32Array, slot: number, rows: number): { adapter: Float32Array; frames: number } {
+    const encoder = this.tickets.slots[slot]!;
+    this.tic();
+    const adapter = encoder.encode(mel, rows);
+    const frames = encoder.frames(rows);
+    this.toc(c.index, CLOCK_ENCODER);
+    return { adapter, frames };
+  }
+
+  /** Lets go of `c`'s provisional turn, if any. */
+  #dropSpec(c: ConformerConv): void {
+    if (c.spec < 0) return;
+    this.tickets.release(c.spec);
+    c.spec = -1;
+    c.specAdapter = null;
+  }
+
+  /** A slot for a confirmed pass of `c`: a provisional turn of another conversation gives its slot up if none is free. */
+  #acquire(c: ConformerConv): number {
+    const slot = this.tickets.acquire(c.index);
+    if (slot >= 0) return slot;
+    for (let k = 0; k < this.conversations.length; k++) {
+      const o = this.conversations[k];
+      if (o !== undefined && o !== c && o.spec >= 0) {
+        this.#dropSpec(o);
+        return this.tickets.acquire(c.index);
+      }
+    }
+    return -1;
   }
 
   poll(): boolean {
@@ -80,25 +152,53 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
           // The frontend never sends more rows than the longest segment holds.
           c.count += c.input.read(c.rows, c.count * nMels) / nMels;
         } else if (kind === REC_END_SEGMENT) {
-          const slot = this.tickets.acquire(c.index);
-          if (slot < 0) break;
           // The frontend's turn ends say how many of its rows the turn is.
-          if (c.input.peekLength() > 0) c.count = Math.min(c.count, c.input.peekInt(0));
+          const turn = c.input.peekLength() > 0 ? c.input.peekInt(0) : -1;
+          if (c.spec >= 0 && c.specRows === turn) {
+            // Encoded ahead at the pause, from the same rows: that is the turn.
+            c.slot = c.spec;
+            c.adapter = c.specAdapter;
+            c.frames = c.specFrames;
+            c.spec = -1;
+            c.specAdapter = null;
+            this.#kept++;
+          } else {
+            this.#dropSpec(c);
+            const slot = this.#acquire(c);
+            if (slot < 0) break;
+            if (turn >= 0) c.count = Math.min(c.count, turn);
+            c.slot = slot;
+            ({ adapter: c.adapter, frames: c.frames } = this.#encode(c, c.rows, slot, c.count));
+          }
           c.input.skip();
-          c.slot = slot;
-          const encoder = this.tickets.slots[slot]!;
-          this.tic();
-          c.adapter = encoder.encode(c.rows, c.count);
-          c.frames = encoder.frames(c.count);
-          this.toc(c.index, CLOCK_ENCODER);
           c.sent = 0;
           c.count = 0;
           this.records++;
           progress = true;
           break;
+        } else if (kind === REC_PROVISIONAL) {
+          // The turn so far, encoded ahead on a free slot (none free: not at all); kept until the endpoint decides.
+          const turn = c.input.peekInt(0);
+          c.input.skip();
+          this.#dropSpec(c);
+          const slot = c.spare.length > 0 ? this.tickets.acquire(c.index) : -1;
+          if (slot >= 0) {
+            // From a copy: the rows stay as they came for the turn the speech may still become.
+            const n = Math.min(c.count, turn);
+            const nMels = this.config.frontend.nMels;
+            native.copyF32(c.rows, 0, c.spare, 0, n * nMels);
+            c.spec = slot;
+            c.specRows = turn;
+            ({ adapter: c.specAdapter, frames: c.specFrames } = this.#encode(c, c.spare, slot, n));
+            this.#speculations++;
+          }
+        } else if (kind === REC_RESUME) {
+          c.input.skip();
+          this.#dropSpec(c);
         } else if (kind === REC_DISCARD) {
           // Speech too short for a turn: its rows are forgotten.
           c.input.skip();
+          this.#dropSpec(c);
           c.count = 0;
         } else if (kind === REC_SPEECH_START || kind === REC_SPEECH_END) {
           // The frontend's turn events travel on to the host, in order with the segments.

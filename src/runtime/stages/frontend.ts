@@ -10,6 +10,8 @@ import {
   REC_DISCARD,
   REC_END_SEGMENT,
   REC_MEL,
+  REC_PROVISIONAL,
+  REC_RESUME,
   REC_SPEECH_END,
   REC_SPEECH_START,
   BELL_MAIN,
@@ -30,7 +32,7 @@ import { prepareVoice } from '../../io/silero.js';
 import { makeVoice, maxDecisions } from '../../dsp/voice.js';
 import { framesOf, VAD_SPEECH_START } from '../../duplex/turn.js';
 import { TurnTaking } from '../../duplex/turns.js';
-import { GATE_END, GATE_NONE, GATE_ROWS, GATE_START, type SegmentGate } from '../../duplex/gate.js';
+import { GATE_END, GATE_NONE, GATE_PROVISIONAL, GATE_RESUME, GATE_ROWS, GATE_START, type SegmentGate } from '../../duplex/gate.js';
 import { native } from '../../native.js';
 
 import '../../core/categories.js';
@@ -80,6 +82,7 @@ export class FrontendStage extends StreamStage<FrontendConv> {
             {
               onsetMs: so.onsetMs,
               silenceMs: so.silenceMs,
+              speculateMs: so.speculateMs,
               minSpeechMs: so.minSpeechMs,
               // `update({ silenceMs })` may ask for up to the option's longest.
               maxSilenceMs: OPTIONS.silenceMs.max,
@@ -92,8 +95,8 @@ export class FrontendStage extends StreamStage<FrontendConv> {
           )
         : null;
       return {
-        // A record may release every row the gate holds besides its own, and five control records (three with a word each).
-        room: (rowsPer + (turns?.gate.capacity ?? 0)) * f.nMels + 10 * RECORD_OVERHEAD + 3,
+        // A record may release every row the gate holds besides its own, and seven control records (four with a word each).
+        room: (rowsPer + (turns?.gate.capacity ?? 0)) * f.nMels + 14 * RECORD_OVERHEAD + 4,
         rowsPer,
         mel,
         pcm: a!.carve('frontend.pcm', 'workspace.frontend', Float32Array, maxIn),
@@ -168,6 +171,10 @@ export class FrontendStage extends StreamStage<FrontendConv> {
     for (let g = gate.next(); g !== GATE_NONE; g = gate.next()) {
       if (g === GATE_START) c.out.write(REC_SPEECH_START, null, 0, 0);
       else if (g === GATE_ROWS) c.out.write(REC_MEL, gate.ring, gate.spanAt * nMels, gate.spanRows * nMels);
+      else if (g === GATE_PROVISIONAL) {
+        c.reason[0] = gate.turnRows;
+        c.out.write(REC_PROVISIONAL, c.reason, 0, 1);
+      } else if (g === GATE_RESUME) c.out.write(REC_RESUME, null, 0, 0);
       else {
         // A turn's end carries its rows: the gate may have handed out rows past it.
         c.reason[0] = gate.turnRows;
