@@ -69,6 +69,11 @@ export interface DuplexBenchResult {
     cpuPercent: Record<string, number>;
     realtime: number;
     /**
+     * Turns offered at a pause and encoded ahead (Conformer), staged with their reply generated
+     * ahead (Depthformer), and of those the ones the endpoint kept; `hitRate` = keptAhead / ahead.
+     */
+    speculation: { encoded: number; encodedKept: number; ahead: number; keptAhead: number; hitRate: number };
+    /**
      * Speech onsets the capture and frontend stages took from the assistant's own voice (real
      * speech) heard back at equal level in a quiet room, no user: each would be a false barge-in.
      */
@@ -172,6 +177,11 @@ export interface DuplexProductionResult {
   production: ({
     checkpoint: string;
     silenceMs: number;
+    speculateMs: number;
+    /** Last word → first reply sample (p50, p95) and barge-in (p95), ms: `reply` and `bargeIn` below. */
+    firstReplyP50Ms: number;
+    firstReplyP95Ms: number;
+    bargeInP95Ms: number;
     /** The engine's compute capacity as load() measured it. */
     capacity: number;
   } & Omit<DuplexBenchResult['pipeline'], 'falseOnsets'>)[];
@@ -184,15 +194,26 @@ async function productionRuns(
   models: [string, string][],
   quick: boolean,
   vad: string,
+  speculateMs: number,
   log: (line: string) => void,
 ): Promise<DuplexProductionResult['production']> {
   const rows: DuplexProductionResult['production'] = [];
   for (const [name, dir] of models) {
     for (const silenceMs of PRODUCTION_SILENCES) {
       log(`duplex --production: ${name} at silenceMs ${silenceMs}`);
-      const engine = await load(dir, { outputRate: RATE, replySeconds: 12, vad: vad as VadChoice, silenceMs });
+      const engine = await load(dir, { outputRate: RATE, replySeconds: 12, vad: vad as VadChoice, silenceMs, speculateMs });
       try {
-        rows.push({ checkpoint: name, silenceMs, capacity: engine.capacity.conversations, ...(await pipelineRuns(engine, quick ? 3 : 12, true)) });
+        const r = await pipelineRuns(engine, quick ? 3 : 12, true);
+        rows.push({
+          checkpoint: name,
+          silenceMs,
+          speculateMs,
+          firstReplyP50Ms: r.reply.firstSampleP50Ms,
+          firstReplyP95Ms: r.reply.firstSampleP95Ms,
+          bargeInP95Ms: r.bargeIn.p95Ms,
+          capacity: engine.capacity.conversations,
+          ...r,
+        });
       } finally {
         await engine.close();
       }
@@ -202,7 +223,7 @@ async function productionRuns(
 }
 
 export async function run(
-  options: { quick?: boolean; vad?: string; production?: boolean; models?: string[] } = {},
+  options: { quick?: boolean; vad?: string; production?: boolean; models?: string[]; speculateMs?: number } = {},
 ): Promise<DuplexBenchResult | DuplexProductionResult | { available: false; reason: string }> {
   if (!apmAvailable()) return { available: false, reason: 'the native addon was built without WebRTC audio processing' };
   if (!corpusTools()) return { available: false, reason: 'espeak-ng and sox are needed to make the speech set' };
@@ -211,7 +232,8 @@ export async function run(
     const log = (line: string): void => void process.stderr.write(`${line}\n`);
     const models: [string, string][] = (options.models ?? []).map((m) => [m, resolveModel(m, log)]);
     if (options.production === true) models.push(['lfm2-audio-1.5b q4', await production('q4', log)]);
-    return { available: true, production: await productionRuns(models, quick, options.vad ?? (defaultOf('vad') as string), log) };
+    const speculateMs = options.speculateMs ?? (defaultOf('speculateMs') as number);
+    return { available: true, production: await productionRuns(models, quick, options.vad ?? (defaultOf('vad') as string), speculateMs, log) };
   }
   const vadEngine = options.vad ?? (defaultOf('vad') as string);
   const sileroWeights = sileroModelPath() === null ? null : loadSileroWeights();
@@ -645,7 +667,8 @@ async function pipelineRuns(engine: Engine, want: number, atPace = false): Promi
   let missed = 0;
   let turns = 0;
   let seconds = 0;
-  const busy0 = (await engine.pipeline.stats()).map((s) => s.busyMs);
+  const stats0 = await engine.pipeline.stats();
+  const busy0 = stats0.map((s) => s.busyMs);
   const t0 = performance.now();
   let replyOver = 0;
   let runs = 0;
@@ -715,6 +738,12 @@ async function pipelineRuns(engine: Engine, want: number, atPace = false): Promi
   });
   const queue = (2 * PERIOD * 1000) / RATE;
   const total = decisions.map((d, i) => d + (compute[i] ?? 0) + queue);
+  const since = (stage: string, key: 'speculations' | 'speculationsKept'): number => {
+    const i = stats.findIndex((s) => s.stage === stage);
+    return i < 0 ? 0 : stats[i]![key] - stats0[i]![key];
+  };
+  const ahead = since('depthformer', 'speculations');
+  const keptAhead = since('depthformer', 'speculationsKept');
   return {
     bargeIn: { ...bargeInFigures(latencies, early, missed), replyOver, userOverEchoDb: USER_OVER_ECHO_DB },
     reply: {
@@ -727,6 +756,13 @@ async function pipelineRuns(engine: Engine, want: number, atPace = false): Promi
     },
     cpuPercent: cpu,
     realtime: round(seconds / (wall / 1000), 1),
+    speculation: {
+      encoded: since('conformer', 'speculations'),
+      encodedKept: since('conformer', 'speculationsKept'),
+      ahead,
+      keptAhead,
+      hitRate: ahead === 0 ? 0 : round(keptAhead / ahead, 2),
+    },
   };
 }
 
@@ -743,7 +779,9 @@ export function format(r: DuplexBenchResult | DuplexProductionResult | { availab
         `  ${p.checkpoint}, silenceMs ${p.silenceMs} (capacity ${p.capacity}): last word → first reply sample p50 ${p.reply.firstSampleP50Ms} ms, ` +
           `p95 ${p.reply.firstSampleP95Ms} ms (decision p50 ${p.reply.endOfSpeechP50Ms} ms + compute p50 ${p.reply.computeP50Ms} ms + 20 ms device queue; ` +
           `${p.reply.turns} turns); barge-in p50 ${b.p50Ms} ms, p95 ${b.p95Ms} ms, max ${b.maxMs} ms (${b.detected}/${b.interruptions}; ` +
-          `${b.stoppedEarly} early, ${b.missed} missed, ${b.replyOver} after the reply ended); ${p.realtime}× real time; stage busy % of a core: ` +
+          `${b.stoppedEarly} early, ${b.missed} missed, ${b.replyOver} after the reply ended); speculateMs ${p.speculateMs}: ` +
+          `${p.speculation.keptAhead} of ${p.speculation.ahead} replies begun ahead kept (${p.speculation.encoded} turns encoded ahead); ` +
+          `${p.realtime}× real time; stage busy % of a core: ` +
           Object.entries(p.cpuPercent)
             .map(([k, v]) => `${k} ${v}`)
             .join(', '),

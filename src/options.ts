@@ -220,7 +220,7 @@ export const OPTIONS = {
     min: 0,
     max: 10_000,
     default: 200,
-    doc: 'pause after speech at which the turn so far is encoded ahead, kept if the silence ends the turn (0: never; else at least 100)',
+    doc: 'pause after speech at which the turn so far is encoded and its reply begun ahead, kept if the silence ends the turn (0: never; else at least 100)',
   },
   minSpeechMs: {
     kind: 'int',

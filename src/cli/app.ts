@@ -337,9 +337,9 @@ const COMMANDS: Record<string, Command> = {
   bench: {
     usage:
       'voxslab bench <name> [--json] [--quick]   (bench model, pipeline and duplex take --production; bench model and duplex --model DIR, repeatable; ' +
-      'bench model --peer and --peer-bench PATH; bench duplex --vad)',
+      'bench model --peer and --peer-bench PATH; bench duplex --vad and --speculate MS)',
     summary: 'benchmarks, measured as ratios against a peer or the machine in the same run',
-    keys: ['json', 'quick', 'production', 'benchModels', 'peer', 'peerBench', 'vad'],
+    keys: ['json', 'quick', 'production', 'benchModels', 'peer', 'peerBench', 'vad', 'speculateMs'],
     positionals: 1,
     async run(v, positionals) {
       const benches = await loadBenches();
@@ -354,6 +354,7 @@ const COMMANDS: Record<string, Command> = {
       if (name !== 'model' && v.peer === true) throw new UsageError('bench: --peer is an option of bench model');
       if (v['peer-bench'] !== undefined && v.peer !== true) throw new UsageError('bench: --peer-bench needs --peer');
       if (name !== 'duplex' && v.vad !== undefined) throw new UsageError('bench: --vad is an option of bench duplex');
+      if (name !== 'duplex' && v.speculate !== undefined) throw new UsageError('bench: --speculate is an option of bench duplex');
       const models = (v.model as string[] | undefined) ?? [];
       const options = {
         quick: v.quick === true,
@@ -361,6 +362,7 @@ const COMMANDS: Record<string, Command> = {
         peer: v.peer === true,
         models,
         ...(v['peer-bench'] === undefined ? {} : { peerBench: v['peer-bench'] as string }),
+        ...(v.speculate === undefined ? {} : { speculateMs: flagValue<number>('speculateMs', text(v, 'speculateMs')) }),
       };
       const result = await b.run(v.vad === undefined ? options : { ...options, vad: v.vad as string });
       process.stdout.write(v.json === true ? `${JSON.stringify(result, null, 2)}\n` : `${b.format(result as never)}\n`);

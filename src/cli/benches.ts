@@ -12,6 +12,8 @@ export interface BenchOptions {
   models: string[];
   /** bench duplex: the voice detector its sessions and pipeline run (default: option `vad`'s). */
   vad?: string;
+  /** bench duplex --production: the speculation pause its engines run (default: option `speculateMs`'s). */
+  speculateMs?: number;
 }
 
 export interface Bench {

@@ -36,59 +36,17 @@
  * stage clocks read the native monotonic clock.
  */
 import { native } from '../native.js';
-import { ArgumentError, InternalError } from '../errors.js';
-import type { Arena } from '../memory/arena.js';
-import { arenaWorkspace } from '../dsp/workspace.js';
-import type { ModelConfig } from '../model/format/config.js';
-import { BackboneState, type KvType } from '../model/blocks/backbone.js';
+import { InternalError } from '../errors.js';
+import type { BackboneState } from '../model/blocks/backbone.js';
 import type { StepSlot } from './step.js';
 import { END_OF_AUDIO } from '../model/blocks/depthformer.js';
-import { Sampler, type SamplingOptions } from '../model/blocks/sampler.js';
+import type { Sampler, SamplingOptions } from '../model/blocks/sampler.js';
 import { TOKENS } from '../model/format/tokenizer.js';
 import './categories.js';
-import { CLOCK_AUDIO, CLOCK_DEPTHFORMER, CLOCK_PREFILL, CLOCK_TEXT, Stopwatch, type StageClocks } from './clock.js';
+import { CLOCK_AUDIO, CLOCK_DEPTHFORMER, CLOCK_PREFILL, CLOCK_TEXT } from './clock.js';
+import { CK_FIELDS, CK_FRAME, CK_POSITION, EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_FRAME, EMIT_TEXT, ReplyState } from './reply-state.js';
 
-/** How a reply ended: `<|im_end|>`, the reply length, or the listener's barge-in. */
-export type ReplyStop = 'end-of-turn' | 'length' | 'interrupted';
-
-/** What one `step()` produced. */
-export const EMIT_NONE = 0;
-export const EMIT_TEXT = 1; // `token`
-export const EMIT_FRAME = 2; // `codes`
-export const EMIT_END_OF_AUDIO = 3; // `codes`, all 2048
-export const EMIT_DONE = 4; // the turn is over: see `stop`
-
-export interface Prompts {
-  system: Int32Array;
-  userOpen: Int32Array;
-  userClose: Int32Array;
-  replyClose: Int32Array;
-}
-
-export interface DialogueOptions {
-  context: number;
-  kv: KvType;
-  prefillChunk: number;
-  /** Audio frames a reply may hold. */
-  maxFrames: number;
-  text: SamplingOptions;
-  audio: SamplingOptions;
-  /** Audio frames of a reply `truncate` can return to (0: none). */
-  checkpoints?: number;
-}
-
-/** Named fields of a checkpoint's metadata row. */
-const CK_FRAME = 0; // frames emitted (1-based frame number), -1 = empty
-const CK_POSITION = 1;
-const CK_SAMPLER = 2;
-const CK_TEXT = 3;
-const CK_LEFT = 4;
-const CK_TEXT_DONE = 5;
-const CK_STEP = 6;
-const CK_TEXT_TOKENS = 7;
-const CK_END_OF_AUDIO = 8;
-const CK_DROPPED = 9;
-const CK_FIELDS = 10;
+export { EMIT_DONE, EMIT_END_OF_AUDIO, EMIT_FRAME, EMIT_NONE, EMIT_TEXT, type DialogueOptions, type Prompts, type ReplyStop } from './reply-state.js';
 
 /** Samplers and options of the audio rows of one `stepRows` (kept here: nothing is allocated per step). */
 const ROW_SAMPLERS: Sampler[] = [];
@@ -102,91 +60,7 @@ export interface StepTaps {
   audioLogits?(logits: Float32Array): void;
 }
 
-export class Dialogue {
-  readonly config: ModelConfig;
-  readonly state: BackboneState;
-  readonly sampler: Sampler;
-  readonly codes: Int32Array; // [codebooks] the last frame
-  readonly prompts: Prompts;
-  readonly options: Readonly<Required<DialogueOptions>>;
-  /** Positions of the system prompt (kept when the context is compacted). */
-  readonly keep: number;
-  readonly #clocks: StageClocks;
-  readonly #watch = new Stopwatch();
-  readonly #ckMeta: Int32Array; // [checkpoints][CK_FIELDS]
-  readonly #ckConv: Float32Array; // [checkpoints][short-conv layers][kernel − 1][hidden]
-  readonly #ckCodes: Int32Array; // [checkpoints][codebooks]
-  readonly #convFloats: number;
-  readonly #systemConv: Float32Array; // [short-conv layers][kernel − 1][hidden] at the system prompt's end
-  #systemSaved = false;
-  /** A pair step's samplers and options (caller-kept arrays: no allocation per step). */
-  /** Positions forgotten by the context policy so far, and how many times. */
-  dropped = 0;
-  compactions = 0;
-  /** The last emitted text token (valid after EMIT_TEXT). */
-  token = 0;
-  // Turn state.
-  #staged = 0;
-  #systemAt = 0; // system prompt positions already run
-  #turns = 0;
-  #pending = 0; // 1: `token`, 2: `codes` is fed first at the next turn
-  #text = true;
-  #left = 0;
-  #textDone = false;
-  #step = 0;
-  #maxSteps = 0;
-  #maxFrames = 0;
-  /** Adapter rows of the current (or last) user turn. */
-  userFrames = 0;
-  /** The current (or last) reply's counts and how it ended. */
-  textTokens = 0;
-  frames = 0;
-  endOfAudio = false;
-  stop: ReplyStop = 'length';
-
-  constructor(c: ModelConfig, arena: Arena, o: DialogueOptions & { seed: number; prompts: Prompts; clocks: StageClocks }) {
-    this.config = c;
-    const checkpoints = o.checkpoints ?? 0;
-    if (!Number.isInteger(checkpoints) || checkpoints < 0 || checkpoints > 4096)
-      throw new ArgumentError(`dialogue checkpoints must be 0..4096, got ${checkpoints}`);
-    this.options = Object.freeze({
-      context: o.context,
-      kv: o.kv,
-      prefillChunk: o.prefillChunk,
-      maxFrames: o.maxFrames,
-      text: o.text,
-      audio: o.audio,
-      checkpoints,
-    });
-    this.state = new BackboneState(c, arena, o.context, o.context, '', o.kv);
-    this.codes = arena.carve('codes', 'workspace.sampler', Int32Array, c.audio.codebooks);
-    this.sampler = new Sampler(o.seed, arenaWorkspace(arena, 'workspace.sampler', 'dialogue'));
-    this.prompts = o.prompts;
-    this.keep = o.prompts.system.length;
-    this.#clocks = o.clocks;
-    let convFloats = 0;
-    for (const conv of this.state.conv) convFloats += conv === null ? 0 : conv.length;
-    this.#convFloats = convFloats;
-    this.#ckMeta = arena.carve('barge.meta', 'metadata', Int32Array, checkpoints * CK_FIELDS);
-    this.#ckConv = arena.carve('barge.conv', 'recurrence', Float32Array, checkpoints * convFloats);
-    this.#ckCodes = arena.carve('barge.codes', 'metadata', Int32Array, checkpoints * c.audio.codebooks);
-    for (let k = 0; k < checkpoints; k++) this.#ckMeta[k * CK_FIELDS + CK_FRAME] = -1;
-    this.#systemConv = arena.carve('system.conv', 'recurrence', Float32Array, convFloats);
-  }
-
-  #tic(): void {
-    this.#watch.tic();
-  }
-
-  #toc(clock: number): void {
-    this.#watch.toc(this.#clocks, clock);
-  }
-
-  /** True once the whole system prompt has run (see `prefillSystem`). */
-  get systemDone(): boolean {
-    return this.#systemAt === this.prompts.system.length;
-  }
-
+export class Dialogue extends ReplyState {
   /**
    * Prefills the next positions of the system prompt on `slot`, at most one prefill chunk, so
    * that a conversation runs its system prompt when it opens and its first user turn only
@@ -196,29 +70,29 @@ export class Dialogue {
    */
   prefillSystem(slot: StepSlot): boolean {
     if (this.systemDone) return true;
-    this.#tic();
+    this.tic();
     const ids = this.prompts.system;
-    const end = Math.min(ids.length, this.#systemAt + this.options.prefillChunk);
-    this.#staged = 0;
-    this.#stageTokens(slot, ids, this.#systemAt, end);
-    if (this.#staged > 0) this.#flush(slot);
-    this.#systemAt = end;
+    const end = Math.min(ids.length, this.systemAt + this.options.prefillChunk);
+    this.staged = 0;
+    this.#stageTokens(slot, ids, this.systemAt, end);
+    if (this.staged > 0) this.#flush(slot);
+    this.systemAt = end;
     if (this.systemDone) {
-      this.#saveConv(this.#systemConv, 0);
-      this.#systemSaved = true;
+      this.saveConv(this.systemConv, 0);
+      this.savedSystem = true;
     }
-    this.#toc(CLOCK_PREFILL);
+    this.toc(CLOCK_PREFILL);
     return this.systemDone;
   }
 
   /** True once the system prompt has been run (or copied) alone: this dialogue can give it (`copySystem`). */
   get systemSaved(): boolean {
-    return this.#systemSaved;
+    return this.savedSystem;
   }
 
   /** True while the system prompt is part way through `prefillSystem`. */
   get systemRunning(): boolean {
-    return this.#systemAt > 0 && !this.systemDone;
+    return this.systemAt > 0 && !this.systemDone;
   }
 
   /**
@@ -231,10 +105,10 @@ export class Dialogue {
   copySystem(donor: Dialogue): boolean {
     const ids = this.prompts.system;
     const theirs = donor.prompts.system;
-    if (donor === this || this.#systemAt !== 0 || this.state.position !== 0 || !donor.#systemSaved) return false;
+    if (donor === this || this.systemAt !== 0 || this.state.position !== 0 || !donor.savedSystem) return false;
     if (donor.config !== this.config || donor.state.kv !== this.state.kv || theirs.length !== ids.length) return false;
     for (let i = 0; i < ids.length; i++) if (theirs[i] !== ids[i]) return false;
-    this.#tic();
+    this.tic();
     const b = this.config.backbone;
     const n = ids.length * b.kvHeads * b.headDim;
     for (let l = 0; l < this.state.k.length; l++) {
@@ -244,73 +118,51 @@ export class Dialogue {
       copyRows(donor.state.k[l]!, k, n);
       copyRows(donor.state.v[l]!, v, n);
     }
-    native.copyF32(donor.#systemConv, 0, this.#systemConv, 0, this.#convFloats);
-    this.#loadConv(this.#systemConv, 0);
+    native.copyF32(donor.systemConv, 0, this.systemConv, 0, this.convFloats);
+    this.loadConv(this.systemConv, 0);
     this.state.position = ids.length;
-    this.#systemAt = ids.length;
-    this.#systemSaved = true;
-    this.#toc(CLOCK_PREFILL);
+    this.systemAt = ids.length;
+    this.savedSystem = true;
+    this.toc(CLOCK_PREFILL);
     return true;
-  }
-
-  /** The short-conv states into `saved` from `at`, layer after layer (#convFloats floats). */
-  #saveConv(saved: Float32Array, at: number): void {
-    const conv = this.state.conv;
-    for (let l = 0; l < conv.length; l++) {
-      const s = conv[l];
-      if (s === null || s === undefined) continue;
-      native.copyF32(s, 0, saved, at, s.length);
-      at += s.length;
-    }
-  }
-
-  /** The short-conv states back from `saved` at `at` (as #saveConv wrote them). */
-  #loadConv(saved: Float32Array, at: number): void {
-    const conv = this.state.conv;
-    for (let l = 0; l < conv.length; l++) {
-      const s = conv[l];
-      if (s === null || s === undefined) continue;
-      native.copyF32(saved, at, s, 0, s.length);
-      at += s.length;
-    }
   }
 
   /** Opens a user turn on `slot`: the system prompt (what has not run of it) or the close of the last reply, then `<|im_start|>user\n`. */
   beginUser(slot: StepSlot): void {
-    this.#tic();
+    this.tic();
     const bb = slot.backbone;
-    this.#staged = 0;
+    this.staged = 0;
     this.userFrames = 0;
-    if (this.#pending === 1) bb.embedText(this.token, bb.stack.input, this.#staged++);
-    else if (this.#pending === 2) bb.embedAudio(this.codes, bb.stack.input, this.#staged++);
-    this.#pending = 0;
+    if (this.pending === 1) bb.embedText(this.token, bb.stack.input, this.staged++);
+    else if (this.pending === 2) bb.embedAudio(this.codes, bb.stack.input, this.staged++);
+    this.pending = 0;
     if (!this.systemDone) {
-      this.#stageTokens(slot, this.prompts.system, this.#systemAt);
-      this.#systemAt = this.prompts.system.length;
-    } else if (this.#turns > 0) {
+      this.#stageTokens(slot, this.prompts.system, this.systemAt);
+      this.systemAt = this.prompts.system.length;
+    } else if (this.turns > 0) {
       this.#stageTokens(slot, this.prompts.replyClose);
     }
     this.#stageTokens(slot, this.prompts.userOpen);
-    this.#toc(CLOCK_PREFILL);
+    this.toc(CLOCK_PREFILL);
   }
 
   /** Stages `frames` adapter rows of `rows` (hidden wide) from row `at`; full chunks run at once. True if one ran. */
   pushRows(slot: StepSlot, rows: Float32Array, at: number, frames: number): boolean {
     let ran = false;
-    this.#tic();
+    this.tic();
     const D = this.config.backbone.hidden;
     const input = slot.backbone.stack.input;
     this.userFrames += frames;
     for (let t = 0; t < frames; t++) {
       // A native copy: this runs a few times per turn, often in unoptimised code.
-      native.copyF32(rows, (at + t) * D, input, this.#staged * D, D);
-      this.#staged++;
-      if (this.#staged === this.options.prefillChunk) {
+      native.copyF32(rows, (at + t) * D, input, this.staged * D, D);
+      this.staged++;
+      if (this.staged === this.options.prefillChunk) {
         this.#flush(slot);
         ran = true;
       }
     }
-    this.#toc(CLOCK_PREFILL);
+    this.toc(CLOCK_PREFILL);
     return ran;
   }
 
@@ -319,40 +171,40 @@ export class Dialogue {
    * most `maxFrames` audio frames (the dialogue's own limit by default, never more).
    */
   endUser(slot: StepSlot, maxFrames = this.options.maxFrames): void {
-    this.#tic();
+    this.tic();
     this.#stageTokens(slot, this.prompts.userClose);
-    this.#toc(CLOCK_PREFILL);
-    this.#text = true;
-    this.#left = this.config.interleave.text;
-    this.#textDone = false;
-    this.#step = 0;
-    this.#maxFrames = Math.max(0, Math.min(maxFrames, this.options.maxFrames));
-    this.#maxSteps = 2 * this.#maxFrames + 4 * this.config.interleave.text + 64;
+    this.toc(CLOCK_PREFILL);
+    this.atText = true;
+    this.left = this.config.interleave.text;
+    this.textDone = false;
+    this.stepAt = 0;
+    this.maxFrames = Math.max(0, Math.min(maxFrames, this.options.maxFrames));
+    this.maxSteps = 2 * this.maxFrames + 4 * this.config.interleave.text + 64;
     this.textTokens = 0;
     this.frames = 0;
     this.endOfAudio = false;
     this.stop = 'length';
-    for (let k = 0; k < this.options.checkpoints; k++) this.#ckMeta[k * CK_FIELDS + CK_FRAME] = -1;
+    for (let k = 0; k < this.options.checkpoints; k++) this.ckMeta[k * CK_FIELDS + CK_FRAME] = -1;
   }
 
   #stageTokens(slot: StepSlot, ids: Int32Array, from = 0, to = ids.length): void {
     const bb = slot.backbone;
     for (let i = from; i < to; i++) {
-      bb.embedText(ids[i]!, bb.stack.input, this.#staged);
-      this.#staged++;
-      if (this.#staged === this.options.prefillChunk) this.#flush(slot);
+      bb.embedText(ids[i]!, bb.stack.input, this.staged);
+      this.staged++;
+      if (this.staged === this.options.prefillChunk) this.#flush(slot);
     }
   }
 
   /** Runs the staged rows; leaves the last row's hidden state in row 0 of the hidden plane. */
   #flush(slot: StepSlot): Float32Array {
-    const n = this.#staged;
+    const n = this.staged;
     const stack = slot.backbone.stack;
     this.#makeRoom(slot, n);
     const hidden = stack.forward(this.state, n, null, true);
     const D = this.config.backbone.hidden;
     if (n > 1) hidden.copyWithin(0, (n - 1) * D, n * D);
-    this.#staged = 0;
+    this.staged = 0;
     return hidden;
   }
 
@@ -364,10 +216,10 @@ export class Dialogue {
     // Checkpoints move with the positions they name; one whose positions were forgotten is gone.
     for (let k = 0; k < this.options.checkpoints; k++) {
       const m = k * CK_FIELDS;
-      if (this.#ckMeta[m + CK_FRAME]! < 0) continue;
-      const p = this.#ckMeta[m + CK_POSITION]! - drop;
-      if (p < this.keep) this.#ckMeta[m + CK_FRAME] = -1;
-      else this.#ckMeta[m + CK_POSITION] = p;
+      if (this.ckMeta[m + CK_FRAME]! < 0) continue;
+      const p = this.ckMeta[m + CK_POSITION]! - drop;
+      if (p < this.keep) this.ckMeta[m + CK_FRAME] = -1;
+      else this.ckMeta[m + CK_POSITION] = p;
     }
     this.dropped += drop;
     this.compactions++;
@@ -378,14 +230,14 @@ export class Dialogue {
    * it emitted; EMIT_DONE once the turn is over (then the slot may be given back).
    */
   step(slot: StepSlot, taps: StepTaps | null = null): number {
-    if (this.#maxSteps === 0) return EMIT_DONE;
-    if (this.#step >= this.#maxSteps || this.frames >= this.#maxFrames) return this.#done();
+    if (this.maxSteps === 0) return EMIT_DONE;
+    if (this.stepAt >= this.maxSteps || this.frames >= this.maxFrames) return this.done();
     const stack = slot.backbone.stack;
-    this.#tic();
+    this.tic();
     let hidden: Float32Array;
     // The prompt's last chunk may have run already (its positions ended on a chunk): its last
     // hidden state is in row 0 of the plane.
-    if (this.#step === 0) hidden = this.#staged > 0 ? this.#flush(slot) : stack.hiddenRows;
+    if (this.stepAt === 0) hidden = this.staged > 0 ? this.#flush(slot) : stack.hiddenRows;
     else {
       this.#makeRoom(slot, 1);
       this.#feedBack(slot, 0);
@@ -397,13 +249,13 @@ export class Dialogue {
   /** The token or frame the last step emitted, embedded as row `row` of `slot`'s input. */
   #feedBack(slot: StepSlot, row: number): void {
     const bb = slot.backbone;
-    if (this.#pending === 1) bb.embedText(this.token, bb.stack.input, row);
+    if (this.pending === 1) bb.embedText(this.token, bb.stack.input, row);
     else bb.embedAudio(this.codes, bb.stack.input, row);
   }
 
   /** True when the next `step()` is one single-position backbone step: what `stepRows` batches. */
   get batchable(): boolean {
-    return this.#maxSteps !== 0 && this.#step > 0 && this.#step < this.#maxSteps && this.frames < this.#maxFrames;
+    return this.maxSteps !== 0 && this.stepAt > 0 && this.stepAt < this.maxSteps && this.frames < this.maxFrames;
   }
 
   /**
@@ -421,13 +273,13 @@ export class Dialogue {
     for (let r = 0; r < m; r++) {
       const d = ds[r]!;
       if (!d.batchable) throw new InternalError('stepRows: a dialogue that is not batchable');
-      if (d.#text) {
+      if (d.atText) {
         ds[r] = ds[text]!;
         ds[text++] = d;
       }
     }
     const first = ds[0]!;
-    first.#tic();
+    first.tic();
     for (let r = 0; r < m; r++) {
       const d = ds[r]!;
       d.#makeRoom(slot, 1);
@@ -447,7 +299,7 @@ export class Dialogue {
     }
     for (let r = 0; r < m; r++) {
       const d = ds[r]!;
-      if (r > 0) d.#tic();
+      if (r > 0) d.tic();
       emitted[r] = d.#afterBackbone(slot, slot.hiddenFrom[r]!, null, true, r < text ? slot.logitsRows[r]! : slot.logits);
     }
     return text;
@@ -460,12 +312,12 @@ export class Dialogue {
    */
   #afterBackbone(slot: StepSlot, hidden: Float32Array, taps: StepTaps | null, headsDone: boolean, logits: Float32Array): number {
     const c = this.config;
-    const first = this.#step === 0;
-    this.#step++;
-    this.#left--;
-    if (this.#text) {
+    const first = this.stepAt === 0;
+    this.stepAt++;
+    this.left--;
+    if (this.atText) {
       if (!headsDone) slot.backbone.logits(hidden, logits, slot.logitsScratch);
-      this.#toc(first ? CLOCK_PREFILL : CLOCK_TEXT);
+      this.toc(first ? CLOCK_PREFILL : CLOCK_TEXT);
       if (taps !== null) {
         taps.hidden?.(hidden);
         taps.textLogits?.(logits);
@@ -473,119 +325,77 @@ export class Dialogue {
       const token = this.sampler.sample(logits, c.backbone.vocab, this.options.text);
       if (token === TOKENS.imEnd) {
         this.stop = 'end-of-turn';
-        return this.#done();
+        return this.done();
       }
       this.token = token;
       this.textTokens++;
-      if (token === TOKENS.textEnd) this.#textDone = true;
-      if (this.#left <= 0 || this.#textDone) {
-        this.#text = false;
-        this.#left = c.interleave.audio;
+      if (token === TOKENS.textEnd) this.textDone = true;
+      if (this.left <= 0 || this.textDone) {
+        this.atText = false;
+        this.left = c.interleave.audio;
       }
-      this.#pending = 1;
+      this.pending = 1;
       return EMIT_TEXT;
     }
-    this.#toc(first ? CLOCK_PREFILL : CLOCK_AUDIO);
+    this.toc(first ? CLOCK_PREFILL : CLOCK_AUDIO);
     if (taps !== null) taps.hidden?.(hidden);
-    this.#tic();
+    this.tic();
     const inspect = taps !== null && taps.audioLogits !== undefined;
     if (!headsDone) slot.depthformer.frame(hidden, this.sampler, this.options.audio, this.codes, inspect ? slot.audioLogits : null);
-    this.#toc(CLOCK_DEPTHFORMER);
+    this.toc(CLOCK_DEPTHFORMER);
     if (inspect) taps.audioLogits!(slot.audioLogits);
     this.frames++;
-    if (this.#left <= 0 && !this.#textDone) {
-      this.#text = true;
-      this.#left = c.interleave.text;
+    if (this.left <= 0 && !this.textDone) {
+      this.atText = true;
+      this.left = c.interleave.text;
     }
     let emitted = EMIT_FRAME;
     if (this.codes[0] === END_OF_AUDIO) {
       this.codes.fill(END_OF_AUDIO);
-      this.#text = true;
+      this.atText = true;
       this.endOfAudio = true;
       emitted = EMIT_END_OF_AUDIO;
     }
-    this.#pending = 2;
-    if (this.options.checkpoints > 0) this.#checkpoint();
+    this.pending = 2;
+    if (this.options.checkpoints > 0) this.checkpoint();
     return emitted;
   }
 
-  /** Keeps what a reply stopped right after this frame would hold. */
-  #checkpoint(): void {
-    const k = this.frames % this.options.checkpoints;
-    const m = k * CK_FIELDS;
-    const meta = this.#ckMeta;
-    meta[m + CK_FRAME] = this.frames;
-    meta[m + CK_POSITION] = this.state.position;
-    meta[m + CK_SAMPLER] = this.sampler.state | 0;
-    meta[m + CK_TEXT] = this.#text ? 1 : 0;
-    meta[m + CK_LEFT] = this.#left;
-    meta[m + CK_TEXT_DONE] = this.#textDone ? 1 : 0;
-    meta[m + CK_STEP] = this.#step;
-    meta[m + CK_TEXT_TOKENS] = this.textTokens;
-    meta[m + CK_END_OF_AUDIO] = this.endOfAudio ? 1 : 0;
-    meta[m + CK_DROPPED] = this.dropped;
-    this.#saveConv(this.#ckConv, k * this.#convFloats);
-    this.#ckCodes.set(this.codes, k * this.config.audio.codebooks);
-  }
-
   /**
-   * Barge-in: ends the reply as if it had stopped right after audio frame `heard` (1-based; the
-   * frames the listener heard), forgetting every position generated after it. False, changing
-   * nothing, when that frame's checkpoint is not kept (older than the last `checkpoints` frames,
-   * not generated, or forgotten by a compaction). After it the turn is over (`stop` is
-   * 'interrupted') and the frame is fed back first at the next user turn.
+   * One generated frame of m conversations at once, for each m in `rows` (at most the slot's
+   * rows): a batched audio step (backbone and Depthformer frames) plus the text steps' share of a
+   * frame (backbone and text heads), each the best of a few runs, in ms, with this dialogue's
+   * state standing in for all m rows at a mid-length context (capacity calibration). It moves
+   * the position and the sampler: calibrate on a conversation opened for it.
    */
-  truncate(heard: number): boolean {
-    const n = this.options.checkpoints;
-    if (n === 0 || heard < 1 || heard > this.frames) return false;
-    const k = heard % n;
-    const m = k * CK_FIELDS;
-    const meta = this.#ckMeta;
-    if (meta[m + CK_FRAME] !== heard || meta[m + CK_DROPPED] !== this.dropped) return false;
-    this.state.position = meta[m + CK_POSITION]!;
-    this.sampler.state = meta[m + CK_SAMPLER]! >>> 0;
-    this.#text = meta[m + CK_TEXT] === 1;
-    this.#left = meta[m + CK_LEFT]!;
-    this.#textDone = meta[m + CK_TEXT_DONE] === 1;
-    this.textTokens = meta[m + CK_TEXT_TOKENS]!;
-    this.endOfAudio = meta[m + CK_END_OF_AUDIO] === 1;
-    this.frames = heard;
-    this.#loadConv(this.#ckConv, k * this.#convFloats);
-    const cb = this.config.audio.codebooks;
-    // Element copies, not subarray views: barge-in runs in a stage that allocates nothing.
-    for (let i = 0; i < cb; i++) this.codes[i] = this.#ckCodes[k * cb + i]!;
-    this.#pending = 2;
-    this.stop = 'interrupted';
-    if (this.#maxSteps !== 0) {
-      this.#turns++;
-      this.#step = this.#maxSteps = 0;
-    }
-    return true;
-  }
-
-  /**
-   * Cancels the reply in progress: its next step ends the turn (`stop` is 'interrupted') with
-   * what it generated so far, kept in the context as a reply stopped for length is. Nothing
-   * when no reply is in progress.
-   */
-  cancel(): void {
-    if (this.#maxSteps === 0) return;
-    this.stop = 'interrupted';
-    this.#maxSteps = this.#step;
-  }
-
-  #done(): number {
-    // A reply stopped for length keeps its last token or frame pending; one ended by
-    // <|im_end|> has nothing left to feed back.
-    if (this.stop === 'end-of-turn') this.#pending = 0;
-    this.#turns++;
-    this.#step = this.#maxSteps = 0;
-    return EMIT_DONE;
-  }
-
-  /** Backbone positions in the cache. */
-  get position(): number {
-    return this.state.position;
+  calibrateFrames(slot: StepSlot, rows: readonly number[]): number[] {
+    const st = this.state;
+    const most = Math.min(slot.rows, Math.max(...rows));
+    const states = Array.from({ length: most }, () => st);
+    const samplers = states.map(() => this.sampler);
+    const options = states.map(() => this.options.audio);
+    const codes = states.map(() => this.codes);
+    const at = Math.max(0, Math.min(256, st.rows - most - 1, st.context - most - 1));
+    const stack = slot.backbone.stack;
+    const textShare = this.config.interleave.text / this.config.interleave.audio;
+    // The best of at least two runs, more while they are short (a small model's take microseconds).
+    const best = (run: () => void): number => {
+      let ms = Infinity;
+      const until = performance.now() + 10;
+      for (let k = 0; k < 2 || (k < 16 && performance.now() < until); k++) {
+        st.position = at;
+        const t = performance.now();
+        run();
+        ms = Math.min(ms, performance.now() - t);
+      }
+      return ms;
+    };
+    return rows.map((m) => {
+      if (m < 1 || m > most) throw new InternalError(`calibration: cannot time ${m} rows on a slot of ${slot.rows}`);
+      const audio = best(() => slot.depthformer.frameRows(stack.forwardRows(states, m), m, samplers, options, codes));
+      const text = best(() => slot.backbone.logitsRows(stack.forwardRows(states, m), slot.logits, m, slot.logitsScratch));
+      return audio + textShare * text;
+    });
   }
 }
 

@@ -43,8 +43,13 @@ export const REC_TURN_END = 9; // TURN_FIELDS
 export const REC_SPEECH_START = 10; // [] the user started speaking (the frontend's VAD)
 export const REC_SPEECH_END = 11; // [reason] SPEECH_TURN: a turn follows; SPEECH_DROPPED: too short
 export const REC_DISCARD = 12; // [] forget the segment's rows so far
-export const REC_PROVISIONAL = 16; // [rows] the segment's first rows are the turn if the silence goes on (speculation)
-export const REC_RESUME = 17; // [] the speech went on: the last provisional turn is not one
+// Speculation (docs/duplex.md): on the mel ring a provisional turn is offered by its rows; on the
+// embed ring its adapter rows follow (EMBED records, then END_SEGMENT), and the endpoint's
+// answer comes after them: CONFIRM, then the same rows again for a stage that did not take
+// them, or RESUME.
+export const REC_PROVISIONAL = 16; // mel ring: [rows] the segment's first rows are the turn if the silence goes on; embed ring: [frames] its adapter rows follow
+export const REC_RESUME = 17; // [] the speech went on (or the turn was encoded anew): the last provisional turn is not one
+export const REC_CONFIRM = 18; // [] the provisional turn just sent is the turn
 export const REC_DUPLEX = 14; // [2][samples] the microphone, then the far end played at the same device time (input rate)
 export const REC_PCM_ECHO = 15; // samples (16 kHz, echo cancelled) heard while the far end plays and the canceller has not converged: not the user
 export const REC_BARGE = 13; // BARGE_FIELDS: the Depthformer stage's verdict on a speech onset (events ring)

@@ -16,7 +16,7 @@ const D = c.backbone.hidden;
 const slot = model.slot;
 let next = 1;
 
-function dialogue(maxFrames: number, checkpoints: number, m: SpeechModel = model): Dialogue {
+function dialogue(maxFrames: number, checkpoints: number, m: SpeechModel = model, speculative = false): Dialogue {
   const index = next++;
   const o = m.options;
   return sizedArenas(
@@ -35,6 +35,7 @@ function dialogue(maxFrames: number, checkpoints: number, m: SpeechModel = model
         prompts: m.prompts,
         clocks: carveClocks(a!, ''),
         checkpoints,
+        speculative,
       }),
   ).value;
 }
@@ -94,6 +95,36 @@ t.test('barge-in: the truncated context equals a conversation that only ever gen
     t.same(a2, b2, `heard ${heard}: the next reply is the same (${a2.length} values)`);
     t.equal(context(a).equals(context(b)), true, 'and so is the context after it');
   }
+});
+
+t.test('speculation: a turn and its reply generated ahead, rolled back, leave the context as it was, byte for byte', async (t) => {
+  const first = userRows(6, 5);
+  const ahead = userRows(7, 4);
+  const real = userRows(8, 9);
+  for (const until of [1, 3, 400]) {
+    const a = dialogue(until === 400 ? 6 : 400, 16, model, true);
+    const b = dialogue(until === 400 ? 6 : 400, 16);
+    t.same(turn(a, first), turn(b, first), 'the same first turn');
+    const before = context(a);
+    a.mark();
+    const out = turn(a, ahead, (d) => d.frames >= until);
+    t.ok(out.length > 0 && !context(a).equals(before), `a turn staged and ${a.frames} frames ahead change the context (negative control)`);
+    a.rollback();
+    t.equal(
+      context(a).equals(before),
+      true,
+      `rolled back after ${until === 400 ? 'the whole reply' : `${until} frames`}: the context before the mark, byte for byte`,
+    );
+    t.same(turn(a, real), turn(b, real), 'the next turn is the one the other dialogue gives');
+    t.equal(context(a).equals(context(b)), true, 'and so is the context after it');
+  }
+  const a = dialogue(400, 4, model, true);
+  t.throws(() => a.rollback(), /rollback without a mark/);
+  t.throws(() => dialogue(400, 4).mark(), /mark outside a speculative dialogue/);
+  t.equal(a.fits(4, 8), false, 'not before the system prompt has run (it is staged with the first turn)');
+  turn(a, first);
+  t.equal(a.fits(4, 8), true, 'a short turn fits');
+  t.equal(a.fits(a.state.context, 0), false, 'a turn as long as the context would be compacted: it cannot be rolled back');
 });
 
 t.test('barge-in: a frame older than the checkpoints kept cannot be returned to', async (t) => {

@@ -1,6 +1,6 @@
-// Speculative encoding: at a pause the Conformer stage encodes the turn so far ahead; the
-// endpoint keeps it, speech that goes on drops it. Either way the conversation is byte for byte
-// the one without speculation.
+// Speculation: at a pause the Conformer stage encodes the turn so far ahead and the Depthformer
+// stage stages it and generates its reply ahead; the endpoint keeps it, speech that goes on
+// rolls it back. Either way the conversation is byte for byte the one without speculation.
 import t from 'tap';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
@@ -22,6 +22,9 @@ interface Heard {
   turns: number;
   speculations: number;
   kept: number;
+  /** The Depthformer stage's: turns staged and replies generated ahead, and those kept. */
+  ahead: number;
+  aheadKept: number;
   allocations: number;
   back: boolean;
 }
@@ -44,6 +47,7 @@ async function converse(o: { speculateMs: number; silenceMs: number }): Promise<
     if (o.silenceMs < 600) await conv.nextTurn();
     const stats = await engine.pipeline.stats();
     const conformer = stats.find((s) => s.stage === 'conformer')!;
+    const depthformer = stats.find((s) => s.stage === 'depthformer')!;
     await conv.close();
     return {
       pcm: Buffer.concat(parts),
@@ -51,6 +55,8 @@ async function converse(o: { speculateMs: number; silenceMs: number }): Promise<
       turns,
       speculations: conformer.speculations,
       kept: conformer.speculationsKept,
+      ahead: depthformer.speculations,
+      aheadKept: depthformer.speculationsKept,
       allocations: stats.reduce((n, s) => n + s.allocationsAfterReady, 0),
       back: engine.snapshot().held.total === base,
     };
@@ -64,11 +70,13 @@ t.test(
   { skip: apmAvailable() ? false : 'no WebRTC audio processing' },
   async (t) => {
     const off = await converse({ speculateMs: 0, silenceMs: 600 });
-    t.equal(off.speculations, 0, 'off: nothing encoded ahead');
+    t.equal(off.speculations + off.ahead, 0, 'off: nothing encoded or generated ahead');
     t.ok(off.pcm.length > 0, `off: a reply of ${off.pcm.length} bytes`);
     const on = await converse({ speculateMs: 200, silenceMs: 600 });
     t.ok(on.speculations >= 2, `on: ${on.speculations} turns encoded ahead (the question's own pause's was dropped)`);
     t.equal(on.kept, 1, 'the one at the end of the speech was kept');
+    t.equal(on.ahead, on.speculations, `the Depthformer stage staged each and generated its reply ahead (${on.ahead})`);
+    t.equal(on.aheadKept, 1, 'and kept the last: the reply that was played had been generated ahead, then rolled back the other');
     t.same(on.userFrames, off.userFrames, `the same turn (${off.userFrames.join(', ')} encoder frames)`);
     t.ok(on.pcm.equals(off.pcm), 'the same reply, byte for byte');
     t.equal(on.allocations, 0, 'nothing constructed in any stage after readiness');

@@ -6,6 +6,7 @@ import { stageDefaults, type StageSpec } from '../topology.js';
 import { DEFAULT_ENCODER_TILES, melRows, segmentSamples } from '../../model/plan/plans.js';
 import { RECORD_OVERHEAD } from '../ring.js';
 import {
+  REC_CONFIRM,
   REC_DISCARD,
   REC_EMBED,
   REC_END_SEGMENT,
@@ -41,12 +42,20 @@ interface ConformerConv extends RingConv {
   specRows: number;
   specAdapter: Float32Array | null;
   specFrames: number;
+  /** The provisional turn on the way to the Depthformer stage: TOLD_NONE, its rows in part (`specSent`), or all of them. */
+  told: number;
+  specSent: number; // -1: its PROVISIONAL record is not written yet
 }
+
+const TOLD_NONE = 0;
+const TOLD_PART = 1;
+const TOLD_ALL = 2;
 
 export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
   /** Provisional turns encoded ahead, and those the endpoint kept. */
   #speculations = 0;
   #kept = 0;
+  readonly #word = new Int32Array(1);
 
   constructor(env: Environment) {
     const o = env.init.options;
@@ -84,6 +93,8 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
       specRows: 0,
       specAdapter: null,
       specFrames: 0,
+      told: TOLD_NONE,
+      specSent: -1,
     };
   }
 
@@ -107,6 +118,54 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
     this.tickets.release(c.spec);
     c.spec = -1;
     c.specAdapter = null;
+  }
+
+  /**
+   * Sends what it can of `c`'s provisional turn: PROVISIONAL [frames], its rows, END_SEGMENT.
+   * Other records may pass it (the speech's events); the endpoint's answer waits for all of it.
+   */
+  #tell(c: ConformerConv): boolean {
+    if (c.told !== TOLD_PART) return false;
+    // A confirmed pass took the slot it was encoded on: the Depthformer stage forgets what it has.
+    if (c.specAdapter === null) return this.#retract(c);
+    const D = this.config.backbone.hidden;
+    let progress = false;
+    if (c.specSent < 0) {
+      this.#word[0] = c.specFrames;
+      if (!c.out.write(REC_PROVISIONAL, this.#word, 0, 1)) return false;
+      c.specSent = 0;
+      progress = true;
+    }
+    while (c.specSent < c.specFrames) {
+      const k = Math.min(EMBED_ROWS, c.specFrames - c.specSent);
+      if (!c.out.write(REC_EMBED, c.specAdapter, c.specSent * D, k * D)) return progress;
+      c.specSent += k;
+      progress = true;
+    }
+    if (!c.out.write(REC_END_SEGMENT, null, 0, 0)) return progress;
+    c.told = TOLD_ALL;
+    return true;
+  }
+
+  /** Tells the Depthformer stage that what it has of a provisional turn is not the turn; false while there is no room to. */
+  #retract(c: ConformerConv): boolean {
+    if (c.told === TOLD_NONE) return true;
+    if (!c.out.write(REC_RESUME, null, 0, 0)) return false;
+    c.told = TOLD_NONE;
+    return true;
+  }
+
+  /**
+   * Before the endpoint's `kind` is taken: a turn that keeps the provisional one confirms it
+   * (once all of it is sent), anything else retracts it. False while it must wait.
+   */
+  #answer(c: ConformerConv, kind: number): boolean {
+    if (c.told === TOLD_NONE) return true;
+    const turn = kind === REC_END_SEGMENT && c.input.peekLength() > 0 ? c.input.peekInt(0) : -1;
+    if (kind !== REC_END_SEGMENT || c.spec < 0 || c.specRows !== turn) return this.#retract(c);
+    if (c.told === TOLD_PART || !c.out.write(REC_CONFIRM, null, 0, 0)) return false;
+    c.told = TOLD_NONE;
+    return true;
   }
 
   /** A slot for a confirmed pass of `c`: a provisional turn of another conversation gives its slot up if none is free. */
@@ -145,9 +204,12 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
         c.slot = -1;
         progress = true;
       }
+      if (this.#tell(c)) progress = true;
       for (;;) {
         const kind = c.input.peekKind();
         if (kind < 0) break;
+        // The endpoint's answer follows the provisional turn it answers; a new one replaces it.
+        if ((kind === REC_END_SEGMENT || kind === REC_RESUME || kind === REC_DISCARD || kind === REC_PROVISIONAL) && !this.#answer(c, kind)) break;
         if (kind === REC_MEL) {
           // The frontend never sends more rows than the longest segment holds.
           c.count += c.input.read(c.rows, c.count * nMels) / nMels;
@@ -191,6 +253,9 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
             c.specRows = turn;
             ({ adapter: c.specAdapter, frames: c.specFrames } = this.#encode(c, c.spare, slot, n));
             this.#speculations++;
+            c.told = TOLD_PART;
+            c.specSent = -1;
+            this.#tell(c);
           }
         } else if (kind === REC_RESUME) {
           c.input.skip();

@@ -5,13 +5,15 @@ import { stageDefaults, type StageSpec } from '../topology.js';
 import { EMBED_ROWS } from './conformer.js';
 import { checkpointsFor, frameSamplesAt } from '../../core/frames.js';
 import { buildStepSlot, type StepSlot } from '../../core/step.js';
-import { heardFrames, keptFrames, NO_CUT } from '../../duplex/bargein.js';
-import { type RecordRing, RECORD_OVERHEAD } from '../ring.js';
+import { RECORD_OVERHEAD } from '../ring.js';
 import {
   REC_CODES,
+  REC_CONFIRM,
   REC_EMBED,
   REC_END_OF_AUDIO,
   REC_END_SEGMENT,
+  REC_PROVISIONAL,
+  REC_RESUME,
   REC_SPEECH_END,
   REC_SPEECH_START,
   REC_TEXT,
@@ -21,32 +23,39 @@ import {
   TURN_DROPPED,
   TURN_END_OF_AUDIO,
   TURN_FIELDS,
+  BARGE_FIELDS,
   TURN_FRAMES,
   TURN_POSITIONS,
   TURN_STOP,
   TURN_TEXT_TOKENS,
   TURN_USER_FRAMES,
-  BARGE_FIELDS,
-  BARGE_FRAMES,
-  BARGE_GENERATED,
-  BARGE_POSITIONS,
-  BARGE_REPLY,
-  BARGE_TEXT_TOKENS,
-  kHeard,
-  kHeardReply,
-  kOnsetsSeen,
   kPlayed,
   kPlayedReply,
   kCancelReply,
   kLookaheadSet,
   MAX_CONVERSATIONS,
   kReplies,
-  REC_BARGE,
   type StageConversation,
   type StageOpen,
   type BatchingStats,
 } from '../protocol.js';
 import { native } from '../../native.js';
+import {
+  AHEAD_FRAMES,
+  type DepthConv,
+  HELD_FIELDS,
+  hold,
+  judge,
+  PHASE_AHEAD,
+  PHASE_IDLE,
+  PHASE_PREFILL,
+  PHASE_REPLY,
+  SPEC_AHEAD,
+  SPEC_DECLINED,
+  SPEC_NONE,
+  SPEC_SKIP,
+  SPEC_STAGING,
+} from './depth-conv.js';
 import { InternalError } from '../../errors.js';
 
 import '../../core/categories.js';
@@ -55,33 +64,15 @@ interface DepthSlot extends StepSlot {
   rowsIn: Float32Array; // [EMBED_ROWS][hidden] one embedding record
 }
 
-interface DepthConv {
-  index: number;
-  input: RecordRing;
-  codes: RecordRing;
-  events: RecordRing;
-  dialogue: Dialogue;
-  slot: number;
-  phase: number; // 0 idle, 1 prefill, 2 reply
-  summary: Int32Array; // [TURN_FIELDS]
-  /** VAD conversation: barge-in and the look-ahead run through `words`. */
-  vad: boolean;
-  words: Int32Array;
-  barge: Int32Array; // [BARGE_FIELDS] a BARGE record's payload
-  starts: number; // speech onsets passed on
-  replies: number; // replies begun (the last is number replies − 1)
-  cutReply: number; // the last reply cut by a barge-in (-1: none)
-  /** Frames of the last reply the listener heard at the onset being judged (-1: none being judged). */
-  verdict: number;
-}
-
 /** Conversation indices are owner indices: never more than a ledger's owners. */
 /** Longest the main thread is not woken for text and frames it has not read (they ride on the reply's samples). */
 const EVENTS_LAZY_MS = 40;
 
-const PHASE_IDLE = 0;
-const PHASE_PREFILL = 1;
-const PHASE_REPLY = 2;
+/** What `#speculation` did with a record. */
+const S_NORMAL = 0;
+const S_TAKEN = 1;
+const S_AGAIN = 2;
+const S_BLOCK = 3;
 const WAIT_FOR_DONOR = 1;
 /** Who holds a slot during a batched step: an index no conversation has. */
 const BATCH_HOLDER = MAX_CONVERSATIONS;
@@ -99,6 +90,12 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
   #batchedFrames = 0;
   /** Conversations that copied their system prompt from another. */
   #systemCopies = 0;
+  /** Provisional turns staged with their reply generated ahead, and those the endpoint kept. */
+  #speculations = 0;
+  #kept = 0;
+  /** Steps a reply ahead may hold, and its frames. */
+  readonly #holdSteps: number;
+  readonly #aheadFrames: number;
   /** One batched step's conversations, dialogues, states and what each emitted (made once: no allocation per poll). */
   readonly #batch: DepthConv[] = [];
   readonly #dialogues: Dialogue[] = [];
@@ -139,6 +136,9 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     this.#gate = env.init.gateReplies;
     this.#frameSamples = frameSamplesAt(c, o.outputRate);
     this.#lookahead = (o.lookaheadMs * o.outputRate) / 1000;
+    this.#aheadFrames = Math.max(1, Math.min(AHEAD_FRAMES, Math.floor(this.#lookahead / this.#frameSamples)));
+    // The text before the first frame and after an end of audio, the frames, the end.
+    this.#holdSteps = 2 * c.interleave.text + this.#aheadFrames + 2;
   }
 
   override batching(): BatchingStats {
@@ -149,49 +149,16 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       batchedTextHeads: this.#batchedText,
       batchedFrames: this.#batchedFrames,
       systemCopies: this.#systemCopies,
-      speculations: 0,
-      speculationsKept: 0,
+      speculations: this.#speculations,
+      speculationsKept: this.#kept,
     };
   }
 
-  /**
-   * One generated frame of m conversations at once, for each m in `rows`: a batched audio
-   * step (backbone and Depthformer frames) plus the text steps' share of a frame (backbone
-   * and text heads), each the best of a few runs, with conversation `index`'s state standing in for
-   * all m rows at a mid-length context.
-   */
+  /** What `calibrateFrames` measures, on conversation `index`'s state (capacity calibration). */
   override calibrate(index: number, rows: readonly number[]): number[] {
     const c = this.conversations[index];
     if (c === undefined) throw new InternalError(`depthformer stage: no conversation ${index} to calibrate on`);
-    const slot = this.tickets.slots[0]!;
-    const d = c.dialogue;
-    const st = d.state;
-    const most = Math.min(this.#rows, Math.max(...rows));
-    const states = Array.from({ length: most }, () => st);
-    const samplers = states.map(() => d.sampler);
-    const options = states.map(() => d.options.audio);
-    const codes = states.map(() => d.codes);
-    const at = Math.max(0, Math.min(256, st.rows - most - 1, st.context - most - 1));
-    const stack = slot.backbone.stack;
-    const textShare = this.config.interleave.text / this.config.interleave.audio;
-    // The best of at least two runs, more while they are short (a small model's take microseconds).
-    const best = (run: () => void): number => {
-      let ms = Infinity;
-      const until = performance.now() + 10;
-      for (let k = 0; k < 2 || (k < 16 && performance.now() < until); k++) {
-        st.position = at;
-        const t = performance.now();
-        run();
-        ms = Math.min(ms, performance.now() - t);
-      }
-      return ms;
-    };
-    return rows.map((m) => {
-      if (m < 1 || m > most) throw new InternalError(`depthformer stage: cannot calibrate ${m} rows`);
-      const audio = best(() => slot.depthformer.frameRows(stack.forwardRows(states, m), m, samplers, options, codes));
-      const text = best(() => slot.backbone.logitsRows(stack.forwardRows(states, m), slot.logits, m, slot.logitsScratch));
-      return audio + textShare * text;
-    });
+    return c.dialogue.calibrateFrames(this.tickets.slots[0]!, rows);
   }
 
   /** The test gate: false until `gateReplies` conversations have a reply ready, then always true. */
@@ -208,6 +175,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     const c = this.config;
     const so = this.env.init.options;
     const kvBytes = backboneStateSizes(c, so.context, so.kv).reduce((s, r) => s + r.bytes, 0);
+    const speculates = o.vad && so.speculateMs > 0;
     const conv = this.carve([{ owner: { kind: 'conversation', index: o.index }, name: `conversation ${o.index} depthformer` }], (1 << 24) + kvBytes, ([a]) => ({
       dialogue: new Dialogue(c, a!, {
         context: so.context,
@@ -221,7 +189,9 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
         clocks: this.clocksFor(o.index, a!),
         // Barge-in returns to any frame generation ran ahead of the listener.
         checkpoints: o.vad ? checkpointsFor(c, so.lookaheadMs) : 0,
+        speculative: speculates,
       }),
+      held: a!.carve('speculation.held', 'metadata', Int32Array, speculates ? this.#holdSteps * (HELD_FIELDS + c.audio.codebooks) : 0),
       summary: a!.carve('turn.summary', 'metadata', Int32Array, TURN_FIELDS),
       barge: a!.carve('turn.barge', 'metadata', Int32Array, BARGE_FIELDS),
     }));
@@ -238,6 +208,10 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       replies: 0,
       cutReply: -1,
       verdict: -1,
+      speculates,
+      spec: SPEC_NONE,
+      heldCount: 0,
+      aheadDone: false,
       ...conv,
     };
   }
@@ -255,16 +229,17 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     // reply's first step runs on the slot its turn was staged in, which then goes back; every
     // later step joins one batched step of all such conversations (continuous batching: a
     // conversation joins or leaves between steps), as many as a slot has rows per call.
+    // Replies ahead of the endpoint come second: they take what rows the confirmed leave.
     const batch = this.#batch;
     let m = 0;
-    for (let k = 0; k < this.conversations.length; k++) {
-      const c = this.conversations[k];
-      if (c === undefined || !this.#canStep(c)) continue;
+    for (let n = 0; n < 2 * this.conversations.length; n++) {
+      const c = this.conversations[n % this.conversations.length];
+      if (c === undefined || (c.phase === PHASE_AHEAD) !== n >= this.conversations.length || !this.#canStep(c)) continue;
       if (c.slot >= 0 || !c.dialogue.batchable) {
         // A reply whose next step only ends it computes nothing: any slot serves.
         const slot = Math.max(c.slot, 0);
         this.#emit(c, c.dialogue.step(this.tickets.slots[slot]!));
-        if (c.phase === PHASE_REPLY && c.slot >= 0) {
+        if ((c.phase === PHASE_REPLY || c.phase === PHASE_AHEAD) && c.slot >= 0) {
           this.tickets.release(c.slot);
           c.slot = -1;
         }
@@ -366,13 +341,21 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     for (;;) {
       const kind = c.input.peekKind();
       if (kind < 0) break;
-      if (kind === REC_SPEECH_START && c.vad && !this.#judge(c)) break;
+      if (kind === REC_SPEECH_START && c.vad && !judge(c, this.#frameSamples)) break;
       if (kind === REC_SPEECH_START || kind === REC_SPEECH_END) {
         if (!c.events.canWrite(2)) break;
         const v = c.input.peekLength() > 0 ? c.input.peekInt(0) : 0;
         c.input.skip();
         c.events.write2(kind, v, 0);
         if (kind === REC_SPEECH_START) c.starts++;
+        this.records++;
+        progress = true;
+        continue;
+      }
+      const sp = this.#speculation(c, kind);
+      if (sp === S_BLOCK) break;
+      if (sp === S_AGAIN) continue;
+      if (sp === S_TAKEN) {
         this.records++;
         progress = true;
         continue;
@@ -438,47 +421,10 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     return wait ? WAIT_FOR_DONOR : null;
   }
 
-  /**
-   * Judges the speech onset at the head of `c`'s input: it interrupts the last reply if the
-   * listener had not heard all of it. The reply is cut to the frames heard (at least the first,
-   * generated if need be) and a BARGE record tells the main thread what stays. False while it
-   * waits: for the main thread's answer to this onset, for the first frame, or for room.
-   */
-  #judge(c: DepthConv): boolean {
-    const w = c.words;
-    if (c.verdict < 0) {
-      if (Atomics.load(w, kOnsetsSeen) <= c.starts) return false;
-      c.verdict = heardFrames(c.replies - 1, c.cutReply, Atomics.load(w, kHeardReply), Atomics.load(w, kHeard), this.#frameSamples);
-    }
-    const d = c.dialogue;
-    const cut = c.verdict !== NO_CUT;
-    // A reply cut before its first frame keeps that frame (its text alone was not heard either).
-    if (cut && c.phase === PHASE_REPLY && d.frames === 0) return false;
-    // The main thread reads the events ring at once (it may hold the output ring meanwhile).
-    if (!c.events.canWrite(BARGE_FIELDS + RECORD_OVERHEAD + 2)) return false;
-    const b = c.barge;
-    b[BARGE_REPLY] = -1;
-    b[BARGE_FRAMES] = -1;
-    b[BARGE_GENERATED] = d.frames;
-    if (cut) {
-      const kept = d.truncate(keptFrames(d.frames, c.verdict)) ? d.frames : -1;
-      // A finished reply whose context cannot be cut (no audio, or forgotten) plays on.
-      if (kept >= 0 || c.phase === PHASE_REPLY) {
-        c.cutReply = c.replies - 1;
-        b[BARGE_REPLY] = c.cutReply;
-        b[BARGE_FRAMES] = kept;
-      }
-    }
-    b[BARGE_TEXT_TOKENS] = d.textTokens;
-    b[BARGE_POSITIONS] = d.position;
-    c.events.write(REC_BARGE, b, 0, BARGE_FIELDS);
-    // Cut mid-reply, the next step ends the turn; one whose context could not be cut runs on, unheard.
-    c.verdict = -1;
-    return true;
-  }
-
   /** In its reply, with room in both output rings for what one position may emit, and (VAD) within the look-ahead. */
   #canStep(c: DepthConv): boolean {
+    // Ahead of the endpoint: into `held`, a few frames, whatever the rings hold.
+    if (c.phase === PHASE_AHEAD) return !c.aheadDone && c.heldCount < this.#holdSteps - 1 && c.dialogue.frames < this.#aheadFrames;
     const cb = this.config.audio.codebooks;
     if (c.phase !== PHASE_REPLY || !c.codes.canWrite(cb + RECORD_OVERHEAD + 2) || !c.events.canWrite(cb + TURN_FIELDS + 2 * RECORD_OVERHEAD)) return false;
     // A reply the main thread cancelled ends at its next step, wherever the look-ahead is.
@@ -496,10 +442,21 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
 
   /** Sends what one step of `c` emitted; at the turn's end, its summary, and its slot goes back. */
   #emit(c: DepthConv, e: number): void {
+    const d = c.dialogue;
+    if (c.phase === PHASE_AHEAD) {
+      if (hold(c, e, this.config.audio.codebooks) && c.slot >= 0) {
+        this.tickets.release(c.slot);
+        c.slot = -1;
+      }
+    } else this.#send(c, e, d.token, d.codes, 0);
+  }
+
+  /** Sends a step's `e`: its `token`, or its frame from `codes` at `at`; at the turn's end, its summary, and its slot goes back. */
+  #send(c: DepthConv, e: number, token: number, codes: Int32Array, at: number): void {
     const cb = this.config.audio.codebooks;
     const d = c.dialogue;
     if (e === EMIT_TEXT) {
-      c.events.write2(REC_TEXT, d.token, 0, true);
+      c.events.write2(REC_TEXT, token, 0, true);
     } else if (e === EMIT_DONE) {
       const sm = c.summary;
       sm[TURN_TEXT_TOKENS] = d.textTokens;
@@ -519,10 +476,113 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       c.phase = PHASE_IDLE;
     } else {
       const kind = e === EMIT_END_OF_AUDIO ? REC_END_OF_AUDIO : REC_CODES;
-      c.codes.write(kind, d.codes, 0, cb);
-      c.events.write(kind, d.codes, 0, cb, kind === REC_CODES);
+      c.codes.write(kind, codes, at, cb);
+      c.events.write(kind, codes, at, cb, kind === REC_CODES);
     }
     this.records++;
+  }
+
+  /**
+   * Speculation (docs/duplex.md): a provisional turn is staged after a mark of the dialogue and
+   * its reply generated ahead into `held`; the endpoint's CONFIRM sends what is held and the
+   * reply goes on, anything else returns the dialogue to the mark. A turn that could not be
+   * rolled back (a compaction would run) or finds no slot is declined: its rows are skipped, and
+   * come again after a CONFIRM. S_NORMAL: `kind` is the turn's own business.
+   */
+  #speculation(c: DepthConv, kind: number): number {
+    const d = c.dialogue;
+    switch (c.spec) {
+      case SPEC_NONE:
+        if (kind === REC_PROVISIONAL) {
+          if (c.phase === PHASE_REPLY) return S_BLOCK;
+          const frames = c.input.peekInt(0);
+          c.input.skip();
+          const slot = c.speculates && c.phase === PHASE_IDLE && d.fits(frames, this.#holdSteps) && this.#roomToStage() ? this.tickets.acquire(c.index) : -1;
+          if (slot < 0) {
+            c.spec = SPEC_DECLINED;
+            return S_TAKEN;
+          }
+          d.mark();
+          c.slot = slot;
+          d.beginUser(this.tickets.slots[slot]!);
+          c.phase = PHASE_PREFILL;
+          c.spec = SPEC_STAGING;
+          this.#speculations++;
+          return S_TAKEN;
+        }
+        if (kind === REC_CONFIRM || kind === REC_RESUME) {
+          c.input.skip();
+          return S_TAKEN;
+        }
+        return S_NORMAL;
+      case SPEC_STAGING:
+        if (kind === REC_EMBED) return S_NORMAL;
+        if (kind === REC_END_SEGMENT) {
+          c.input.skip();
+          d.endUser(this.tickets.slots[c.slot]!, this.env.init.replyFrameLimits[c.replies] ?? this.env.init.maxFrames);
+          c.phase = PHASE_AHEAD;
+          c.spec = SPEC_AHEAD;
+          c.heldCount = 0;
+          c.aheadDone = false;
+          return S_TAKEN;
+        }
+        break;
+      case SPEC_AHEAD:
+        if (kind === REC_CONFIRM) {
+          if (!this.#release(c)) return S_BLOCK;
+          c.input.skip();
+          c.spec = SPEC_SKIP;
+          this.#kept++;
+          return S_TAKEN;
+        }
+        break;
+      default:
+        // Declined or confirmed: the rows that come (again) are skipped until the answer, or the turn's end.
+        if (kind === REC_EMBED || (kind === REC_END_SEGMENT && c.spec === SPEC_DECLINED)) {
+          c.input.skip();
+          return S_TAKEN;
+        }
+        if (kind === REC_END_SEGMENT) {
+          // The confirmed turn's end, come again.
+          c.input.skip();
+          c.spec = SPEC_NONE;
+          return S_TAKEN;
+        }
+        c.spec = SPEC_NONE;
+        if (kind === REC_CONFIRM || kind === REC_RESUME) {
+          c.input.skip();
+          return S_TAKEN;
+        }
+        return S_AGAIN;
+    }
+    // Staged or generated ahead, and not the turn: back to the mark.
+    d.rollback();
+    if (c.slot >= 0) this.tickets.release(c.slot);
+    c.slot = -1;
+    c.phase = PHASE_IDLE;
+    c.spec = SPEC_NONE;
+    c.heldCount = 0;
+    if (kind !== REC_RESUME) return S_AGAIN;
+    c.input.skip();
+    return S_TAKEN;
+  }
+
+  /** The endpoint confirmed `c`'s reply ahead: its turn starts and what it holds is sent. False while the rings have no room for it. */
+  #release(c: DepthConv): boolean {
+    const cb = this.config.audio.codebooks;
+    const words = (c.heldCount + 1) * (cb + RECORD_OVERHEAD) + TURN_FIELDS + RECORD_OVERHEAD;
+    if (!c.codes.canWrite(words) || !c.events.canWrite(words)) return false;
+    c.codes.write(REC_TURN_START, null, 0, 0);
+    c.replies++;
+    if (c.vad) Atomics.store(c.words, kReplies, c.replies);
+    c.dialogue.confirm();
+    c.phase = PHASE_REPLY;
+    for (let r = 0; r < c.heldCount; r++) {
+      const at = r * (HELD_FIELDS + cb);
+      this.#send(c, c.held[at]!, c.held[at + HELD_FIELDS]!, c.held, at + HELD_FIELDS);
+    }
+    c.heldCount = 0;
+    return true;
   }
 }
 
