@@ -5,9 +5,10 @@
  * - no stage worker constructs a buffer or typed array after readiness (the constructor trap),
  * - after warm-up the live JS heap of the main thread and of every worker (after a full
  *   collection) grows by less than 1 MiB, and so do the ArrayBuffer bytes each of them holds
- *   and the memory outside the JS heaps (the process RSS less every heap's committed bytes:
- *   native memory, buffers, stacks; freed memory the allocator keeps absorbs some growth, so
- *   the ArrayBuffer counts are the exact check for buffers),
+ *   and the memory outside the JS heaps (the growth of the process RSS less that of every
+ *   heap's committed bytes, when they grew: native memory, buffers, stacks; freed memory the
+ *   allocator keeps absorbs some growth, so the ArrayBuffer counts are the exact check for
+ *   buffers),
  * - closing both conversations returns the ledger to its baseline, and closing the engine to 0,
  * - the same exchange replayed on a fresh engine without the harness gives the same bytes.
  *
@@ -205,12 +206,14 @@ for (let k = 0; k < STAGES.length; k++) {
   const c = samples.column(6 + 3 * k);
   for (let i = 0; i < c.length; i++) committed[i] = (committed[i] as number) + (c[i] as number);
 }
-const outside = rss.map((r, i) => r - (committed[i] as number));
+// RSS growth the heaps' growth does not explain. A heap that shrinks gives its pages to V8's
+// page pool, which stays resident: a shrink is not counted as room for growth elsewhere.
+const heapsGrowth = growth(committed);
 const drift = {
   heap: growth(samples.column(2)),
-  outsideHeaps: growth(outside),
+  outsideHeaps: growth(rss) - Math.max(0, heapsGrowth),
   rss: growth(rss),
-  heapsCommitted: growth(committed),
+  heapsCommitted: heapsGrowth,
   arrayBuffers: growth(samples.column(4)),
   workers: Object.fromEntries(STAGES.map((name, k) => [name, growth(samples.column(5 + 3 * k))])),
   workerArrayBuffers: Object.fromEntries(STAGES.map((name, k) => [name, growth(samples.column(7 + 3 * k))])),
