@@ -128,7 +128,6 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
     if (c.told !== TOLD_PART) return false;
     // A confirmed pass took the slot it was encoded on: the Depthformer stage forgets what it has.
     if (c.specAdapter === null) return this.#retract(c);
-    const D = this.config.backbone.hidden;
     let progress = false;
     if (c.specSent < 0) {
       this.#word[0] = c.specFrames;
@@ -136,15 +135,23 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
       c.specSent = 0;
       progress = true;
     }
-    while (c.specSent < c.specFrames) {
-      const k = Math.min(EMBED_ROWS, c.specFrames - c.specSent);
-      if (!c.out.write(REC_EMBED, c.specAdapter, c.specSent * D, k * D)) return progress;
-      c.specSent += k;
-      progress = true;
-    }
-    if (!c.out.write(REC_END_SEGMENT, null, 0, 0)) return progress;
+    const sent = this.#sendRows(c, c.specAdapter, c.specSent, c.specFrames);
+    if (sent > c.specSent) progress = true;
+    c.specSent = sent;
+    if (sent < c.specFrames || !c.out.write(REC_END_SEGMENT, null, 0, 0)) return progress;
     c.told = TOLD_ALL;
     return true;
+  }
+
+  /** Writes `adapter`'s rows from `sent` up to `frames` as EMBED records while the ring has room; returns the rows sent by then. */
+  #sendRows(c: ConformerConv, adapter: Float32Array, sent: number, frames: number): number {
+    const D = this.config.backbone.hidden;
+    while (sent < frames) {
+      const k = Math.min(EMBED_ROWS, frames - sent);
+      if (!c.out.write(REC_EMBED, adapter, sent * D, k * D)) break;
+      sent += k;
+    }
+    return sent;
   }
 
   /** Tells the Depthformer stage that what it has of a provisional turn is not the turn; false while there is no room to. */
@@ -185,19 +192,15 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
   poll(): boolean {
     let progress = false;
     const nMels = this.config.frontend.nMels;
-    const D = this.config.backbone.hidden;
     // Indexed, not for-of: an iterator would allocate whenever this code runs unoptimised.
     for (let k = 0; k < this.conversations.length; k++) {
       const c = this.conversations[k];
       if (c === undefined) continue;
       if (c.adapter !== null) {
         // Send the encoded segment as ring room allows.
-        while (c.sent < c.frames) {
-          const k = Math.min(EMBED_ROWS, c.frames - c.sent);
-          if (!c.out.write(REC_EMBED, c.adapter, c.sent * D, k * D)) break;
-          c.sent += k;
-          progress = true;
-        }
+        const sent = this.#sendRows(c, c.adapter, c.sent, c.frames);
+        if (sent > c.sent) progress = true;
+        c.sent = sent;
         if (c.sent < c.frames || !c.out.write(REC_END_SEGMENT, null, 0, 0)) continue;
         c.adapter = null;
         this.tickets.release(c.slot);
