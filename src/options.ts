@@ -247,6 +247,14 @@ export const OPTIONS = {
     value: 'USER.wav',
     doc: 'no devices: the in-process loopback device plays USER.wav as the user and feeds the reply back as echo',
   },
+  selfExchanges: {
+    kind: 'int',
+    flag: 'self',
+    value: 'N',
+    min: 1,
+    max: 100_000,
+    doc: 'no devices: two conversations talk to each other through audio alone on a pair of loopback devices until N replies, the first opened by USER.wav (--loopback)',
+  },
   talkSeconds: {
     kind: 'seconds',
     flag: 'seconds',

@@ -94,13 +94,7 @@ export async function driveDevice(
   done: () => boolean,
   signal?: AbortSignal,
 ): Promise<void> {
-  if (device.start === undefined) {
-    while (!done()) {
-      await settle(host);
-      tick(host, device, link);
-    }
-    return;
-  }
+  if (device.start === undefined) return driveTogether([{ host, device, link }], done);
   await runPeriods(
     device as ClockedDevice,
     () => {
@@ -112,12 +106,30 @@ export async function driveDevice(
   );
 }
 
+/**
+ * Several conversations of one pipeline on lockstep devices: each period waits until every
+ * stage and every conversation has done all it can, then the devices tick in the order given.
+ */
+export async function driveTogether(members: readonly { host: DeviceHost; device: DuplexDevice; link: DeviceLink }[], done: () => boolean): Promise<void> {
+  const hosts = members.map((m) => m.host);
+  while (!done()) {
+    await settle(hosts);
+    for (const m of members) tick(m.host, m.device, m.link);
+  }
+}
+
 /** Lockstep: returns once this thread and every stage have nothing left to do. */
-async function settle(host: DeviceHost): Promise<void> {
-  const p = host.pipeline;
+async function settle(host: DeviceHost | readonly DeviceHost[]): Promise<void> {
+  const hosts = Array.isArray(host) ? (host as readonly DeviceHost[]) : [host as DeviceHost];
+  const p = hosts[0]!.pipeline;
+  const pump = (): boolean => {
+    let moved = false;
+    for (const h of hosts) if (h.pump()) moved = true;
+    return moved;
+  };
   for (let spins = 0; ; spins++) {
     if (p.failure !== null) throw p.failure;
-    if (!host.pump() && p.quiet() && !host.pump()) return;
+    if (!pump() && p.quiet() && !pump()) return;
     if (spins % 64 === 63) await new Promise<void>((resolve) => setTimeout(resolve, 1));
     else await new Promise<void>((resolve) => setImmediate(resolve));
   }

@@ -26,11 +26,13 @@ import { optionValue } from '../options.js';
 import { resolveModel } from '../io/checkpoint.js';
 import type { ModelConfig } from '../model/format/config.js';
 import type { SpeechModelOptions } from '../core/conversation.js';
+import type { DuplexDevice } from '../core/session.js';
 import { Pipeline, type PinMap, type PipelineConversation, type StageThreads } from '../runtime/coordinator.js';
 import { BELL_MAIN, MAX_CONVERSATIONS } from '../runtime/protocol.js';
 import { calibrate, type ComputeCapacity, frameCostMs, givenCapacity } from '../runtime/capacity.js';
 import { Conversation, type ConversationOptions } from './conversation.js';
-import { aborted, isAborted, kFail, kPump } from './host.js';
+import { aborted, isAborted, kAttach, kFail, kPump } from './host.js';
+import { type DeviceHost, type DeviceLink, driveTogether } from './device.js';
 
 export type { ConversationEvent, ConversationEvents, ConversationOptions, ConversationSettings, SampleFormat, TurnSummary } from './conversation.js';
 export type { DeviceLink } from './device.js';
@@ -238,6 +240,41 @@ export class Engine {
     conv.emitMemory();
     this.#wake();
     return conv;
+  }
+
+  /**
+   * Runs several of this engine's conversations at once, each on its own lockstep device (the
+   * loopback device; `LoopbackDevice.pair` makes two that hear each other): every period waits
+   * until every stage has done all it can, then each device plays and captures in the order
+   * given, so a run is repeatable byte for byte. Resolves after `seconds` of device time, or when
+   * `signal` aborts, a conversation closes or `until` says so.
+   */
+  async runTogether(
+    runs: readonly { conversation: Conversation; device: DuplexDevice & { start?: unknown } }[],
+    o: { seconds: number; signal?: AbortSignal; until?: (links: readonly DeviceLink[]) => boolean; fadeMs?: number },
+  ): Promise<DeviceLink[]> {
+    if (runs.length === 0) throw new ArgumentError('runTogether: no conversations');
+    if (!(o.seconds > 0)) throw new ArgumentError(`runTogether: seconds must be positive, got ${o.seconds}`);
+    const first = runs[0]!.device;
+    for (const r of runs) {
+      if (!this.#live.has(r.conversation)) throw new ArgumentError(`conversation ${r.conversation.index} is not open on this engine`);
+      if (r.device.start !== undefined) throw new ArgumentError('runTogether runs lockstep devices (the loopback device), not a device on its own clock');
+      if (r.device.period !== first.period || r.device.clock !== first.clock)
+        throw new ArgumentError('runTogether: the devices share one period and one clock');
+    }
+    if (new Set(runs.map((r) => r.conversation)).size !== runs.length) throw new ArgumentError('runTogether: a conversation appears twice');
+    const members: { host: DeviceHost; device: DuplexDevice; link: DeviceLink }[] = [];
+    try {
+      for (const r of runs) members.push({ ...(r.conversation[kAttach](r.device, o.fadeMs) as { host: DeviceHost; link: DeviceLink }), device: r.device });
+      const links = members.map((m) => m.link);
+      const end = first.clock + Math.round(o.seconds * first.rate);
+      const done = (): boolean =>
+        first.clock >= end || o.signal?.aborted === true || runs.some((r) => !this.#live.has(r.conversation)) || (o.until?.(links) ?? false);
+      await driveTogether(members, done);
+      return links;
+    } finally {
+      for (const [k] of members.entries()) runs[k]!.conversation[kAttach](null);
+    }
   }
 
   /** The memory manifest: every owner's bytes by category, the cap and the process total. */

@@ -12,6 +12,8 @@ export function isAborted(signal: AbortSignal): boolean {
 export const kPump = Symbol('pump');
 /** @internal The engine's failure call. */
 export const kFail = Symbol('fail');
+/** @internal A conversation's device link (Engine.runTogether). */
+export const kAttach = Symbol('attach');
 
 export function aborted(signal: AbortSignal, what: string): AbortedError {
   return new AbortedError(`${what} aborted${signal.reason instanceof Error ? `: ${signal.reason.message}` : ''}`, { cause: signal.reason });

@@ -250,7 +250,7 @@ const COMMANDS: Record<string, Command> = {
     },
   },
   talk: {
-    usage: 'voxslab talk [--model <DIR|tiny|small>] [--input-device ID] [--output-device ID] [--rate HZ] [--seconds N] | --loopback USER.wav',
+    usage: 'voxslab talk [--model <DIR|tiny|small>] [--input-device ID] [--output-device ID] [--rate HZ] [--seconds N] | --loopback USER.wav [--self N]',
     summary:
       'a live full-duplex conversation: the transcript as it is spoken, the input level, barge-in when you talk over the reply (echo cancellation ' +
       'and VAD need the addon built with WebRTC audio processing)',
@@ -259,8 +259,10 @@ const COMMANDS: Record<string, Command> = {
       'inputDevice',
       'outputDevice',
       'loopback',
+      'selfExchanges',
       'deviceRate',
       'talkSeconds',
+      'replySeconds',
       'seed',
       'silenceMs',
       'onsetMs',
@@ -281,7 +283,9 @@ const COMMANDS: Record<string, Command> = {
             inputDevice: text(v, 'inputDevice'),
             outputDevice: text(v, 'outputDevice'),
             loopback: text(v, 'loopback'),
+            self: text(v, 'selfExchanges'),
             seconds: text(v, 'talkSeconds'),
+            reply: text(v, 'replySeconds'),
             rate: text(v, 'deviceRate'),
             seed: text(v, 'seed'),
             silence: text(v, 'silenceMs'),
@@ -298,7 +302,8 @@ const COMMANDS: Record<string, Command> = {
             `pauses; ${summary.echo === null ? 'echo cancellation in the capture stage' : `echo canceller ${summary.echo.converged ? 'converged' : 'not converged'}`}` +
             (summary.device === null
               ? ''
-              : `; device library: ${summary.device.libraryBuffers} buffers, ${summary.device.libraryBytes} bytes; ${summary.device.overruns} samples overrun, ${summary.device.lostPeriods} periods lost`),
+              : `; device library: ${summary.device.libraryBuffers} buffers, ${summary.device.libraryBytes} bytes; ${summary.device.overruns} samples overrun, ${summary.device.lostPeriods} periods lost`) +
+            (summary.self === undefined ? '' : `; played sha256 A ${summary.self.played[0]}, B ${summary.self.played[1]}`),
         );
       } finally {
         process.off('SIGINT', stop);

@@ -3,6 +3,7 @@
  * loopback device with a WAV file as the user): the transcript on stdout as it is spoken, the
  * input level on stderr, and what happened at the end. `voxslab devices` lists the devices.
  */
+import { createHash } from 'node:crypto';
 import { MemoryDomain } from '../memory/index.js';
 import { SpeechModel } from '../core/conversation.js';
 import { DuplexSession, type DuplexDevice, type DuplexOptions } from '../core/session.js';
@@ -13,7 +14,7 @@ import { resolveModel } from '../io/checkpoint.js';
 import { resampleSignal } from '../dsp/resample.js';
 import { flagValue, parseFlag } from '../options.js';
 import { ArgumentError } from '../errors.js';
-import { load } from '../api/engine.js';
+import { type EngineOptions, load } from '../api/engine.js';
 
 export function devicesCommand(json: boolean): string {
   const list = listDevices();
@@ -35,7 +36,11 @@ export interface TalkRequest {
   inputDevice?: string | undefined;
   outputDevice?: string | undefined;
   loopback?: string | undefined;
+  /** Two conversations talk to each other until this many replies (the loopback WAV opens it). */
+  self?: string | undefined;
   seconds?: string | undefined;
+  /** Longest reply per turn, seconds. */
+  reply?: string | undefined;
   rate?: string | undefined;
   seed?: string | undefined;
   silence?: string | undefined;
@@ -58,6 +63,8 @@ export interface TalkSummary {
   device: { libraryBuffers: number; libraryBytes: number; overruns: number; lostPeriods: number } | null;
   /** The one-thread session's canceller (null: it runs in the pipeline's capture stage). */
   echo: { converged: boolean; gatedFrames: number } | null;
+  /** `--self`: the replies, and the SHA-256 of what each side's device played (two runs give the same). */
+  self?: { exchanges: number; played: [string, string] };
 }
 
 /** Runs a talk session; resolves with its summary when time is up, the WAV is done or `signal` aborts. */
@@ -69,6 +76,10 @@ export async function talkCommand(
   const seconds = flagValue<number>('talkSeconds', r.seconds);
   const seed = flagValue<number>('seed', r.seed);
   const engine = flagValue<string>('engine', r.engine);
+  const exchanges = r.self === undefined ? null : flagValue<number>('selfExchanges', r.self);
+  if (exchanges !== null && r.loopback === undefined) throw new ArgumentError('talk --self needs --loopback USER.wav: the line that opens the conversation');
+  if (exchanges !== null && engine === 'single') throw new ArgumentError('talk --self runs two conversations on the pipeline, not --engine single');
+  const reply = parseFlag('replySeconds', r.reply) as number | undefined;
   let devices: { input: AudioDevice; output: AudioDevice } | null = null;
   let rate = parseFlag('deviceRate', r.rate) as number | undefined;
   if (r.loopback === undefined) {
@@ -80,7 +91,7 @@ export async function talkCommand(
   }
   rate ??= 48000;
   const user = r.loopback === undefined ? null : readMonoWav(r.loopback);
-  const duplex: DuplexOptions = {};
+  const duplex: TalkDuplex = {};
   const silence = parseFlag('silenceMs', r.silence) as number | undefined;
   const onset = parseFlag('onsetMs', r.onset) as number | undefined;
   const minSpeech = parseFlag('minSpeechMs', r.minSpeech) as number | undefined;
@@ -91,6 +102,7 @@ export async function talkCommand(
   if (minSpeech !== undefined) duplex.minSpeechMs = minSpeech;
   if (vad !== undefined) duplex.vad = vad;
   if (lookahead !== undefined) duplex.lookaheadMs = lookahead;
+  if (reply !== undefined) duplex.replySeconds = reply;
   /** The device: PortAudio's, or the loopback device with the WAV as the user. */
   const open = (): { device: DuplexDevice; pa: PortAudioDevice | null; userLength: number } => {
     if (devices !== null) {
@@ -104,15 +116,19 @@ export async function talkCommand(
   };
   const transcript = new Transcript(o.write, rate);
   const args = { dir, seconds, seed, rate, duplex, open, transcript, o };
+  if (exchanges !== null) return talkSelf(args, exchanges, resampleSignal(user!.samples, user!.rate, rate));
   return engine === 'single' ? talkSingle(args) : talkPipeline(args);
 }
+
+/** The duplex options and the longest reply, as given. */
+type TalkDuplex = DuplexOptions & { replySeconds?: number };
 
 interface TalkArgs {
   dir: string;
   seconds: number;
   seed: number;
   rate: number;
-  duplex: DuplexOptions;
+  duplex: TalkDuplex;
   open(): { device: DuplexDevice; pa: PortAudioDevice | null; userLength: number };
   transcript: Transcript;
   o: { write: (s: string) => void; log: (s: string) => void; meter: boolean; signal?: AbortSignal };
@@ -185,14 +201,7 @@ class Transcript {
 async function talkPipeline(a: TalkArgs): Promise<TalkSummary> {
   const { o, transcript: tr, rate } = a;
   const d = a.duplex;
-  const engine = await load(a.dir, {
-    outputRate: rate,
-    ...(d.silenceMs === undefined ? {} : { silenceMs: d.silenceMs }),
-    ...(d.onsetMs === undefined ? {} : { onsetMs: d.onsetMs }),
-    ...(d.minSpeechMs === undefined ? {} : { minSpeechMs: d.minSpeechMs }),
-    ...(d.vad === undefined ? {} : { vad: d.vad }),
-    ...(d.lookaheadMs === undefined ? {} : { lookaheadMs: d.lookaheadMs }),
-  });
+  const engine = await load(a.dir, { outputRate: rate, ...engineDuplex(d) });
   try {
     tr.decode = (ids) => engine.pipeline.tokenizer.decode(ids);
     const { device, pa, userLength } = a.open();
@@ -253,11 +262,95 @@ async function talkPipeline(a: TalkArgs): Promise<TalkSummary> {
   }
 }
 
+/**
+ * Two conversations of one engine talk to each other through audio alone (`--self N`): A hears
+ * the opening line, then each one's microphone hears the other's speaker (and its own echo) on a
+ * pair of loopback devices in lockstep, until N replies and nobody is speaking.
+ */
+async function talkSelf(a: TalkArgs, exchanges: number, opener: Float32Array): Promise<TalkSummary> {
+  const { o, rate } = a;
+  // Lockstep devices wait for the stages: two conversations fit whatever the compute capacity.
+  const engine = await load(a.dir, { outputRate: rate, capacity: 2, ...engineDuplex(a.duplex) });
+  try {
+    o.log(`talk: two conversations on a pair of loopback devices at ${rate} Hz until ${exchanges} replies, the first opened by the user's file`);
+    const rooms = [
+      { delayMs: 60, gain: 0.5, seed: 1 },
+      { delayMs: 40, gain: 0.5, seed: 2 },
+    ] as const;
+    const devices = LoopbackDevice.pair({ rate, echo: rooms[0], user: opener }, { rate, echo: rooms[1] });
+    const convs = [
+      await engine.open({ inputRate: rate, seed: a.seed, vad: true, echoDelayMs: rooms[0].delayMs }),
+      await engine.open({ inputRate: rate, seed: a.seed + 1, vad: true, echoDelayMs: rooms[1].delayMs }),
+    ];
+    const hashes = [createHash('sha256'), createHash('sha256')];
+    const at = (clock: number): string => `[${(clock / rate).toFixed(2)} s]`;
+    let replies = 0;
+    let turns = 0;
+    let bargeIns = 0;
+    let speaking = 0;
+    for (const [k, conv] of convs.entries()) {
+      const name = k === 0 ? 'A' : 'B';
+      const device = devices[k]!;
+      const tick = device.tick.bind(device);
+      device.tick = (out, mic, far) => {
+        hashes[k]!.update(new Uint8Array(out.buffer, out.byteOffset, device.period * 4));
+        tick(out, mic, far);
+      };
+      const words: number[] = [];
+      conv.on('speech_start', () => speaking++);
+      conv.on('speech_end', (e) => {
+        speaking--;
+        if (e.reason !== 'dropped') turns++;
+      });
+      conv.on('barge_in', () => {
+        bargeIns++;
+        o.write(`${at(device.clock)} ${name}: (interrupted)\n`);
+      });
+      conv.on('text', (e) => words.push(e.token));
+      conv.on('turn_end', (e) => {
+        replies++;
+        o.write(`${at(device.clock)} ${name}: ${engine.pipeline.tokenizer.decode(words)} (${e.frames} frames)\n`);
+        words.length = 0;
+      });
+    }
+    const links = await engine.runTogether(
+      convs.map((conversation, k) => ({ conversation, device: devices[k]! })),
+      { seconds: a.seconds, ...(o.signal === undefined ? {} : { signal: o.signal }), until: () => replies >= exchanges && speaking === 0 },
+    );
+    for (const c of convs) await c.close();
+    return {
+      seconds: Math.round((devices[0].clock / rate) * 100) / 100,
+      turns,
+      replies,
+      bargeIns,
+      pauses: 0,
+      underruns: links.reduce((s, l) => s + l.underruns, 0),
+      device: null,
+      echo: null,
+      self: { exchanges: replies, played: [hashes[0]!.digest('hex'), hashes[1]!.digest('hex')] },
+    };
+  } finally {
+    await engine.close();
+  }
+}
+
+/** The duplex options given, as the engine takes them. */
+function engineDuplex(d: TalkDuplex): Pick<EngineOptions, 'silenceMs' | 'onsetMs' | 'minSpeechMs' | 'vad' | 'lookaheadMs' | 'replySeconds'> {
+  return {
+    ...(d.replySeconds === undefined ? {} : { replySeconds: d.replySeconds }),
+    ...(d.silenceMs === undefined ? {} : { silenceMs: d.silenceMs }),
+    ...(d.onsetMs === undefined ? {} : { onsetMs: d.onsetMs }),
+    ...(d.minSpeechMs === undefined ? {} : { minSpeechMs: d.minSpeechMs }),
+    ...(d.vad === undefined ? {} : { vad: d.vad }),
+    ...(d.lookaheadMs === undefined ? {} : { lookaheadMs: d.lookaheadMs }),
+  };
+}
+
 /** The one-thread reference session (DuplexSession): the same behaviour on the calling thread. */
 async function talkSingle(a: TalkArgs): Promise<TalkSummary> {
   const { o, transcript: tr, rate } = a;
   const domain = MemoryDomain.create({});
-  const model = SpeechModel.load(a.dir, domain, { outputRate: rate });
+  const model = SpeechModel.load(a.dir, domain, { outputRate: rate, ...(a.duplex.replySeconds === undefined ? {} : { replySeconds: a.duplex.replySeconds }) });
   tr.decode = (ids) => model.tokenizer.decode(ids);
   const conv = model.conversation({ seed: a.seed, inputRate: 16000, checkpoints: DuplexSession.checkpointsFor(model, a.duplex.lookaheadMs) });
   const { device, pa, userLength } = a.open();
