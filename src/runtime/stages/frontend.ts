@@ -176,12 +176,13 @@ export class FrontendStage extends StreamStage<FrontendConv> {
         c.out.write(REC_PROVISIONAL, c.reason, 0, 1);
       } else if (g === GATE_RESUME) c.out.write(REC_RESUME, null, 0, 0);
       else {
+        // The decision first: it travels on ahead of the rows a turn told ahead still sends.
+        c.reason[0] = g === GATE_END ? SPEECH_TURN : SPEECH_DROPPED;
+        c.out.write(REC_SPEECH_END, c.reason, 0, 1);
         // A turn's end carries its rows: the gate may have handed out rows past it.
         c.reason[0] = gate.turnRows;
         if (g === GATE_END) c.out.write(REC_END_SEGMENT, c.reason, 0, 1);
         else c.out.write(REC_DISCARD, null, 0, 0);
-        c.reason[0] = g === GATE_END ? SPEECH_TURN : SPEECH_DROPPED;
-        c.out.write(REC_SPEECH_END, c.reason, 0, 1);
       }
     }
   }
