@@ -20,7 +20,7 @@ import { sampleStream } from './stream.js';
 import { checkFinite, fromBytes, fromSamples, toS16 } from './samples.js';
 import type { ConversationEvent, ConversationEvents, ConversationSettings, SampleFormat, TurnSummary } from './types.js';
 import { engineSettings, nextSettings, type Settings, settingsWords } from './settings.js';
-import { aborted, type ConversationHost, kAttach, kFail, kPump } from './host.js';
+import { aborted, type ConversationHost, kAttach, kDetach, kFail, kPump } from './host.js';
 import { type DeviceHost, type DeviceLink, deviceLink, driveDevice, flushBacklog } from './device.js';
 
 interface Waiter {
@@ -505,7 +505,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     o: { seconds: number; signal?: AbortSignal; until?: (link: DeviceLink) => boolean; fadeMs?: number },
   ): Promise<DeviceLink> {
     if (!(o.seconds > 0)) throw new ArgumentError(`run: seconds must be positive, got ${o.seconds}`);
-    const { host, link } = this[kAttach](device, o.fadeMs) as { host: DeviceHost; link: DeviceLink };
+    const { host, link } = this[kAttach](device, o.fadeMs);
     const end = device.clock + Math.round(o.seconds * device.rate);
     const done = (): boolean => device.clock >= end || o.signal?.aborted === true || this.#closing !== null || (o.until?.(link) ?? false);
     try {
@@ -513,18 +513,14 @@ export class Conversation extends EventEmitter<ConversationEvents> {
     } finally {
       // A device library that never confirms its stop does not hold the conversation.
       if (device.stop !== undefined) await Promise.race([device.stop(), new Promise<void>((resolve) => setTimeout(resolve, 2000).unref())]);
-      this.#link = null;
+      this[kDetach]();
     }
     return link;
   }
 
-  /** @internal Checks that `device` suits this conversation and attaches a new link to it (null: detaches). */
-  [kAttach](device: DuplexDevice | null, fadeMs = 20): { host: DeviceHost; link: DeviceLink | null } {
+  /** @internal Checks that `device` suits this conversation and attaches a new link to it (`kDetach` ends it). */
+  [kAttach](device: DuplexDevice, fadeMs = 20): { host: DeviceHost; link: DeviceLink } {
     const pc = this.#pc;
-    if (device === null) {
-      this.#link = null;
-      return { host: this.#device, link: null };
-    }
     if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
     if (this.#link !== null) throw new ArgumentError(`conversation ${this.index} already runs on a device`);
     if (!pc.vad || !pc.echo) throw new ArgumentError('a conversation on a device is opened with vad: true and echoDelayMs');
@@ -534,8 +530,14 @@ export class Conversation extends EventEmitter<ConversationEvents> {
       );
     if (!(fadeMs >= 1 && fadeMs <= 1000)) throw new ArgumentError(`fadeMs must be 1..1000, got ${fadeMs}`);
     if (2 * device.period > pc.input.maxPayload) throw new ArgumentError(`a device period of ${device.period} samples is more than the capture ring takes`);
-    this.#link = deviceLink(device, this.#port, fadeMs);
-    return { host: this.#device, link: this.#link };
+    const link = deviceLink(device, this.#port, fadeMs);
+    this.#link = link;
+    return { host: this.#device, link };
+  }
+
+  /** @internal */
+  [kDetach](): void {
+    this.#link = null;
   }
 
   /** The device this conversation runs on (`run`) and its counters, or null. */

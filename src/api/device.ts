@@ -118,9 +118,8 @@ export async function driveTogether(members: readonly { host: DeviceHost; device
   }
 }
 
-/** Lockstep: returns once this thread and every stage have nothing left to do. */
-async function settle(host: DeviceHost | readonly DeviceHost[]): Promise<void> {
-  const hosts = Array.isArray(host) ? (host as readonly DeviceHost[]) : [host as DeviceHost];
+/** Lockstep: returns once this thread and every stage have nothing left to do for `hosts` (one pipeline's). */
+async function settle(hosts: readonly DeviceHost[]): Promise<void> {
   const p = hosts[0]!.pipeline;
   const pump = (): boolean => {
     let moved = false;

@@ -31,7 +31,7 @@ import { Pipeline, type PinMap, type PipelineConversation, type StageThreads } f
 import { BELL_MAIN, MAX_CONVERSATIONS } from '../runtime/protocol.js';
 import { calibrate, type ComputeCapacity, frameCostMs, givenCapacity } from '../runtime/capacity.js';
 import { Conversation, type ConversationOptions } from './conversation.js';
-import { aborted, isAborted, kAttach, kFail, kPump } from './host.js';
+import { aborted, isAborted, kAttach, kDetach, kFail, kPump } from './host.js';
 import { type DeviceHost, type DeviceLink, driveTogether } from './device.js';
 
 export type { ConversationEvent, ConversationEvents, ConversationOptions, ConversationSettings, SampleFormat, TurnSummary } from './conversation.js';
@@ -265,7 +265,7 @@ export class Engine {
     if (new Set(runs.map((r) => r.conversation)).size !== runs.length) throw new ArgumentError('runTogether: a conversation appears twice');
     const members: { host: DeviceHost; device: DuplexDevice; link: DeviceLink }[] = [];
     try {
-      for (const r of runs) members.push({ ...(r.conversation[kAttach](r.device, o.fadeMs) as { host: DeviceHost; link: DeviceLink }), device: r.device });
+      for (const r of runs) members.push({ ...r.conversation[kAttach](r.device, o.fadeMs), device: r.device });
       const links = members.map((m) => m.link);
       const end = first.clock + Math.round(o.seconds * first.rate);
       const done = (): boolean =>
@@ -273,7 +273,7 @@ export class Engine {
       await driveTogether(members, done);
       return links;
     } finally {
-      for (const [k] of members.entries()) runs[k]!.conversation[kAttach](null);
+      for (let k = 0; k < members.length; k++) runs[k]!.conversation[kDetach]();
     }
   }
 

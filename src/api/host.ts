@@ -14,6 +14,8 @@ export const kPump = Symbol('pump');
 export const kFail = Symbol('fail');
 /** @internal A conversation's device link (Engine.runTogether). */
 export const kAttach = Symbol('attach');
+/** @internal */
+export const kDetach = Symbol('detach');
 
 export function aborted(signal: AbortSignal, what: string): AbortedError {
   return new AbortedError(`${what} aborted${signal.reason instanceof Error ? `: ${signal.reason.message}` : ''}`, { cause: signal.reason });

@@ -3,7 +3,6 @@
  * loopback device with a WAV file as the user): the transcript on stdout as it is spoken, the
  * input level on stderr, and what happened at the end. `voxslab devices` lists the devices.
  */
-import { createHash } from 'node:crypto';
 import { MemoryDomain } from '../memory/index.js';
 import { SpeechModel } from '../core/conversation.js';
 import { DuplexSession, type DuplexDevice, type DuplexOptions } from '../core/session.js';
@@ -15,6 +14,7 @@ import { resampleSignal } from '../dsp/resample.js';
 import { flagValue, parseFlag } from '../options.js';
 import { ArgumentError } from '../errors.js';
 import { type EngineOptions, load } from '../api/engine.js';
+import { selfConversation } from './self-talk.js';
 
 export function devicesCommand(json: boolean): string {
   const list = listDevices();
@@ -262,72 +262,37 @@ async function talkPipeline(a: TalkArgs): Promise<TalkSummary> {
   }
 }
 
-/**
- * Two conversations of one engine talk to each other through audio alone (`--self N`): A hears
- * the opening line, then each one's microphone hears the other's speaker (and its own echo) on a
- * pair of loopback devices in lockstep, until N replies and nobody is speaking.
- */
+/** `--self N`: two conversations talk to each other through audio alone (cli/self-talk.ts). */
 async function talkSelf(a: TalkArgs, exchanges: number, opener: Float32Array): Promise<TalkSummary> {
   const { o, rate } = a;
   // Lockstep devices wait for the stages: two conversations fit whatever the compute capacity.
   const engine = await load(a.dir, { outputRate: rate, capacity: 2, ...engineDuplex(a.duplex) });
   try {
     o.log(`talk: two conversations on a pair of loopback devices at ${rate} Hz until ${exchanges} replies, the first opened by the user's file`);
-    const rooms = [
-      { delayMs: 60, gain: 0.5, seed: 1 },
-      { delayMs: 40, gain: 0.5, seed: 2 },
-    ] as const;
-    const devices = LoopbackDevice.pair({ rate, echo: rooms[0], user: opener }, { rate, echo: rooms[1] });
-    const convs = [
-      await engine.open({ inputRate: rate, seed: a.seed, vad: true, echoDelayMs: rooms[0].delayMs }),
-      await engine.open({ inputRate: rate, seed: a.seed + 1, vad: true, echoDelayMs: rooms[1].delayMs }),
-    ];
-    const hashes = [createHash('sha256'), createHash('sha256')];
     const at = (clock: number): string => `[${(clock / rate).toFixed(2)} s]`;
-    let replies = 0;
-    let turns = 0;
-    let bargeIns = 0;
-    let speaking = 0;
-    for (const [k, conv] of convs.entries()) {
-      const name = k === 0 ? 'A' : 'B';
-      const device = devices[k]!;
-      const tick = device.tick.bind(device);
-      device.tick = (out, mic, far) => {
-        hashes[k]!.update(new Uint8Array(out.buffer, out.byteOffset, device.period * 4));
-        tick(out, mic, far);
-      };
-      const words: number[] = [];
-      conv.on('speech_start', () => speaking++);
-      conv.on('speech_end', (e) => {
-        speaking--;
-        if (e.reason !== 'dropped') turns++;
-      });
-      conv.on('barge_in', () => {
-        bargeIns++;
-        o.write(`${at(device.clock)} ${name}: (interrupted)\n`);
-      });
-      conv.on('text', (e) => words.push(e.token));
-      conv.on('turn_end', (e) => {
-        replies++;
-        o.write(`${at(device.clock)} ${name}: ${engine.pipeline.tokenizer.decode(words)} (${e.frames} frames)\n`);
-        words.length = 0;
-      });
-    }
-    const links = await engine.runTogether(
-      convs.map((conversation, k) => ({ conversation, device: devices[k]! })),
-      { seconds: a.seconds, ...(o.signal === undefined ? {} : { signal: o.signal }), until: () => replies >= exchanges && speaking === 0 },
-    );
-    for (const c of convs) await c.close();
+    const r = await selfConversation(engine, {
+      rate,
+      opener,
+      seed: a.seed,
+      exchanges,
+      seconds: a.seconds,
+      ...(o.signal === undefined ? {} : { signal: o.signal }),
+      event: (e) => {
+        if (e.kind === 'interrupted') o.write(`${at(e.clock)} ${e.side}: (interrupted)\n`);
+        if (e.kind === 'replied') o.write(`${at(e.clock)} ${e.side}: ${engine.pipeline.tokenizer.decode([...e.tokens!])} (${e.frames} frames)\n`);
+      },
+    });
+    for (const c of r.conversations) await c.close();
     return {
-      seconds: Math.round((devices[0].clock / rate) * 100) / 100,
-      turns,
-      replies,
-      bargeIns,
+      seconds: Math.round(r.seconds * 100) / 100,
+      turns: r.turns,
+      replies: r.replies,
+      bargeIns: r.bargeIns,
       pauses: 0,
-      underruns: links.reduce((s, l) => s + l.underruns, 0),
+      underruns: r.underruns,
       device: null,
       echo: null,
-      self: { exchanges: replies, played: [hashes[0]!.digest('hex'), hashes[1]!.digest('hex')] },
+      self: { exchanges: r.replies, played: r.sha256 },
     };
   } finally {
     await engine.close();
