@@ -102,6 +102,10 @@ export interface NativeAddon {
   mallocMmapThreshold(bytes: number): boolean;
   /** Bytes the C allocator's arenas (every thread's) hold from the system, outside its own mappings; -1 where unknown. */
   mallocArenaBytes(): number;
+  /** Bytes the C allocator has handed out and not had back (every arena and its own mappings); -1 where unknown. */
+  mallocInUseBytes(): number;
+  /** Gives the C allocator's free arena memory back to the system (process-wide; for measurements); false where unsupported. */
+  mallocTrim(): boolean;
   /** True when the addon was linked with WebRTC's audio processing module. */
   apmAvailable(): boolean;
   /** One engine: echo 0 (off)..3 suppression low/moderate/high, highPass 0|1, noise 0 (off)..4, voice 0 (off)..4 likelihood, delayAgnostic 0|1. */

@@ -160,6 +160,12 @@ Napi::Value MallocArenaBytesValue(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(voxslab::MallocArenaBytes()));
 }
 
+// mallocInUseBytes(): see MallocInUseBytes (-1 where unknown).
+Napi::Value MallocInUseBytesValue(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 0, "mallocInUseBytes");
+  return Napi::Number::New(info.Env(), static_cast<double>(voxslab::MallocInUseBytes()));
+}
+
 // ---- mirrored rings (the registry is in system.cc) ----
 uintptr_t MirrorAddressArg(const Napi::CallbackInfo& info, const char* fn) {
   if (!info[0].IsBigInt()) ThrowType(info.Env(), std::string(fn) + ": address must be a bigint from mirrorCreate");
@@ -223,6 +229,8 @@ void BindSystem(Napi::Env env, Napi::Object exports) {
   Export<AdviseHugePages>(env, exports, "adviseHugePages");
   Export<MallocMmapThresholdValue>(env, exports, "mallocMmapThreshold");
   Export<MallocArenaBytesValue>(env, exports, "mallocArenaBytes");
+  Export<MallocInUseBytesValue>(env, exports, "mallocInUseBytes");
+  Export<NoArgs<voxslab::MallocTrim>>(env, exports, "mallocTrim");
   Export<CpuFeaturesValue>(env, exports, "cpuFeatures");
 
   Export<NoArgs<voxslab::QuietAlsaErrors>>(env, exports, "quietAlsa");

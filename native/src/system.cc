@@ -310,6 +310,24 @@ int64_t MallocArenaBytes() {
 #endif
 }
 
+int64_t MallocInUseBytes() {
+#if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
+  const struct mallinfo2 m = mallinfo2();
+  return static_cast<int64_t>(m.uordblks + m.hblkhd);
+#else
+  return -1;
+#endif
+}
+
+bool MallocTrim() {
+#ifdef __GLIBC__
+  malloc_trim(0);
+  return true;
+#else
+  return false;
+#endif
+}
+
 bool SetMallocMmapThreshold(int bytes) {
 #ifdef __GLIBC__
   return bytes > 0 && mallopt(M_MMAP_THRESHOLD, bytes) == 1;

@@ -66,5 +66,11 @@ bool SetMallocMmapThreshold(int bytes);
 // What the C allocator (glibc) holds from the system in its arenas, every thread's, outside the
 // blocks it maps one by one: the native heap of the runtimes and libraries. -1 where unknown.
 int64_t MallocArenaBytes();
+// Bytes the C allocator has handed out and not had back (every arena, and its own mappings);
+// -1 where unknown.
+int64_t MallocInUseBytes();
+// Gives the free memory in the C allocator's arenas back to the system (glibc malloc_trim), so
+// resident memory shows what is in use; false where there is no such call.
+bool MallocTrim();
 
 }  // namespace voxslab

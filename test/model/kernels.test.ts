@@ -698,13 +698,13 @@ t.test('compute threads computing at once divide the CPUs: each call narrows whi
   gemv({ kind: 'f32', data: W, rows, cols }, x, want);
   type Out = { y: Float32Array; calls: number; narrowed: number };
   const run = async (n: number): Promise<Out[]> => {
-    const go = new SharedArrayBuffer(4);
+    const go = new Int32Array(new SharedArrayBuffer(8));
     const url = new URL('./workers/split.js', import.meta.url);
-    const done = Array.from({ length: n }, () => runWorker<Out>(url, { W: W.buffer, x: x.buffer, rows, cols, go, ms: 400 }));
-    // Every worker waits on the flag: a short head start lets them all reach it.
-    await new Promise((res) => setTimeout(res, 300));
-    Atomics.store(new Int32Array(go), 0, 1);
-    Atomics.notify(new Int32Array(go), 0);
+    const done = Array.from({ length: n }, () => runWorker<Out>(url, { W: W.buffer, x: x.buffer, rows, cols, go: go.buffer, ms: 400 }));
+    // Start them together only once every worker is at the line (a loaded machine starts one late).
+    while (Atomics.load(go, 1) < n) await new Promise((res) => setTimeout(res, 5));
+    Atomics.store(go, 0, 1);
+    Atomics.notify(go, 0);
     return Promise.all(done);
   };
   const [alone] = await run(1);

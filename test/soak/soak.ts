@@ -4,11 +4,10 @@
  * It holds when
  * - no stage worker constructs a buffer or typed array after readiness (the constructor trap),
  * - after warm-up the live JS heap of the main thread and of every worker (after a full
- *   collection) grows by less than 1 MiB, and so do the ArrayBuffer bytes each of them holds
- *   and the memory outside the JS heaps (the growth of the process RSS less that of every
- *   heap's committed bytes, when they grew: native memory, buffers, stacks; freed memory the
- *   allocator keeps absorbs some growth, so the ArrayBuffer counts are the exact check for
- *   buffers),
+ *   collection) grows by less than 1 MiB, and so do the ArrayBuffer bytes each of them holds,
+ *   the C allocator's bytes in use (every thread's native heap) and the memory outside the JS
+ *   heaps (the growth of the process RSS, with the allocator's free memory given back first,
+ *   less that of the heaps' high-water marks: native memory, buffers, stacks),
  * - closing both conversations returns the ledger to its baseline, and closing the engine to 0,
  * - the same exchange replayed on a fresh engine without the harness gives the same bytes.
  *
@@ -17,7 +16,9 @@
  * Growth is the median of the last sixth of the samples less that of the first sixth: one RSS
  * sample moves by megabytes as V8 sizes six heaps, and a median of many does not. The heaps'
  * committed bytes are reported, not gated: V8 grows and shrinks them with the garbage, and what
- * is live in them is gated.
+ * is live in them is gated. A heap that shrinks gives its pages to V8's page pool, where they
+ * stay resident, so a heap holds its high-water mark of committed bytes in RSS: that, not what
+ * it has committed now, is taken out of RSS.
  *
  * Exit 0 when every check holds, 1 otherwise; the last line says which.
  */
@@ -38,6 +39,7 @@ const { loadWithHooks } = await import('../../src/api/engine.js');
 const { resampleSignal } = await import('../../src/dsp/resample.js');
 const { readWavSamples } = await import('../helpers.js');
 const { median } = await import('../../bench/util.js');
+const { native } = await import('../../src/native.js');
 type Engine = Awaited<ReturnType<typeof load>>;
 type Conv = Awaited<ReturnType<Engine['open']>>;
 
@@ -128,10 +130,11 @@ async function exchange(engine: Engine, transcript: Transcript, turns: number, u
 
 const STAGES = ['capture', 'frontend', 'conformer', 'depthformer', 'playback'] as const;
 /**
- * Columns of a sample: time, RSS, then the main thread's live heap, committed heap and
- * ArrayBuffer bytes, then each stage's three.
+ * Columns of a sample: time, RSS, the C allocator's bytes in use, then the main thread's live
+ * heap, committed heap and ArrayBuffer bytes, then each stage's three.
  */
-const COLUMNS = 2 + 3 * (1 + STAGES.length);
+const COLUMNS = 3 + 3 * (1 + STAGES.length);
+const MAIN = 3;
 
 /** Samples in a table sized before the run: one every `interval` s after warm-up, and a last one. */
 class Samples {
@@ -160,15 +163,17 @@ class Samples {
 async function sample(engine: Engine, t0: number, into: Samples): Promise<void> {
   gc();
   const stats = await engine.pipeline.stats();
+  native.mallocTrim();
   const m = process.memoryUsage();
   const row = into.table.subarray(into.count * COLUMNS, (into.count + 1) * COLUMNS);
   row[0] = (performance.now() - t0) / 1000;
   row[1] = m.rss;
-  row[2] = m.heapUsed;
-  row[3] = v8.getHeapStatistics().total_physical_size;
-  row[4] = m.arrayBuffers;
+  row[2] = native.mallocInUseBytes();
+  row[MAIN] = m.heapUsed;
+  row[MAIN + 1] = v8.getHeapStatistics().total_physical_size;
+  row[MAIN + 2] = m.arrayBuffers;
   for (const s of stats) {
-    const at = 5 + 3 * STAGES.indexOf(s.stage as (typeof STAGES)[number]);
+    const at = MAIN + 3 + 3 * STAGES.indexOf(s.stage as (typeof STAGES)[number]);
     row[at] = s.heapDelta;
     row[at + 1] = s.heapCommitted;
     row[at + 2] = s.arrayBuffers;
@@ -201,28 +206,38 @@ const afterEngine = engine.snapshot().held.total;
 const trapped = Object.fromEntries(stats.map((s) => [s.stage, s.allocationsAfterReady]));
 for (const [stage, n] of Object.entries(trapped)) if (n !== 0) failures.push(`${stage}: ${n} constructor calls after readiness`);
 const rss = samples.column(1);
-const committed = samples.column(3);
-for (let k = 0; k < STAGES.length; k++) {
-  const c = samples.column(6 + 3 * k);
-  for (let i = 0; i < c.length; i++) committed[i] = (committed[i] as number) + (c[i] as number);
+const committed = samples.column(MAIN + 1);
+// What the heaps hold resident: each heap's high-water mark of committed bytes (see above).
+const resident = new Float64Array(samples.count);
+for (let k = 0; k <= STAGES.length; k++) {
+  const c = samples.column(MAIN + 1 + 3 * k);
+  let high = 0;
+  for (let i = 0; i < c.length; i++) {
+    if (k > 0) committed[i] = (committed[i] as number) + (c[i] as number);
+    high = Math.max(high, c[i] as number);
+    resident[i] = (resident[i] as number) + high;
+  }
 }
-// RSS growth the heaps' growth does not explain. A heap that shrinks gives its pages to V8's
-// page pool, which stays resident: a shrink is not counted as room for growth elsewhere.
 const heapsGrowth = growth(committed);
 const drift = {
-  heap: growth(samples.column(2)),
-  outsideHeaps: growth(rss) - Math.max(0, heapsGrowth),
+  heap: growth(samples.column(MAIN)),
+  outsideHeaps: growth(rss.map((v, i) => v - (resident[i] as number))),
   rss: growth(rss),
   heapsCommitted: heapsGrowth,
-  arrayBuffers: growth(samples.column(4)),
-  workers: Object.fromEntries(STAGES.map((name, k) => [name, growth(samples.column(5 + 3 * k))])),
-  workerArrayBuffers: Object.fromEntries(STAGES.map((name, k) => [name, growth(samples.column(7 + 3 * k))])),
+  heapsResident: growth(resident),
+  mallocInUse: growth(samples.column(2)),
+  arrayBuffers: growth(samples.column(MAIN + 2)),
+  workers: Object.fromEntries(STAGES.map((name, k) => [name, growth(samples.column(MAIN + 3 + 3 * k))])),
+  workerArrayBuffers: Object.fromEntries(STAGES.map((name, k) => [name, growth(samples.column(MAIN + 5 + 3 * k))])),
 };
+// The allocator's figures exist with glibc; elsewhere the column holds -1 throughout.
+const mallocKnown = samples.count > 0 && (samples.table[2] as number) >= 0;
 // Growth is the failure: memory handed back after warm-up (a negative drift) is not a leak.
 if (samples.count < 12) failures.push(`only ${samples.count} samples after warm-up (at least 12 needed)`);
 if (drift.heap >= MiB) failures.push(`main thread heap grew ${drift.heap} bytes`);
 if (drift.arrayBuffers >= MiB) failures.push(`main thread ArrayBuffers grew ${drift.arrayBuffers} bytes`);
 if (drift.outsideHeaps >= MiB) failures.push(`memory outside the JS heaps grew ${drift.outsideHeaps} bytes`);
+if (mallocKnown && drift.mallocInUse >= MiB) failures.push(`the C allocator's bytes in use grew ${drift.mallocInUse} bytes`);
 for (const [k, v] of Object.entries(drift.workers)) if (v >= MiB) failures.push(`${k} worker heap grew ${v} bytes`);
 for (const [k, v] of Object.entries(drift.workerArrayBuffers)) if (v >= MiB) failures.push(`${k} worker ArrayBuffers grew ${v} bytes`);
 if (afterClose !== base) failures.push(`ledger after closing both conversations: ${afterClose} bytes, baseline ${base}`);
@@ -253,7 +268,9 @@ else {
   console.log(`  constructor calls after readiness: ${JSON.stringify(trapped)}`);
   console.log(`  growth after warm-up (median of the last sixth less the first's): heap ${drift.heap} B, workers ${JSON.stringify(drift.workers)}`);
   console.log(`  ArrayBuffers: main ${drift.arrayBuffers} B, workers ${JSON.stringify(drift.workerArrayBuffers)}`);
-  console.log(`  outside the JS heaps ${drift.outsideHeaps} B; not gated: RSS ${drift.rss} B, heaps' committed bytes ${drift.heapsCommitted} B`);
+  console.log(
+    `  outside the JS heaps ${drift.outsideHeaps} B, C allocator in use ${mallocKnown ? `${drift.mallocInUse} B` : 'unknown'}; not gated: RSS ${drift.rss} B, heaps' committed bytes ${drift.heapsCommitted} B (high-water ${drift.heapsResident} B)`,
+  );
   console.log(`  ledger: baseline ${base}, after closing the conversations ${afterClose}, after closing the engine ${afterEngine}`);
   console.log(`  replay without the harness: ${firstDiff < 0 ? 'identical bytes' : `differs from turn ${firstDiff} on`}`);
 }

@@ -9,6 +9,8 @@ const W = new Float32Array(d.W);
 const x = new Float32Array(d.x);
 const y = new Float32Array(d.rows);
 const go = new Int32Array(d.go);
+// Word 1 counts the workers at the start line; word 0 is the start.
+Atomics.add(go, 1, 1);
 Atomics.wait(go, 0, 0);
 const t0 = performance.now();
 let calls = 0;
