@@ -25,9 +25,10 @@ constexpr int64_t kKBlock = 256;    // inputs per pass (a multiple of 64)
 
 int64_t Tiles(int64_t n) { return (n + kLanes - 1) / kLanes; }
 
-// Scratch: [K/4][tiles][16] dwords of activation bytes (dword c of every row in its lane, the
-// tiles side by side), then [groups][tiles][16] activation scales and as many group
-// sums, then one row's GemvInt scratch to quantize a row in.
+// Scratch: [tiles][K/4][16] dwords of activation bytes (dword c of every row in its lane, a
+// tile's dwords one after another, so a pass reads them in order and no two share an L1 set),
+// then [tiles][groups][16] activation scales and as many group sums, then one row's GemvInt
+// scratch to quantize a row in.
 struct Layout {
   int64_t xt, xs, xsum, row;
   Layout(int64_t n, int64_t K, int group) {
@@ -106,7 +107,8 @@ void RunBlocks(const void* c, int64_t r0, int64_t r1) {
 // their scales and biases as f32.
 template <bool Q4, int G, int R>
 struct Staged {
-  int64_t stride;  // from one dword (or group) of the columns to the next
+  static constexpr int64_t stride = kLanes;  // from one dword (or group) of the columns to the next
+  int64_t dwordsTile, groupsTile;           // from one tile's columns (dwords, groups) to the next
   const int32_t* xt;
   const float* xs;
   const float* xsum;
@@ -121,14 +123,15 @@ struct Staged {
     const float* xsum;
   };
   // Tile tt after the first: its activation bytes, scales and group sums.
-  Cols Columns(int64_t tt) const { return {xt + tt * kLanes, xs + tt * kLanes, xsum + tt * kLanes}; }
+  Cols Columns(int64_t tt) const { return {xt + tt * dwordsTile, xs + tt * groupsTile, xsum + tt * groupsTile}; }
 
   __attribute__((target("avx2,f16c"))) Staged(const GemmIntTask& t, const Layout& L, int64_t m, int64_t tile, int64_t k0, int64_t k1,
                                                bool recentre)
-      : stride(Tiles(t.n) * kLanes),
-        xt(reinterpret_cast<const int32_t*>(t.scratch + L.xt) + tile * kLanes),
-        xs(reinterpret_cast<const float*>(t.scratch + L.xs) + tile * kLanes),
-        xsum(reinterpret_cast<const float*>(t.scratch + L.xsum) + tile * kLanes),
+      : dwordsTile(t.K / 4 * kLanes),
+        groupsTile(t.K / G * kLanes),
+        xt(reinterpret_cast<const int32_t*>(t.scratch + L.xt) + tile * dwordsTile),
+        xs(reinterpret_cast<const float*>(t.scratch + L.xs) + tile * groupsTile),
+        xsum(reinterpret_cast<const float*>(t.scratch + L.xsum) + tile * groupsTile),
         gk(k0 / G),
         c0(Q4 ? k0 / 8 : k0 / 4) {
     const int64_t rowBytes = Q4 ? t.K / 2 : t.K;
@@ -387,10 +390,10 @@ void GemmInt(WeightType type, const void* w, const uint16_t* scales, const uint1
   // lanes of the last tile are zeros.
   const int64_t tiles = Tiles(n);
   for (int64_t a = 0; a < tiles * kLanes; ++a) {
-    const int64_t stride = tiles * kLanes;
-    int32_t* xta = xt + a;
-    float* xsa = xs + a;
-    float* xsuma = xsum + a;
+    const int64_t stride = kLanes, tile = a / kLanes, lane = a % kLanes;
+    int32_t* xta = xt + tile * (K / 4) * kLanes + lane;
+    float* xsa = xs + tile * groups * kLanes + lane;
+    float* xsuma = xsum + tile * groups * kLanes + lane;
     if (a < n) {
       QuantizeActivations(X + a * K, K, group, q4, rq, rs, rsum);
       for (int64_t c = 0; c < K / 4; ++c) std::memcpy(xta + c * stride, rq + 4 * c, 4);

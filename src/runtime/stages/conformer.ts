@@ -207,7 +207,9 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
         c.slot = -1;
         progress = true;
       }
-      if (this.#tell(c)) progress = true;
+      // The speech's events go ahead of the provisional turn's rows: a told row takes ring room
+      // only when no event waits for it, so speech_end does not wait for the whole turn's prefill.
+      let eventWaits = false;
       for (;;) {
         const kind = c.input.peekKind();
         if (kind < 0) break;
@@ -270,7 +272,10 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
           c.count = 0;
         } else if (kind === REC_SPEECH_START || kind === REC_SPEECH_END) {
           // The frontend's turn events travel on to the host, in order with the segments.
-          if (!c.out.canWrite(2)) break;
+          if (!c.out.canWrite(2)) {
+            eventWaits = true;
+            break;
+          }
           const v = c.input.peekLength() > 0 ? c.input.peekInt(0) : 0;
           c.input.skip();
           c.out.write2(kind, v, 0);
@@ -278,6 +283,7 @@ export class ConformerStage extends PassStage<ConformerConv, ConformerEncoder> {
         this.records++;
         progress = true;
       }
+      if (!eventWaits && this.#tell(c)) progress = true;
     }
     return progress;
   }
