@@ -89,6 +89,8 @@ void RunBlocks(const void* c, int64_t r0, int64_t r1) {
         for (int64_t o = from & ~int64_t{63}; o < to; o += 64) _mm_prefetch(nb + o, _MM_HINT_T1);
         int64_t r = 0;
         for (; r + Kernel::kRows <= mb; r += Kernel::kRows) Kernel::template Pass<Kernel::kRows>(t, L, acc, r, m0 + r, tile0, nt, k0, k1);
+        if constexpr (Kernel::kRows > 2)
+          for (; r + 2 <= mb; r += 2) Kernel::template Pass<2>(t, L, acc, r, m0 + r, tile0, nt, k0, k1);
         for (; r < mb; ++r) Kernel::template Pass<1>(t, L, acc, r, m0 + r, tile0, nt, k0, k1);
       }
       // Output row by output row: each gets mb consecutive floats (rows M floats apart share an
@@ -242,7 +244,7 @@ struct Avx2Gemm {
   static constexpr bool kQ4 = Q4;
   static constexpr int kGroup = G;
   static constexpr int64_t kDwordsPerGroup = Q4 ? G / 8 : G / 4;
-  static constexpr int kRows = 4;  // weight rows a pass keeps in registers
+  static constexpr int kRows = Q4 ? 3 : 4;  // weight rows a pass keeps in registers (q4: three keep every sum in a register)
 
   template <int R>
   VOXSLAB_AVX2 static void Pass(const GemmIntTask& t, const Layout& L, float* acc, int64_t mrel, int64_t m, int64_t tile0, int64_t nt,
