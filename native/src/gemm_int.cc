@@ -26,13 +26,15 @@ constexpr int64_t kKBlock = 256;    // inputs per pass (a multiple of 64)
 int64_t Tiles(int64_t n) { return (n + kLanes - 1) / kLanes; }
 
 // Scratch: [tiles][K/4][16] dwords of activation bytes (dword c of every row in its lane, a
-// tile's dwords one after another, so a pass reads them in order and no two share an L1 set),
-// then [tiles][groups][16] activation scales and as many group sums, then one row's GemvInt
-// scratch to quantize a row in.
+// tile's dwords one after another, so a pass reads them in order), then [tiles][groups][16]
+// activation scales and as many group sums, then one row's GemvInt scratch to quantize a row in.
 struct Layout {
   int64_t xt, xs, xsum, row;
+  int64_t dwordsTile, groupsTile;  // from one tile's columns (dwords, groups) to the next
   Layout(int64_t n, int64_t K, int group) {
     const int64_t tiles = Tiles(n), groups = K / group;
+    dwordsTile = K / 4 * kLanes;
+    groupsTile = groups * kLanes;
     xt = 0;
     xs = xt + tiles * K * kLanes;
     xsum = xs + tiles * groups * kLanes * 4;
@@ -110,7 +112,7 @@ void RunBlocks(const void* c, int64_t r0, int64_t r1) {
 template <bool Q4, int G, int R>
 struct Staged {
   static constexpr int64_t stride = kLanes;  // from one dword (or group) of the columns to the next
-  int64_t dwordsTile, groupsTile;           // from one tile's columns (dwords, groups) to the next
+  int64_t dwordsTile, groupsTile;           // the Layout's
   const int32_t* xt;
   const float* xs;
   const float* xsum;
@@ -129,8 +131,8 @@ struct Staged {
 
   __attribute__((target("avx2,f16c"))) Staged(const GemmIntTask& t, const Layout& L, int64_t m, int64_t tile, int64_t k0, int64_t k1,
                                                bool recentre)
-      : dwordsTile(t.K / 4 * kLanes),
-        groupsTile(t.K / G * kLanes),
+      : dwordsTile(L.dwordsTile),
+        groupsTile(L.groupsTile),
         xt(reinterpret_cast<const int32_t*>(t.scratch + L.xt) + tile * dwordsTile),
         xs(reinterpret_cast<const float*>(t.scratch + L.xs) + tile * groupsTile),
         xsum(reinterpret_cast<const float*>(t.scratch + L.xsum) + tile * groupsTile),
@@ -393,9 +395,9 @@ void GemmInt(WeightType type, const void* w, const uint16_t* scales, const uint1
   const int64_t tiles = Tiles(n);
   for (int64_t a = 0; a < tiles * kLanes; ++a) {
     const int64_t stride = kLanes, tile = a / kLanes, lane = a % kLanes;
-    int32_t* xta = xt + tile * (K / 4) * kLanes + lane;
-    float* xsa = xs + tile * groups * kLanes + lane;
-    float* xsuma = xsum + tile * groups * kLanes + lane;
+    int32_t* xta = xt + tile * L.dwordsTile + lane;
+    float* xsa = xs + tile * L.groupsTile + lane;
+    float* xsuma = xsum + tile * L.groupsTile + lane;
     if (a < n) {
       QuantizeActivations(X + a * K, K, group, q4, rq, rs, rsum);
       for (int64_t c = 0; c < K / 4; ++c) std::memcpy(xta + c * stride, rq + 4 * c, 4);

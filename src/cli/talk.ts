@@ -279,7 +279,7 @@ async function talkSelf(a: TalkArgs, exchanges: number, opener: Float32Array): P
       ...(o.signal === undefined ? {} : { signal: o.signal }),
       event: (e) => {
         if (e.kind === 'interrupted') o.write(`${at(e.clock)} ${e.side}: (interrupted)\n`);
-        if (e.kind === 'replied') o.write(`${at(e.clock)} ${e.side}: ${engine.pipeline.tokenizer.decode([...e.tokens!])} (${e.frames} frames)\n`);
+        if (e.kind === 'replied') o.write(`${at(e.clock)} ${e.side}: ${engine.pipeline.tokenizer.decode(e.tokens ?? [])} (${e.frames} frames)\n`);
       },
     });
     for (const c of r.conversations) await c.close();

@@ -206,24 +206,23 @@ const afterEngine = engine.snapshot().held.total;
 const trapped = Object.fromEntries(stats.map((s) => [s.stage, s.allocationsAfterReady]));
 for (const [stage, n] of Object.entries(trapped)) if (n !== 0) failures.push(`${stage}: ${n} constructor calls after readiness`);
 const rss = samples.column(1);
-const committed = samples.column(MAIN + 1);
-// What the heaps hold resident: each heap's high-water mark of committed bytes (see above).
+// The six heaps' committed bytes, and what they hold resident: each one's high-water mark (see above).
+const committed = new Float64Array(samples.count);
 const resident = new Float64Array(samples.count);
 for (let k = 0; k <= STAGES.length; k++) {
   const c = samples.column(MAIN + 1 + 3 * k);
   let high = 0;
   for (let i = 0; i < c.length; i++) {
-    if (k > 0) committed[i] = (committed[i] as number) + (c[i] as number);
     high = Math.max(high, c[i] as number);
+    committed[i] = (committed[i] as number) + (c[i] as number);
     resident[i] = (resident[i] as number) + high;
   }
 }
-const heapsGrowth = growth(committed);
 const drift = {
   heap: growth(samples.column(MAIN)),
   outsideHeaps: growth(rss.map((v, i) => v - (resident[i] as number))),
   rss: growth(rss),
-  heapsCommitted: heapsGrowth,
+  heapsCommitted: growth(committed),
   heapsResident: growth(resident),
   mallocInUse: growth(samples.column(2)),
   arrayBuffers: growth(samples.column(MAIN + 2)),
