@@ -7,7 +7,7 @@
  *   collection) grows by less than 1 MiB, and so do the ArrayBuffer bytes each of them holds,
  *   the C allocator's bytes in use (every thread's native heap) and the memory outside the JS
  *   heaps (the growth of the process RSS, with the allocator's free memory given back first,
- *   less that of the heaps' high-water marks: native memory, buffers, stacks),
+ *   less that of what the heaps hold: native memory, buffers, stacks),
  * - closing both conversations returns the ledger to its baseline, and closing the engine to 0,
  * - the same exchange replayed on a fresh engine without the harness gives the same bytes.
  *
@@ -16,9 +16,10 @@
  * Growth is the median of the last sixth of the samples less that of the first sixth: one RSS
  * sample moves by megabytes as V8 sizes six heaps, and a median of many does not. The heaps'
  * committed bytes are reported, not gated: V8 grows and shrinks them with the garbage, and what
- * is live in them is gated. A heap that shrinks gives its pages to V8's page pool, where they
- * stay resident, so a heap holds its high-water mark of committed bytes in RSS: that, not what
- * it has committed now, is taken out of RSS.
+ * is live in them is gated. What the heaps hold in RSS lies between what they have committed
+ * now and their high-water marks: a heap that shrinks gives its pages to V8's page pool, where
+ * they stay resident until V8 lets them go. So the growth outside the heaps is the smaller of
+ * RSS's growth over each bound; memory that grows outside them raises both.
  *
  * Exit 0 when every check holds, 1 otherwise; the last line says which.
  */
@@ -220,7 +221,7 @@ for (let k = 0; k <= STAGES.length; k++) {
 }
 const drift = {
   heap: growth(samples.column(MAIN)),
-  outsideHeaps: growth(rss.map((v, i) => v - (resident[i] as number))),
+  outsideHeaps: Math.min(growth(rss.map((v, i) => v - (committed[i] as number))), growth(rss.map((v, i) => v - (resident[i] as number)))),
   rss: growth(rss),
   heapsCommitted: growth(committed),
   heapsResident: growth(resident),
