@@ -166,6 +166,13 @@ Napi::Value MallocInUseBytesValue(const Napi::CallbackInfo& info) {
   return Napi::Number::New(info.Env(), static_cast<double>(voxslab::MallocInUseBytes()));
 }
 
+// signalHandler(signo): see SignalHandler.
+Napi::Value SignalHandlerValue(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 1, "signalHandler");
+  if (!info[0].IsNumber()) ThrowType(info.Env(), "signalHandler: the signal must be a number");
+  return Napi::Number::New(info.Env(), voxslab::SignalHandler(info[0].As<Napi::Number>().Int32Value()));
+}
+
 // ---- mirrored rings (the registry is in system.cc) ----
 uintptr_t MirrorAddressArg(const Napi::CallbackInfo& info, const char* fn) {
   if (!info[0].IsBigInt()) ThrowType(info.Env(), std::string(fn) + ": address must be a bigint from mirrorCreate");
@@ -231,6 +238,7 @@ void BindSystem(Napi::Env env, Napi::Object exports) {
   Export<MallocArenaBytesValue>(env, exports, "mallocArenaBytes");
   Export<MallocInUseBytesValue>(env, exports, "mallocInUseBytes");
   Export<NoArgs<voxslab::MallocTrim>>(env, exports, "mallocTrim");
+  Export<SignalHandlerValue>(env, exports, "signalHandler");
   Export<CpuFeaturesValue>(env, exports, "cpuFeatures");
 
   Export<NoArgs<voxslab::QuietAlsaErrors>>(env, exports, "quietAlsa");

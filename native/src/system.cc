@@ -20,6 +20,7 @@
 #include <sys/syscall.h>
 #endif
 #if defined(__unix__) || defined(__APPLE__)
+#include <csignal>
 #include <sys/mman.h>
 #include <unistd.h>
 #endif
@@ -315,6 +316,21 @@ int64_t MallocInUseBytes() {
   const struct mallinfo2 m = mallinfo2();
   return static_cast<int64_t>(m.uordblks + m.hblkhd);
 #else
+  return -1;
+#endif
+}
+
+double SignalHandler(int signo) {
+#if defined(__unix__) || defined(__APPLE__)
+  struct sigaction action {};
+  if (sigaction(signo, nullptr, &action) != 0) return -1;
+  const bool info = (action.sa_flags & SA_SIGINFO) != 0;
+  if (!info && action.sa_handler == SIG_DFL) return 0;
+  if (!info && action.sa_handler == SIG_IGN) return 1;
+  const uintptr_t at = info ? reinterpret_cast<uintptr_t>(action.sa_sigaction) : reinterpret_cast<uintptr_t>(action.sa_handler);
+  return static_cast<double>(at);
+#else
+  (void)signo;
   return -1;
 #endif
 }

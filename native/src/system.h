@@ -54,6 +54,10 @@ size_t MirrorAcquire(uintptr_t at);
 // One reference back (the owner's release, a view's finalizer).
 void MirrorDrop(uintptr_t at);
 
+// The handler installed for signal `signo`: 0 the default, 1 ignored, else its address; -1 for a
+// signal number the system refuses or where signal actions cannot be read.
+double SignalHandler(int signo);
+
 // Routes alsa-lib's error messages (about sound cards a machine does not have, printed to
 // stderr while PortAudio scans) to a no-op; false when the addon was built without ALSA.
 bool QuietAlsaErrors();

@@ -10,7 +10,7 @@
  * Thread contract: the main thread (naudiodon's events arrive there). `tick` allocates nothing;
  * naudiodon's stream machinery allocates for each chunk (counted, not avoidable from here).
  */
-import { createRequire } from 'node:module';
+import { createRequire, Module } from 'node:module';
 import { DeviceError } from '../errors.js';
 import { native } from '../native.js';
 
@@ -65,11 +65,40 @@ function naudiodon(): Naudiodon {
   // scans; VOXSLAB_ALSA_LOG=1 keeps them.
   if (process.env.VOXSLAB_ALSA_LOG !== '1') native.quietAlsa();
   try {
-    loaded = createRequire(import.meta.url)('naudiodon') as Naudiodon;
+    loaded = withoutCrashHandler(() => createRequire(import.meta.url)('naudiodon') as Naudiodon);
   } catch (cause) {
     throw new DeviceError('(any)', 'naudiodon (PortAudio) could not be loaded; install it with npm and make sure ALSA (libasound2) is present', { cause });
   }
   return loaded;
+}
+
+/**
+ * Runs `load` while `require('segfault-handler')` gives a stand-in that registers nothing.
+ * naudiodon's entry registers that module's process-wide SIGSEGV handler (it writes crash.log
+ * into the working directory); a library must not change the signal handling of the app that
+ * embeds it. The module cache is put back as it was, so the app's own require of
+ * segfault-handler still gets the real one.
+ */
+function withoutCrashHandler<T>(load: () => T): T {
+  const require = createRequire(import.meta.url);
+  let path: string;
+  try {
+    path = createRequire(require.resolve('naudiodon')).resolve('segfault-handler');
+  } catch {
+    return load(); // naudiodon without it: nothing to hold off
+  }
+  const before = require.cache[path];
+  const standIn = new Module(path);
+  standIn.filename = path;
+  standIn.loaded = true;
+  standIn.exports = { registerHandler: () => undefined, printStackTrace: () => undefined, causeSegfault: () => undefined };
+  require.cache[path] = standIn;
+  try {
+    return load();
+  } finally {
+    if (before === undefined) delete require.cache[path];
+    else require.cache[path] = before;
+  }
 }
 
 /** Every device PortAudio sees. */

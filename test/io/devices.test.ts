@@ -62,6 +62,43 @@ t.test('voxslab devices lists the virtual ALSA devices', async (t) => {
   t.match(table.stdout, /voxmic/, 'and as a table');
 });
 
+t.test("loading the device library leaves the host's signal handlers as they were", async (t) => {
+  const { env } = virtualDevices(new Float32Array(RATE));
+  const dist = new URL('../../src/', import.meta.url).href;
+  // Each mode in a process of its own: a module loads once per process.
+  const probe = (mode: 'voxslab' | 'direct') => {
+    const src = `
+      import { constants } from 'node:os';
+      import { createRequire } from 'node:module';
+      const { native } = await import('${dist}native.js');
+      const { listDevices } = await import('${dist}io/devices.js');
+      const signals = ['SIGSEGV', 'SIGBUS', 'SIGILL', 'SIGFPE', 'SIGABRT'];
+      const handlers = () => signals.map((s) => native.signalHandler(constants.signals[s]));
+      const before = handlers();
+      const require = createRequire('${dist}io/devices.js'); // resolves as the package does
+      if ('${mode}' === 'voxslab') listDevices(); else require('naudiodon');
+      const after = handlers();
+      const path = createRequire(require.resolve('naudiodon')).resolve('segfault-handler');
+      const cached = require.cache[path] === undefined ? 'absent' : typeof require.cache[path].exports.registerHandler;
+      const real = typeof require('segfault-handler').registerHandler;
+      console.log(JSON.stringify({ before, after, cached, real }));`;
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', src], { encoding: 'utf8', env, cwd: scratchDir('voxslab-signals-'), timeout: 60_000 });
+    t.equal(r.status, 0, `${mode}: exit 0 (${r.stderr.slice(-300)})`);
+    return JSON.parse(r.stdout) as { before: number[]; after: number[]; cached: string; real: string };
+  };
+  const ours = probe('voxslab');
+  t.ok(
+    ours.before.every((h) => h >= 0),
+    `the handlers are readable: ${ours.before.join(', ')}`,
+  );
+  t.same(ours.after, ours.before, 'listDevices: SIGSEGV, SIGBUS, SIGILL, SIGFPE and SIGABRT keep their handlers');
+  t.equal(ours.cached, 'absent', 'the stand-in is gone from the module cache');
+  t.equal(ours.real, 'function', "and the app's own require gets the real segfault-handler");
+  // The control: naudiodon required as it is changes them.
+  const direct = probe('direct');
+  t.notSame(direct.after, direct.before, `requiring naudiodon directly installs its handler (${direct.before.join(', ')} → ${direct.after.join(', ')})`);
+});
+
 t.test('voxslab talk: a duplex session end to end through PortAudio on virtual devices', { skip }, async (t) => {
   const { env, out } = virtualDevices(speech48k());
   const r = voxslab(env, 'talk', '--input-device', 'voxmic', '--output-device', 'voxspk', '--rate', String(RATE), '--seconds', '20');
