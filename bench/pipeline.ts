@@ -38,12 +38,13 @@ import { optionValue } from '../src/options.js';
 import { native } from '../src/native.js';
 import { resolveModel } from '../src/io/checkpoint.js';
 import { Doorbells, RecordRing, ringBytes } from '../src/runtime/ring.js';
-import { MAX_CONVERSATIONS } from '../src/runtime/protocol.js';
 import { round, type Spread, spread } from './util.js';
 
 const FIXTURE = fileURLToPath(new URL('../../test/fixtures/hello.wav', import.meta.url));
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 const ENGINE_FRAME = fileURLToPath(new URL('./workers/engine-frame.js', import.meta.url));
+/** The capacity search stops here: twice the 64 conversations the tiny model must hold. */
+const CAPACITY_LIMIT = 128;
 
 interface RunConv {
   wallMs: number;
@@ -536,7 +537,7 @@ async function measure(name: string, model: string, o: { quick: boolean }, short
   const engineFrame = engineFrameMs(model, threads, o.quick);
   const pipelineFrame = steadyFrameMs(one.report, long.report);
   const rt = await runOnce(model, 1, { realtime: true, reply: '1' });
-  const { tries: capacity, capacity: capacityRealTime, perConversation } = await capacitySearch(model, o.quick ? 4 : MAX_CONVERSATIONS);
+  const { tries: capacity, capacity: capacityRealTime, perConversation } = await capacitySearch(model, o.quick ? 4 : CAPACITY_LIMIT);
   const engine = await load(model);
   const calibrated = engine.capacity;
   await engine.close();

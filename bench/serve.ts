@@ -205,11 +205,15 @@ export async function run(o: { quick: boolean }): Promise<{ rows: ServeBenchRow[
       await d.exited;
     }
   }
-  // The load test on tiny, at the daemon's default conversation limit.
+  // The load test on tiny, with four conversations at most: a ramp past the limit and an abusive
+  // mix beside a full house stay a few minutes long.
   const tiny = resolveModel('tiny', (l) => process.stderr.write(`${l}\n`));
-  const load = await loadTest(tiny, { quick: o.quick, maxConversations: Number(defaultOf('maxConversations')), outputRate: Number(defaultOf('outputRate')) });
+  const load = await loadTest(tiny, { quick: o.quick, maxConversations: LOAD_CONVERSATIONS, outputRate: Number(defaultOf('outputRate')) });
   return { rows, load };
 }
+
+/** The load test's `--max-conversations`. */
+const LOAD_CONVERSATIONS = 4;
 
 export function format(r: Awaited<ReturnType<typeof run>>): string {
   const lines = [

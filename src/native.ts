@@ -106,6 +106,8 @@ export interface NativeAddon {
   mallocInUseBytes(): number;
   /** Gives the C allocator's free arena memory back to the system (process-wide; for measurements); false where unsupported. */
   mallocTrim(): boolean;
+  /** The handler installed for signal `signo`: 0 the default, 1 ignored, else its address (-1: unknown). */
+  signalHandler(signo: number): number;
   /** True when the addon was linked with WebRTC's audio processing module. */
   apmAvailable(): boolean;
   /** One engine: echo 0 (off)..3 suppression low/moderate/high, highPass 0|1, noise 0 (off)..4, voice 0 (off)..4 likelihood, delayAgnostic 0|1. */

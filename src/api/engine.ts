@@ -28,8 +28,9 @@ import type { ModelConfig } from '../model/format/config.js';
 import type { SpeechModelOptions } from '../core/conversation.js';
 import type { DuplexDevice } from '../core/session.js';
 import { Pipeline, type PinMap, type PipelineConversation, type StageThreads } from '../runtime/coordinator.js';
-import { BELL_MAIN, MAX_CONVERSATIONS } from '../runtime/protocol.js';
+import { BELL_MAIN } from '../runtime/protocol.js';
 import { calibrate, type ComputeCapacity, frameCostMs, givenCapacity } from '../runtime/capacity.js';
+import { ledgerOwners } from '../runtime/carve.js';
 import { Conversation, type ConversationOptions } from './conversation.js';
 import { aborted, isAborted, kAttach, kDetach, kFail, kPump } from './host.js';
 import { type DeviceHost, type DeviceLink, driveTogether } from './device.js';
@@ -45,6 +46,11 @@ export interface EngineOptions extends SpeechModelOptions {
   domain?: MemoryDomain;
   /** Pass slots per compute stage. */
   slots?: number;
+  /**
+   * Conversations open at once, at most (default 64): the memory ledger's owner table is sized
+   * for them, and one more is refused with CapacityError before anything is carved.
+   */
+  maxConversations?: number;
   /** CPUs per stage, or 'none' to leave thread affinity alone. */
   pin?: PinMap | 'none';
   /** Compute threads of the named stages (the others take `threads`). */
@@ -77,12 +83,14 @@ export function loadWithHooks(model: string, options: EngineOptions, hooks: Engi
 
 /** Loads `model` into the stage workers, with the suite's hooks (none for an application). */
 async function startEngine(model: string, options: EngineOptions, hooks: EngineTestHooks): Promise<Engine> {
-  const { memoryLimit, domain: inDomain, slots, pin, stageThreads, callTimeoutMs, signal, log, capacity: cap, ...speech } = options;
+  const { memoryLimit, domain: inDomain, slots, maxConversations, pin, stageThreads, callTimeoutMs, signal, log, capacity: cap, ...speech } = options;
   const { trapAllocations, replyFrameLimits } = hooks;
   if (signal?.aborted === true) throw aborted(signal, 'loading');
   const dir = resolveModel(model, log ?? (() => undefined));
-  const domain = inDomain ?? MemoryDomain.create(memoryLimit === undefined ? {} : { limit: memoryLimit });
-  const po: Parameters<typeof Pipeline.start>[2] = { ...speech };
+  const most = optionValue<number>('maxConversations', maxConversations);
+  const ownerCapacity = ledgerOwners(optionValue<number>('slots', slots), most);
+  const domain = inDomain ?? MemoryDomain.create(memoryLimit === undefined ? { ownerCapacity } : { limit: memoryLimit, ownerCapacity });
+  const po: Parameters<typeof Pipeline.start>[2] = { ...speech, maxConversations: most };
   if (slots !== undefined) po.slots = slots;
   if (pin !== undefined) po.pin = pin;
   if (stageThreads !== undefined) po.stageThreads = stageThreads;
@@ -111,7 +119,7 @@ async function measuredCapacity(p: Pipeline): Promise<ComputeCapacity> {
     return await calibrate(p);
   } catch (error) {
     if (!(error instanceof MemoryLimitError || error instanceof CapacityError)) throw error;
-    return { ...givenCapacity(p, MAX_CONVERSATIONS), measured: false };
+    return { ...givenCapacity(p, p.maxConversations), measured: false };
   }
 }
 

@@ -16,11 +16,12 @@ import { resolveModel } from '../io/checkpoint.js';
 import { computeThreadsShortfall } from '../model/blocks/kernels.js';
 import { encodeNpyFloat32, encodeNpyInt32 } from '../dsp/npy.js';
 import { WavReader } from '../dsp/wav.js';
-import { flagValue, parseFlag } from '../options.js';
+import { flagValue, OPTIONS, parseFlag } from '../options.js';
 import { Conversation, SpeechModel, type ReplySink, type ReplySummary } from '../core/conversation.js';
 import { computeCpuMs, CLOCKS, threadCpuMs } from '../core/clock.js';
 import { PIPELINE } from '../runtime/stages/index.js';
 import type { Pipeline, PinMap, StageThreads } from '../runtime/coordinator.js';
+import { ledgerOwners } from '../runtime/carve.js';
 import type { StageName } from '../runtime/protocol.js';
 import { type Job, ms, turnResult, writeReport } from './run-report.js';
 import { runPipeline } from './run-pipeline.js';
@@ -164,11 +165,14 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
     }
     const dir = resolveModel(r.model, log);
     const t0 = performance.now();
-    const domain = r.hooks?.domain ?? MemoryDomain.create();
+    // One conversation per input: the pipeline's tables are sized for them.
+    const most = jobs.length;
+    if (most > OPTIONS.maxConversations.max) throw new UsageError(`run: ${most} inputs; at most ${OPTIONS.maxConversations.max} conversations run at once`);
+    const domain = r.hooks?.domain ?? MemoryDomain.create({ ownerCapacity: ledgerOwners(slots, most) });
     const options: Parameters<typeof SpeechModel.load>[2] = { segmentSeconds: segment, replySeconds: reply, outputRate: rate, threads, kv };
     if (context !== undefined) options.context = context;
     if (engine === 'pipeline') {
-      const po: Parameters<typeof Pipeline.start>[2] = { ...options, slots };
+      const po: Parameters<typeof Pipeline.start>[2] = { ...options, slots, maxConversations: most };
       if (pin !== undefined) po.pin = pin;
       if (stageThreads !== undefined) po.stageThreads = stageThreads;
       if (r.hooks?.trapAllocations !== undefined) po.trapAllocations = r.hooks.trapAllocations;

@@ -74,6 +74,7 @@ export async function serveCommand(r: ServeRequest, log: (line: string) => void 
     threads: flagValue<number>('threads', r.threads),
     kv: flagValue<'f32' | 'f16'>('kv', r.kv),
     slots: flagValue<number>('slots', r.slots),
+    maxConversations: daemonOptions.maxConversations,
     // Endpointing of conversations opened with vad.
     silenceMs: flagValue<number>('silenceMs', r.silence),
     speculateMs: flagValue<number>('speculateMs', r.speculate),

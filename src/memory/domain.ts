@@ -3,7 +3,7 @@ import { Arena } from './arena.js';
 import { AllocationError, ArgumentError } from '../errors.js';
 import { FootprintPolicy, type FootprintOptions, type FootprintSettings } from './footprint.js';
 import { SharedCounters } from './counters.js';
-import { adoptCategories, categoryNames, kLimit, kMaxOwners, type Category, type OwnerKind } from './layout.js';
+import { adoptCategories, categoryNames, kDefaultOwners, kLimit, type Category, type OwnerKind } from './layout.js';
 import { Ledger, type Owner } from './ledger.js';
 import { AllocationLimit, limitFromEnvironment } from './limit.js';
 import { toManifest, type MemoryManifest, type PlanSummary } from './manifest.js';
@@ -21,7 +21,7 @@ export interface MemoryDomainOptions {
   allocator?: Allocator;
   /** Page locking for pinned slabs; default the native addon's mlock. */
   pageLocker?: PageLocker;
-  /** Most owners (1..kMaxOwners). Default kMaxOwners. */
+  /** Most owners (1..kMaxOwners). Default kDefaultOwners. */
   ownerCapacity?: number;
   /**
    * A planning domain: every slab and arena is charged exactly as a real one, but none is
@@ -131,7 +131,7 @@ export class MemoryDomain {
     else if (typeof options.limit === 'string') limit = parseByteSize(options.limit, "memory option 'limit'");
     else limit = options.limit;
     if (options.unbacked !== undefined && typeof options.unbacked !== 'boolean') throw new ArgumentError("memory option 'unbacked' must be a boolean");
-    const ledger = Ledger.create(options.ownerCapacity ?? kMaxOwners);
+    const ledger = Ledger.create(options.ownerCapacity ?? kDefaultOwners);
     const domain = new MemoryDomain(ledger, policy, allocator, locker, options.unbacked === true);
     domain.limit.setLimit(limit);
     return domain;

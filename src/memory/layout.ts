@@ -85,12 +85,13 @@ export const kGlobalSlots = 16;
 export const kOwnerKind = 0; // index into OWNER_KINDS, plus one (0 = empty record)
 export const kOwnerIndex = 1;
 export const kOwnerSealed = 2;
-/** Most owners one process can register: enough for an engine's conversations at once (two owners each) beside its model and pass slots. */
-export const kMaxOwners = 256;
-/** Borrower sets: one bit per owner slot, 32 to a counter word. */
-export const kBorrowerWords = kMaxOwners / 32;
-export const kOwnerBorrowers = 3; // kBorrowerWords words: word w, bit b is borrower slot 32·w + b
-export const kOwnerHeld = kOwnerBorrowers + kBorrowerWords;
+/** Most owners one ledger can hold (a validation bound: the table is sized by its creator). */
+export const kMaxOwners = 4096;
+/** Owners of a ledger created without a size (a model, its pass slots and over a hundred conversations). */
+export const kDefaultOwners = 256;
+/** The owner whose storage this owner borrows, plus one (0 = none); an owner borrows from one owner at a time. */
+export const kOwnerLender = 3;
+export const kOwnerHeld = kOwnerLender + 1;
 export const kOwnerPeak = kOwnerHeld + 1;
 export const kOwnerPassSlots = kOwnerHeld + 2;
 export const kOwnerCategories = kOwnerHeld + 3; // then [category][requested, footprint, regions]

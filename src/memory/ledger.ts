@@ -12,8 +12,9 @@ import {
   kAllocationsBeforeReadiness,
   kFootprint,
   kGlobalSlots,
+  kDefaultOwners,
   kMaxOwners,
-  kOwnerBorrowers,
+  kOwnerLender,
   kOwnerCapacity,
   kOwnerCount,
   kOwnerHeld,
@@ -89,7 +90,7 @@ export class Ledger {
   }
 
   /** A new ledger block for up to `ownerCapacity` owners (1..kMaxOwners). */
-  static create(ownerCapacity = kMaxOwners): Ledger {
+  static create(ownerCapacity = kDefaultOwners): Ledger {
     if (!Number.isSafeInteger(ownerCapacity) || ownerCapacity < 1 || ownerCapacity > kMaxOwners) {
       throw new ArgumentError(`ownerCapacity must be an integer from 1 to ${kMaxOwners}, got ${String(ownerCapacity)}`);
     }
@@ -209,29 +210,33 @@ export class Ledger {
     }
   }
 
-  /** Records that `borrower` uses storage charged to `owner` (charged once, to `owner`). */
+  /** Records that `borrower` uses storage charged to `owner` (charged once, to `owner`); it borrows from one owner at a time. */
   borrow(owner: Owner, borrower: Owner): void {
-    this.#setBorrower(owner, borrower, true);
+    this.#check(owner);
+    this.#check(borrower);
+    if (owner.slot === borrower.slot) return;
+    const at = ownerBase(borrower.slot) + kOwnerLender;
+    const c = this.counters;
+    c.beginWrite();
+    try {
+      const lender = c.get(at);
+      if (lender !== 0 && lender !== owner.slot + 1)
+        throw new ArgumentError(`'${borrower.name}' already borrows from owner slot ${lender - 1}; it cannot also borrow from '${owner.name}'`);
+      c.set(at, owner.slot + 1);
+    } finally {
+      c.endWrite();
+    }
   }
 
   /** Ends `borrower`'s use of `owner`'s storage. */
   unborrow(owner: Owner, borrower: Owner): void {
-    this.#setBorrower(owner, borrower, false);
-  }
-
-  #setBorrower(owner: Owner, borrower: Owner, on: boolean): void {
     this.#check(owner);
     this.#check(borrower);
-    if (owner.slot === borrower.slot) return;
+    const at = ownerBase(borrower.slot) + kOwnerLender;
     const c = this.counters;
-    const word = kOwnerBorrowers + Math.floor(borrower.slot / 32);
-    const bit = 2 ** (borrower.slot % 32);
     c.beginWrite();
     try {
-      const at = ownerBase(owner.slot) + word;
-      const mask = c.get(at);
-      const set = Math.floor(mask / bit) % 2 === 1;
-      if (set !== on) c.set(at, on ? mask + bit : mask - bit);
+      if (c.get(at) === owner.slot + 1) c.set(at, 0);
     } finally {
       c.endWrite();
     }

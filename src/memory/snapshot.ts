@@ -9,8 +9,7 @@ import {
   kFootprint,
   kLimit,
   kLiveSlabs,
-  kBorrowerWords,
-  kOwnerBorrowers,
+  kOwnerLender,
   kOwnerCount,
   kOwnerHeld,
   kOwnerIndex,
@@ -78,17 +77,6 @@ export interface MemorySnapshot {
 
 const at = (raw: Float64Array, i: number): number => raw[i] ?? 0;
 
-/** The borrower slots whose bits are set in the kBorrowerWords words from `at`. */
-function borrowerSlots(raw: Float64Array, at: number): number[] {
-  const out: number[] = [];
-  for (let w = 0; w < kBorrowerWords; w++) {
-    const mask = raw[at + w] ?? 0;
-    if (mask === 0) continue;
-    for (let b = 0; b < 32; b++) if (Math.floor(mask / 2 ** b) % 2 === 1) out.push(32 * w + b);
-  }
-  return out;
-}
-
 /** Builds a snapshot object from a raw counter copy made by Ledger.readRaw. */
 export function decodeSnapshot(raw: Float64Array, sequence: number): MemorySnapshot {
   const n = at(raw, kOwnerCount);
@@ -96,6 +84,12 @@ export function decodeSnapshot(raw: Float64Array, sequence: number): MemorySnaps
   for (let s = 0; s < n; s++) {
     const b = ownerBase(s);
     names.push(`${OWNER_KINDS[at(raw, b + kOwnerKind) - 1] ?? 'unknown'}/${at(raw, b + kOwnerIndex)}`);
+  }
+  // Each owner records whom it borrows from; the lender lists its borrowers in slot order.
+  const borrowers: string[][] = names.map(() => []);
+  for (let s = 0; s < n; s++) {
+    const lender = at(raw, ownerBase(s) + kOwnerLender) - 1;
+    if (lender >= 0) borrowers[lender]?.push(names[s]!);
   }
   const owners: OwnerSnapshot[] = [];
   for (let s = 0; s < n; s++) {
@@ -118,7 +112,7 @@ export function decodeSnapshot(raw: Float64Array, sequence: number): MemorySnaps
       held: at(raw, b + kOwnerHeld),
       peak: at(raw, b + kOwnerPeak),
       passSlots: at(raw, b + kOwnerPassSlots),
-      borrowers: borrowerSlots(raw, b + kOwnerBorrowers).map((slot) => names[slot] ?? `slot/${slot}`),
+      borrowers: borrowers[s]!,
       categories,
     });
   }

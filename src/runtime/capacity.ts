@@ -14,7 +14,6 @@
 import { InternalError } from '../errors.js';
 import { framePeriodMs } from '../core/frames.js';
 import { STEP_BATCH } from '../model/blocks/backbone.js';
-import { MAX_CONVERSATIONS } from './protocol.js';
 import type { Pipeline } from './coordinator.js';
 
 /** The share of a frame's period a frame of every open conversation may take. */
@@ -56,10 +55,10 @@ export function frameCostMs(c: Pick<ComputeCapacity, 'rows' | 'frameMs'>, n: num
   return ms;
 }
 
-/** The most conversations (≤ MAX_CONVERSATIONS) whose frame fits `HEADROOM` of the period, at least one. */
-export function capacityFrom(c: Pick<ComputeCapacity, 'rows' | 'frameMs' | 'periodMs'>): number {
+/** The most conversations (≤ `most`) whose frame fits `HEADROOM` of the period, at least one. */
+export function capacityFrom(c: Pick<ComputeCapacity, 'rows' | 'frameMs' | 'periodMs'>, most: number): number {
   let n = 1;
-  while (n < MAX_CONVERSATIONS && frameCostMs(c, n + 1) <= HEADROOM * c.periodMs) n++;
+  while (n < most && frameCostMs(c, n + 1) <= HEADROOM * c.periodMs) n++;
   return n;
 }
 
@@ -93,7 +92,7 @@ export async function calibrate(p: Pipeline): Promise<ComputeCapacity> {
     await p.closeConversation(conv);
   }
   const c = { measured: true, periodMs, rows, frameMs };
-  return { conversations: capacityFrom(c), ...c };
+  return { conversations: capacityFrom(c, p.maxConversations), ...c };
 }
 
 /** A capacity the application gives (the `capacity` option): nothing measured. */

@@ -112,3 +112,8 @@ export function borrowModel(domain: MemoryDomain, index: number, open: boolean):
   if (open) domain.ledger.borrow(model, conv);
   else domain.ledger.unborrow(model, conv);
 }
+
+/** Owners a pipeline registers: its model, a ticket per pass slot, and a conversation and a session per conversation. */
+export function ledgerOwners(slots: number, maxConversations: number): number {
+  return 1 + slots + 2 * maxConversations;
+}

@@ -30,7 +30,7 @@ import { native } from '../native.js';
 import { nodeEndpoint } from './endpoint.js';
 import { STAGE_RESOURCE_LIMITS, withWorkerOptions } from '../threads.js';
 import { captureMirrored, Doorbells, RecordRing, type SharedRing } from './ring.js';
-import { BELL_MAIN, MAX_CONVERSATIONS, type StageApi, type StageName, type StageReady, type StageStats } from './protocol.js';
+import { BELL_MAIN, type StageApi, type StageName, type StageReady, type StageStats } from './protocol.js';
 import { inputChunk, PIPELINE } from './stages/index.js';
 import { borrowModel, type CaptureMirror, carveControl, carveRings, ringArenaBytes } from './carve.js';
 import type { StageSpec, Topology } from './topology.js';
@@ -43,6 +43,8 @@ export type StageThreads = Partial<Record<StageName, number>>;
 export interface PipelineOptions extends SpeechModelOptions {
   /** Pass slots per compute stage (default and range: src/options.ts). */
   slots?: number;
+  /** Conversations open at once, at most (default and range: src/options.ts). */
+  maxConversations?: number;
   /** CPUs per stage, or 'none' to leave affinity alone. Default: `defaultPinMap` of the allowed CPUs. */
   pin?: PinMap | 'none';
   /** Compute threads of the named stages (the others take `threads`). */
@@ -236,6 +238,7 @@ export class Pipeline {
   readonly tokenizer: TextTokenizer;
   readonly setup: SpeechSetup;
   readonly slots: number;
+  readonly maxConversations: number;
   readonly topology: Topology;
   readonly control: Int32Array;
   readonly bells: Doorbells;
@@ -258,6 +261,7 @@ export class Pipeline {
     this.dir = dir;
     this.domain = domain;
     this.slots = slots;
+    this.maxConversations = optionValue('maxConversations', options.maxConversations);
     this.topology = options.topology ?? PIPELINE;
     const loaded = loadCheckpoint(dir, domain, false);
     this.config = loaded.config;
@@ -359,8 +363,10 @@ export class Pipeline {
 
   /** Refuses conversation `index` (CapacityError) when a fixed table cannot take it: nothing is carved yet. */
   #checkTables(index: number): void {
-    if (index >= MAX_CONVERSATIONS)
-      throw new CapacityError(`the engine holds at most ${MAX_CONVERSATIONS} conversations at once; ${this.conversations.size} are open`);
+    if (index >= this.maxConversations)
+      throw new CapacityError(
+        `the engine holds at most ${this.maxConversations} conversations at once (maxConversations); ${this.conversations.size} are open`,
+      );
     const ledger = this.domain.ledger;
     const owners = (['conversation', 'session'] as const).filter((k) => !ledger.registered(k, index)).length;
     if (owners > ledger.freeOwnerSlots())

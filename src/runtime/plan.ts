@@ -18,7 +18,7 @@ import { buildWeightsImage, type WeightsImage } from '../model/format/image.js';
 import { syntheticTokenizer, TextTokenizer } from '../model/format/tokenizer.js';
 import { resolveSpeechOptions, speechSetup, type SpeechModelOptions } from '../core/conversation.js';
 import { stageSettings } from './coordinator.js';
-import { borrowModel, carveControl, carveRings } from './carve.js';
+import { borrowModel, carveControl, carveRings, ledgerOwners } from './carve.js';
 import type { StageInit } from './protocol.js';
 import { Doorbells } from './ring.js';
 import { PIPELINE } from './stages/index.js';
@@ -53,7 +53,12 @@ export function planPipeline(source: PlanSource, options: PipelinePlanOptions = 
   for (const r of rates) optionValue('inputRate', r);
   const inputRate = rates.every((r) => r === rates[0]) ? rates[0] : rates;
   const findTurns = options.findTurns === true;
-  const domain = MemoryDomain.create({ limit: Number.MAX_SAFE_INTEGER, policy: options.policy ?? new FootprintPolicy(), unbacked: true });
+  const domain = MemoryDomain.create({
+    limit: Number.MAX_SAFE_INTEGER,
+    policy: options.policy ?? new FootprintPolicy(),
+    unbacked: true,
+    ownerCapacity: ledgerOwners(slots, conversations),
+  });
   // Options are resolved (and refused) before anything is built.
   const config = 'dir' in source ? loadConfig(source.dir) : source.config;
   const resolved = resolveSpeechOptions(config, options);

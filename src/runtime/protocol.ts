@@ -108,9 +108,6 @@ export const kVadSet = 11; // the WebRTC VAD's likelihood, 1..4 (the frontend)
 export const kLookaheadSet = 12; // output samples generation may run ahead of playback (the Depthformer stage)
 export const DUPLEX_WORDS = 13;
 
-/** Conversations one pipeline holds at once (the Depthformer stage's per-conversation tables). */
-export const MAX_CONVERSATIONS = 64;
-
 /** Fields of a TURN_END record on the event ring. */
 export const TURN_TEXT_TOKENS = 0;
 export const TURN_FRAMES = 1;

@@ -112,7 +112,7 @@ t.test('compute admission: the capacity measured at load, or given, refuses a co
   await c0.close();
   await measured.close();
 
-  for (const bad of [0, 65, 1.5, -1]) await t.rejects(load(model, { capacity: bad }), /capacity must be/, `capacity ${bad} is refused`);
+  for (const bad of [0, 1025, 1.5, -1]) await t.rejects(load(model, { capacity: bad }), /capacity must be/, `capacity ${bad} is refused`);
   const engine = await load(model, { replySeconds: REPLY, capacity: 2 });
   t.teardown(() => engine.close());
   t.same(engine.capacity, { conversations: 2, measured: false, periodMs: 80, rows: [], frameMs: [] }, 'given: nothing measured');

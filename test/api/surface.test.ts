@@ -145,6 +145,29 @@ t.test('an error nothing receives is thrown, as Node’s emitters do: the proces
   t.match(heard.stdout, /received WorkerError 0\nclosed/);
 });
 
+t.test('maxConversations sizes the tables: 130 conversations open at once, the 131st refused before anything is carved', async (t) => {
+  // Past the 64 a fixed table allowed and past what a default-sized ledger (256 owners) holds.
+  const most = 130;
+  // A compute capacity above the table's, so the table is what refuses.
+  const engine = await load('tiny', { memoryLimit: '1GiB', maxConversations: most, capacity: most + 1 });
+  const before = engine.snapshot().held.total;
+  const open = [];
+  for (let i = 0; i < most; i++) open.push(await engine.open());
+  t.equal(engine.conversations, most, `${most} conversations open`);
+  const held = engine.snapshot().held.total;
+  const e = await engine.open().then(
+    () => null,
+    (error: unknown) => error,
+  );
+  t.ok(e instanceof CapacityError, `refused with CapacityError: ${(e as Error).message}`);
+  t.match((e as Error).message, /at most 130 conversations at once \(maxConversations\); 130 are open/);
+  t.equal(engine.snapshot().held.total, held, 'nothing was carved for it');
+  await Promise.all(open.map((c) => c.close()));
+  t.equal(engine.snapshot().held.total, before, 'every conversation byte back at close');
+  await engine.close();
+  await t.rejects(load('tiny', { maxConversations: 1025 }), /maxConversations must be/);
+});
+
 t.test('a conversation the owner table cannot take is an admission error before anything is carved', async (t) => {
   // A domain with room for the model's and pass slots' owners and two conversations (two owners each).
   const { MemoryDomain } = await import('../../src/memory/index.js');

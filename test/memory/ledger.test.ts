@@ -81,17 +81,22 @@ t.test('ledger argument checks', async (t) => {
   t.equal(ledger.snapshot().owners[0]!.passSlots, 2);
 });
 
-t.test('borrower sets hold every owner slot: kMaxOwners owners, borrowers past the first 64 listed', async (t) => {
-  const ledger = Ledger.create();
-  t.equal(ledger.ownerCapacity, kMaxOwners);
+t.test('borrowers at any owner slot are listed by their lender; an owner borrows from one owner at a time', async (t) => {
+  const ledger = Ledger.create(1000);
+  t.equal(ledger.ownerCapacity, 1000);
   const model = ledger.owner('model', 0);
-  const owners = Array.from({ length: kMaxOwners - 1 }, (_, i) => ledger.owner('conversation', i));
+  const owners = Array.from({ length: 999 }, (_, i) => ledger.owner('conversation', i));
   t.equal(ledger.freeOwnerSlots(), 0, 'every slot taken');
   t.throws(() => ledger.owner('session', 0), /ledger is full/);
-  t.ok(ledger.registered('conversation', 200) && !ledger.registered('session', 0));
-  const borrowers = [owners[0]!, owners[63]!, owners[64]!, owners[150]!, owners.at(-1)!];
+  t.ok(ledger.registered('conversation', 900) && !ledger.registered('session', 0));
+  const borrowers = [owners[0]!, owners[63]!, owners[64]!, owners[500]!, owners.at(-1)!];
   for (const b of borrowers) ledger.borrow(model, b);
-  ledger.unborrow(model, owners[150]!);
+  ledger.borrow(model, owners[0]!);
+  ledger.unborrow(model, owners[500]!);
+  ledger.unborrow(owners[1]!, owners[63]!);
   const listed = ledger.snapshot().owners.find((o) => o.name === 'model/0')!.borrowers;
-  t.same(listed, ['conversation/0', 'conversation/63', 'conversation/64', `conversation/${kMaxOwners - 2}`], 'each set bit names its owner');
+  t.same(listed, ['conversation/0', 'conversation/63', 'conversation/64', 'conversation/998'], 'each borrower once, in slot order');
+  t.throws(() => ledger.borrow(owners[1]!, owners[0]!), /'conversation\/0' already borrows from owner slot 0/);
+  t.same(ledger.snapshot().owners.find((o) => o.name === 'conversation/1')!.borrowers, [], 'the refused borrow left nothing');
+  t.throws(() => Ledger.create(kMaxOwners + 1), /ownerCapacity must be an integer from 1 to 4096/);
 });

@@ -17,7 +17,8 @@ t.test('a frame of n conversations: measured points, lines between them, full ca
 t.test('capacity: the most conversations whose frame fits the headroom, at least one', async (t) => {
   t.equal(HEADROOM * c.periodMs, 64);
   // 24: one call of 16 (40) and one of 8 (24) is 64; 25 needs 66.
-  t.equal(capacityFrom(c), 24);
-  t.equal(capacityFrom({ ...c, frameMs: [100, 120, 160, 240, 400] }), 1, 'too slow for one: one still');
-  t.equal(capacityFrom({ ...c, frameMs: [0.1, 0.1, 0.2, 0.3, 0.5] }), 64, 'at most the engine’s conversations');
+  t.equal(capacityFrom(c, 64), 24);
+  t.equal(capacityFrom({ ...c, frameMs: [100, 120, 160, 240, 400] }, 64), 1, 'too slow for one: one still');
+  t.equal(capacityFrom({ ...c, frameMs: [0.1, 0.1, 0.2, 0.3, 0.5] }, 64), 64, 'at most the engine’s conversations');
+  t.equal(capacityFrom({ ...c, frameMs: [0.1, 0.1, 0.2, 0.3, 0.5] }, 300), 300, 'as many as maxConversations allows');
 });

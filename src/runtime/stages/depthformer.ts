@@ -33,7 +33,6 @@ import {
   kPlayedReply,
   kCancelReply,
   kLookaheadSet,
-  MAX_CONVERSATIONS,
   kReplies,
   type StageConversation,
   type StageOpen,
@@ -74,8 +73,8 @@ const S_TAKEN = 1;
 const S_AGAIN = 2;
 const S_BLOCK = 3;
 const WAIT_FOR_DONOR = 1;
-/** Who holds a slot during a batched step: an index no conversation has. */
-const BATCH_HOLDER = MAX_CONVERSATIONS;
+/** Who holds a slot during a batched step: an index no conversation has (-1 is a free slot). */
+const BATCH_HOLDER = -2;
 /** What the turn-end test hook waits on (never notified). */
 const PAUSE = new Int32Array(new SharedArrayBuffer(4));
 
