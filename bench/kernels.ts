@@ -1,12 +1,13 @@
 /**
  * `voxslab bench kernels`: the machine's own limits, measured in the same run — peak
- * single-core f32 FMA throughput (a register-only native loop) and streaming read bandwidth on one
- * and on two threads —
+ * single-core f32 FMA throughput (a register-only native loop), the integer GEMM's multiply
+ * instruction at its peak (the same kind of loop) and streaming read bandwidth on one and on two
+ * threads —
  * and every kernel as a ratio to them: GEMM on the Conformer's shapes against peak FLOP/s,
  * GEMV on the backbone's shape (f32 / q8 / q4) against the read bandwidth of as many threads, both with one matrix
  * repeated (it stays in the last-level cache) and streamed through copies at least 4× that
  * cache, as a model step reads its weights; a prefill chunk's quantized layer through the prefill
- * kernel against the row-by-row GEMV pass on the same streamed set. numpy's GEMM on the
+ * kernel against the row-by-row GEMV pass on the same streamed set and the integer peak. numpy's GEMM on the
  * same shapes is reported beside it when python3 with numpy is available.
  */
 import { spawnSync } from 'node:child_process';
@@ -59,9 +60,16 @@ export interface KernelsBenchResult {
   /**
    * A prefill chunk's quantized layer: 64 positions through streamed copies of the 2048×8192
    * matrix, the prefill kernel (linearPrefill) against the row-by-row GEMV pass (linearRows),
-   * alternating, in multiply-adds a second.
+   * alternating, in multiply-adds a second. `ofInt8Peak`: the prefill kernel's rate over the
+   * integer multiply's measured peak (`int8PeakGmacs`) times the threads; null where there is no
+   * integer probe.
    */
-  prefill: { kind: string; threads: number; positions: number; gemmGmacs: number; rowsGmacs: number; ratio: number }[];
+  prefill: { kind: string; threads: number; positions: number; gemmGmacs: number; rowsGmacs: number; ratio: number; ofInt8Peak: number | null }[];
+  /**
+   * The integer GEMM's multiply instruction (vpmaddubsw on AVX2, vpdpbusd with VNNI) at its
+   * peak on one core, multiply-adds a second; null where there is no probe.
+   */
+  int8PeakGmacs: number | null;
   targets: { gemmOfPeak: number; gemvOfBandwidth: number };
 }
 
@@ -111,6 +119,8 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
   const iterations = 20_000_000;
   native.fmaProbe(1_000_000);
   const peak = (iterations * 12 * native.fmaLanes() * 2) / best(repeats, () => native.fmaProbe(iterations)) / 1e9;
+  native.int8Probe(1_000_000);
+  const int8Peak = native.int8Macs() > 0 ? (iterations * 12 * native.int8Macs()) / best(repeats, () => native.int8Probe(iterations)) / 1e9 : null;
 
   // Two threads (this one and one helper) reading halves: the bound of the two-thread rows.
   const [read, read2] = readBandwidth([1, 2], repeats).map((b) => b / 1e9) as [number, number];
@@ -268,6 +278,7 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
           gemmGmacs: round(macs / gemmS / 1e9, 1),
           rowsGmacs: round(macs / rowsS / 1e9, 1),
           ratio: round(rowsS / gemmS, 2),
+          ofInt8Peak: int8Peak === null ? null : round(macs / gemmS / 1e9 / (int8Peak * threads), 3),
         });
       }
     }
@@ -307,6 +318,7 @@ export async function run(options: { quick?: boolean } = {}): Promise<KernelsBen
     bench: 'kernels',
     isa: kernelIsa(),
     peakGflops: round(peak, 1),
+    int8PeakGmacs: int8Peak === null ? null : round(int8Peak, 1),
     readGBps: round(read, 2),
     readTwoThreadsGBps: round(read2, 2),
     gemm: gemmRows,
@@ -339,11 +351,15 @@ export function format(r: KernelsBenchResult): string {
       `  ${g.kind.padEnd(40)} ${String(g.GBps).padStart(7)} GB/s  ${(g.ofBandwidth * 100).toFixed(1).padStart(5)}% of bandwidth` +
         (g.probeGBps === undefined ? '' : ` (median pass over the probe just before it; probes ${g.probeGBps} GB/s)`),
     );
-  lines.push('prefill chunk, 64 positions through streamed copies of the 2048×8192 matrix (multiply-adds a second):');
+  lines.push(
+    'prefill chunk, 64 positions through streamed copies of the 2048×8192 matrix (multiply-adds a second' +
+      (r.int8PeakGmacs === null ? '):' : `; the integer multiply's peak is ${r.int8PeakGmacs} GMAC/s on one core):`),
+  );
   for (const p of r.prefill)
     lines.push(
       `  ${p.kind} ${p.threads} thread${p.threads > 1 ? 's' : ' '}  linearPrefill ${String(p.gemmGmacs).padStart(6)} GMAC/s  ` +
-        `linearRows ${String(p.rowsGmacs).padStart(6)} GMAC/s  ×${p.ratio}`,
+        `linearRows ${String(p.rowsGmacs).padStart(6)} GMAC/s  ×${p.ratio}` +
+        (p.ofInt8Peak === null ? '' : `  ${(p.ofInt8Peak * 100).toFixed(1)}% of the integer peak`),
     );
   lines.push("tiled attention, one decode step (32 query heads, 8 KV heads × 64, f32 cache, the backbone's key tile); the cache read per second:");
   for (const a of r.attention)

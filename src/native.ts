@@ -284,6 +284,10 @@ export interface NativeAddon {
   fmaProbe(iterations: number): number;
   /** f32 lanes per FMA in the probe of the chosen path. */
   fmaLanes(): number;
+  /** The integer GEMM's multiply instruction, `iterations` × 12 independent chains (int8Macs() multiply-adds each). */
+  int8Probe(iterations: number): number;
+  /** Multiply-adds per instruction of int8Probe; 0 where there is none. */
+  int8Macs(): number;
   /** `bytes` (a page multiple) of shared memory mapped twice, back to back (Linux); `address` names it. */
   mirrorCreate(bytes: number): { ok: boolean; errno: number; message: string; address?: bigint };
   /** This thread's view of both halves of a mirrored mapping (2 × its bytes). */

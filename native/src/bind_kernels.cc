@@ -446,6 +446,11 @@ Napi::Value PointwiseValue(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+Napi::Value Int8ProbeValue(const Napi::CallbackInfo& info) {
+  ExpectArgs(info, 1, "int8Probe");
+  return Napi::Number::New(info.Env(), voxslab::Int8Probe(CountArg(info, 0, "int8Probe", "iterations")));
+}
+
 Napi::Value FmaProbeValue(const Napi::CallbackInfo& info) {
   ExpectArgs(info, 1, "fmaProbe");
   return Napi::Number::New(info.Env(), voxslab::FmaProbe(CountArg(info, 0, "fmaProbe", "iterations")));
@@ -482,6 +487,8 @@ void BindKernels(Napi::Env env, Napi::Object exports) {
   Export<FmaProbeValue>(env, exports, "fmaProbe");
   Export<ReadProbeValue>(env, exports, "readProbe");
   Export<NoArgs<voxslab::FmaLanes>>(env, exports, "fmaLanes");
+  Export<Int8ProbeValue>(env, exports, "int8Probe");
+  Export<NoArgs<voxslab::Int8Macs>>(env, exports, "int8Macs");
   Export<NoArgs<voxslab::KernelIsa>>(env, exports, "kernelIsa");
   Export<NoArgs<voxslab::DotPath>>(env, exports, "kernelPath");
   Export<NoArgs<voxslab::KernelsRequestError>>(env, exports, "kernelsRequestError");

@@ -156,6 +156,11 @@ void Pointwise(const float* in, const float* w, const float* bias, float* out, i
 float FmaProbe(int64_t iterations);
 // f32 lanes per FMA instruction in the probe of the chosen path (8 for AVX2, 16 for AVX-512).
 int FmaLanes();
+// The integer GEMM's multiply at its peak: `iterations` × 12 independent chains of its
+// instruction (vpmaddubsw on AVX2, vpdpbusd with VNNI); Int8Macs() multiply-adds each, 0 where
+// there is no probe.
+float Int8Probe(int64_t iterations);
+int Int8Macs();
 // Streaming read probe: sums n floats with wide loads.
 float ReadProbe(const float* x, int64_t n);
 

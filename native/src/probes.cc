@@ -51,7 +51,35 @@ __attribute__((target("avx2"))) float ReadProbeAvx2(const float* x, int64_t n) {
   for (int64_t i = 4 * q; i < n; ++i) t += x[i];
   return Hsum(_mm256_add_ps(_mm256_add_ps(s0, s1), _mm256_add_ps(s2, s3))) + t;
 }
+
+// The integer GEMM's multiply at its peak: `iterations` × 12 independent chains of the
+// instruction its inner loop is built on. Saturating values change no instruction's timing.
+__attribute__((target("avx2"))) float Int8ProbeAvx2(int64_t iterations) {
+  __m256i a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_epi8(static_cast<char>(i + 1));
+  const __m256i b = _mm256_set1_epi8(3);
+  for (int64_t it = 0; it < iterations; ++it)
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) a[i] = _mm256_maddubs_epi16(a[i], b);
+  __m256i s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm256_xor_si256(s, a[i]);
+  return static_cast<float>(_mm256_extract_epi16(s, 0));
+}
+
+__attribute__((target("avx512f,avx512bw,avx512vnni"))) float Int8ProbeVnni(int64_t iterations) {
+  __m512i a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_epi32(i + 1);
+  const __m512i b = _mm512_set1_epi32(0x03030303);
+  for (int64_t it = 0; it < iterations; ++it)
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) a[i] = _mm512_dpbusd_epi32(a[i], b, b);
+  __m512i s = a[0];
+  for (int i = 1; i < 12; ++i) s = _mm512_xor_si512(s, a[i]);
+  return static_cast<float>(_mm512_cvtsi512_si32(s));
+}
 #endif
+
+float Int8ProbeNone(int64_t) { return 0; }
 
 #ifdef VOXSLAB_ARM
 // ReadProbeAvx2's four streams on 128-bit registers.
@@ -74,13 +102,18 @@ struct Probes {
   float (*read)(const float*, int64_t);
   int fmaLanes;  // f32 lanes per FMA in the peak probe
   const char* isa;
+  float (*int8)(int64_t) = Int8ProbeNone;
+  int int8Macs = 0;  // multiply-adds per instruction of the integer probe (0: none)
 };
 
 Probes Choose() {
 #ifdef VOXSLAB_X86
   switch (ChosenIsa()) {
-    case Isa::kAvx512: return {avx512::FmaProbe, ReadProbeAvx2, avx512::kLanes, ChosenVnni() ? "avx512f+vnni" : "avx512f"};
-    case Isa::kAvx2: return {avx2::FmaProbe, ReadProbeAvx2, avx2::kLanes, "avx2+fma"};
+    // The integer GEMM runs vpdpbusd where VNNI is chosen and vpmaddubsw otherwise.
+    case Isa::kAvx512:
+      if (ChosenVnni()) return {avx512::FmaProbe, ReadProbeAvx2, avx512::kLanes, "avx512f+vnni", Int8ProbeVnni, 64};
+      return {avx512::FmaProbe, ReadProbeAvx2, avx512::kLanes, "avx512f", Int8ProbeAvx2, 32};
+    case Isa::kAvx2: return {avx2::FmaProbe, ReadProbeAvx2, avx2::kLanes, "avx2+fma", Int8ProbeAvx2, 32};
     default: break;
   }
 #elif defined(VOXSLAB_ARM)
@@ -95,6 +128,8 @@ const Probes kProbes = Choose();
 
 float FmaProbe(int64_t iterations) { return kProbes.fma(iterations); }
 int FmaLanes() { return kProbes.fmaLanes; }
+float Int8Probe(int64_t iterations) { return kProbes.int8(iterations); }
+int Int8Macs() { return kProbes.int8Macs; }
 namespace {
 
 struct ReadTask {

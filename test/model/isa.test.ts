@@ -53,6 +53,26 @@ t.test('one instruction-set choice: every kernel family follows VOXSLAB_KERNELS,
   t.equal(cli.stderr, `voxslab: field VOXSLAB_KERNELS: 'bogus' names no instruction set ${levels}\n`, 'one line naming the variable');
 });
 
+t.test("the integer peak probe times the integer GEMM's own instruction on each path", async (t) => {
+  const probe =
+    "import('./dist/src/native.js').then(({ native }) => console.log(JSON.stringify([native.kernelIsa(), native.int8Macs(), native.int8Probe(1000)])))";
+  const run = (value: string | undefined) => {
+    const env = { ...process.env };
+    if (value === undefined) delete env.VOXSLAB_KERNELS;
+    else env.VOXSLAB_KERNELS = value;
+    const r = spawnSync(process.execPath, ['--input-type=module', '-e', probe], { encoding: 'utf8', env });
+    return JSON.parse(r.stdout) as [string, number, number];
+  };
+  t.same(run('scalar').slice(0, 2), ['scalar', 0], 'scalar: no integer probe (the bench reports null)');
+  if (paths.includes('avx2')) {
+    const [isa, macs, value] = run('avx2');
+    t.same([isa, macs], ['avx2+fma', 32], 'AVX2: vpmaddubsw, 32 multiply-adds');
+    t.ok(Number.isFinite(value), 'and the probe ran');
+  }
+  if (best === 'avx512f+vnni') t.equal(run(undefined)[1], 64, 'VNNI: vpdpbusd on 512 bits, 64 multiply-adds');
+  else if (best === 'avx512f') t.equal(run(undefined)[1], 32, 'AVX-512 without VNNI: the integer GEMM is the AVX2 one');
+});
+
 t.test('the prefill kernel gives the same bits with VNNI and on AVX2 (the integer GEMM on both)', async (t) => {
   const probe = fileURLToPath(new URL('./workers/prefill-probe.js', import.meta.url));
   const run = (value: string | undefined) => {
