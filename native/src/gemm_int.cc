@@ -27,9 +27,10 @@ int64_t Tiles(int64_t n) { return (n + kLanes - 1) / kLanes; }
 
 // Scratch: [tiles][K/4][16] dwords of activation bytes (dword c of every row in its lane, a
 // tile's dwords one after another, so a pass reads them in order), then [tiles][groups][16]
-// activation scales and as many group sums, then one row's GemvInt scratch to quantize a row in.
+// activation scales, as many group sums and as many integer group sums Σxq (AVX2 q8 adds
+// 128·Σxq back), then one row's GemvInt scratch to quantize a row in.
 struct Layout {
-  int64_t xt, xs, xsum, row;
+  int64_t xt, xs, xsum, xq, row;
   int64_t dwordsTile, groupsTile;  // from one tile's columns (dwords, groups) to the next
   Layout(int64_t n, int64_t K, int group) {
     const int64_t tiles = Tiles(n), groups = K / group;
@@ -38,7 +39,8 @@ struct Layout {
     xt = 0;
     xs = xt + tiles * K * kLanes;
     xsum = xs + tiles * groups * kLanes * 4;
-    row = xsum + tiles * groups * kLanes * 4;
+    xq = xsum + tiles * groups * kLanes * 4;
+    row = xq + tiles * groups * kLanes * 4;
   }
 };
 
@@ -116,6 +118,7 @@ struct Staged {
   const int32_t* xt;
   const float* xs;
   const float* xsum;
+  const int32_t* xq;
   int64_t gk, c0;  // the block's first group and first weight dword
   alignas(64) uint8_t wbuf[R][kKBlock];
   alignas(64) float sbuf[R][kKBlock / G];
@@ -125,9 +128,10 @@ struct Staged {
     const int32_t* xt;
     const float* xs;
     const float* xsum;
+    const int32_t* xq;
   };
   // Tile tt after the first: its activation bytes, scales and group sums.
-  Cols Columns(int64_t tt) const { return {xt + tt * dwordsTile, xs + tt * groupsTile, xsum + tt * groupsTile}; }
+  Cols Columns(int64_t tt) const { return {xt + tt * dwordsTile, xs + tt * groupsTile, xsum + tt * groupsTile, xq + tt * groupsTile}; }
 
   __attribute__((target("avx2,f16c"))) Staged(const GemmIntTask& t, const Layout& L, int64_t m, int64_t tile, int64_t k0, int64_t k1,
                                                bool recentre)
@@ -136,6 +140,7 @@ struct Staged {
         xt(reinterpret_cast<const int32_t*>(t.scratch + L.xt) + tile * dwordsTile),
         xs(reinterpret_cast<const float*>(t.scratch + L.xs) + tile * groupsTile),
         xsum(reinterpret_cast<const float*>(t.scratch + L.xsum) + tile * groupsTile),
+        xq(reinterpret_cast<const int32_t*>(t.scratch + L.xq) + tile * groupsTile),
         gk(k0 / G),
         c0(Q4 ? k0 / 8 : k0 / 4) {
     const int64_t rowBytes = Q4 ? t.K / 2 : t.K;
@@ -189,7 +194,7 @@ struct VnniGemm {
     const int64_t gk = st.gk, c0 = st.c0;
     const int64_t stride = st.stride;
     for (int64_t tt = 0; tt < nt; ++tt) {
-      const auto [xt, xs, xsum] = st.Columns(tt);
+      const auto [xt, xs, xsum, xq] = st.Columns(tt);
       for (int64_t g = gk; g < k1 / G; ++g) {
         // Two accumulators per output (q4: low and high nibbles; q8: even and odd dwords), so
         // twice as many independent chains hide the products' latency.
@@ -268,14 +273,12 @@ struct Avx2Gemm {
     const int64_t gk = st.gk, c0 = st.c0;
     const __m256i ones16 = _mm256_set1_epi16(1);
     const int64_t stride = st.stride;
-    const auto [xt, xs, xsum] = cols;
+    const auto [xt, xs, xsum, xqs] = cols;
     for (int64_t g = gk; g < k1 / G; ++g) {
       // Both halves of the tile per weight dword, so each broadcast serves sixteen lanes.
       __m256i d[R][H];
       for (int r = 0; r < R; ++r)
         for (int h = 0; h < H; ++h) d[r][h] = _mm256_setzero_si256();
-      __m256i xq[H];  // q8: Σxq of each lane's group inputs
-      for (int h = 0; h < H; ++h) xq[h] = _mm256_setzero_si256();
       if constexpr (Q4) {
         // Iterations of two dwords (low nibbles of the evens, high of the odds), four at a time in 16 bits.
         for (int64_t c4 = g * kDwordsPerGroup; c4 < (g + 1) * kDwordsPerGroup; c4 += 4) {
@@ -310,11 +313,7 @@ struct Avx2Gemm {
       } else {
         for (int64_t c = g * kDwordsPerGroup; c < (g + 1) * kDwordsPerGroup; ++c) {
           __m256i x[H];
-          const __m256i one8 = _mm256_set1_epi8(1);
-          for (int h = 0; h < H; ++h) {
-            x[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xt + c * stride + 8 * h));
-            xq[h] = _mm256_add_epi32(xq[h], _mm256_madd_epi16(_mm256_maddubs_epi16(one8, x[h]), ones16));
-          }
+          for (int h = 0; h < H; ++h) x[h] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(xt + c * stride + 8 * h));
           for (int r = 0; r < R; ++r) {
             int32_t v;
             std::memcpy(&v, st.wbuf[r] + (c - c0) * 4, 4);
@@ -329,7 +328,8 @@ struct Avx2Gemm {
         const __m256 s = _mm256_set1_ps(st.sbuf[r][g - gk]);
         const __m256 b = _mm256_set1_ps(st.bbuf[r][g - gk]);
         for (int h = 0; h < H; ++h) {
-          const __m256i D = Q4 ? d[r][h] : _mm256_add_epi32(d[r][h], _mm256_slli_epi32(xq[h], 7));
+          const __m256i D =
+              Q4 ? d[r][h] : _mm256_add_epi32(d[r][h], _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(xqs + g * stride + h * 8)), 7));
           float* y = y0 + r * rowStride + h * 8;
           const __m256 sx = _mm256_mul_ps(s, _mm256_loadu_ps(xs + g * stride + h * 8));
           __m256 v = _mm256_fmadd_ps(_mm256_cvtepi32_ps(D), sx, _mm256_loadu_ps(y));
@@ -387,6 +387,7 @@ void GemmInt(WeightType type, const void* w, const uint16_t* scales, const uint1
   auto* xt = reinterpret_cast<int32_t*>(base + L.xt);
   auto* xs = reinterpret_cast<float*>(base + L.xs);
   auto* xsum = reinterpret_cast<float*>(base + L.xsum);
+  auto* xq = reinterpret_cast<int32_t*>(base + L.xq);
   float* rsum = reinterpret_cast<float*>(base + L.row);
   float* rs = rsum + groups;
   int8_t* rq = reinterpret_cast<int8_t*>(rs + groups);
@@ -398,13 +399,18 @@ void GemmInt(WeightType type, const void* w, const uint16_t* scales, const uint1
     int32_t* xta = xt + tile * L.dwordsTile + lane;
     float* xsa = xs + tile * L.groupsTile + lane;
     float* xsuma = xsum + tile * L.groupsTile + lane;
+    int32_t* xqa = xq + tile * L.groupsTile + lane;
     if (a < n) {
       QuantizeActivations(X + a * K, K, group, q4, rq, rs, rsum);
       for (int64_t c = 0; c < K / 4; ++c) std::memcpy(xta + c * stride, rq + 4 * c, 4);
-      for (int64_t g = 0; g < groups; ++g) xsa[g * stride] = rs[g], xsuma[g * stride] = rsum[g];
+      for (int64_t g = 0; g < groups; ++g) {
+        int32_t s = 0;
+        for (int64_t i = g * group; i < (g + 1) * group; ++i) s += rq[i];
+        xsa[g * stride] = rs[g], xsuma[g * stride] = rsum[g], xqa[g * stride] = s;
+      }
     } else {
       for (int64_t c = 0; c < K / 4; ++c) xta[c * stride] = 0;
-      for (int64_t g = 0; g < groups; ++g) xsa[g * stride] = 0, xsuma[g * stride] = 0;
+      for (int64_t g = 0; g < groups; ++g) xsa[g * stride] = 0, xsuma[g * stride] = 0, xqa[g * stride] = 0;
     }
   }
   const GemmIntTask task{{type, w, scales, biases, group}, base, Y, n, M, K};
