@@ -187,19 +187,20 @@ export class Engine {
   /**
    * Whether another conversation would be admitted now: the bytes one at `inputRate` (with
    * `vad`: its VAD engine too) would take against what the cap has free, and the conversations
-   * open against the compute capacity.
+   * open against the compute capacity (`compute`) and `maxConversations` (`tables`).
    */
   async admission(
     inputRate = 16000,
     vad = false,
     echoDelayMs = -1,
-  ): Promise<{ planned: number; free: number; bytes: boolean; compute: boolean; admit: boolean }> {
+  ): Promise<{ planned: number; free: number; bytes: boolean; compute: boolean; tables: boolean; admit: boolean }> {
     const planned = await this.pipeline.plannedBytes(inputRate, undefined, vad, echoDelayMs);
     const s = this.domain.snapshot();
     const free = Math.max(0, s.limit - s.held.total - s.reserved);
     const bytes = planned <= free;
     const compute = this.#live.size + this.#opening < this.capacity.conversations;
-    return { planned, free, bytes, compute, admit: bytes && compute };
+    const tables = this.#live.size + this.#opening < this.pipeline.maxConversations;
+    return { planned, free, bytes, compute, tables, admit: bytes && compute && tables };
   }
 
   /**

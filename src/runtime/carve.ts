@@ -113,7 +113,11 @@ export function borrowModel(domain: MemoryDomain, index: number, open: boolean):
   else domain.ledger.unborrow(model, conv);
 }
 
-/** Owners a pipeline registers: its model, a ticket per pass slot, and a conversation and a session per conversation. */
+/**
+ * Owners a pipeline registers: its model, a ticket per pass slot, and a conversation and a
+ * session for each of its conversations and for one index more, which an admission's dry run
+ * registers while every conversation is open (a full engine still answers what one more costs).
+ */
 export function ledgerOwners(slots: number, maxConversations: number): number {
-  return 1 + slots + 2 * maxConversations;
+  return 1 + slots + 2 * (maxConversations + 1);
 }

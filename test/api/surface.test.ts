@@ -154,6 +154,9 @@ t.test('maxConversations sizes the tables: 130 conversations open at once, the 1
   const open = [];
   for (let i = 0; i < most; i++) open.push(await engine.open());
   t.equal(engine.conversations, most, `${most} conversations open`);
+  const full = await engine.admission();
+  t.same([full.bytes, full.compute, full.tables, full.admit], [true, true, false, false], 'admission, asked while full: the tables refuse');
+  t.ok(full.planned > 0, `and it still says what one more would cost (${full.planned} bytes)`);
   const held = engine.snapshot().held.total;
   const e = await engine.open().then(
     () => null,
