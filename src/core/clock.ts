@@ -66,11 +66,21 @@ export class Stopwatch {
 
   /** Adds the time since `tic()` to `clocks` at `slot`, and one call. */
   toc(clocks: StageClocks, slot: number): void {
+    this.stop();
+    this.share(clocks, slot, 1);
+  }
+
+  /** Ends the section `tic()` began (its CPU counted once); `share` then books it. */
+  stop(): void {
     native.clockInto(this.#t, 1);
     native.threadCpuInto(sectionCpu, 2);
     sectionCpu[0] = (sectionCpu[0] as number) + ((sectionCpu[2] as number) - (sectionCpu[1] as number));
-    clocks.ms[slot] = (clocks.ms[slot] as number) + ((this.#t[1] as number) - (this.#t[0] as number));
-    clocks.count[slot] = (clocks.count[slot] as number) + 1;
     native.computeScope(false);
+  }
+
+  /** Adds 1/`of` of the stopped section to `clocks` at `slot`, and one call: a section `of` conversations shared. */
+  share(clocks: StageClocks, slot: number, of: number): void {
+    clocks.ms[slot] = (clocks.ms[slot] as number) + ((this.#t[1] as number) - (this.#t[0] as number)) / of;
+    clocks.count[slot] = (clocks.count[slot] as number) + 1;
   }
 }

@@ -4,8 +4,8 @@
  *
  * What it counts is a generated frame with every conversation replying at once: the
  * Depthformer stage's batched step (each weight block read once for all of them, up to a
- * slot's rows; more conversations take more calls) and the playback stage's detokenizer, one
- * conversation after the other. The stages are added, not overlapped, and a frame may take
+ * slot's rows; more conversations take more calls) and the playback stage's detokenizer, batched
+ * the same way. The stages are added, not overlapped, and a frame may take
  * `HEADROOM` of its period: turns' encoding and prefill, the light stages and the machine's
  * other work take from the same CPUs.
  *

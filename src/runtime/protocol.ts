@@ -219,9 +219,9 @@ export interface StageStats {
   /** Per conversation: wall ms and count of each clock this stage ran (names as CLOCKS). */
   clocks: Record<string, { ms: number; count: number }>[];
   records: number;
-  /** Batched backbone calls: several conversations' positions read each weight block once. */
+  /** Batched calls (the Depthformer stage's backbone steps, the playback stage's detokenizer frames): several conversations read each weight block once. */
   batchedSteps: number;
-  /** Positions those calls served (over batchedSteps: the mean width), and the widest. */
+  /** Conversations' positions (or frames) those calls served (over batchedSteps: the mean width), and the widest. */
   batchedRows: number;
   widestBatch: number;
   /** Of those calls, the ones that also ran two or more text heads, or Depthformer frames, in one call. */
@@ -267,7 +267,7 @@ export interface StageStats {
   idlePolls: number;
 }
 
-/** The batching counters of a stage's stats (the Depthformer stage's). */
+/** The batching counters of a stage's stats. */
 export type BatchingStats = Pick<
   StageStats,
   'batchedSteps' | 'batchedRows' | 'widestBatch' | 'batchedTextHeads' | 'batchedFrames' | 'systemCopies' | 'speculations' | 'speculationsKept'

@@ -185,6 +185,8 @@ t.test('four conversations of different lengths at once: one batched step serves
   t.equal(depth.slots.count, 2, 'two pass slots');
   t.equal(depth.widestBatch, 4, `one batched call served all four (${depth.batchedSteps} batched calls, ${depth.batchedRows} positions)`);
   t.ok(depth.batchedFrames > 0, `${depth.batchedFrames} batched calls ran several Depthformer frames in one call`);
+  const play = p.pipeline.stages.find((s) => s.stage === 'playback')!;
+  t.equal(play.widestBatch, 4, `one detokenizer call served all four (${play.batchedSteps} batched calls, ${play.batchedRows} frames)`);
   for (const s of p.pipeline.stages) t.equal(s.allocationsAfterReady, 0, `${s.stage}: nothing constructed after readiness`);
 });
 

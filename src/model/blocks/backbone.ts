@@ -11,7 +11,7 @@
  * logits use the tied `lfm.embed_tokens`.
  */
 import type { Arena, PlannedRegion } from '../../memory/arena.js';
-import { type BackboneState, backboneDims, KEY_TILE, type Lfm2Dims, lfm2Pass } from './lfm2_state.js';
+import { appendRows, type BackboneState, backboneDims, KEY_TILE, type Lfm2Dims, lfm2Pass } from './lfm2_state.js';
 import { ArgumentError } from '../../errors.js';
 import { plan, type Planner } from '../../memory/index.js';
 import type { Workspace } from '../../dsp/workspace.js';
@@ -82,21 +82,6 @@ interface StackLayer {
  * detokenizer's (sliding window). `tensors` is the tensor-name prefix (`lfm` or
  * `audio_detokenizer.lfm`).
  */
-/** Writes `count` values of k and v into the caches at `at` (f16 caches convert). */
-function appendRows(K: Float32Array | Uint16Array, V: Float32Array | Uint16Array, at: number, k: Float32Array, v: Float32Array, count: number): void {
-  if (K instanceof Float32Array) {
-    for (let i = 0; i < count; i++) {
-      K[at + i] = k[i]!;
-      V[at + i] = v[i]!;
-    }
-  } else {
-    for (let i = 0; i < count; i++) {
-      K[at + i] = f32ToF16(k[i]!);
-      V[at + i] = f32ToF16(v[i]!);
-    }
-  }
-}
-
 export class Lfm2Stack {
   readonly dims: Lfm2Dims;
   readonly chunk: number;
@@ -110,8 +95,11 @@ export class Lfm2Stack {
   readonly #shiftCos: Float32Array; // one rotation by −d positions, filled when the context is compacted
   readonly #shiftSin: Float32Array;
   readonly #shiftRow: Float32Array; // one f16 cache row widened for the rotation
-  /** Per row of a batched step (forwardRows): views of the plan's row planes, made once. */
+  /** Per row of a batched step, and per block of `dims.rows` rows: views of the plan's planes, made once. */
   readonly #rowViews: Readonly<Record<'bx' | 'y' | 'q' | 'k' | 'v' | 'ctx', Float32Array>>[];
+  readonly #blockViews: Readonly<Record<'bx' | 'y' | 'q' | 'k' | 'v' | 'ctx', Float32Array>>[];
+  /** Rows each conversation's sliding window drops in a batched call. */
+  readonly #shifts: Int32Array;
   /** The outputs of the q, k, v and of the gate, up sets for a call of several rows: made once. */
   readonly #qkvRows: readonly Float32Array[];
   readonly #gateUpRows: readonly Float32Array[];
@@ -142,15 +130,8 @@ export class Lfm2Stack {
     this.#v = this.region.views as Record<string, Float32Array>;
     this.#qkvRows = [this.#v['att.q']!, this.#v['att.k']!, this.#v['att.v']!];
     this.#gateUpRows = [this.#v['ffn.gate']!, this.#v['ffn.up']!];
-    const f32 = (name: string): Float32Array =>
-      image.toF32(
-        name,
-        derived(
-          `${o.name}:${name}`,
-          Float32Array,
-          image.get(name).shape.reduce((a, c) => a * c, 1),
-        ),
-      );
+    const size = (name: string): number => image.get(name).shape.reduce((a, c) => a * c, 1);
+    const f32 = (name: string): Float32Array => image.toF32(name, derived(`${o.name}:${name}`, Float32Array, size(name)));
     this.#layers = dims.layers.map((kind, l) => {
       const p = `${o.tensors}.layers.${l}`;
       const v = this.#v;
@@ -204,14 +185,18 @@ export class Lfm2Stack {
     const qd = dims.heads * dims.headDim;
     const kd = dims.kvHeads * dims.headDim;
     const row = (plane: string, r: number, width: number): Float32Array => (v[plane] as Float32Array).subarray(r * width, (r + 1) * width);
-    this.#rowViews = Array.from({ length: Math.min(STEP_BATCH, o.chunk) }, (_, r) => ({
-      bx: row('conv.bx', r, D),
-      y: row('conv.y', r, D),
-      q: row('att.q', r, qd),
-      k: row('att.k', r, kd),
-      v: row('att.v', r, kd),
-      ctx: row('att.ctx', r, qd),
-    }));
+    const views = (r: number, n: number) => ({
+      bx: row('conv.bx', r, n * D),
+      y: row('conv.y', r, n * D),
+      q: row('att.q', r, n * qd),
+      k: row('att.k', r, n * kd),
+      v: row('att.v', r, n * kd),
+      ctx: row('att.ctx', r, n * qd),
+    });
+    this.#rowViews = Array.from({ length: Math.min(STEP_BATCH, o.chunk) }, (_, r) => views(r, 1));
+    const blocks = dims.rows > 1 ? Math.min(STEP_BATCH, Math.floor(o.chunk / dims.rows)) : 0;
+    this.#blockViews = Array.from({ length: blocks }, (_, r) => views(r, dims.rows));
+    this.#shifts = new Int32Array(Math.max(this.#rowViews.length, blocks));
   }
 
   /** K's rows from `from` on, a view kept per state and layer (compaction keeps the same prefix every time). */
@@ -457,68 +442,84 @@ export class Lfm2Stack {
     return hidden;
   }
 
-  /**
-   * One position of each of `m` ≤ STEP_BATCH conversations at once: row r of `input` (the
-   * plan's own `h`) is the next position of `states[r]`. Every linear layer runs row by row
-   * over the m rows (`linearRows`: each weight block is read once for all of them, and each
-   * row gets the bits a one-position `forward` gives it); norms, short convolutions, RoPE,
-   * caches and attention run per row on that row's own state. Returns the final-normed hidden
-   * rows [m][hidden] (a view of the plan).
-   */
+  /** One position of each of `m` ≤ STEP_BATCH conversations at once (forwardBlocks of 1). */
   forwardRows(states: readonly BackboneState[], m: number): Float32Array {
+    return this.forwardBlocks(states, m, 1);
+  }
+
+  /**
+   * `n` positions of each of `m` conversations at once (n is 1, or the dims' `rows`): rows
+   * [r·n, (r+1)·n) of the plan's `h` are the next positions of `states[r]`. Every linear layer
+   * runs row by row over the m·n rows (`linearRows`: each weight block is read once for all of
+   * them, and each row gets the bits `forward` gives it alone or in its own n); norms, short
+   * convolutions, RoPE, caches (a sliding window drops rows as `forward` does) and attention run
+   * per conversation on its own state. Returns the final-normed hidden rows [m·n][hidden].
+   */
+  forwardBlocks(states: readonly BackboneState[], m: number, n: number): Float32Array {
     const b = this.dims;
     const D = b.hidden;
-    if (m < 1 || m > this.#rowViews.length || m > states.length) throw new ArgumentError(`LFM2: ${m} rows in a batched step, at most ${this.#rowViews.length}`);
+    const views = n === 1 ? this.#rowViews : n === b.rows ? this.#blockViews : null;
+    if (views === null) throw new ArgumentError(`LFM2: blocks of ${n} positions; 1 or ${b.rows}`);
+    if (m < 1 || m > views.length || m > states.length) throw new ArgumentError(`LFM2: ${m} conversations in a batched call of ${n}, at most ${views.length}`);
     this.#prefill = false;
+    const shift = this.#shifts;
     for (let r = 0; r < m; r++) {
       const st = states[r]!;
-      if (st.position + 1 > st.context) throw new ArgumentError(`LFM2: position ${st.position + 1} exceeds the context of ${st.context}`);
-      if (st.position - st.base + 1 > st.rows) throw new ArgumentError('LFM2: a batched step needs a free cache row (make room first)');
+      if (st.position + n > st.context) throw new ArgumentError(`LFM2: position ${st.position + n} exceeds the context of ${st.context}`);
+      shift[r] = Math.max(0, st.position - st.base + n - st.rows);
+      if (shift[r]! > 0 && (b.window === 0 || st.position - (st.base + shift[r]!) < b.window - 1)) {
+        throw new ArgumentError(n === 1 ? 'LFM2: a batched step needs a free cache row (make room first)' : 'LFM2: the KV cache is too small for this chunk');
+      }
     }
     const v = this.#v;
     const h = v.h as Float32Array;
     const hd = b.headDim;
     const qd = b.heads * hd;
     const kd = b.kvHeads * hd;
+    const rows = m * n;
     for (let l = 0; l < this.#layers.length; l++) {
       const L = this.#layers[l]!;
       if (L.kind === 'conv') {
-        this.#convIn(L, m, true);
-        for (let r = 0; r < m; r++) {
-          const rv = this.#rowViews[r]!;
-          conv1dCausal(rv.bx, L.convW!, states[r]!.conv[l]!, rv.y, 1, D, b.convKernel);
-        }
-        this.#convOut(L, m, true);
+        this.#convIn(L, rows, true);
+        for (let r = 0; r < m; r++) conv1dCausal(views[r]!.bx, L.convW!, states[r]!.conv[l]!, views[r]!.y, n, D, b.convKernel);
+        this.#convOut(L, rows, true);
       } else {
-        this.#qkv(L, m, true);
+        this.#qkv(L, rows, true);
         // Every row's keys and values go to its cache before any attention runs: the plan may
         // give the attention's output and scratch the bytes of k and v (dead after the cache op).
         for (let r = 0; r < m; r++) {
           const st = states[r]!;
-          const rv = this.#rowViews[r]!;
+          const rv = views[r]!;
           const pos = st.position;
-          rope(rv.q, this.#cos, this.#sin, 1, b.heads, hd, pos, false);
-          rope(rv.k, this.#cos, this.#sin, 1, b.kvHeads, hd, pos, false);
+          rope(rv.q, this.#cos, this.#sin, n, b.heads, hd, pos, false);
+          rope(rv.k, this.#cos, this.#sin, n, b.kvHeads, hd, pos, false);
           const K = st.k[l]!;
           const V = st.v[l]!;
-          appendRows(K, V, (pos - st.base) * kd, rv.k, rv.v, kd);
+          const s = shift[r]!;
+          if (s > 0) {
+            K.copyWithin(0, s * kd, (pos - st.base) * kd);
+            V.copyWithin(0, s * kd, (pos - st.base) * kd);
+          }
+          appendRows(K, V, (pos - st.base - s) * kd, rv.k, rv.v, n * kd);
         }
         for (let r = 0; r < m; r++) {
           const st = states[r]!;
-          const rv = this.#rowViews[r]!;
           const pos = st.position;
-          const row = pos - st.base;
-          this.#attend(rv.q, st.k[l]!, st.v[l]!, rv.ctx, 1, row + 1, pos, st.base);
+          const row = pos - st.base - shift[r]!;
+          this.#attend(views[r]!.q, st.k[l]!, st.v[l]!, views[r]!.ctx, n, row + n, pos, st.base + shift[r]!);
         }
         const o = v['att.o'] as Float32Array;
-        this.#linear(v['att.ctx'] as Float32Array, L.outProj, o, m, D, qd, true);
-        for (let i = 0; i < m * D; i++) h[i] = h[i]! + o[i]!;
+        this.#linear(v['att.ctx'] as Float32Array, L.outProj, o, rows, D, qd, true);
+        for (let i = 0; i < rows * D; i++) h[i] = h[i]! + o[i]!;
       }
-      this.#feedForward(L, m, true);
+      this.#feedForward(L, rows, true);
     }
     const hidden = v.hidden as Float32Array;
-    rmsNorm(h, this.#finalNorm, hidden, m, D, EPS);
-    for (let r = 0; r < m; r++) states[r]!.position += 1;
+    rmsNorm(h, this.#finalNorm, hidden, rows, D, EPS);
+    for (let r = 0; r < m; r++) {
+      states[r]!.base += shift[r]!;
+      states[r]!.position += n;
+    }
     return hidden;
   }
 

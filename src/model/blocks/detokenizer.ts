@@ -15,7 +15,7 @@ import { StreamingISTFT } from '../../dsp/istft.js';
 import { Resampler } from '../../dsp/resample.js';
 import type { ModelConfig } from '../format/config.js';
 import { DETOKENIZER_PREFIX, type WeightsImage } from '../format/image.js';
-import { BackboneState, cacheRows, detokenizerDims, Lfm2Stack, lfm2StateSizes } from './backbone.js';
+import { BackboneState, cacheRows, detokenizerDims, Lfm2Stack, lfm2StateSizes, STEP_BATCH } from './backbone.js';
 import { gemvScratchFloats, linearRows, rowInto, type Weights } from './kernels.js';
 import '../categories.js';
 
@@ -53,23 +53,38 @@ export class DetokenizerState {
   }
 }
 
+/** One conversation's code frame in a batched call (Detokenizer.frames): its samples land in `pcm` from 0. */
+export interface DetokenizerJob {
+  readonly state: DetokenizerState;
+  readonly codes: ArrayLike<number>;
+  readonly pcm: Float32Array;
+  samples: number;
+}
+
 export class Detokenizer {
   readonly config: ModelConfig;
   readonly stack: Lfm2Stack;
   readonly work: PlannedRegion;
+  /** Conversations one call (`frames`) serves at most. */
+  readonly batch: number;
   readonly #emb: Weights;
   readonly #lin: Weights;
   readonly #linBias: Float32Array;
-  readonly #bins: Float32Array; // [upsample][1282]
+  readonly #bins: Float32Array; // [batch][upsample][1282]
   readonly #pcm: Float32Array; // one code frame of 24 kHz audio
   readonly #scratch: Float32Array; // int8 activations of `lin`, row by row
   readonly #meanScale: number; // 1/codebooks, made once: a double computed per call would be boxed
+  readonly #states: BackboneState[];
 
-  constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, o: { turnPositions: number; planner?: Planner }) {
+  constructor(config: ModelConfig, image: WeightsImage, arena: Arena, derived: Workspace, o: { turnPositions: number; planner?: Planner; batch?: number }) {
     const t = config.detokenizer;
+    const batch = o.batch ?? 1;
+    if (!Number.isSafeInteger(batch) || batch < 1 || batch > STEP_BATCH)
+      throw new ArgumentError(`detokenizer: a batch of 1 to ${STEP_BATCH} conversations, not ${batch}`);
     this.config = config;
+    this.batch = batch;
     this.stack = new Lfm2Stack(detokenizerDims(config), image, arena, derived, {
-      chunk: t.upsample,
+      chunk: batch * t.upsample,
       context: o.turnPositions,
       tensors: `${DETOKENIZER_PREFIX}lfm`,
       name: 'detokenizer',
@@ -80,13 +95,14 @@ export class Detokenizer {
     this.#emb = image.weights(`${DETOKENIZER_PREFIX}emb.emb.weight`);
     this.#lin = image.weights(`${DETOKENIZER_PREFIX}lin.weight`);
     this.#linBias = image.toF32(`${DETOKENIZER_PREFIX}lin.bias`, derived('detok:lin.bias', Float32Array, t.outBins));
-    this.#bins = arena.carve('detokenizer.bins', 'workspace.detokenizer', Float32Array, t.upsample * t.outBins);
+    this.#bins = arena.carve('detokenizer.bins', 'workspace.detokenizer', Float32Array, batch * t.upsample * t.outBins);
     this.#pcm = arena.carve('detokenizer.pcm24', 'workspace.detokenizer', Float32Array, t.upsample * t.hop + t.nFft);
-    this.#scratch = arena.carve('detokenizer.scratch', 'workspace.detokenizer', Float32Array, t.upsample * gemvScratchFloats(t.hidden));
+    this.#scratch = arena.carve('detokenizer.scratch', 'workspace.detokenizer', Float32Array, batch * t.upsample * gemvScratchFloats(t.hidden));
     this.#meanScale = 1 / config.audio.codebooks;
+    this.#states = new Array<BackboneState>(batch);
   }
 
-  /** The last frame's 1282-value rows [upsample][1282] (log-magnitudes then phases). */
+  /** The last call's 1282-value rows [conversations][upsample][1282] (log-magnitudes then phases). */
   get bins(): Float32Array {
     return this.#bins;
   }
@@ -101,21 +117,61 @@ export class Detokenizer {
    * count (the first frame of a turn yields 20 ms less: the exact streaming delay).
    */
   frame(state: DetokenizerState, codes: ArrayLike<number>, out: Float32Array, at = 0): number {
+    this.#check(codes);
+    this.#embed(codes, 0);
+    this.#states[0] = state.lfm;
+    this.#forward(1);
+    return this.#synth(state, 0, out, at);
+  }
+
+  /**
+   * One code frame of each of the first `m` ≤ `batch` jobs in one call: each weight block is
+   * read once for all of them, and each job's samples are the bits `frame` gives it alone.
+   */
+  frames(jobs: readonly DetokenizerJob[], m: number): void {
+    if (!Number.isSafeInteger(m) || m < 1 || m > this.batch || m > jobs.length)
+      throw new ArgumentError(`detokenizer: ${m} conversations in one call, at most ${this.batch}`);
+    for (let r = 0; r < m; r++) this.#check(jobs[r]!.codes);
+    for (let r = 0; r < m; r++) {
+      this.#embed(jobs[r]!.codes, r);
+      this.#states[r] = jobs[r]!.state.lfm;
+    }
+    this.#forward(m);
+    for (let r = 0; r < m; r++) jobs[r]!.samples = this.#synth(jobs[r]!.state, r, jobs[r]!.pcm, 0);
+  }
+
+  #check(codes: ArrayLike<number>): void {
     const t = this.config.detokenizer;
-    const cb = this.config.audio.codebooks;
-    const D = t.hidden;
-    const h = this.stack.input;
-    for (let i = 0; i < cb; i++) {
+    for (let i = 0; i < this.config.audio.codebooks; i++) {
       const c = codes[i] as number;
       if (!Number.isInteger(c) || c < 0 || c >= t.codes) throw new ArgumentError(`detokenizer: code ${c} of codebook ${i} is not 0…${t.codes - 1}`);
-      rowInto(this.#emb, i * t.codes + c, h, 0, this.#meanScale, i > 0);
     }
-    for (let r = 1; r < t.upsample; r++) for (let j = 0; j < D; j++) h[r * D + j] = h[j]!;
-    const hidden = this.stack.forward(state.lfm, t.upsample);
-    linearRows(this.#lin, hidden, this.#bins, t.upsample, this.#scratch);
-    for (let r = 0; r < t.upsample; r++) for (let j = 0; j < t.outBins; j++) this.#bins[r * t.outBins + j] = this.#bins[r * t.outBins + j]! + this.#linBias[j]!;
+  }
+
+  /** Block `r` of the stack's input: the codebooks' mean embedding, repeated `upsample` times. */
+  #embed(codes: ArrayLike<number>, r: number): void {
+    const t = this.config.detokenizer;
+    const D = t.hidden;
+    const h = this.stack.input;
+    const at = r * t.upsample * D;
+    for (let i = 0; i < this.config.audio.codebooks; i++) rowInto(this.#emb, i * t.codes + (codes[i] as number), h, at, this.#meanScale, i > 0);
+    for (let k = 1; k < t.upsample; k++) for (let j = 0; j < D; j++) h[at + k * D + j] = h[at + j]!;
+  }
+
+  /** The stack and `lin` (+ bias) on `m` blocks: log-magnitudes and phases into `bins`. */
+  #forward(m: number): void {
+    const t = this.config.detokenizer;
+    const rows = m * t.upsample;
+    const hidden = this.stack.forwardBlocks(this.#states, m, t.upsample);
+    linearRows(this.#lin, hidden, this.#bins, rows, this.#scratch);
+    for (let r = 0; r < rows; r++) for (let j = 0; j < t.outBins; j++) this.#bins[r * t.outBins + j] = this.#bins[r * t.outBins + j]! + this.#linBias[j]!;
+  }
+
+  /** Block `r`'s bins through the conversation's ISTFT and resampler into out[at…]. */
+  #synth(state: DetokenizerState, r: number, out: Float32Array, at: number): number {
+    const t = this.config.detokenizer;
     let n24 = 0;
-    for (let r = 0; r < t.upsample; r++) n24 += state.istft.pushFrame(this.#bins, r * t.outBins, this.#pcm, n24);
+    for (let k = 0; k < t.upsample; k++) n24 += state.istft.pushFrame(this.#bins, (r * t.upsample + k) * t.outBins, this.#pcm, n24);
     return state.resampler.push(this.#pcm, out, at, n24);
   }
 

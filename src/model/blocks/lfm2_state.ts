@@ -6,6 +6,7 @@ import type { Arena } from '../../memory/arena.js';
 import { ArgumentError } from '../../errors.js';
 import { PassBuilder } from '../../memory/index.js';
 import type { Lfm2Shape, ModelConfig } from '../format/config.js';
+import { f32ToF16 } from '../format/dtype.js';
 import { attentionScratchFloats, GEMM_PACK_FLOATS, gemvScratchFloats, prefillScratchFloats } from './kernels.js';
 import '../categories.js';
 
@@ -163,5 +164,20 @@ export class BackboneState {
     this.position = 0;
     this.base = 0;
     for (const c of this.conv) c?.fill(0);
+  }
+}
+
+/** Writes `count` values of k and v into the caches at `at` (f16 caches convert). */
+export function appendRows(K: Float32Array | Uint16Array, V: Float32Array | Uint16Array, at: number, k: Float32Array, v: Float32Array, count: number): void {
+  if (K instanceof Float32Array) {
+    for (let i = 0; i < count; i++) {
+      K[at + i] = k[i]!;
+      V[at + i] = v[i]!;
+    }
+  } else {
+    for (let i = 0; i < count; i++) {
+      K[at + i] = f32ToF16(k[i]!);
+      V[at + i] = f32ToF16(v[i]!);
+    }
   }
 }

@@ -110,6 +110,12 @@ export abstract class Stage<C> {
     this.#watch.toc(this.clocks[conversation]!, clock);
   }
 
+  /** Ends a section the first `m` conversations of `batch` shared: each gets 1/m of it. */
+  protected tocShared(batch: readonly RoomConv[], m: number, clock: number): void {
+    this.#watch.stop();
+    for (let r = 0; r < m; r++) this.#watch.share(this.clocks[batch[r]!.index]!, clock, m);
+  }
+
   /** Conversation `o`'s barge-in words (protocol.ts, kVoice…); a plan's conversations share idle ones. */
   protected words(o: StageConversation & { duplex?: StageOpen['duplex'] }): Int32Array {
     if (o.duplex !== undefined) return new Int32Array(o.duplex.buffer, o.duplex.byteOffset, DUPLEX_WORDS);
@@ -301,7 +307,7 @@ export abstract class Stage<C> {
     return false;
   }
 
-  /** The batching counters of StageStats (the Depthformer stage's; zero elsewhere). */
+  /** The batching counters of StageStats (zero where a stage batches nothing). */
   batching(): BatchingStats {
     return { batchedSteps: 0, batchedRows: 0, widestBatch: 0, batchedTextHeads: 0, batchedFrames: 0, systemCopies: 0, speculations: 0, speculationsKept: 0 };
   }
