@@ -179,6 +179,22 @@ void RunRowsBlocks(const void* c, int64_t r0, int64_t r1) {
       }
       continue;
     }
+#if defined(VOXSLAB_X86)
+    if (t.w.type == WeightType::kF32 && kGemv == GemvAvx2) {
+      const float* wsub = static_cast<const float*>(t.w.data) + m0 * t.K;
+      for (int64_t i0 = 0; i0 < t.n; i0 += kF32Many) {
+        const int na = static_cast<int>(std::min<int64_t>(kF32Many, t.n - i0));
+        const float* x[kF32Many] = {};
+        float* y[kF32Many] = {};
+        for (int a = 0; a < na; ++a) {
+          x[a] = t.X + (i0 + a) * t.K;
+          y[a] = t.Y + (i0 + a) * t.M + m0;
+        }
+        GemvF32Avx2Many(wsub, x, y, na, mb, t.K);
+      }
+      continue;
+    }
+#endif
     for (int64_t i = 0; i < t.n; ++i) {
       if (quant) {
         const float* xsum = reinterpret_cast<const float*>(t.scratch + i * t.per);

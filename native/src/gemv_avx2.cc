@@ -506,6 +506,39 @@ void GemvIntAvx2(bool q4, const uint8_t* w, const uint16_t* scales, const uint16
   else (group == 32 ? IntRowsAvx2<false, 32>::Run : IntRowsAvx2<false, 64>::Run)(w, scales, biases, xq, xs, xsum, y, M, K);
 }
 
+// GemvAvx2's f32 rows for na ≤ kF32Many activation rows per pass over the weights: the same
+// four-row passes, each (weight row, activation) keeping its own accumulator and its own
+// fixed-order sum, so every y equals GemvAvx2's bits; the weights are loaded once for all.
+void GemvF32Avx2Many(const float* w, const float* const* x, float* const* y, int na, int64_t M, int64_t K) {
+  const int64_t K8 = K & ~int64_t{7};
+  int64_t m0 = 0;
+  if (na == kF32Many) {
+    for (; m0 + 4 <= M; m0 += 4) {
+      const float* r0 = w + m0 * K;
+      __m256 acc[4][kF32Many];
+      for (int r = 0; r < 4; ++r)
+        for (int a = 0; a < kF32Many; ++a) acc[r][a] = _mm256_setzero_ps();
+      for (int64_t k = 0; k < K8; k += 8) {
+        __m256 xv[kF32Many];
+        for (int a = 0; a < kF32Many; ++a) xv[a] = _mm256_loadu_ps(x[a] + k);
+        for (int r = 0; r < 4; ++r) {
+          const __m256 wv = _mm256_loadu_ps(r0 + r * K + k);
+          for (int a = 0; a < kF32Many; ++a) acc[r][a] = _mm256_fmadd_ps(wv, xv[a], acc[r][a]);
+        }
+      }
+      for (int a = 0; a < kF32Many; ++a) {
+        float t[4] = {0, 0, 0, 0};
+        for (int64_t k = K8; k < K; ++k)
+          for (int r = 0; r < 4; ++r) t[r] += r0[r * K + k] * x[a][k];
+        for (int r = 0; r < 4; ++r) y[a][m0 + r] = Hsum(acc[r][a]) + t[r];
+      }
+    }
+  }
+  // Fewer activations, and the rows past the last four: GemvAvx2 itself.
+  for (int a = 0; a < na; ++a)
+    if (m0 < M) GemvAvx2(WeightType::kF32, w + m0 * K, nullptr, nullptr, 0, x[a], y[a] + m0, M - m0, K, nullptr);
+}
+
 #pragma GCC diagnostic pop
 
 }  // namespace voxslab::gemv

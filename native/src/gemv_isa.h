@@ -58,6 +58,9 @@ void SplitEvensOddsAvx2(int8_t* xq, int64_t K);
 void QuantizeAvx2(const float* x, int64_t K, int group, int8_t* xq, float* xs, float* xsum);
 void GemvAvx2(WeightType type, const void* w, const uint16_t* scales, const uint16_t* biases, int group,
               const float* x, float* y, int64_t M, int64_t K, float* xsum);
+// Activation rows the AVX2 f32 GEMV takes against one pass over the weights (GemvRows).
+constexpr int kF32Many = 3;
+void GemvF32Avx2Many(const float* w, const float* const* x, float* const* y, int na, int64_t M, int64_t K);
 void GemvIntAvx2Many(bool q4, const uint8_t* w, const uint16_t* scales, const uint16_t* biases, int group,
                      const int8_t* const* xq, const float* const* xs, const float* const* xsum, float* const* y,
                      int na, int64_t M, int64_t K);

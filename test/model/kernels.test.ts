@@ -211,6 +211,30 @@ t.test(`int8-activation GEMV (q8/q4) matches its exact integer arithmetic, withi
   t.ok(checked > 100, `${checked} rows checked`);
 });
 
+// f32 rows take several inputs per pass over each block of weight rows (AVX2 three): shapes
+// whose rows are not a multiple of four, whose columns are not of eight, and input counts
+// that are not of three give each row the bits a single call gives it.
+t.test(`f32 linearRows over 1 to 16 inputs equals linear1 per row, bit for bit (${kernelIsa()})`, async (t) => {
+  const r = prng(29);
+  for (let trial = 0; trial < 20; trial++) {
+    const rows = randInt(r, 1, 70);
+    const cols = randInt(r, 1, 300);
+    const W: Weights = { kind: 'f32', data: Float32Array.from({ length: rows * cols }, () => r() - 0.5), rows, cols };
+    const n = 1 + (trial % 16);
+    const X = Float32Array.from({ length: n * cols }, () => r() * 2 - 1);
+    t.ok(rowsMatchSingle(W, X, n), `${rows}×${cols}, ${n} inputs`, { diagnostic: false });
+  }
+  // Negative control: a single call on a one-ulp-different input gives other bits.
+  const W: Weights = { kind: 'f32', data: Float32Array.from({ length: 8 * 16 }, (_, i) => Math.sin(i)), rows: 8, cols: 16 };
+  const x = Float32Array.from({ length: 16 }, (_, i) => Math.cos(i));
+  const a = new Float32Array(8);
+  const b = new Float32Array(8);
+  linear1(W, x, a, new Float32Array(gemvScratchFloats(16)));
+  x[3] = Math.fround(x[3]! * (1 + 2 ** -23));
+  linear1(W, x, b, new Float32Array(gemvScratchFloats(16)));
+  t.notSame([...a], [...b], 'the comparison can fail');
+});
+
 t.test(`rows over long inputs (past what the kernels lay out per call): each row's bits equal a single call's (${kernelIsa()})`, async (t) => {
   const r = prng(23);
   // q4 2112: whole 16-group chunks of scales, a part chunk and a half step; 16448: two inputs
