@@ -12,22 +12,24 @@ import { allocationProbe, prng, randInt, scratchDir } from '../helpers.js';
 const dir = scratchDir('voxslab-detok-');
 makeCheckpoint({ config: 'tiny', seed: 51, out: dir, dtype: 'f32' });
 
-function setup(rate: number, turnPositions = 600) {
+function setup(rate: number, turnPositions = 600, batch = 1, conversations = 1) {
   const domain = MemoryDomain.create({ limit: '1GiB' });
   const { config, image } = loadCheckpoint(dir, domain);
   const t = config.detokenizer;
   const ticket = domain.owner('ticket', 0);
-  const hw = plan(lfm2Pass(detokenizerDims(config), t.upsample).build()).highWater;
+  const hw = plan(lfm2Pass(detokenizerDims(config), batch * t.upsample).build()).highWater;
   const work = domain.createArena(ticket, 'detokenizer', {
-    bytes: domain.policy.arenaBytes([hw, t.upsample * t.outBins * 4, (t.upsample * t.hop + t.nFft) * 4, 256 * 256 * 4]),
+    bytes: domain.policy.arenaBytes([hw, batch * t.upsample * t.outBins * 4, (t.upsample * t.hop + t.nFft) * 4, batch * 256 * 256 * 4]),
   });
-  const detok = new Detokenizer(config, image, work, heapWorkspace, { turnPositions });
-  const conv = domain.owner('conversation', 0);
-  const st = domain.createArena(conv, 'detok state', { bytes: domain.policy.arenaBytes(DetokenizerState.lfmBytes(config, turnPositions)) });
-  const state = new DetokenizerState(config, st, heapWorkspace, { turnPositions, outputRate: rate });
+  const detok = new Detokenizer(config, image, work, heapWorkspace, { turnPositions, batch });
+  const states = Array.from({ length: conversations }, (_, i) => {
+    const st = domain.createArena(domain.owner('conversation', i), 'detok state', { bytes: domain.policy.arenaBytes(DetokenizerState.lfmBytes(config, turnPositions)) });
+    const state = new DetokenizerState(config, st, heapWorkspace, { turnPositions, outputRate: rate });
+    st.seal();
+    return state;
+  });
   work.seal();
-  st.seal();
-  return { domain, config, image, detok, state };
+  return { domain, config, image, detok, state: states[0]!, states };
 }
 
 t.test('code frames → bins equal a float64 reference with the sliding window; samples stream', async (t) => {
@@ -102,4 +104,54 @@ t.test('a code frame allocates nothing in steady state', async (t) => {
   });
   t.ok(probe.heap >= 0 && probe.heap < 1024, `JS heap growth over 30 code frames: ${probe.heap} bytes (window ${probe.windows})`);
   t.ok(probe.arrayBuffers <= 0, `no ArrayBuffer growth (${probe.arrayBuffers} bytes; a backing store released meanwhile makes it negative)`);
+});
+
+// Continuous batching: conversations join and leave between calls, at different positions of
+// their turns (past the sliding window, so their caches drop rows at different calls).
+t.test('frames of several conversations in one call: each gets the samples it gets alone, bit for bit', async (t) => {
+  const { detok, states } = setup(48000, 600, 4, 4);
+  const alone = setup(48000, 600, 1, 1);
+  const r = prng(7);
+  const frames = [9, 7, 8, 3];
+  const start = [0, 2, 1, 5];
+  const codes = frames.map((f) => Array.from({ length: f }, () => Int32Array.from({ length: 8 }, () => randInt(r, 0, 2047))));
+  const want = codes.map((cs) => {
+    alone.state.startTurn();
+    const out = new Float32Array(detok.maxSamples(alone.state) * (cs.length + 1));
+    let n = 0;
+    for (const c of cs) n += alone.detok.frame(alone.state, c, out, n);
+    return out.subarray(0, n + alone.detok.finish(alone.state, out, n));
+  });
+  const jobs = states.map((state) => ({ state, codes: codes[0]![0]!, pcm: new Float32Array(detok.maxSamples(state)), samples: 0 }));
+  const got = states.map(() => [] as number[]);
+  const ready: typeof jobs = [];
+  let widest = 0;
+  for (let call = 0; call < 16; call++) {
+    ready.length = 0;
+    for (const [i, job] of jobs.entries()) {
+      const f = call - start[i]!;
+      if (f < 0 || f >= frames[i]!) continue;
+      if (f === 0) job.state.startTurn();
+      job.codes = codes[i]![f]!;
+      ready.push(job);
+    }
+    if (ready.length === 0) continue;
+    widest = Math.max(widest, ready.length);
+    detok.frames(ready, ready.length);
+    for (const job of ready) got[jobs.indexOf(job)]!.push(...job.pcm.subarray(0, job.samples));
+  }
+  for (const [i, job] of jobs.entries()) {
+    const n = detok.finish(job.state, job.pcm, 0);
+    got[i]!.push(...job.pcm.subarray(0, n));
+    t.ok(
+      got[i]!.length === want[i]!.length && got[i]!.every((v, k) => Object.is(v, want[i]![k])),
+      `conversation ${i}: ${frames[i]} frames, the same ${want[i]!.length} samples as alone`,
+    );
+  }
+  t.equal(widest, 4, 'one call served all four');
+  t.notOk(
+    want[0]!.subarray(0, want[1]!.length).every((v, k) => Object.is(v, want[1]![k])),
+    'different codes give different samples (the comparison can fail)',
+  );
+  t.throws(() => detok.frames(jobs, 5), /5 conversations in one call, at most 4/);
 });
