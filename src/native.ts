@@ -94,6 +94,42 @@ export interface NativeAddon {
   firstNonFinite(bytes: Uint8Array, type: number): number;
   /** Silences alsa-lib's own error messages; false when built without ALSA. */
   quietAlsa(): boolean;
+  /** Whether the addon was built with PortAudio (audio.cc); the audio calls throw when not. */
+  audioAvailable(): boolean;
+  /** Every device PortAudio sees (latencies in seconds). */
+  audioDevices(): {
+    id: number;
+    name: string;
+    hostApi: string;
+    inputs: number;
+    outputs: number;
+    defaultRate: number;
+    /** Seconds, as PortAudio gives them. */
+    inputLatency: number;
+    outputLatency: number;
+    defaultInput: boolean;
+    defaultOutput: boolean;
+  }[];
+  /**
+   * Opens (not starts) a duplex float32 stream whose callback fills `mic` (channel 0) and plays
+   * `out` through SPSC rings (SharedArrayBuffer views, power-of-two lengths) with the counters in
+   * `control` (audioWords); `onWake` runs on this thread after callbacks (one call queued at most).
+   */
+  audioOpen(
+    inputId: number,
+    outputId: number,
+    rate: number,
+    inChannels: number,
+    outChannels: number,
+    period: number,
+    control: Int32Array,
+    mic: Float32Array,
+    out: Float32Array,
+    onWake: () => void,
+  ): number;
+  audioStart(handle: number): void;
+  /** Stops and closes the stream; its callbacks are over when this returns. */
+  audioClose(handle: number): void;
   /**
    * Blocks of at least `bytes` (4096..2^25) get their own mappings from the C allocator, given back
    * to the system when freed; false where the allocator has no such setting (not glibc).
@@ -314,6 +350,22 @@ export interface NativeAddon {
   attentionScratchFloats(tq: number, tk: number, hd: number, group: number, hkv: number): number;
   /** Floats of packing scratch gemm needs. */
   readonly gemmPackFloats: number;
+  /** The words of an audio stream's control block (audioOpen). */
+  readonly audioWords: Readonly<{
+    micWrite: number;
+    micRead: number;
+    outWrite: number;
+    outRead: number;
+    overruns: number;
+    underruns: number;
+    callbacks: number;
+    pending: number;
+    status: number;
+    finished: number;
+    callbackUs: number;
+    frames: number;
+    count: number;
+  }>;
   /** The named slots of the resampler's state block (a Float64Array the caller owns). */
   readonly resamplerSlots: Readonly<{ pos: number; inputs: number; outputs: number; up: number; down: number; taps: number; center: number; slots: number }>;
 }

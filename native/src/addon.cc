@@ -8,6 +8,7 @@ namespace {
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
   voxslab::napi::BindSystem(env, exports);
   voxslab::napi::BindDsp(env, exports);
+  voxslab::napi::BindAudio(env, exports);
   voxslab::napi::BindKernels(env, exports);
   return exports;
 }

@@ -242,6 +242,7 @@ inline View<uint16_t> HalfArg(const Napi::CallbackInfo& info, size_t i, const ch
 // Each domain's functions on the module's exports (bind_*.cc).
 void BindSystem(Napi::Env env, Napi::Object exports);
 void BindDsp(Napi::Env env, Napi::Object exports);
+void BindAudio(Napi::Env env, Napi::Object exports);
 void BindKernels(Napi::Env env, Napi::Object exports);
 
 }  // namespace voxslab::napi

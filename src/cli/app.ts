@@ -302,7 +302,7 @@ const COMMANDS: Record<string, Command> = {
             `pauses; ${summary.echo === null ? 'echo cancellation in the capture stage' : `echo canceller ${summary.echo.converged ? 'converged' : 'not converged'}`}` +
             (summary.device === null
               ? ''
-              : `; device library: ${summary.device.libraryBuffers} buffers, ${summary.device.libraryBytes} bytes; ${summary.device.overruns} samples overrun, ${summary.device.lostPeriods} periods lost`) +
+              : `; device library (${summary.device.library}): ${summary.device.libraryBuffers} buffers, ${summary.device.libraryBytes} bytes; ${summary.device.overruns} samples overrun, ${summary.device.lostPeriods} periods lost`) +
             (summary.self === undefined ? '' : `; played sha256 A ${summary.self.played[0]}, B ${summary.self.played[1]}`),
         );
       } finally {

@@ -7,7 +7,7 @@ import { load } from '../api/engine.js';
 import { checkBind, Daemon } from '../daemon/server.js';
 import { flagValue, parseFlag } from '../options.js';
 import { parsePin, parseStageThreads } from './run.js';
-import { findDevice, listDevices, PortAudioDevice, type AudioDevice } from '../io/devices.js';
+import { findDevice, listDevices, openDuplexDevice, type AudioDevice } from '../io/devices.js';
 import { native } from '../native.js';
 
 export interface ServeRequest {
@@ -114,7 +114,7 @@ export async function serveCommand(r: ServeRequest, log: (line: string) => void 
   else {
     const label = `${devices.input.name} → ${devices.output.name} at ${engine.outputRate} Hz`;
     try {
-      await daemon.runDevice(new PortAudioDevice({ input: devices.input, output: devices.output, rate: engine.outputRate }), label);
+      await daemon.runDevice(openDuplexDevice({ input: devices.input, output: devices.output, rate: engine.outputRate }), label);
     } catch (error) {
       await daemon.close();
       throw error;

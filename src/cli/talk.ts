@@ -7,7 +7,7 @@ import { MemoryDomain } from '../memory/index.js';
 import { SpeechModel } from '../core/conversation.js';
 import { DuplexSession, type DuplexDevice, type DuplexOptions } from '../core/session.js';
 import { LoopbackDevice } from '../io/loopback.js';
-import { findDevice, listDevices, PortAudioDevice, runPeriods, type AudioDevice } from '../io/devices.js';
+import { type DuplexAudioDevice, findDevice, listDevices, openDuplexDevice, runPeriods, type AudioDevice } from '../io/devices.js';
 import { readMonoWav } from '../io/files.js';
 import { resolveModel } from '../io/checkpoint.js';
 import { resampleSignal } from '../dsp/resample.js';
@@ -59,8 +59,8 @@ export interface TalkSummary {
   bargeIns: number;
   pauses: number;
   underruns: number;
-  /** The device library's buffers; input samples its ring dropped; periods the capture ring could not take. */
-  device: { libraryBuffers: number; libraryBytes: number; overruns: number; lostPeriods: number } | null;
+  /** The device library (the addon's PortAudio or naudiodon) and its buffers; input samples its ring dropped; periods the capture ring could not take. */
+  device: { library: 'portaudio' | 'naudiodon'; libraryBuffers: number; libraryBytes: number; overruns: number; lostPeriods: number } | null;
   /** The one-thread session's canceller (null: it runs in the pipeline's capture stage). */
   echo: { converged: boolean; gatedFrames: number } | null;
   /** `--self`: the replies, and the SHA-256 of what each side's device played (two runs give the same). */
@@ -104,9 +104,9 @@ export async function talkCommand(
   if (lookahead !== undefined) duplex.lookaheadMs = lookahead;
   if (reply !== undefined) duplex.replySeconds = reply;
   /** The device: PortAudio's, or the loopback device with the WAV as the user. */
-  const open = (): { device: DuplexDevice; pa: PortAudioDevice | null; userLength: number } => {
+  const open = (): { device: DuplexDevice; pa: DuplexAudioDevice | null; userLength: number } => {
     if (devices !== null) {
-      const pa = new PortAudioDevice({ input: devices.input, output: devices.output, rate: rate! });
+      const pa = openDuplexDevice({ input: devices.input, output: devices.output, rate: rate! });
       o.log(`talk: ${devices.input.name} → ${devices.output.name} at ${rate} Hz (Ctrl-C ends)`);
       return { device: pa, pa, userLength: Number.POSITIVE_INFINITY };
     }
@@ -129,7 +129,7 @@ interface TalkArgs {
   seed: number;
   rate: number;
   duplex: TalkDuplex;
-  open(): { device: DuplexDevice; pa: PortAudioDevice | null; userLength: number };
+  open(): { device: DuplexDevice; pa: DuplexAudioDevice | null; userLength: number };
   transcript: Transcript;
   o: { write: (s: string) => void; log: (s: string) => void; meter: boolean; signal?: AbortSignal };
 }
@@ -254,7 +254,10 @@ async function talkPipeline(a: TalkArgs): Promise<TalkSummary> {
       bargeIns,
       pauses,
       underruns: link.underruns,
-      device: pa === null ? null : { libraryBuffers: pa.libraryBuffers, libraryBytes: pa.libraryBytes, overruns: pa.overruns, lostPeriods: link.overruns },
+      device:
+        pa === null
+          ? null
+          : { library: pa.library, libraryBuffers: pa.libraryBuffers, libraryBytes: pa.libraryBytes, overruns: pa.overruns, lostPeriods: link.overruns },
       echo: null,
     };
   } finally {
@@ -360,7 +363,8 @@ async function talkSingle(a: TalkArgs): Promise<TalkSummary> {
     bargeIns: session.bargeIns,
     pauses: session.pauses,
     underruns: session.underruns,
-    device: pa === null ? null : { libraryBuffers: pa.libraryBuffers, libraryBytes: pa.libraryBytes, overruns: pa.overruns, lostPeriods: 0 },
+    device:
+      pa === null ? null : { library: pa.library, libraryBuffers: pa.libraryBuffers, libraryBytes: pa.libraryBytes, overruns: pa.overruns, lostPeriods: 0 },
     echo: { converged: session.aec.converged, gatedFrames: session.aec.gated },
   };
 }

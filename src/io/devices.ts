@@ -1,33 +1,26 @@
 /**
- * Real audio devices through naudiodon (PortAudio): the list of inputs and outputs, and a
- * duplex device a `DuplexSession` runs on. naudiodon hands out a Buffer per input chunk; it is
- * copied into the device's input ring at once, and those Buffers are counted here as the device
+ * Real audio devices through PortAudio: the list of inputs and outputs, and a duplex device a
+ * `DuplexSession` runs on. Where the addon was built with PortAudio (Debian's libportaudio) the
+ * device is `NativeAudioDevice`: PortAudio's callback moves the samples, with no JS and no
+ * allocation in the period path. Elsewhere, or with VOXSLAB_AUDIO=naudiodon, it is
+ * `PortAudioDevice` on naudiodon: naudiodon hands out a Buffer per input chunk; it is copied
+ * into the device's input ring at once, and those Buffers are counted here as the device
  * library's allocations (`library`), apart from voxslab's own. Output goes out through a small
  * pool of Buffers made at open.
  *
  * Stereo devices: the microphone is channel 0; the reply is written to every channel.
  *
- * Thread contract: the main thread (naudiodon's events arrive there). `tick` allocates nothing;
- * naudiodon's stream machinery allocates for each chunk (counted, not avoidable from here).
+ * Thread contract: the main thread (the device's wake-ups and naudiodon's events arrive there).
+ * `tick` allocates nothing; naudiodon's stream machinery allocates for each chunk (counted, not
+ * avoidable from here).
  */
 import { createRequire, Module } from 'node:module';
-import { DeviceError } from '../errors.js';
+import { BadInputError, DeviceError } from '../errors.js';
 import { native } from '../native.js';
+import type { AudioDevice, PortAudioOptions } from './device-types.js';
+import { NativeAudioDevice } from './native-device.js';
 
-/** One device, as `voxslab devices` lists it. */
-export interface AudioDevice {
-  id: number;
-  name: string;
-  hostApi: string;
-  inputs: number;
-  outputs: number;
-  defaultRate: number;
-  /** PortAudio's low-latency defaults, ms. */
-  inputLatencyMs: number;
-  outputLatencyMs: number;
-  defaultInput: boolean;
-  defaultOutput: boolean;
-}
+export type { AudioDevice, PortAudioOptions } from './device-types.js';
 
 interface NaudiodonDevice {
   id: number;
@@ -101,8 +94,41 @@ function withoutCrashHandler<T>(load: () => T): T {
   }
 }
 
+/** The device library in use: the addon's PortAudio where it has it, unless VOXSLAB_AUDIO says naudiodon. */
+export function audioLibrary(): 'portaudio' | 'naudiodon' {
+  const v = process.env.VOXSLAB_AUDIO;
+  if (v !== undefined && v !== '' && v !== 'portaudio' && v !== 'naudiodon') {
+    throw new BadInputError({ field: 'VOXSLAB_AUDIO' }, `must be portaudio or naudiodon, got ${JSON.stringify(v.slice(0, 40))}`);
+  }
+  if (v === 'naudiodon' || !native.audioAvailable()) {
+    if (v === 'portaudio')
+      throw new BadInputError({ field: 'VOXSLAB_AUDIO' }, 'this build of the addon has no PortAudio (install portaudio19-dev and rebuild)');
+    return 'naudiodon';
+  }
+  return 'portaudio';
+}
+
+/** A duplex device on either library. */
+export type DuplexAudioDevice = NativeAudioDevice | PortAudioDevice;
+
+/** A duplex device on the library in use (audioLibrary). */
+export function openDuplexDevice(o: PortAudioOptions): DuplexAudioDevice {
+  return audioLibrary() === 'portaudio' ? new NativeAudioDevice(o) : new PortAudioDevice(o);
+}
+
 /** Every device PortAudio sees. */
 export function listDevices(): AudioDevice[] {
+  if (audioLibrary() === 'portaudio') {
+    if (process.env.VOXSLAB_ALSA_LOG !== '1') native.quietAlsa();
+    let list: ReturnType<typeof native.audioDevices>;
+    try {
+      list = native.audioDevices();
+    } catch (cause) {
+      throw new DeviceError('(any)', `${(cause as Error).message} (make sure ALSA, libasound2, is present)`, { cause });
+    }
+    const ms = (s: number): number => Math.round(s * 1000 * 10) / 10;
+    return list.map(({ inputLatency, outputLatency, ...d }) => ({ ...d, inputLatencyMs: ms(inputLatency), outputLatencyMs: ms(outputLatency) }));
+  }
   const pa = naudiodon();
   const apis = pa.getHostAPIs();
   const api = apis.HostAPIs.find((h) => h.id === apis.defaultHostAPI);
@@ -136,16 +162,6 @@ export function findDevice(spec: string | undefined, direction: 'input' | 'outpu
   if (d === undefined) throw new DeviceError(spec, `no such ${direction} device (voxslab devices lists them)`);
   if (!can(d)) throw new DeviceError(spec, `'${d.name}' has no ${direction} channels`);
   return d;
-}
-
-export interface PortAudioOptions {
-  input: AudioDevice;
-  output: AudioDevice;
-  rate: number;
-  /** Samples per period. Default 10 ms. */
-  period?: number;
-  /** Input ring, seconds. Default 2. */
-  bufferSeconds?: number;
 }
 
 /** A device that runs on its own clock and calls back once per period (PortAudioDevice). */
@@ -184,6 +200,7 @@ const PRIME = 2;
 
 /** A duplex device on PortAudio: lockstep periods for a DuplexSession (session.ts). */
 export class PortAudioDevice {
+  readonly library = 'naudiodon';
   readonly rate: number;
   readonly period: number;
   readonly latencyMs: number;

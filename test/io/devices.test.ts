@@ -4,8 +4,10 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { apmAvailable } from '../../src/dsp/aec.js';
+import { native } from '../../src/native.js';
 import { resampleSignal } from '../../src/dsp/resample.js';
 import { corpusTools, utterance } from '../../bench/corpus.js';
+import type { DeviceProbe } from '../../bench/devices.js';
 import { scratchDir } from '../helpers.js';
 import { spawnServe } from '../../src/daemon/child.js';
 import { setTimeout as delay } from 'node:timers/promises';
@@ -112,12 +114,78 @@ t.test('voxslab talk: a duplex session end to end through PortAudio on virtual d
       .filter((l) => l.startsWith('talk: 20'))
       .join('')}`,
   );
-  t.match(r.stderr, /device library: \d+ buffers, \d+ bytes/, "the device library's buffers are counted");
+  const library = native.audioAvailable() ? 'portaudio' : 'naudiodon';
+  t.match(r.stderr, new RegExp(`device library \\(${library}\\): \\d+ buffers, \\d+ bytes`), `on ${library}, its buffers counted`);
   t.match(r.stdout, /you: \(speaking\).*done\n.*assistant: /s, 'the transcript shows the turn and the reply');
   const played = new Float32Array(readFileSync(out).buffer.slice(0));
   let loud = 0;
   for (const v of played) if (Math.abs(v) > 1e-3) loud++;
   t.ok(loud > RATE / 10, `the reply reached the speaker (${loud} audible samples of ${played.length})`);
+});
+
+const noPortAudio = native.audioAvailable() ? false : 'the addon was built without PortAudio';
+
+/** The bench's device probe (a child process) on the virtual devices, with VOXSLAB_AUDIO=`library`. */
+function deviceProbe(library: string, periods: number): { status: number | null; stderr: string; result: DeviceProbe | null } {
+  const { env } = virtualDevices(new Float32Array(RATE * Math.ceil(periods / 100 + 2)));
+  const probe = fileURLToPath(new URL('../../bench/workers/device-probe.js', import.meta.url));
+  const r = spawnSync(process.execPath, ['--max-semi-space-size=64', probe, String(periods)], {
+    encoding: 'utf8',
+    timeout: 120_000,
+    env: { ...env, VOXSLAB_AUDIO: library },
+  });
+  const line = r.stdout.split('\n').find((l) => l.startsWith('{'));
+  return { status: r.status, stderr: r.stderr, result: line === undefined ? null : (JSON.parse(line) as DeviceProbe) };
+}
+
+// The addon's device: PortAudio's callback fills the microphone ring and plays the output ring;
+// the JS side only takes whole periods. naudiodon, the control, hands out a Buffer per chunk.
+t.test("the addon's PortAudio device: periods at the device's pace with no Buffer, ArrayBuffer or heap growth", { skip: noPortAudio }, async (t) => {
+  const ours = deviceProbe('portaudio', 400);
+  t.equal(ours.status, 0, `the probe ran (${ours.stderr.trim().split('\n').at(-1) ?? ''})`);
+  const p = ours.result!;
+  t.equal(p.library, 'portaudio', 'on the addon');
+  t.equal(p.libraryBuffers, 0, 'no library Buffers');
+  t.ok(p.arrayBufferGrowth <= 0, `no ArrayBuffer growth over ${p.window} periods (${p.arrayBufferGrowth} bytes)`);
+  // What is left is the wake-up itself (Node's thread-safe call into JS, young garbage); a
+  // Buffer per chunk, as naudiodon hands out, is several times that.
+  t.ok(p.heapGrowth / p.window < 256, `the JS heap grew ${(p.heapGrowth / p.window).toFixed(0)} bytes a period over ${p.window} periods (under 256)`);
+  const sorted = [...p.intervals].sort((a, b) => a - b);
+  const median = sorted[sorted.length >> 1]!;
+  t.ok(Math.abs(median - p.periodMs) < 1, `a device without a clock held to real time: the median period took ${median.toFixed(2)} ms of ${p.periodMs}`);
+  t.ok(p.wakeMs.length > 0 && p.wakeMs.every((ms) => ms >= 0 && ms < 1000), 'each period ran after its callback');
+  const control = deviceProbe('naudiodon', 400);
+  t.equal(control.status, 0, 'the control ran');
+  // Its Buffers are collected as they go, so its ArrayBuffer bytes can fall over a window; its count cannot.
+  t.ok(
+    control.result!.libraryBuffers >= control.result!.window,
+    `naudiodon, the control: ${control.result!.libraryBuffers} Buffers over ${control.result!.window} periods`,
+  );
+});
+
+t.test("the addon's audio calls check their arguments", { skip: noPortAudio }, async (t) => {
+  const sab = (n: number) => new Float32Array(new SharedArrayBuffer(4 * n));
+  const control = new Int32Array(new SharedArrayBuffer(4 * native.audioWords.count));
+  const open =
+    (mic: Float32Array, out: Float32Array, c = control) =>
+    () =>
+      native.audioOpen(0, 0, 48000, 1, 1, 480, c, mic, out, () => undefined);
+  t.throws(open(new Float32Array(1024), sab(1024)), /mic must be a view of a SharedArrayBuffer/);
+  t.throws(open(sab(1000), sab(1024)), /powers of two/);
+  t.throws(open(sab(1024), sab(1024), new Int32Array(new SharedArrayBuffer(8))), /control must hold 16 words/);
+  t.throws(() => native.audioStart(12345), /no such open stream/);
+  t.throws(() => native.audioClose(-1), /handle/);
+});
+
+t.test('VOXSLAB_AUDIO names the device library; anything else is one line, exit 4', async (t) => {
+  const { env } = virtualDevices(new Float32Array(RATE));
+  const bad = voxslab({ ...env, VOXSLAB_AUDIO: 'alsa' }, 'devices');
+  t.equal(bad.status, 4, 'exit 4');
+  t.match(bad.stderr, /field VOXSLAB_AUDIO: must be portaudio or naudiodon, got "alsa"/);
+  t.equal(bad.stderr.trim().split('\n').length, 1, 'one line');
+  const nd = voxslab({ ...env, VOXSLAB_AUDIO: 'naudiodon' }, 'devices', '--json');
+  t.equal(nd.status, 0, 'naudiodon lists the devices too');
+  t.match(nd.stdout, /voxmic/);
 });
 
 t.test('a duplex device is closed once however its stream ends (two closes at once can hang PortAudio)', async (t) => {

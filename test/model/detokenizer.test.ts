@@ -23,7 +23,9 @@ function setup(rate: number, turnPositions = 600, batch = 1, conversations = 1) 
   });
   const detok = new Detokenizer(config, image, work, heapWorkspace, { turnPositions, batch });
   const states = Array.from({ length: conversations }, (_, i) => {
-    const st = domain.createArena(domain.owner('conversation', i), 'detok state', { bytes: domain.policy.arenaBytes(DetokenizerState.lfmBytes(config, turnPositions)) });
+    const st = domain.createArena(domain.owner('conversation', i), 'detok state', {
+      bytes: domain.policy.arenaBytes(DetokenizerState.lfmBytes(config, turnPositions)),
+    });
     const state = new DetokenizerState(config, st, heapWorkspace, { turnPositions, outputRate: rate });
     st.seal();
     return state;
