@@ -143,16 +143,23 @@ void Silent(const char*) {}
 
 // PortAudio once per process: its device list is fixed from then on. JACK's client library,
 // where PortAudio was built with it, prints a screen about a server that is not running while
-// PortAudio scans; it stays quiet unless VOXSLAB_ALSA_LOG=1, as alsa-lib's does.
+// PortAudio scans: its message hooks are silenced for the scan (unless VOXSLAB_ALSA_LOG=1) and
+// put back after, so an app's own JACK messages are as it set them.
 PaError Initialize() {
   if (!g_initialized) {
+    using Hook = void (*)(const char*);
     const char* log = std::getenv("VOXSLAB_ALSA_LOG");
-    if (log == nullptr || std::strcmp(log, "1") != 0) {
-      for (const char* name : {"jack_set_error_function", "jack_set_info_function"}) {
-        if (void* f = dlsym(RTLD_DEFAULT, name)) reinterpret_cast<void (*)(void (*)(const char*))>(f)(Silent);
-      }
+    const bool quiet = log == nullptr || std::strcmp(log, "1") != 0;
+    Hook* hooks[2] = {static_cast<Hook*>(dlsym(RTLD_DEFAULT, "jack_error_callback")), static_cast<Hook*>(dlsym(RTLD_DEFAULT, "jack_info_callback"))};
+    Hook saved[2] = {nullptr, nullptr};
+    for (int i = 0; i < 2; ++i) {
+      if (hooks[i] == nullptr || !quiet) continue;
+      saved[i] = *hooks[i];
+      *hooks[i] = Silent;
     }
     g_initError = Pa_Initialize();
+    for (int i = 0; i < 2; ++i)
+      if (hooks[i] != nullptr && quiet) *hooks[i] = saved[i];
     g_initialized = true;
   }
   return g_initError;

@@ -62,6 +62,7 @@ t.test('voxslab devices lists the virtual ALSA devices', async (t) => {
   t.ok(mic.inputs > 0 && mic.outputs > 0 && mic.defaultRate > 0 && mic.hostApi === 'ALSA', 'with channels, default rate and host API');
   const table = voxslab(env, 'devices');
   t.match(table.stdout, /voxmic/, 'and as a table');
+  t.notMatch(`${r.stderr}${table.stderr}`, /jack|ALSA lib/i, 'with no screen from JACK or alsa-lib about sound servers and cards the machine lacks');
 });
 
 t.test("loading the device library leaves the host's signal handlers as they were", async (t) => {
