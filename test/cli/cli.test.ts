@@ -35,7 +35,7 @@ t.test('usage errors exit 2 with a message', async (t) => {
   }
   const ok = voxslab('help');
   t.equal(ok.status, 0);
-  t.match(ok.stdout, /bench <memory\|planner\|dsp\|kernels\|model\|pipeline\|duplex\|serve>/);
+  t.match(ok.stdout, /bench <memory\|planner\|dsp\|kernels\|model\|pipeline\|duplex\|devices\|serve>/);
   t.match(voxslab('version').stdout, /^\d+\.\d+\.\d+\n$/);
 });
 
