@@ -24,7 +24,7 @@ import type { MemoryManifest } from '../memory/manifest.js';
 import type { MemorySnapshot } from '../memory/snapshot.js';
 import { optionValue } from '../options.js';
 import { resolveModel } from '../io/checkpoint.js';
-import type { ModelConfig } from '../model/format/config.js';
+import { BUILTIN_NAMES, type ModelConfig } from '../model/format/config.js';
 import type { SpeechModelOptions } from '../core/conversation.js';
 import type { DuplexDevice } from '../core/session.js';
 import { Pipeline, type PinMap, type PipelineConversation, type StageThreads } from '../runtime/coordinator.js';
@@ -83,6 +83,11 @@ export function loadWithHooks(model: string, options: EngineOptions, hooks: Engi
 
 /** Loads `model` into the stage workers, with the suite's hooks (none for an application). */
 async function startEngine(model: string, options: EngineOptions, hooks: EngineTestHooks): Promise<Engine> {
+  if (typeof model !== 'string' || model === '') {
+    const got =
+      model === null ? 'null' : typeof model === 'object' ? 'an object (options go second: load(model, options))' : (JSON.stringify(model) ?? typeof model);
+    throw new ArgumentError(`load: the model is a string, a built-in name (${BUILTIN_NAMES.join(', ')}) or a checkpoint folder; got ${got}`);
+  }
   const { memoryLimit, domain: inDomain, slots, maxConversations, pin, stageThreads, callTimeoutMs, signal, log, capacity: cap, ...speech } = options;
   const { trapAllocations, replyFrameLimits } = hooks;
   if (signal?.aborted === true) throw aborted(signal, 'loading');

@@ -113,6 +113,13 @@ t.test('compute admission: the capacity measured at load, or given, refuses a co
   await measured.close();
 
   for (const bad of [0, 1025, 1.5, -1]) await t.rejects(load(model, { capacity: bad }), /capacity must be/, `capacity ${bad} is refused`);
+  // A model that is not a string is refused by name, before anything loads.
+  await t.rejects(load({ model: 'tiny' } as unknown as string), {
+    name: 'ArgumentError',
+    message: /got an object \(options go second: load\(model, options\)\)/,
+  });
+  await t.rejects(load('' as string), { name: 'ArgumentError', message: /load: the model is a string, a built-in name \(tiny, small, lfm2-audio-1.5b\)/ });
+  await t.rejects(load(7 as unknown as string), { name: 'ArgumentError', message: /got 7$/ });
   const engine = await load(model, { replySeconds: REPLY, capacity: 2 });
   t.teardown(() => engine.close());
   t.same(engine.capacity, { conversations: 2, measured: false, periodMs: 80, rows: [], frameMs: [] }, 'given: nothing measured');
