@@ -51,6 +51,20 @@ inline void Add(int32_t* w, int i, int32_t v) { __atomic_fetch_add(w + i, v, __A
 
 #ifdef VOXSLAB_PORTAUDIO
 
+// Runs the JS wake function on its thread. Through the C calls, not Napi::Function::Call: an
+// environment ending inside the call (a worker's process.exit in a period) leaves a termination
+// pending, which must end the call quietly; any other exception is the process's uncaught one.
+void CallWake(Napi::Env env, Napi::Function fn, void*, void*) {
+  if (env == nullptr || fn.IsEmpty()) return;
+  napi_value undefined;
+  if (napi_get_undefined(env, &undefined) != napi_ok) return;
+  if (napi_call_function(env, undefined, fn, 0, nullptr, nullptr) != napi_pending_exception) return;
+  napi_value error;
+  if (napi_get_and_clear_last_exception(env, &error) == napi_ok) napi_fatal_exception(env, error);
+}
+
+using WakeFn = Napi::TypedThreadSafeFunction<void, void, CallWake>;
+
 struct Stream {
   PaStream* pa = nullptr;
   int32_t* control = nullptr;
@@ -58,12 +72,13 @@ struct Stream {
   uint32_t micMask = 0;
   float* out = nullptr;
   uint32_t outMask = 0;
+  napi_env env = nullptr;  // the environment that opened it
   int inChannels = 1;
   int outChannels = 1;
   double rate = 0;
   int64_t frames = 0;  // frames called back so far, and the first callback's time
   std::chrono::steady_clock::time_point start;
-  Napi::ThreadSafeFunction wake;
+  WakeFn wake;
   // The SharedArrayBuffers stay alive while the stream may touch them.
   Napi::Reference<Napi::Value> keep[3];
 };
@@ -259,6 +274,7 @@ Napi::Value AudioOpen(const Napi::CallbackInfo& info) {
   s->inChannels = static_cast<int>(inCh);
   s->outChannels = static_cast<int>(outCh);
   s->rate = rate;
+  s->env = env;
   std::memset(control.data, 0, kWords * sizeof(int32_t));
   PaStreamParameters in{};
   in.device = static_cast<PaDeviceIndex>(inId);
@@ -273,7 +289,7 @@ Napi::Value AudioOpen(const Napi::CallbackInfo& info) {
   PaError e = Pa_OpenStream(&s->pa, &in, &o, rate, static_cast<unsigned long>(period), paNoFlag, Callback, s.get());
   if (e != paNoError) ThrowPa(env, "the device could not open", e);
   Pa_SetStreamFinishedCallback(s->pa, Finished);
-  s->wake = Napi::ThreadSafeFunction::New(env, info[9].As<Napi::Function>(), "voxslab audio", 0, 1);
+  s->wake = WakeFn::New(env, info[9].As<Napi::Function>(), "voxslab audio", 0, 1);
   for (int k = 0; k < 3; ++k) s->keep[k] = Napi::Persistent(info[6 + k]);
   g_streams.push_back(std::move(s));
   return Napi::Number::New(env, static_cast<double>(g_streams.size() - 1));
@@ -302,6 +318,20 @@ Napi::Value AudioClose(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// At an environment's teardown (the process or its worker thread ending with a stream open):
+// each stream it opened stops before the buffers its callback writes go away.
+void CloseAllOf(napi_env__* env) {
+  std::lock_guard<std::mutex> lock(g_mutex);
+  for (auto& s : g_streams) {
+    if (s == nullptr || s->env != env) continue;
+    Store(s->control, kFinished, 1);
+    if (Pa_IsStreamStopped(s->pa) != 1) Pa_AbortStream(s->pa);
+    Pa_CloseStream(s->pa);
+    s->wake.Abort();
+    s.reset();
+  }
+}
+
 #else
 
 Napi::Value Unavailable(const Napi::CallbackInfo& info) {
@@ -328,6 +358,7 @@ void BindAudio(Napi::Env env, Napi::Object exports) {
   Export<AudioOpen>(env, exports, "audioOpen");
   Export<AudioStart>(env, exports, "audioStart");
   Export<AudioClose>(env, exports, "audioClose");
+  env.AddCleanupHook(CloseAllOf, static_cast<napi_env>(env));
 #else
   for (const char* name : {"audioDevices", "audioOpen", "audioStart", "audioClose"}) Export<Unavailable>(env, exports, name);
 #endif

@@ -178,6 +178,59 @@ t.test("the addon's audio calls check their arguments", { skip: noPortAudio }, a
   t.throws(() => native.audioClose(-1), /handle/);
 });
 
+// A process, or a worker thread, that ends with a stream still open: the stream stops before
+// the buffers its callback writes go away (a crash at exit otherwise).
+t.test(
+  "ending with the addon's stream open: the process exits cleanly, and a worker's end leaves the main thread's stream running",
+  { skip: noPortAudio },
+  async (t) => {
+    const { env } = virtualDevices(new Float32Array(RATE * 4));
+    const devices = new URL('../../src/io/devices.js', import.meta.url).href;
+    const open = `const { findDevice, openDuplexDevice } = await import(${JSON.stringify(devices)});
+    const d = openDuplexDevice({ input: findDevice('voxmic', 'input'), output: findDevice('voxspk', 'output'), rate: ${RATE} });
+    const p = new Float32Array(d.period);`;
+    const exitOpen = spawnSync(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        `${open}
+    let k = 0;
+    d.start(() => { d.tick(p, p, p); if (++k === 30) process.exit(0); });`,
+      ],
+      { encoding: 'utf8', timeout: 60_000, env },
+    );
+    t.equal(exitOpen.status, 0, `process.exit with the stream running: exit 0 (${exitOpen.stderr.trim().split('\n').at(-1) ?? ''})`);
+    const worker = spawnSync(
+      process.execPath,
+      [
+        '--input-type=module',
+        '-e',
+        `
+    import { Worker } from 'node:worker_threads';
+    ${open}
+    let k = 0;
+    await new Promise((resolve) => d.start(() => { d.tick(p, p, p); if (++k === 20) resolve(); }));
+    const w = new Worker(\`
+      const { findDevice, openDuplexDevice } = await import(${JSON.stringify(devices)});
+      const d = openDuplexDevice({ input: findDevice('voxspk', 'input'), output: findDevice('voxspk', 'output'), rate: ${RATE} });
+      const p = new Float32Array(d.period);
+      let k = 0;
+      d.start(() => { d.tick(p, p, p); if (++k === 10) process.exit(0); });\`, { eval: true, type: 'module' });
+    await new Promise((resolve) => w.on('exit', resolve));
+    const before = k;
+    await new Promise((resolve) => setTimeout(resolve, 300));
+    await d.stop();
+    console.log(JSON.stringify({ before, after: k }));`,
+      ],
+      { encoding: 'utf8', timeout: 60_000, env },
+    );
+    t.equal(worker.status, 0, `a worker ended with its stream open (${worker.stderr.trim().split('\n').at(-1) ?? ''})`);
+    const r = JSON.parse(worker.stdout.trim().split('\n').at(-1) ?? '{}') as { before: number; after: number };
+    t.ok(r.after > r.before, `the main thread's stream kept running after the worker's ended (${r.before} → ${r.after} periods)`);
+  },
+);
+
 t.test('VOXSLAB_AUDIO names the device library; anything else is one line, exit 4', async (t) => {
   const { env } = virtualDevices(new Float32Array(RATE));
   const bad = voxslab({ ...env, VOXSLAB_AUDIO: 'alsa' }, 'devices');
