@@ -112,9 +112,11 @@ export async function serveCommand(r: ServeRequest, log: (line: string) => void 
   );
   if (devices === null) log('no audio devices in use: headless, serving WebSocket clients only');
   else {
-    const label = `${devices.input.name} → ${devices.output.name} at ${engine.outputRate} Hz`;
+    let label = `${devices.input.name} → ${devices.output.name} at ${engine.outputRate} Hz`;
     try {
-      await daemon.runDevice(openDuplexDevice({ input: devices.input, output: devices.output, rate: engine.outputRate }), label);
+      const device = openDuplexDevice({ input: devices.input, output: devices.output, rate: engine.outputRate });
+      label += ` (${device.library})`;
+      await daemon.runDevice(device, label);
     } catch (error) {
       await daemon.close();
       throw error;

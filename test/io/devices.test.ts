@@ -279,7 +279,11 @@ t.test('voxslab serve --input-device --output-device: the daemon holds a live co
   try {
     const health = (await (await fetch(`${s.url}/healthz`)).json()) as { headless: boolean; devices: string };
     t.equal(health.headless, false, 'not headless');
-    t.match(health.devices, /voxmic → voxspk at 48000 Hz/, '/healthz names the devices');
+    t.match(
+      health.devices,
+      new RegExp(`voxmic → voxspk at 48000 Hz \\(${native.audioAvailable() ? 'portaudio' : 'naudiodon'}\\)`),
+      '/healthz names the devices and their library',
+    );
     const list = (await (await fetch(`${s.url}/v1/conversations`)).json()) as { conversations: { id: string }[] };
     t.ok(
       list.conversations.some((c) => c.id === 'device'),
