@@ -191,6 +191,15 @@ export interface NativeAddon {
     n: number,
     inverse: boolean,
   ): void;
+  /**
+   * The ISTFT's spectrum: e^{values[at + k]}·(cos, sin)(values[at + bins + k]) into
+   * spectrum[2k], spectrum[2k + 1], with the addon's own exp and sine (the same bits on every machine).
+   */
+  polarSpectrum(values: Float32Array, at: number, bins: number, spectrum: Float64Array): void;
+  /** The ISTFT's overlap-add: frame[j]·window[j] and window[j]² into the rings at (start + j) & mask, j from `from`. */
+  overlapAdd(frame: Float64Array, window: Float64Array, acc: Float64Array, envelope: Float64Array, start: number, from: number): void;
+  /** Samples from…to of the rings (acc ÷ envelope above `floor`, else 0) into out[outAt…], clearing them; returns the count. */
+  overlapEmit(acc: Float64Array, envelope: Float64Array, from: number, to: number, floor: number, out: Float32Array, outAt: number): number;
   gemv(
     type: number,
     w: Float32Array | Uint16Array | Uint8Array,

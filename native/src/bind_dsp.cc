@@ -121,6 +121,76 @@ Napi::Value RfftValue(const Napi::CallbackInfo& info) {
   return info.Env().Undefined();
 }
 
+// polarSpectrum(values, at, bins, spectrum): values[at…at+bins) log-magnitudes and
+// values[at+bins…at+2·bins) phases → spectrum[2·bins] (re, im).
+Napi::Value PolarSpectrumValue(const Napi::CallbackInfo& info) {
+  const char* fn = "polarSpectrum";
+  ExpectArgs(info, 4, fn);
+  auto values = TypedArg<float>(info, 0, napi_float32_array, fn, "values");
+  const int64_t at = CountArg(info, 1, fn, "at");
+  const int64_t bins = CountArg(info, 2, fn, "bins");
+  auto spectrum = TypedArg<double>(info, 3, napi_float64_array, fn, "spectrum");
+  if (bins > (1 << 24)) ThrowRange(info.Env(), "polarSpectrum: bins must be at most 2^24");
+  if (static_cast<size_t>(at) > values.length || values.length - static_cast<size_t>(at) < static_cast<size_t>(2 * bins)) {
+    ThrowRange(info.Env(), "polarSpectrum: values need 2·bins values after at");
+  }
+  if (spectrum.length < static_cast<size_t>(2 * bins)) ThrowRange(info.Env(), "polarSpectrum: spectrum needs 2·bins values");
+  voxslab::PolarSpectrum(values.data + at, bins, spectrum.data);
+  return info.Env().Undefined();
+}
+
+// The rings of the ISTFT's overlap-add: a power of two long, both the same length.
+int64_t RingMask(const Napi::CallbackInfo& info, const char* fn, const View<double>& acc, const View<double>& envelope) {
+  if (acc.length < 2 || (acc.length & (acc.length - 1)) != 0 || envelope.length != acc.length) {
+    ThrowRange(info.Env(), std::string(fn) + ": acc and envelope must be rings of the same power-of-two length");
+  }
+  if (Overlap(acc, envelope)) ThrowRange(info.Env(), std::string(fn) + ": buffers must not overlap");
+  return static_cast<int64_t>(acc.length) - 1;
+}
+
+// overlapAdd(frame, window, acc, envelope, start, from): frame[j]·window[j] and window[j]² into
+// the rings at (start + j) for j from `from` to the frame's length.
+Napi::Value OverlapAddValue(const Napi::CallbackInfo& info) {
+  const char* fn = "overlapAdd";
+  ExpectArgs(info, 6, fn);
+  auto frame = TypedArg<double>(info, 0, napi_float64_array, fn, "frame");
+  auto window = TypedArg<double>(info, 1, napi_float64_array, fn, "window");
+  auto acc = TypedArg<double>(info, 2, napi_float64_array, fn, "acc");
+  auto envelope = TypedArg<double>(info, 3, napi_float64_array, fn, "envelope");
+  const int64_t start = CountArg(info, 4, fn, "start");
+  const int64_t from = CountArg(info, 5, fn, "from");
+  const int64_t mask = RingMask(info, fn, acc, envelope);
+  if (window.length != frame.length || static_cast<int64_t>(frame.length) > mask + 1) {
+    ThrowRange(info.Env(), "overlapAdd: the window must be the frame's length, and the rings at least that long");
+  }
+  if (Overlap(frame, acc) || Overlap(frame, envelope) || Overlap(window, acc) || Overlap(window, envelope)) {
+    ThrowRange(info.Env(), "overlapAdd: buffers must not overlap");
+  }
+  voxslab::OverlapAdd(frame.data, window.data, acc.data, envelope.data, static_cast<int64_t>(frame.length), start, from, mask);
+  return info.Env().Undefined();
+}
+
+// overlapEmit(acc, envelope, from, to, floor, out, outAt) → samples written (to − from).
+Napi::Value OverlapEmitValue(const Napi::CallbackInfo& info) {
+  const char* fn = "overlapEmit";
+  ExpectArgs(info, 7, fn);
+  auto acc = TypedArg<double>(info, 0, napi_float64_array, fn, "acc");
+  auto envelope = TypedArg<double>(info, 1, napi_float64_array, fn, "envelope");
+  const int64_t from = CountArg(info, 2, fn, "from");
+  const int64_t to = CountArg(info, 3, fn, "to");
+  const double floor = NumberArg(info, 4, fn, "floor");
+  auto out = TypedArg<float>(info, 5, napi_float32_array, fn, "out");
+  const int64_t at = CountArg(info, 6, fn, "outAt");
+  const int64_t mask = RingMask(info, fn, acc, envelope);
+  const int64_t n = to > from ? to - from : 0;
+  if (n > mask + 1) ThrowRange(info.Env(), "overlapEmit: more samples than the rings hold");
+  if (static_cast<size_t>(at) > out.length || out.length - static_cast<size_t>(at) < static_cast<size_t>(n)) {
+    ThrowRange(info.Env(), "overlapEmit: out has no room for " + std::to_string(n) + " samples after outAt");
+  }
+  voxslab::OverlapEmit(acc.data, envelope.data, from, from + n, mask, floor, out.data + at);
+  return Napi::Number::New(info.Env(), static_cast<double>(n));
+}
+
 // Echo cancellation and voice activity (apm.h). A handle is an External that owns one engine;
 // the finalizer frees it when the handle is collected, apmDestroy at once.
 struct ApmHandle {
@@ -216,6 +286,9 @@ void BindDsp(Napi::Env env, Napi::Object exports) {
   Export<ResampleRunValue>(env, exports, "resampleRun");
   Export<FftValue>(env, exports, "fft");
   Export<RfftValue>(env, exports, "rfft");
+  Export<PolarSpectrumValue>(env, exports, "polarSpectrum");
+  Export<OverlapAddValue>(env, exports, "overlapAdd");
+  Export<OverlapEmitValue>(env, exports, "overlapEmit");
   Export<FirstNonFiniteValue>(env, exports, "firstNonFinite");
   Export<NoArgs<voxslab::ApmAvailable>>(env, exports, "apmAvailable");
   Export<ApmCreateValue>(env, exports, "apmCreate");

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include "cpu.h"
 #include "simd.h"
@@ -305,6 +306,185 @@ void RfftInverse(const int32_t* factors, const double* twiddles_inverse, double*
   FftRun(factors, twiddles_inverse, scratch, z, zt, h, true);
   const double scale = 1.0 / h;
   for (int k = 0; k < n; ++k) x[k] = zt[k] * scale;
+}
+
+namespace {
+
+// The ISTFT's e^x and (sin x, cos x) in double, written once over a scalar and an AVX2
+// vocabulary with the same IEEE operations in the same order (no libm call, whose bits vary by
+// C library; no FMA, the file being built without contraction), so the detokenizer's audio has
+// the same bits on every machine and path. fdlibm's reductions and polynomials: within an ulp
+// of the correctly rounded value. The fast form takes |x| ≤ kExpFast for e^x and
+// |x| ≤ kSinFast for the sine; PolarOne takes the rest.
+constexpr double kRound = 6755399441055744.0;  // 1.5·2^52: (x + kRound) − kRound rounds x to an integer (ties even)
+constexpr double kInvLn2 = 1.44269504088896338700e+00;
+constexpr double kLn2Hi = 6.93147180369123816490e-01;  // 32 bits: k·kLn2Hi is exact for |k| < 2^21
+constexpr double kLn2Lo = 1.90821492927058770002e-10;
+constexpr double kP1 = 1.66666666666666019037e-01, kP2 = -2.77777777770155933842e-03, kP3 = 6.61375632143793436117e-05,
+                 kP4 = -1.65339022054652515390e-06, kP5 = 4.13813679705723846039e-08;
+constexpr double kInvPio2 = 6.36619772367581382433e-01;
+constexpr double kPio2_1 = 1.57079632673412561417e+00;  // π/2 in 33-bit parts: n·part is exact for |n| < 2^20
+constexpr double kPio2_2 = 6.07710050630396597660e-11;
+constexpr double kPio2_3 = 2.02226624871116645580e-21;
+constexpr double kS1 = -1.66666666666666324348e-01, kS2 = 8.33333333332248946124e-03, kS3 = -1.98412698298579493134e-04,
+                 kS4 = 2.75573137070700676789e-06, kS5 = -2.50507602534068634195e-08, kS6 = 1.58969099521155010221e-10;
+constexpr double kC1 = 4.16666666666666019037e-02, kC2 = -1.38888888888741095749e-03, kC3 = 2.48015872894767294178e-05,
+                 kC4 = -2.75573143513906633035e-07, kC5 = 2.08757232129817482790e-09, kC6 = -1.13596475577881948265e-11;
+constexpr double kExpFast = 708.0;        // 2^k stays a normal number
+constexpr double kSinFast = 1647099.0;    // |n| < 2^20
+constexpr double kTwoPi = 6.28318530717958623200e+00;
+
+// t's low bits hold the rounded integer (two's complement, |k| < 2^51).
+inline int64_t RoundedBits(double t) {
+  int64_t b, r;
+  std::memcpy(&b, &t, sizeof b);
+  std::memcpy(&r, &kRound, sizeof r);
+  return b - r;
+}
+
+namespace polar_scalar {
+using D = double;
+inline D Set(double v) { return v; }
+inline D Add(D a, D b) { return a + b; }
+inline D Sub(D a, D b) { return a - b; }
+inline D Mul(D a, D b) { return a * b; }
+inline D Div(D a, D b) { return a / b; }
+inline D Pow2(D t) {
+  const uint64_t bits = static_cast<uint64_t>(RoundedBits(t) + 1023) << 52;
+  double p;
+  std::memcpy(&p, &bits, sizeof p);
+  return p;
+}
+inline void Quadrant(D t, D s, D c, D* sin_x, D* cos_x) {
+  const int64_t q = RoundedBits(t) & 3;
+  const D a = (q & 1) ? c : s, b = (q & 1) ? s : c;
+  *sin_x = (q & 2) ? -a : a;
+  *cos_x = ((q + 1) & 2) ? -b : b;
+}
+#include "polar_core.h"
+}  // namespace polar_scalar
+
+// One bin outside the fast forms: e^x saturates, or scales through ldexp (exact, rounded once
+// where subnormal); a phase past kSinFast is first reduced by fmod (exact, so deterministic; a
+// float32 phase that large carries little information); NaN and infinities give NaN.
+void PolarOne(double m, double p, double* re, double* im) {
+  double mag;
+  if (m != m) mag = m;
+  else if (m > 7.09782712893383973096e+02) mag = HUGE_VAL;
+  else if (m < -7.45133219101941108420e+02) mag = 0.0;
+  else {
+    double t;
+    const double y = polar_scalar::ExpParts(m, &t);
+    mag = std::ldexp(y, static_cast<int>(RoundedBits(t)));
+  }
+  double s, c;
+  if (!(std::fabs(p) <= 1.0e300)) s = c = p - p;
+  else {
+    if (std::fabs(p) > kSinFast) p = std::fmod(p, kTwoPi);
+    polar_scalar::SinCos(p, &s, &c);
+  }
+  // One NaN for every machine (which operand's NaN a product keeps, and the default NaN's
+  // sign, differ between x86 and Arm).
+  *re = mag * c;
+  *im = mag * s;
+  if (*re != *re) *re = std::numeric_limits<double>::quiet_NaN();
+  if (*im != *im) *im = std::numeric_limits<double>::quiet_NaN();
+}
+
+// Bins [k0, k1) of `bins` one at a time.
+void PolarScalar(const float* values, int64_t bins, int64_t k0, int64_t k1, double* spectrum) {
+  for (int64_t k = k0; k < k1; ++k) {
+    const double m = values[k], p = values[bins + k];
+    if (std::fabs(m) <= kExpFast && std::fabs(p) <= kSinFast) {
+      double s, c;
+      const double mag = polar_scalar::Exp(m);
+      polar_scalar::SinCos(p, &s, &c);
+      spectrum[2 * k] = mag * c;
+      spectrum[2 * k + 1] = mag * s;
+    } else {
+      PolarOne(m, p, &spectrum[2 * k], &spectrum[2 * k + 1]);
+    }
+  }
+}
+
+#ifdef VOXSLAB_X86
+#pragma GCC push_options
+#pragma GCC target("avx2")
+namespace polar_avx2 {
+using D = __m256d;
+inline D Set(double v) { return _mm256_set1_pd(v); }
+inline D Add(D a, D b) { return _mm256_add_pd(a, b); }
+inline D Sub(D a, D b) { return _mm256_sub_pd(a, b); }
+inline D Mul(D a, D b) { return _mm256_mul_pd(a, b); }
+inline D Div(D a, D b) { return _mm256_div_pd(a, b); }
+inline __m256i Rounded(D t) { return _mm256_sub_epi64(_mm256_castpd_si256(t), _mm256_castpd_si256(_mm256_set1_pd(kRound))); }
+inline D Pow2(D t) { return _mm256_castsi256_pd(_mm256_slli_epi64(_mm256_add_epi64(Rounded(t), _mm256_set1_epi64x(1023)), 52)); }
+inline void Quadrant(D t, D s, D c, D* sin_x, D* cos_x) {
+  const __m256i q = Rounded(t);
+  const __m256i one = _mm256_set1_epi64x(1), two = _mm256_set1_epi64x(2);
+  const D odd = _mm256_castsi256_pd(_mm256_cmpeq_epi64(_mm256_and_si256(q, one), one));
+  const D a = _mm256_blendv_pd(s, c, odd), b = _mm256_blendv_pd(c, s, odd);
+  // Signs: sin's from bit 1 of q, cos's from bit 1 of q + 1, moved to bit 63.
+  const __m256i sinSign = _mm256_slli_epi64(_mm256_and_si256(q, two), 62);
+  const __m256i cosSign = _mm256_slli_epi64(_mm256_and_si256(_mm256_add_epi64(q, one), two), 62);
+  *sin_x = _mm256_xor_pd(a, _mm256_castsi256_pd(sinSign));
+  *cos_x = _mm256_xor_pd(b, _mm256_castsi256_pd(cosSign));
+}
+#include "polar_core.h"
+
+// Four bins a pass; a pass with any value outside the fast forms goes one bin at a time.
+void Polar(const float* values, int64_t bins, double* spectrum) {
+  const D absMask = _mm256_castsi256_pd(_mm256_set1_epi64x(0x7fffffffffffffffLL));
+  int64_t k = 0;
+  for (; k + 4 <= bins; k += 4) {
+    const D m = _mm256_cvtps_pd(_mm_loadu_ps(values + k)), p = _mm256_cvtps_pd(_mm_loadu_ps(values + bins + k));
+    const D ok = _mm256_and_pd(_mm256_cmp_pd(_mm256_and_pd(m, absMask), Set(kExpFast), _CMP_LE_OQ),
+                               _mm256_cmp_pd(_mm256_and_pd(p, absMask), Set(kSinFast), _CMP_LE_OQ));
+    if (_mm256_movemask_pd(ok) != 0xf) {
+      PolarScalar(values, bins, k, k + 4, spectrum);
+      continue;
+    }
+    D s, c;
+    const D mag = Exp(m);
+    SinCos(p, &s, &c);
+    const D re = Mul(mag, c), im = Mul(mag, s);
+    const D lo = _mm256_unpacklo_pd(re, im), hi = _mm256_unpackhi_pd(re, im);  // (re, im) of bins 0, 2 and 1, 3
+    _mm256_storeu_pd(spectrum + 2 * k, _mm256_permute2f128_pd(lo, hi, 0x20));
+    _mm256_storeu_pd(spectrum + 2 * k + 4, _mm256_permute2f128_pd(lo, hi, 0x31));
+  }
+  PolarScalar(values, bins, k, bins, spectrum);
+}
+}  // namespace polar_avx2
+#pragma GCC pop_options
+#endif
+
+}  // namespace
+
+void PolarSpectrum(const float* values, int64_t bins, double* spectrum) {
+#ifdef VOXSLAB_X86
+  if (ChosenIsa() != Isa::kScalar) return polar_avx2::Polar(values, bins, spectrum);
+#endif
+  PolarScalar(values, bins, 0, bins, spectrum);
+}
+
+void OverlapAdd(const double* frame, const double* window, double* acc, double* envelope, int64_t n, int64_t start,
+                int64_t from, int64_t mask) {
+  for (int64_t j = from; j < n; ++j) {
+    const double w = window[j];
+    const int64_t i = (start + j) & mask;
+    acc[i] = acc[i] + frame[j] * w;
+    envelope[i] = envelope[i] + w * w;
+  }
+}
+
+void OverlapEmit(double* acc, double* envelope, int64_t from, int64_t to, int64_t mask, double floor, float* out) {
+  for (int64_t p = from; p < to; ++p) {
+    const int64_t i = p & mask;
+    const double e = envelope[i];
+    *out++ = e > floor ? static_cast<float>(acc[i] / e) : 0.0f;
+    acc[i] = 0;
+    envelope[i] = 0;
+  }
 }
 
 int64_t FirstNonFinite(const uint8_t* data, int64_t count, WeightType type) {

@@ -43,6 +43,18 @@ void RfftForward(const int32_t* factors, const double* twiddles, double* scratch
 void RfftInverse(const int32_t* factors, const double* twiddles_inverse, double* scratch, const double* split,
                  double* work, const double* spectrum, double* x, int n);
 
+// X[k] = e^{values[k]}·(cos, sin)(values[bins + k]) for k < bins, interleaved (re, im): the
+// ISTFT's log-magnitudes and phases as a spectrum, with the same bits on every machine.
+void PolarSpectrum(const float* values, int64_t bins, double* spectrum);
+
+// The ISTFT's overlap-add into rings of mask + 1 doubles: frame[j]·window[j] into acc and
+// window[j]² into envelope at (start + j) & mask, for j from `from` to n.
+void OverlapAdd(const double* frame, const double* window, double* acc, double* envelope, int64_t n, int64_t start,
+                int64_t from, int64_t mask);
+// Samples from…to of the rings (acc ÷ envelope where envelope > floor, else 0) into out,
+// clearing what they read.
+void OverlapEmit(double* acc, double* envelope, int64_t from, int64_t to, int64_t mask, double floor, float* out);
+
 // Name of the dot-product path chosen at load ("avx2+fma" or "scalar").
 const char* DotPath();
 // Σ a[i]·b[i] on that path (the resampler's inner product).

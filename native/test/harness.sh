@@ -111,6 +111,7 @@ else
     same "integer GEMV" x64-scalar arm64-scalar
     same "integer GEMM" "${vector[@]}" "${arm[@]}"
     same "DSP dot product and probes" "${vector[@]}" "${arm[@]}"
+    same "ISTFT spectrum" "${x86_runs[@]}" arm64-scalar "${arm[@]}"
 
     # Negative controls: one planted error per copy of the sources; the harness must fail.
     control() {

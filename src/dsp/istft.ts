@@ -1,6 +1,7 @@
 /**
  * Streaming ISTFT of the detokenizer (docs/model.md, Detokenizer): each frame's 641 log-magnitudes
- * and 641 phases become X = exp(logmag)·e^{i·phase}; C2R inverse FFT (1/N, imaginary parts of
+ * and 641 phases become X = exp(logmag)·e^{i·phase} (the addon's exp and sine, whose bits do
+ * not depend on the JS engine or the C library); C2R inverse FFT (1/N, imaginary parts of
  * DC and Nyquist ignored); periodic Hann window; overlap-add at the hop; division by the
  * overlap-added squared window; nFft − hop samples trimmed at the start ("same" length).
  *
@@ -14,6 +15,7 @@
 import { ArgumentError } from '../errors.js';
 import { RealFFT } from './fft.js';
 import { heapWorkspace, type Workspace } from './workspace.js';
+import { native } from '../native.js';
 
 export interface IstftOptions {
   nFft?: number;
@@ -35,7 +37,6 @@ export class StreamingISTFT {
   readonly #frame: Float64Array;
   readonly #acc: Float64Array; // overlap-add ring, by absolute sample & mask
   readonly #env: Float64Array; // squared-window sum ring
-  readonly #mask: number;
   #frames = 0; // frames added
   #emitted = 0; // absolute (untrimmed) position of the next sample to emit
 
@@ -54,7 +55,6 @@ export class StreamingISTFT {
     while (ring < 2 * this.nFft) ring *= 2;
     this.#acc = ws('istft.overlap', Float64Array, ring);
     this.#env = ws('istft.envelope', Float64Array, ring);
-    this.#mask = ring - 1;
     this.#emitted = this.trim;
   }
 
@@ -74,25 +74,13 @@ export class StreamingISTFT {
    * Adds one frame: `bins[at … at+bins)` log-magnitudes then `bins[at+bins … at+2·bins)`
    * phases (radians). Writes the samples it completes to `out[outAt…]`; returns their count.
    */
-  pushFrame(values: ArrayLike<number>, at: number, out: Float32Array, outAt: number): number {
-    const b = this.bins;
-    const s = this.#spec;
-    for (let k = 0; k < b; k++) {
-      const mag = Math.exp(values[at + k] as number);
-      const ph = values[at + b + k] as number;
-      s[2 * k] = mag * Math.cos(ph);
-      s[2 * k + 1] = mag * Math.sin(ph);
-    }
-    this.#fft.inverse(s, this.#frame);
+  pushFrame(values: Float32Array, at: number, out: Float32Array, outAt: number): number {
+    native.polarSpectrum(values, at, this.bins, this.#spec);
+    this.#fft.inverse(this.#spec, this.#frame);
     const start = this.#frames * this.hop;
     // Positions before #emitted are trimmed (never emitted, so never cleared): skip them, or
     // their sums would resurface when the ring wraps.
-    for (let j = Math.max(0, this.#emitted - start); j < this.nFft; j++) {
-      const w = this.#window[j] as number;
-      const i = (start + j) & this.#mask;
-      this.#acc[i] = (this.#acc[i] as number) + (this.#frame[j] as number) * w;
-      this.#env[i] = (this.#env[i] as number) + w * w;
-    }
+    native.overlapAdd(this.#frame, this.#window, this.#acc, this.#env, start, Math.max(0, this.#emitted - start));
     this.#frames += 1;
     // Samples before the next frame's start are final.
     return this.#emit(this.#frames * this.hop, out, outAt);
@@ -106,15 +94,7 @@ export class StreamingISTFT {
   }
 
   #emit(upTo: number, out: Float32Array, outAt: number): number {
-    let n = 0;
-    for (let p = this.#emitted; p < upTo; p++) {
-      const i = p & this.#mask;
-      const env = this.#env[i] as number;
-      out[outAt + n] = env > ENVELOPE_EPS ? (this.#acc[i] as number) / env : 0;
-      this.#acc[i] = 0;
-      this.#env[i] = 0;
-      n++;
-    }
+    const n = upTo > this.#emitted ? native.overlapEmit(this.#acc, this.#env, this.#emitted, upTo, ENVELOPE_EPS, out, outAt) : 0;
     this.#emitted = Math.max(this.#emitted, upTo);
     return n;
   }

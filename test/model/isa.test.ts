@@ -93,6 +93,23 @@ t.test('the prefill kernel gives the same bits with VNNI and on AVX2 (the intege
   t.equal(avx2Bits, bits, 'VNNI and AVX2 outputs: the same digest');
 });
 
+t.test("the ISTFT's spectrum (the addon's exp and sine) has the same bits on every path", async (t) => {
+  // Ordinary bins, and edges that send a vector pass to the one-at-a-time form.
+  const probe =
+    "import('./dist/src/native.js').then(({ native }) => { const b = 4099, v = new Float32Array(2 * b); let s = 5;" +
+    ' for (let i = 0; i < 2 * b; i++) { s = (s * 1103515245 + 12345) % 2147483648; v[i] = (s / 2147483648 - 0.5) * (i < b ? 30 : 100); }' +
+    ' v[17] = 709; v[40] = -744; v[b + 90] = 3e6; v[b + 91] = NaN; const out = new Float64Array(2 * b); native.polarSpectrum(v, 0, b, out);' +
+    " console.log(JSON.stringify([native.kernelIsa(), require('node:crypto').createHash('sha256').update(new Uint8Array(out.buffer)).digest('hex')])); })";
+  const run = (value: string) => {
+    const r = spawnSync(process.execPath, ['--input-type=commonjs', '-e', probe], { encoding: 'utf8', env: { ...process.env, VOXSLAB_KERNELS: value } });
+    t.equal(r.status, 0, `probe under ${value} exits 0`);
+    return JSON.parse(r.stdout) as [string, string];
+  };
+  const digests = [...paths, ...(best.startsWith('avx512f') ? ['avx512'] : [])].map((p) => [p, ...run(p)] as const);
+  t.ok(digests.length >= 1);
+  for (const [path, isa, digest] of digests) t.equal(digest, digests[0]![2], `${path} (${isa}): the scalar path's digest`);
+});
+
 t.test("the facade's scratch sizes are the addon's: gemvInt takes exactly gemvScratchFloats(K) floats", async (t) => {
   const { gemvScratchFloats, attentionScratchFloats, GEMM_PACK_FLOATS } = await import('../../src/model/blocks/kernels.js');
   for (const K of [64, 512, 2048, 8192]) {

@@ -119,6 +119,115 @@ t.test('native FFT equals the TypeScript reference for many lengths', async (t) 
   t.ok(['avx2+fma', 'scalar'].includes(native.kernelPath()), `dot path: ${native.kernelPath()}`);
 });
 
+t.test("the ISTFT's polar spectrum: within two ulps of the JS engine's exp, cos and sin, and its edges", async (t) => {
+  // The gap between two doubles' bit patterns, in units in the last place.
+  const bits = new BigInt64Array(new Float64Array(2).buffer);
+  const f = new Float64Array(bits.buffer);
+  const ulps = (a: number, b: number): number => {
+    if (Number.isNaN(a) || Number.isNaN(b)) return Number.isNaN(a) && Number.isNaN(b) ? 0 : Infinity;
+    if (a === b) return 0;
+    f[0] = a;
+    f[1] = b;
+    const d = bits[0]! - bits[1]!;
+    return Number(d < 0n ? -d : d);
+  };
+  let seed = 11;
+  const rand = () => {
+    seed = (seed * 1103515245 + 12345) % 2147483648;
+    return seed / 2147483648;
+  };
+  // 1001 bins: the vector passes and a tail; magnitudes up to e^±700, phases to ±2·10^6 (past
+  // the fast reduction's range).
+  for (const [mags, phases] of [
+    [8, 20],
+    [700, 2e6],
+  ] as const) {
+    const bins = 1001;
+    const v = new Float32Array(2 * bins);
+    for (let k = 0; k < bins; k++) {
+      v[k] = (rand() * 2 - 1) * mags;
+      v[bins + k] = (rand() * 2 - 1) * phases;
+    }
+    // e^m alone (phase 0) and the sine and cosine alone (magnitude e^0 = 1).
+    const expOnly = Float32Array.from(v.subarray(0, bins)).slice();
+    const e = new Float32Array(2 * bins);
+    e.set(expOnly);
+    const trig = new Float32Array(2 * bins);
+    trig.set(v.subarray(bins), bins);
+    const s = new Float64Array(2 * bins);
+    native.polarSpectrum(e, 0, bins, s);
+    let worstExp = 0;
+    for (let k = 0; k < bins; k++) worstExp = Math.max(worstExp, ulps(s[2 * k]!, Math.exp(e[k]!)), ulps(s[2 * k + 1]!, 0));
+    native.polarSpectrum(trig, 0, bins, s);
+    let worstTrig = 0;
+    for (let k = 0; k < bins; k++) {
+      const p = trig[bins + k]!;
+      worstTrig = Math.max(worstTrig, Math.abs(p) > 1.6e6 ? 0 : Math.max(ulps(s[2 * k]!, Math.cos(p)), ulps(s[2 * k + 1]!, Math.sin(p))));
+    }
+    t.ok(worstExp <= 2, `|m| ≤ ${mags}: e^m within ${worstExp} ulps`);
+    t.ok(worstTrig <= 2, `|phase| ≤ ${phases}: cos and sin within ${worstTrig} ulps`);
+    // Past the fast reduction the phase is reduced by 2π first: still close in absolute terms.
+    let far = 0;
+    for (let k = 0; k < bins; k++) {
+      const p = trig[bins + k]!;
+      if (Math.abs(p) > 1.6e6) far = Math.max(far, Math.abs(s[2 * k]! - Math.cos(p)), Math.abs(s[2 * k + 1]! - Math.sin(p)));
+    }
+    t.ok(far < 1e-9, `phases past the fast reduction: within ${far.toExponential(1)}`);
+    // The product of both, as the ISTFT takes it.
+    native.polarSpectrum(v, 0, bins, s);
+    let worst = 0;
+    for (let k = 0; k < bins; k++) {
+      const [m, p] = [v[k]!, v[bins + k]!];
+      if (Math.abs(p) > 1.6e6) continue;
+      worst = Math.max(worst, ulps(s[2 * k]!, Math.exp(m) * Math.cos(p)), ulps(s[2 * k + 1]!, Math.exp(m) * Math.sin(p)));
+    }
+    t.ok(worst <= 4, `e^m·(cos, sin) p within ${worst} ulps`);
+  }
+  // Edges, each in a vector pass of otherwise ordinary bins: overflow, underflow to 0 and to
+  // subnormals, NaN and infinities (NaN out), and the offset `at`.
+  const edges: [number, number][] = [
+    [710, 0],
+    [-746, 1],
+    [-740, 0],
+    [Number.NaN, 0],
+    [0, Number.POSITIVE_INFINITY],
+    [Number.NEGATIVE_INFINITY, 0],
+    [88, Math.fround(Math.PI)],
+    [-1, -3],
+  ];
+  const v = new Float32Array(3 + 2 * edges.length).fill(7);
+  edges.forEach(([m, p], k) => {
+    v[3 + k] = m;
+    v[3 + edges.length + k] = p;
+  });
+  const s = new Float64Array(2 * edges.length);
+  native.polarSpectrum(v, 3, edges.length, s);
+  edges.forEach(([m, p], k) => {
+    const [re, im] = [Math.exp(m) * Math.cos(p), Math.exp(m) * Math.sin(p)];
+    t.ok(ulps(s[2 * k]!, re) <= 2 && ulps(s[2 * k + 1]!, im) <= 2, `e^${m}·(cos, sin) ${p}: (${s[2 * k]}, ${s[2 * k + 1]}) as the JS engine's (${re}, ${im})`);
+  });
+  t.ok(s[4]! > 0 && s[4]! < 2.3e-308, `e^-740 is subnormal: ${s[4]}`);
+  t.throws(() => native.polarSpectrum(v, 4, edges.length, s), { name: 'RangeError', message: /values need 2·bins values after at/ });
+  t.throws(() => native.polarSpectrum(v, 3, edges.length, new Float64Array(3)), { name: 'RangeError', message: /spectrum needs 2·bins values/ });
+  t.throws(() => native.polarSpectrum(new Float64Array(4) as never, 0, 2, s), { name: 'TypeError', message: /values must be a Float32Array/ });
+  // The overlap-add rings: a power of two long, as long as the frame, and not overlapping.
+  const frame = Float64Array.from({ length: 8 }, (_, j) => j + 1);
+  const win = new Float64Array(8).fill(0.5);
+  const [acc, env] = [new Float64Array(16), new Float64Array(16)];
+  native.overlapAdd(frame, win, acc, env, 14, 1);
+  t.same([acc[15], acc[0], acc[5], acc[14], env[15]], [1, 1.5, 4, 0, 0.25], 'overlapAdd: from `from`, at (start + j) & mask, wrapping');
+  const pcm = new Float32Array(4);
+  t.equal(native.overlapEmit(acc, env, 15, 17, 1e-11, pcm, 1), 2);
+  t.same(Array.from(pcm), [0, 4, 6, 0], 'overlapEmit: acc ÷ envelope from the ring, wrapping');
+  t.same([acc[15], env[0], acc[1]], [0, 0, 2], 'and clears what it read');
+  t.throws(() => native.overlapAdd(frame, win, new Float64Array(12), new Float64Array(12), 0, 0), { name: 'RangeError', message: /power-of-two/ });
+  t.throws(() => native.overlapAdd(frame, win, new Float64Array(4), new Float64Array(4), 0, 0), { name: 'RangeError', message: /rings at least that long/ });
+  t.throws(() => native.overlapAdd(frame, win.subarray(1), acc, env, 0, 0), { name: 'RangeError', message: /window must be the frame's length/ });
+  t.throws(() => native.overlapAdd(frame, win, acc, acc, 0, 0), { name: 'RangeError', message: /must not overlap/ });
+  t.throws(() => native.overlapEmit(acc, env, 0, 3, 0, pcm, 2), { name: 'RangeError', message: /no room for 3 samples/ });
+  t.throws(() => native.overlapEmit(acc, env, 0, 17, 0, new Float32Array(32), 0), { name: 'RangeError', message: /more samples than the rings hold/ });
+});
+
 t.test('DSP kernels check every argument', async (t) => {
   const { ComplexFFT } = await import('../../src/dsp/fft.js');
   const f64 = (n: number) => new Float64Array(n);
