@@ -36,6 +36,35 @@ __attribute__((target("avx2,fma"))) double DotAvx2(const double* a, const double
   for (; k < n; ++k) tail = std::fma(a[k], b[k], tail);
   return ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + tail;
 }
+
+// Two DotAvx2 over the same b at once (the resampler's phases over one window): each with
+// DotAvx2's accumulators and order, so each has its bits; four independent chains hide the
+// FMA latency two leave exposed.
+__attribute__((target("avx2,fma"))) void DotPairAvx2(const double* a0, const double* a1, const double* b, int64_t n, double* d0,
+                                                      double* d1) {
+  __m256d s0 = _mm256_setzero_pd(), s1 = s0, t0 = s0, t1 = s0;
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    const __m256d b0 = _mm256_loadu_pd(b + k), b1 = _mm256_loadu_pd(b + k + 4);
+    s0 = _mm256_fmadd_pd(_mm256_loadu_pd(a0 + k), b0, s0);
+    s1 = _mm256_fmadd_pd(_mm256_loadu_pd(a0 + k + 4), b1, s1);
+    t0 = _mm256_fmadd_pd(_mm256_loadu_pd(a1 + k), b0, t0);
+    t1 = _mm256_fmadd_pd(_mm256_loadu_pd(a1 + k + 4), b1, t1);
+  }
+  if (k + 4 <= n) {
+    const __m256d b0 = _mm256_loadu_pd(b + k);
+    s0 = _mm256_fmadd_pd(_mm256_loadu_pd(a0 + k), b0, s0);
+    t0 = _mm256_fmadd_pd(_mm256_loadu_pd(a1 + k), b0, t0);
+    k += 4;
+  }
+  alignas(32) double ls[4], lt[4];
+  _mm256_store_pd(ls, _mm256_add_pd(s0, s1));
+  _mm256_store_pd(lt, _mm256_add_pd(t0, t1));
+  double tail0 = 0, tail1 = 0;
+  for (; k < n; ++k) tail0 = std::fma(a0[k], b[k], tail0), tail1 = std::fma(a1[k], b[k], tail1);
+  *d0 = ((ls[0] + ls[1]) + (ls[2] + ls[3])) + tail0;
+  *d1 = ((lt[0] + lt[1]) + (lt[2] + lt[3])) + tail1;
+}
 #endif
 
 #ifdef VOXSLAB_ARM
@@ -75,6 +104,15 @@ DotFn ChooseDot() {
 
 const DotFn kDot = ChooseDot();
 
+// Two dot products over the same b, each with kDot's bits.
+void DotPair(const double* a0, const double* a1, const double* b, int64_t n, double* d0, double* d1) {
+#ifdef VOXSLAB_X86
+  if (kDot == DotAvx2) return DotPairAvx2(a0, a1, b, n, d0, d1);
+#endif
+  *d0 = kDot(a0, b, n);
+  *d1 = kDot(a1, b, n);
+}
+
 }  // namespace
 
 const char* DotPath() {
@@ -108,16 +146,40 @@ int64_t ResampleRun(const double* phases, double* ring, double* state, const flo
   int64_t inputs = static_cast<int64_t>(state[kRsInputs]);
   int64_t outputs = static_cast<int64_t>(state[kRsOutputs]);
   int64_t written = 0;
+  // The next output's newest input and phase: output n sits at t = n·M + c on the common
+  // grid, newest = floor(t / L), phase t − newest·L; advanced by M per output without a division
+  // where M < L.
+  int64_t newest = (outputs * M + c) / L;
+  int64_t phase = outputs * M + c - newest * L;
+  const auto advance = [&]() {
+    phase += M;
+    if (phase >= L) {
+      if (M < L) {
+        phase -= L;
+        ++newest;
+      } else {
+        newest += phase / L;
+        phase %= L;
+      }
+    }
+  };
   auto drain = [&](int64_t cap) {
-    for (;;) {
-      if (outputs >= cap) return;
-      const int64_t t = outputs * M + c;
-      const int64_t newest = t / L;
-      if (newest > inputs - 1) return;
-      const int64_t p = t - newest * L;
-      // ring[pos+1 .. pos+T] holds the last T inputs, oldest first.
-      out[written++] = static_cast<float>(kDot(phases + p * T, ring + pos + 1, T));
+    while (outputs < cap && newest <= inputs - 1) {
+      // ring[pos+1 .. pos+T] holds the last T inputs, oldest first. Two outputs over the same
+      // window (upsampling) go through one pass.
+      if (outputs + 1 < cap && phase + M < L) {
+        double d0, d1;
+        DotPair(phases + phase * T, phases + (phase + M) * T, ring + pos + 1, T, &d0, &d1);
+        out[written++] = static_cast<float>(d0);
+        out[written++] = static_cast<float>(d1);
+        outputs += 2;
+        advance();
+        advance();
+        continue;
+      }
+      out[written++] = static_cast<float>(kDot(phases + phase * T, ring + pos + 1, T));
       ++outputs;
+      advance();
     }
   };
   auto write = [&](double x) {

@@ -451,6 +451,48 @@ void DspAndProbes() {
   std::printf("%s: digest %016llx\n", f, static_cast<unsigned long long>(d.h));
 }
 
+// The resampler in chunks of any size: every output is DotProduct over its phase and the T
+// inputs up to its newest (zeros before the first), bit for bit, whether or not two outputs
+// shared a pass.
+void ResamplerFamily() {
+  const char* f = "resampler";
+  Rng r{13};
+  Digest d;
+  bool same = true;
+  int64_t checked = 0;
+  for (const auto& lm : {std::pair<int, int>{2, 1}, {3, 1}, {1, 3}, {147, 80}, {160, 147}}) {
+    for (const int T : {1, 7, 143}) {
+      const int L = lm.first, M = lm.second, c = (L * T) / 2;
+      std::vector<double> phases(static_cast<size_t>(L) * T), ring(2 * T), state(kRsSlots);
+      for (auto& v : phases) v = r.Unit() * 2 - 1;
+      state[kRsUp] = L, state[kRsDown] = M, state[kRsTaps] = T, state[kRsCenter] = c;
+      std::vector<float> in(3000), out;
+      for (auto& v : in) v = r.Sym();
+      for (size_t at = 0; at < in.size();) {
+        const int64_t n = std::min<int64_t>(r.Int(1, 300), static_cast<int64_t>(in.size() - at));
+        std::vector<float> part(static_cast<size_t>(ResampleReady(state.data(), n)));
+        const int64_t got = ResampleRun(phases.data(), ring.data(), state.data(), in.data() + at, n, part.data(), 0);
+        out.insert(out.end(), part.begin(), part.begin() + got);
+        at += static_cast<size_t>(n);
+      }
+      std::vector<double> window(T);
+      for (size_t o = 0; o < out.size(); ++o) {
+        const int64_t t = static_cast<int64_t>(o) * M + c, newest = t / L, p = t % L;
+        for (int j = 0; j < T; ++j) {
+          const int64_t i = newest - (T - 1) + j;
+          window[j] = i >= 0 ? in[static_cast<size_t>(i)] : 0.0;
+        }
+        const float want = static_cast<float>(DotProduct(phases.data() + p * T, window.data(), T));
+        if (!SameBits(out[o], want)) same = false;
+        ++checked;
+      }
+      d.Add(out.data(), 4 * out.size());
+    }
+  }
+  Check(same && checked > 10000, f, "every output is its phase's DotProduct over its window, bit for bit");
+  std::printf("%s: %lld outputs, digest %016llx\n", f, static_cast<long long>(checked), static_cast<unsigned long long>(d.h));
+}
+
 // The ISTFT's spectrum: the addon's own e^x, cosine and sine against the C library's, and one
 // digest on every level and architecture (they are written to give the same bits everywhere).
 void PolarFamily() {
@@ -502,6 +544,7 @@ int main() {
   AttentionFamily();
   DspAndProbes();
   PolarFamily();
+  ResamplerFamily();
   std::printf("%d passed, %d failed\n", passed, failed);
   return failed == 0 ? 0 : 1;
 }

@@ -112,6 +112,7 @@ else
     same "integer GEMM" "${vector[@]}" "${arm[@]}"
     same "DSP dot product and probes" "${vector[@]}" "${arm[@]}"
     same "ISTFT spectrum" "${x86_runs[@]}" arm64-scalar "${arm[@]}"
+    same "resampler" "${vector[@]}" "${arm[@]}"
 
     # Negative controls: one planted error per copy of the sources; the harness must fail.
     control() {
