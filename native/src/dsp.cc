@@ -393,6 +393,8 @@ constexpr double kS1 = -1.66666666666666324348e-01, kS2 = 8.33333333332248946124
 constexpr double kC1 = 4.16666666666666019037e-02, kC2 = -1.38888888888741095749e-03, kC3 = 2.48015872894767294178e-05,
                  kC4 = -2.75573143513906633035e-07, kC5 = 2.08757232129817482790e-09, kC6 = -1.13596475577881948265e-11;
 constexpr double kExpFast = 708.0;        // 2^k stays a normal number
+constexpr double kExpOverflow = 7.09782712893383973096e+02;   // e^x past it is infinite
+constexpr double kExpUnderflow = -7.45133219101941108420e+02;  // e^x below it rounds to 0
 constexpr double kSinFast = 1647099.0;    // |n| < 2^20
 constexpr double kTwoPi = 6.28318530717958623200e+00;
 
@@ -432,8 +434,8 @@ inline void Quadrant(D t, D s, D c, D* sin_x, D* cos_x) {
 void PolarOne(double m, double p, double* re, double* im) {
   double mag;
   if (m != m) mag = m;
-  else if (m > 7.09782712893383973096e+02) mag = HUGE_VAL;
-  else if (m < -7.45133219101941108420e+02) mag = 0.0;
+  else if (m > kExpOverflow) mag = HUGE_VAL;
+  else if (m < kExpUnderflow) mag = 0.0;
   else {
     double t;
     const double y = polar_scalar::ExpParts(m, &t);

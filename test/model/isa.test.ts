@@ -106,7 +106,6 @@ t.test("the ISTFT's spectrum (the addon's exp and sine) has the same bits on eve
     return JSON.parse(r.stdout) as [string, string];
   };
   const digests = [...paths, ...(best.startsWith('avx512f') ? ['avx512'] : [])].map((p) => [p, ...run(p)] as const);
-  t.ok(digests.length >= 1);
   for (const [path, isa, digest] of digests) t.equal(digest, digests[0]![2], `${path} (${isa}): the scalar path's digest`);
 });
 
