@@ -43,6 +43,8 @@ import { round, type Spread, spread } from './util.js';
 const FIXTURE = fileURLToPath(new URL('../../test/fixtures/hello.wav', import.meta.url));
 const CLI = fileURLToPath(new URL('../src/cli/main.js', import.meta.url));
 const ENGINE_FRAME = fileURLToPath(new URL('./workers/engine-frame.js', import.meta.url));
+/** The capacity search's reply length, s (each conversation's longest). */
+const REPLY_SECONDS = 4;
 /** The capacity search stops here: twice the 64 conversations the tiny model must hold. */
 const CAPACITY_LIMIT = 128;
 
@@ -447,7 +449,13 @@ interface CapacityTry {
   conversations: number;
   p99GapMs: number;
   underrunMs: number;
-  /** Every conversation stayed real-time: a player started at its reply's first sample never ran dry. */
+  /** The latest first reply sample after the inputs ended (ms). */
+  lastFirstAudioMs: number;
+  /**
+   * Every conversation stayed real-time: a player started at its reply's first sample never ran
+   * dry, and every reply began within one reply's length (REPLY_SECONDS) of the inputs' end, so
+   * the replies played at once, not one after another.
+   */
   realTime: boolean;
   accountedMiB: number;
   rssMiB: number;
@@ -464,16 +472,20 @@ export async function capacitySearch(
 ): Promise<{ tries: CapacityTry[]; capacity: number; perConversation: { accountedMiB: number; rssMiB: number } }> {
   const tries: CapacityTry[] = [];
   const attempt = async (n: number): Promise<boolean> => {
-    const r = await runOnce(model, n, { reply: '4' });
+    const r = await runOnce(model, n, { reply: String(REPLY_SECONDS) });
     const p99 = Math.max(...r.report.conversations.map((c) => c.frameIntervalMs?.p99 ?? Number.POSITIVE_INFINITY));
-    const late = Math.max(...r.report.conversations.map((c) => c.underrunMs));
+    const cs = r.report.conversations;
+    const late = Math.max(...cs.map((c) => c.underrunMs));
+    const lastFirst = Math.max(...cs.map((c) => c.firstAudioMs ?? Number.POSITIVE_INFINITY));
     // Not the frame gaps: a reply's text steps (6 between every 12 frames) leave gaps longer than
-    // a frame in a reply generated faster than it plays.
-    const realTime = late === 0;
+    // a frame in a reply generated faster than it plays. And not underruns alone: a stage that
+    // started the replies one after another would never underrun.
+    const realTime = late === 0 && lastFirst < 1000 * REPLY_SECONDS;
     tries.push({
       conversations: n,
       p99GapMs: round(p99, 2),
       underrunMs: round(late, 2),
+      lastFirstAudioMs: round(lastFirst, 1),
       realTime,
       accountedMiB: round(r.report.manifest.totals.slab / 2 ** 20, 1),
       rssMiB: round(r.rssMiB, 1),
@@ -611,7 +623,7 @@ export function format(r: Awaited<ReturnType<typeof run>>): string {
         .map(([k, v]) => `${k} ${v}`)
         .join(', ')}`,
       `  RSS ${x.rssMiB} MiB (process, model image included), accounted ${x.accountedMiB} MiB`,
-      `  capacity (doubling, then bisection): ${x.capacity.map((c) => `${c.conversations} → underrun ${c.underrunMs} ms, p99 gap ${c.p99GapMs} ms${c.realTime ? '' : ' ✗'}`).join('; ')} ⇒ ` +
+      `  capacity (doubling, then bisection): ${x.capacity.map((c) => `${c.conversations} → underrun ${c.underrunMs} ms, last first audio ${c.lastFirstAudioMs} ms${c.realTime ? '' : ' ✗'}`).join('; ')} ⇒ ` +
         `${x.capacityRealTime} real-time; per added conversation ${x.perConversation.accountedMiB} MiB accounted, ${x.perConversation.rssMiB} MiB RSS`,
       `  compute capacity as load() measures it: ${x.capacityCalibrated} (a frame of ${x.calibration.rows.join(', ')} at once: ` +
         `${x.calibration.frameMs.join(', ')} ms)`,

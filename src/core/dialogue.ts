@@ -146,6 +146,16 @@ export class Dialogue extends ReplyState {
     this.toc(CLOCK_PREFILL);
   }
 
+  /** True when the next `step()` runs staged prompt rows (a turn's last prefill chunk) before its head. */
+  get prefilling(): boolean {
+    return this.maxSteps !== 0 && this.stepAt === 0 && this.staged > 0;
+  }
+
+  /** True when staging `frames` more adapter rows runs a prefill chunk (`pushRows` would compute). */
+  runsChunk(frames: number): boolean {
+    return this.staged + frames >= this.options.prefillChunk;
+  }
+
   /** Stages `frames` adapter rows of `rows` (hidden wide) from row `at`; full chunks run at once. True if one ran. */
   pushRows(slot: StepSlot, rows: Float32Array, at: number, frames: number): boolean {
     let ran = false;

@@ -232,6 +232,13 @@ export interface StageStats {
   /** Turns encoded ahead at a pause (the Conformer stage's), and those the endpoint kept. */
   speculations: number;
   speculationsKept: number;
+  /**
+   * Passes over a turn's prompt (the Depthformer stage's prefill chunks and replies' first
+   * steps) that waited for the replies playing to get ahead of their players, and those of them
+   * that stopped waiting after the longest wait (the stage was behind).
+   */
+  deferredPasses: number;
+  overduePasses: number;
   /** Pass slots: most held at once, passes that began while another slot was held. */
   slots: { count: number; maxBusy: number; overlapped: number };
   /** Constructor calls trapped after readiness (test mode), JS heap change over the run. */
@@ -270,7 +277,16 @@ export interface StageStats {
 /** The batching counters of a stage's stats. */
 export type BatchingStats = Pick<
   StageStats,
-  'batchedSteps' | 'batchedRows' | 'widestBatch' | 'batchedTextHeads' | 'batchedFrames' | 'systemCopies' | 'speculations' | 'speculationsKept'
+  | 'batchedSteps'
+  | 'batchedRows'
+  | 'widestBatch'
+  | 'batchedTextHeads'
+  | 'batchedFrames'
+  | 'systemCopies'
+  | 'speculations'
+  | 'speculationsKept'
+  | 'deferredPasses'
+  | 'overduePasses'
 >;
 
 /** The control surface each stage worker exposes over comlink. */

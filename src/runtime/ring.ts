@@ -356,6 +356,16 @@ export class RecordRing {
     return this.i32[r] as number;
   }
 
+  /** Kind of the record after the next, or -1 when it is not published (call after peekKind() ≥ 0). */
+  peekNextKind(): number {
+    const cap = this.capacity;
+    const r = Atomics.load(this.header, kRead);
+    const n = this.i32[r + 1 === cap ? 0 : r + 1] as number;
+    const r2 = (r + RECORD_OVERHEAD + n) % cap;
+    if (r2 === Atomics.load(this.header, kWrite)) return -1;
+    return this.i32[r2] as number;
+  }
+
   /** Payload words of the next record (call after peekKind() ≥ 0). */
   peekLength(): number {
     const r = Atomics.load(this.header, kRead);

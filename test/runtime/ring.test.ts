@@ -79,6 +79,26 @@ t.test('all-or-nothing writes, wrap-around, close and drain on one thread', asyn
   t.ok(r.drained);
 });
 
+t.test('peekNextKind names the record after the next once it is published, across the wrap', async (t) => {
+  const { ring, bells } = newRing(16);
+  const r = new RecordRing(ring, new Doorbells(new Int32Array(bells)));
+  const src = Int32Array.from({ length: 8 }, (_, i) => i + 1);
+  const dst = new Int32Array(8);
+  const seen: string[] = [];
+  // Records of 3 + 2 words: the pair lands at every offset of the 16 words in turn.
+  for (let round = 0; round < 16; round++) {
+    t.ok(r.write(4, src, 0, 1));
+    seen.push(`${r.peekKind()}:${r.peekNextKind()}`);
+    t.ok(r.write(5, null, 0, 0));
+    seen.push(`${r.peekKind()}:${r.peekNextKind()}`);
+    r.read(dst, 0);
+    seen.push(`${r.peekKind()}:${r.peekNextKind()}`);
+    r.skip();
+  }
+  t.equal(seen.join(' '), Array.from({ length: 16 }, () => '4:-1 4:5 5:-1').join(' '), 'alone: -1; with one after it: its kind');
+  t.equal(r.peekKind(), -1);
+});
+
 t.test('doorbells: a release rings the producer only when it found no room; a lazy record waits for flush or half a ring', async (t) => {
   const { ring, bells } = newRing(64);
   const words = new Int32Array(bells);

@@ -58,6 +58,11 @@ export interface DepthConv {
   held: Int32Array; // [holdSteps][HELD_FIELDS + codebooks] what each step ahead emitted: EMIT_*, then the token or the frame
   heldCount: number;
   aheadDone: boolean; // the reply ahead ended (its EMIT_DONE is held)
+  /** The reply's frames sent and when its first was (ms, stage clock; -1: none yet): its lead over a player that began then. */
+  sent: number;
+  firstAt: number;
+  /** Since when (ms) a turn's prefill or first step has waited for the running replies' lead (-1: not waiting). */
+  deferredAt: number;
 }
 
 /** Keeps what a step ahead of the endpoint emitted (`c.dialogue`'s token or frame); true at its end. */

@@ -75,6 +75,14 @@ const S_BLOCK = 3;
 const WAIT_FOR_DONOR = 1;
 /** Who holds a slot during a batched step: an index no conversation has (-1 is a free slot). */
 const BATCH_HOLDER = -2;
+/**
+ * Longest a turn's prefill chunk or first step waits for the running replies to get ahead (ms):
+ * past it, it runs whatever their lead (a machine over its capacity starts every reply late
+ * rather than one never).
+ */
+const MAX_DEFER_MS = 500;
+/** Weight of the latest duration in the running estimates of a prefill pass and a batched step. */
+const COST_WEIGHT = 0.25;
 /** What the turn-end test hook waits on (never notified). */
 const PAUSE = new Int32Array(new SharedArrayBuffer(4));
 
@@ -106,6 +114,24 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
   /** Output-rate samples of one reply frame, and of the look-ahead. */
   readonly #frameSamples: number;
   readonly #lookahead: number;
+  /** Ms of audio in a frame, and output samples in a ms. */
+  readonly #periodMs: number;
+  readonly #samplesPerMs: number;
+  /**
+   * The running replies' deadline (docs/architecture.md, "Who computes next"): a pass over a turn's
+   * prompt (a prefill chunk, or a reply's first step) runs only while every reply already
+   * playing is ahead of its player by more than that pass, a batched step and two frames. Running
+   * estimates of the two (ms), the least lead of the replies that step (ms; Infinity: none has
+   * sent a frame), how many step, and whether this poll ran a prompt pass already.
+   */
+  #passMs = 0;
+  #stepMs = 0;
+  #lead = Number.POSITIVE_INFINITY;
+  #running = 0;
+  #passed = false;
+  /** Prompt passes that waited for the running replies' lead, and those that stopped waiting at MAX_DEFER_MS. */
+  #deferred = 0;
+  #overdue = 0;
 
   constructor(env: Environment) {
     const c = env.init.config;
@@ -135,6 +161,8 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     this.#gate = env.init.gateReplies;
     this.#frameSamples = frameSamplesAt(c, o.outputRate);
     this.#lookahead = (o.lookaheadMs * o.outputRate) / 1000;
+    this.#samplesPerMs = o.outputRate / 1000;
+    this.#periodMs = this.#frameSamples / this.#samplesPerMs;
     this.#aheadFrames = Math.max(1, Math.min(AHEAD_FRAMES, Math.floor(this.#lookahead / this.#frameSamples)));
     // The text before the first frame and after an end of audio, the frames, the end.
     this.#holdSteps = 2 * c.interleave.text + this.#aheadFrames + 2;
@@ -150,6 +178,8 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       systemCopies: this.#systemCopies,
       speculations: this.#speculations,
       speculationsKept: this.#kept,
+      deferredPasses: this.#deferred,
+      overduePasses: this.#overdue,
     };
   }
 
@@ -211,12 +241,16 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       spec: SPEC_NONE,
       heldCount: 0,
       aheadDone: false,
+      sent: 0,
+      firstAt: -1,
+      deferredAt: -1,
       ...conv,
     };
   }
 
   poll(): boolean {
     let progress = false;
+    this.#deadline();
     // Indexed, not for-of: an iterator would allocate whenever this code runs unoptimised.
     for (let k = 0; k < this.conversations.length; k++) {
       const c = this.conversations[k];
@@ -235,9 +269,14 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       const c = this.conversations[n % this.conversations.length];
       if (c === undefined || (c.phase === PHASE_AHEAD) !== n >= this.conversations.length || !this.#canStep(c)) continue;
       if (c.slot >= 0 || !c.dialogue.batchable) {
+        // A first step that runs the turn's last prompt rows waits for the replies' lead.
+        const pass = c.dialogue.prefilling;
+        if (pass && !this.#mayPass(c)) continue;
         // A reply whose next step only ends it computes nothing: any slot serves.
         const slot = Math.max(c.slot, 0);
+        const t = pass ? this.#clock() : 0;
         this.#emit(c, c.dialogue.step(this.tickets.slots[slot]!));
+        if (pass) this.#passDone(t);
         if ((c.phase === PHASE_REPLY || c.phase === PHASE_AHEAD) && c.slot >= 0) {
           this.tickets.release(c.slot);
           c.slot = -1;
@@ -264,6 +303,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     if (slotIndex < 0) return false;
     const slot = this.tickets.slots[slotIndex]!;
     const batch = this.#batch;
+    const t = this.#clock();
     if (m === 1) this.#emit(batch[0]!, batch[0]!.dialogue.step(slot));
     else {
       const ds = this.#dialogues;
@@ -277,8 +317,77 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       // stepRows reordered the dialogues: each emits through its own conversation.
       for (let r = 0; r < m; r++) this.#emit(this.#owner(ds[r]!, m), this.#emitted[r]!);
     }
+    const ms = this.#clock() - t;
+    this.#stepMs = this.#stepMs === 0 ? ms : this.#stepMs + COST_WEIGHT * (ms - this.#stepMs);
     this.tickets.release(slotIndex);
     return true;
+  }
+
+  #clock(): number {
+    native.clockInto(this.#now, 0);
+    return this.#now[0] as number;
+  }
+
+  /**
+   * The replies that step in this poll, and the least lead of those playing: for a VAD
+   * conversation what its player has not played yet, otherwise what a player that began at its
+   * first frame would not have played by now.
+   */
+  #deadline(): void {
+    this.#passed = false;
+    this.#running = 0;
+    let lead = Number.POSITIVE_INFINITY;
+    let now = -1;
+    const cb = this.config.audio.codebooks;
+    for (let k = 0; k < this.conversations.length; k++) {
+      const c = this.conversations[k];
+      if (c === undefined || c.phase !== PHASE_REPLY || c.slot >= 0 || !c.dialogue.batchable) continue;
+      // A reply whose rings are full does not step: no pass delays it.
+      if (!c.codes.canWrite(cb + RECORD_OVERHEAD + 2) || !c.events.canWrite(cb + TURN_FIELDS + 2 * RECORD_OVERHEAD)) continue;
+      this.#running++;
+      if (c.sent === 0) continue;
+      let ms: number;
+      if (c.vad) {
+        const w = c.words;
+        const played = Atomics.load(w, kPlayedReply) === c.replies - 1 ? Atomics.load(w, kPlayed) : 0;
+        ms = (c.dialogue.frames * this.#frameSamples - played) / this.#samplesPerMs;
+      } else {
+        if (now < 0) now = this.#clock();
+        ms = c.sent * this.#periodMs - (now - c.firstAt);
+      }
+      if (ms < lead) lead = ms;
+    }
+    this.#lead = lead;
+  }
+
+  /**
+   * Whether `c` may run a pass over its turn's prompt now: always while no reply steps; else one
+   * a poll, when every reply playing stays ahead through it, or once it has waited MAX_DEFER_MS.
+   */
+  #mayPass(c: DepthConv): boolean {
+    if (this.#running === 0) return true;
+    if (this.#passed) return false;
+    if (this.#lead >= this.#passMs + this.#stepMs + 2 * this.#periodMs) {
+      c.deferredAt = -1;
+      return true;
+    }
+    const now = this.#clock();
+    if (c.deferredAt < 0) {
+      c.deferredAt = now;
+      this.#deferred++;
+      return false;
+    }
+    if (now - c.deferredAt < MAX_DEFER_MS) return false;
+    c.deferredAt = -1;
+    this.#overdue++;
+    return true;
+  }
+
+  /** A pass over a turn's prompt that began at `t` ended: its cost goes into the estimate. */
+  #passDone(t: number): void {
+    const ms = this.#clock() - t;
+    this.#passMs = this.#passMs === 0 ? ms : this.#passMs + COST_WEIGHT * (ms - this.#passMs);
+    this.#passed = this.#running > 0;
   }
 
   /** The batch's conversation whose dialogue is `d`. */
@@ -370,10 +479,16 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       }
       const s = this.tickets.slots[c.slot]!;
       if (kind === REC_EMBED) {
+        const D = this.config.backbone.hidden;
+        // A record that completes a prefill chunk waits for the replies' lead; after one, the
+        // replies step before the next.
+        const pass = c.dialogue.runsChunk(c.input.peekLength() / D);
+        if (pass && !this.#mayPass(c)) break;
+        const t = pass ? this.#clock() : 0;
         const n = c.input.read(s.rowsIn, 0);
-        // After a prefill chunk the replies step before the next: a turn's prefill delays
-        // them by one chunk at most.
-        if (c.dialogue.pushRows(s, s.rowsIn, 0, n / this.config.backbone.hidden) && this.#replying()) {
+        c.dialogue.pushRows(s, s.rowsIn, 0, n / D);
+        if (pass) this.#passDone(t);
+        if (pass && this.#running > 0) {
           this.records++;
           return true;
         }
@@ -473,8 +588,11 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       if (c.slot >= 0) this.tickets.release(c.slot);
       c.slot = -1;
       c.phase = PHASE_IDLE;
+      c.sent = 0;
+      c.firstAt = -1;
     } else {
       const kind = e === EMIT_END_OF_AUDIO ? REC_END_OF_AUDIO : REC_CODES;
+      if (kind === REC_CODES && c.sent++ === 0) c.firstAt = this.#clock();
       c.codes.write(kind, codes, at, cb);
       c.events.write(kind, codes, at, cb, kind === REC_CODES);
     }

@@ -34,6 +34,14 @@ export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
   #batched = 0;
   #batchedRows = 0;
   #widest = 0;
+  /**
+   * A reply's first code frame waits for the record after it, so that its samples and the
+   * second frame's leave together: the first frame's block is short (the ISTFT keeps its
+   * overlap), and a player that began on it alone would wait a generated frame and a
+   * detokenizer call for the next. Off where the look-ahead is under two frames (the second
+   * waits for the first to be played).
+   */
+  readonly #preRoll: boolean;
 
   constructor(env: Environment) {
     super('playback', env, (s, work, derived) => {
@@ -41,6 +49,8 @@ export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
       return new Detokenizer(s.config, env.image, work, derived, o);
     });
     this.#most = this.tickets.slots[0]!.batch;
+    const o = env.init.options;
+    this.#preRoll = (o.lookaheadMs * o.outputRate) / 1000 >= 2 * frameSamplesAt(this.config, o.outputRate);
   }
 
   open(o: StageConversation & { rings?: StageOpen['rings']; duplex?: StageOpen['duplex'] }): void {
@@ -119,6 +129,7 @@ export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
           const kind = c.input.peekKind();
           if (kind < 0 || !c.out.canWrite(c.room)) break;
           if (kind === REC_CODES) {
+            if (!c.open && this.#preRoll && c.input.peekNextKind() < 0) break;
             batch[m++] = c;
             break;
           }

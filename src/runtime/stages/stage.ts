@@ -309,7 +309,18 @@ export abstract class Stage<C> {
 
   /** The batching counters of StageStats (zero where a stage batches nothing). */
   batching(): BatchingStats {
-    return { batchedSteps: 0, batchedRows: 0, widestBatch: 0, batchedTextHeads: 0, batchedFrames: 0, systemCopies: 0, speculations: 0, speculationsKept: 0 };
+    return {
+      batchedSteps: 0,
+      batchedRows: 0,
+      widestBatch: 0,
+      batchedTextHeads: 0,
+      batchedFrames: 0,
+      systemCopies: 0,
+      speculations: 0,
+      speculationsKept: 0,
+      deferredPasses: 0,
+      overduePasses: 0,
+    };
   }
 
   /** Pass-slot use; capture and frontend have no pass slots. */
