@@ -51,6 +51,8 @@ export interface RunRequest {
     exitAfterRecords?: Partial<Record<StageName, number>>;
     gateReplies?: number;
     turnEndPauseMs?: number;
+    firstFramePauseMs?: number;
+    lookaheadMs?: number;
   };
 }
 
@@ -179,6 +181,8 @@ export async function runCommand(r: RunRequest, log: (line: string) => void = (l
       if (r.hooks?.exitAfterRecords !== undefined) po.exitAfterRecords = r.hooks.exitAfterRecords;
       if (r.hooks?.gateReplies !== undefined) po.gateReplies = r.hooks.gateReplies;
       if (r.hooks?.turnEndPauseMs !== undefined) po.turnEndPauseMs = r.hooks.turnEndPauseMs;
+      if (r.hooks?.firstFramePauseMs !== undefined) po.firstFramePauseMs = r.hooks.firstFramePauseMs;
+      if (r.hooks?.lookaheadMs !== undefined) po.lookaheadMs = r.hooks.lookaheadMs;
       const text = await runPipeline({ dir, domain, options: po, jobs, rate, seed, segment, report: r.report, realtime: r.realtime === true, t0, log });
       for (const j of jobs) commitStaged(j.staging, j.output, '--out');
       return text;

@@ -65,6 +65,8 @@ export interface PipelineOptions extends SpeechModelOptions {
   replyFrameLimits?: number[];
   /** Test hook (Depthformer stage): ms to stall between a turn's two end records (events, then playback). */
   turnEndPauseMs?: number;
+  /** Test hook (Depthformer stage): ms to stall after a reply's first audio frame is sent. */
+  firstFramePauseMs?: number;
 }
 
 /**
@@ -325,6 +327,7 @@ export class Pipeline {
             gateReplies: options.gateReplies ?? 0,
             replyFrameLimits: options.replyFrameLimits ?? [],
             turnEndPauseMs: options.turnEndPauseMs ?? 0,
+            firstFramePauseMs: options.firstFramePauseMs ?? 0,
           }),
         ),
       );

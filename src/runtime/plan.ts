@@ -94,6 +94,7 @@ export function planPipeline(source: PlanSource, options: PipelinePlanOptions = 
       gateReplies: 0,
       replyFrameLimits: [],
       turnEndPauseMs: 0,
+      firstFramePauseMs: 0,
       pin: [],
       threads: settings.options.threads,
     } as unknown as StageInit;

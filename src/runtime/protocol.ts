@@ -177,6 +177,8 @@ export interface StageInit {
   replyFrameLimits: number[];
   /** Test hook (Depthformer stage): ms to stall between a turn's two end records (0 = never). */
   turnEndPauseMs: number;
+  /** Test hook (Depthformer stage): ms to stall after a reply's first audio frame is sent (0 = never). */
+  firstFramePauseMs: number;
 }
 
 export interface StageReady {

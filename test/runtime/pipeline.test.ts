@@ -48,6 +48,8 @@ interface Conv {
   stop: string;
   audioFrames: number;
   positions: number;
+  firstAudioMs: number | null;
+  frameIntervalMs: { p50: number; p99: number; max: number } | null;
 }
 interface Stage {
   stage: string;
@@ -61,6 +63,8 @@ interface Stage {
   batchedTextHeads: number;
   batchedFrames: number;
   systemCopies: number;
+  deferredPasses: number;
+  overduePasses: number;
   cpuMs: number;
   computeCpuMs: number;
 }
@@ -157,6 +161,46 @@ t.test("the report has each reply's summary even when playback passes its end on
   t.equal(paused.audioFrames, plain.audioFrames, 'the same frame count with it');
   t.equal(paused.stop, plain.stop, 'and the same stop');
   t.equal(paused.positions, plain.positions, 'and the same positions');
+});
+
+t.test("playback holds a reply's first frame for its second: their samples leave together", async (t) => {
+  // The hook stalls the Depthformer stage for a second after each reply's first audio frame.
+  const stall = 1000;
+  const run = async (name: string, lookaheadMs?: number): Promise<{ conv: Conv; wav: Buffer }> => {
+    const rep = join(work, `${name}.json`);
+    const out = join(work, `${name}.wav`);
+    const hooks = { firstFramePauseMs: stall, ...(lookaheadMs !== undefined ? { lookaheadMs } : {}) };
+    await runCommand({ model, inputs: [fixture], outputs: [out], reply: '2', seed: '5', report: rep, hooks }, quiet);
+    return { conv: readReport(rep).conversations[0]!, wav: readFileSync(out) };
+  };
+  const held = await run('preroll');
+  t.ok(held.conv.audioFrames >= 2, `${held.conv.audioFrames} frames`);
+  t.ok(held.conv.firstAudioMs! >= stall, `the first samples waited for the second frame, through the stall (${held.conv.firstAudioMs} ms after the input)`);
+  t.ok(held.conv.frameIntervalMs!.max < stall / 2, `no gap between the reply's blocks near the stall (longest ${held.conv.frameIntervalMs!.max} ms)`);
+  // The control: with a look-ahead under two frames there is no pre-roll, and the stall is a gap.
+  const bare = await run('no-preroll', 80);
+  t.ok(bare.conv.frameIntervalMs!.max >= 0.9 * stall, `without the pre-roll the first block leaves alone (a gap of ${bare.conv.frameIntervalMs!.max} ms)`);
+  t.ok(held.wav.equals(bare.wav), 'the same WAV bytes either way');
+});
+
+t.test("a turn's prompt pass waits while a reply playing is behind its player; alone, nothing waits", async (t) => {
+  // At device pace the short turn ends at 1.2 s and the long one at 2.9 s. The hook stalls the
+  // Depthformer stage 2.5 s after the short reply's first frame, so that reply is far behind a
+  // player that began then when the long turn's first step (its prompt's last rows) is due.
+  const run = async (name: string, inputs: string[]): Promise<Stage> => {
+    const rep = join(work, `${name}.json`);
+    const outputs = inputs.map((_, i) => join(work, `${name}${i}.wav`));
+    await runCommand({ model, inputs, outputs, reply: '2', seed: '5', report: rep, realtime: true, hooks: { firstFramePauseMs: 2500 } }, quiet);
+    return readReport(rep).pipeline.stages.find((s) => s.stage === 'depthformer')!;
+  };
+  const two = await run('defer', [shortWav, fixture]);
+  t.ok(
+    two.deferredPasses >= 1,
+    `the long turn's first step waited for the short reply's lead (${two.deferredPasses} waits, ${two.overduePasses} past the longest wait)`,
+  );
+  // The control: with no other reply playing the same turn never waits.
+  const one = await run('defer-alone', [fixture]);
+  t.equal(one.deferredPasses, 0, 'alone, no pass waits');
 });
 
 // Four replies at once on the default two pass slots: a reply holds a slot only for its turn's

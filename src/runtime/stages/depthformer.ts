@@ -83,7 +83,7 @@ const BATCH_HOLDER = -2;
 const MAX_DEFER_MS = 500;
 /** Weight of the latest duration in the running estimates of a prefill pass and a batched step. */
 const COST_WEIGHT = 0.25;
-/** What the turn-end test hook waits on (never notified). */
+/** What the test hooks stall on (never notified). */
 const PAUSE = new Int32Array(new SharedArrayBuffer(4));
 
 export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
@@ -592,9 +592,14 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       c.firstAt = -1;
     } else {
       const kind = e === EMIT_END_OF_AUDIO ? REC_END_OF_AUDIO : REC_CODES;
-      if (kind === REC_CODES && c.sent++ === 0) c.firstAt = this.#clock();
+      const first = kind === REC_CODES && c.sent++ === 0;
+      if (first) c.firstAt = this.#clock();
       c.codes.write(kind, codes, at, cb);
       c.events.write(kind, codes, at, cb, kind === REC_CODES);
+      if (first && this.env.init.firstFramePauseMs > 0) {
+        c.events.flush();
+        Atomics.wait(PAUSE, 0, 0, this.env.init.firstFramePauseMs);
+      }
     }
     this.records++;
   }

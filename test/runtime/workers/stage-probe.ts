@@ -51,6 +51,7 @@ const init: StageInit = {
   failAllocationAt: 0,
   gateReplies: 0,
   turnEndPauseMs: 0,
+  firstFramePauseMs: 0,
   replyFrameLimits: [],
 };
 const caps = PIPELINE.capacities(config, options.outputRate);
