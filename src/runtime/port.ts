@@ -78,6 +78,7 @@ export class ConversationPort {
   verdictsDue = 0;
   dropReply = -1;
   readonly #depthformerBell: number;
+  readonly #playbackBell: number;
 
   constructor(pipeline: Pipeline, conv: PipelineConversation, listener: PortListener) {
     this.#pipeline = pipeline;
@@ -85,6 +86,7 @@ export class ConversationPort {
     this.#listener = listener;
     this.#frame = new Int32Array(pipeline.config.audio.codebooks);
     this.#depthformerBell = pipeline.topology.bell('depthformer');
+    this.#playbackBell = pipeline.topology.bell('playback');
   }
 
   /** One PCM record of `src[at, at + n)`; false when the input ring has no room. */
@@ -181,7 +183,8 @@ export class ConversationPort {
   /**
    * A VAD conversation's settings in the stages' units (10 ms frames, the VAD's likelihood level,
    * output samples; 0: the engine's). The frontend reads them at its next record, the
-   * Depthformer stage at its next step.
+   * Depthformer stage at its next step, the playback stage at its next poll (it is rung: a first
+   * frame it holds for the second may be due now).
    */
   settings(s: { silence: number; minSpeech: number; vad: number; lookahead: number }): void {
     const w = this.conv.duplex;
@@ -190,6 +193,7 @@ export class ConversationPort {
     Atomics.store(w, kVadSet, s.vad);
     Atomics.store(w, kLookaheadSet, s.lookahead);
     this.#pipeline.bells.ring(this.#depthformerBell);
+    this.#pipeline.bells.ring(this.#playbackBell);
   }
 
   /** Whether reply audio must wait (VAD): a verdict is due, or the user may be speaking. */

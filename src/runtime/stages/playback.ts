@@ -7,13 +7,26 @@ import { CLOCK_DETOKENIZER } from '../../core/clock.js';
 import { capacity, PassStage, type Environment, type RoomConv } from './stage.js';
 import { stageDefaults, type StageSpec } from '../topology.js';
 import { maxPayloadOf, RECORD_OVERHEAD } from '../ring.js';
-import { type BatchingStats, REC_CODES, REC_END_OF_AUDIO, REC_PCM, REC_TURN_END, REC_TURN_START, type StageConversation, type StageOpen } from '../protocol.js';
+import {
+  type BatchingStats,
+  kLookaheadSet,
+  REC_CODES,
+  REC_END_OF_AUDIO,
+  REC_PCM,
+  REC_TURN_END,
+  REC_TURN_START,
+  type StageConversation,
+  type StageOpen,
+} from '../protocol.js';
 
 import '../../core/categories.js';
 
 interface PlaybackConv extends RoomConv, DetokenizerJob {
   codes: Int32Array;
   open: boolean;
+  /** A VAD conversation's look-ahead may change while it runs (`kLookaheadSet` of its words). */
+  vad: boolean;
+  words: Int32Array;
 }
 
 /** Who holds a slot during a batched call: an index no conversation has (-1 is a free slot). */
@@ -39,9 +52,10 @@ export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
    * second frame's leave together: the first frame's block is short (the ISTFT keeps its
    * overlap), and a player that began on it alone would wait a generated frame and a
    * detokenizer call for the next. Off where the look-ahead is under two frames (the second
-   * waits for the first to be played).
+   * waits for the first to be played): the engine's, or a VAD conversation's as it is now.
    */
   readonly #preRoll: boolean;
+  readonly #twoFrames: number;
 
   constructor(env: Environment) {
     super('playback', env, (s, work, derived) => {
@@ -50,7 +64,8 @@ export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
     });
     this.#most = this.tickets.slots[0]!.batch;
     const o = env.init.options;
-    this.#preRoll = (o.lookaheadMs * o.outputRate) / 1000 >= 2 * frameSamplesAt(this.config, o.outputRate);
+    this.#twoFrames = 2 * frameSamplesAt(this.config, o.outputRate);
+    this.#preRoll = (o.lookaheadMs * o.outputRate) / 1000 >= this.#twoFrames;
   }
 
   open(o: StageConversation & { rings?: StageOpen['rings']; duplex?: StageOpen['duplex'] }): void {
@@ -77,6 +92,8 @@ export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
       room: conv.pcm.length + 2 * RECORD_OVERHEAD,
       open: false,
       samples: 0,
+      vad: o.vad,
+      words: this.words(o),
       ...conv,
     };
   }
@@ -129,7 +146,7 @@ export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
           const kind = c.input.peekKind();
           if (kind < 0 || !c.out.canWrite(c.room)) break;
           if (kind === REC_CODES) {
-            if (!c.open && this.#preRoll && c.input.peekNextKind() < 0) break;
+            if (!c.open && this.#preRolls(c) && c.input.peekNextKind() < 0) break;
             batch[m++] = c;
             break;
           }
@@ -146,6 +163,14 @@ export class PlaybackStage extends PassStage<PlaybackConv, Detokenizer> {
       if (m === 0 || !this.#frames(m)) return progress;
       progress = true;
     }
+  }
+
+  /** Whether `c`'s first frame waits for its second (the look-ahead lets the second come unplayed). */
+  #preRolls(c: PlaybackConv): boolean {
+    if (!this.#preRoll) return false;
+    if (!c.vad) return true;
+    const set = Atomics.load(c.words, kLookaheadSet);
+    return set <= 0 || set >= this.#twoFrames;
   }
 
   /** The batch's first `m` code frames in one detokenizer call on a free slot; false when none is free. */
