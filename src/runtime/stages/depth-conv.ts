@@ -18,6 +18,14 @@ import {
   kHeardReply,
   kOnsetsSeen,
   REC_BARGE,
+  TURN_COMPACTIONS,
+  TURN_DROPPED,
+  TURN_END_OF_AUDIO,
+  TURN_FRAMES,
+  TURN_POSITIONS,
+  TURN_STOP,
+  TURN_TEXT_TOKENS,
+  TURN_USER_FRAMES,
 } from '../protocol.js';
 
 export const PHASE_IDLE = 0;
@@ -63,6 +71,36 @@ export interface DepthConv {
   firstAt: number;
   /** Since when (ms) a turn's prefill or first step has waited for the running replies' lead (-1: not waiting). */
   deferredAt: number;
+}
+
+/** What `systemDonor` returns while another conversation is running its system prompt. */
+export const WAIT_FOR_DONOR = 1;
+
+/** A conversation whose system prompt `c` may copy, WAIT_FOR_DONOR while one is running it, or null. */
+export function systemDonor(conversations: readonly (DepthConv | undefined)[], c: DepthConv): DepthConv | null | typeof WAIT_FOR_DONOR {
+  let wait = false;
+  for (let k = 0; k < conversations.length; k++) {
+    const d = conversations[k];
+    if (d === undefined || d === c) continue;
+    if (d.dialogue.systemSaved) return d;
+    if (d.dialogue.systemRunning) wait = true;
+  }
+  return wait ? WAIT_FOR_DONOR : null;
+}
+
+/** `c`'s turn summary (TURN_FIELDS), filled from its dialogue as the turn ends. */
+export function summarize(c: DepthConv): Int32Array {
+  const d = c.dialogue;
+  const sm = c.summary;
+  sm[TURN_TEXT_TOKENS] = d.textTokens;
+  sm[TURN_FRAMES] = d.frames;
+  sm[TURN_STOP] = d.stop === 'end-of-turn' ? 1 : d.stop === 'interrupted' ? 2 : 0;
+  sm[TURN_END_OF_AUDIO] = d.endOfAudio ? 1 : 0;
+  sm[TURN_POSITIONS] = d.position;
+  sm[TURN_COMPACTIONS] = d.compactions;
+  sm[TURN_DROPPED] = d.dropped;
+  sm[TURN_USER_FRAMES] = d.userFrames;
+  return sm;
 }
 
 /** Keeps what a step ahead of the endpoint emitted (`c.dialogue`'s token or frame); true at its end. */

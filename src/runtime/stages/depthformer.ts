@@ -19,16 +19,8 @@ import {
   REC_TEXT,
   REC_TURN_END,
   REC_TURN_START,
-  TURN_COMPACTIONS,
-  TURN_DROPPED,
-  TURN_END_OF_AUDIO,
   TURN_FIELDS,
   BARGE_FIELDS,
-  TURN_FRAMES,
-  TURN_POSITIONS,
-  TURN_STOP,
-  TURN_TEXT_TOKENS,
-  TURN_USER_FRAMES,
   kPlayed,
   kPlayedReply,
   kCancelReply,
@@ -54,8 +46,12 @@ import {
   SPEC_NONE,
   SPEC_SKIP,
   SPEC_STAGING,
+  summarize,
+  systemDonor,
+  WAIT_FOR_DONOR,
 } from './depth-conv.js';
 import { InternalError } from '../../errors.js';
+import { ReplyDeadline } from './deadline.js';
 
 import '../../core/categories.js';
 
@@ -72,17 +68,8 @@ const S_NORMAL = 0;
 const S_TAKEN = 1;
 const S_AGAIN = 2;
 const S_BLOCK = 3;
-const WAIT_FOR_DONOR = 1;
 /** Who holds a slot during a batched step: an index no conversation has (-1 is a free slot). */
 const BATCH_HOLDER = -2;
-/**
- * Longest a turn's prefill chunk or first step waits for the running replies to get ahead (ms):
- * past it, it runs whatever their lead (a machine over its capacity starts every reply late
- * rather than one never).
- */
-const MAX_DEFER_MS = 500;
-/** Weight of the latest duration in the running estimates of a prefill pass and a batched step. */
-const COST_WEIGHT = 0.25;
 /** What the test hooks stall on (never notified). */
 const PAUSE = new Int32Array(new SharedArrayBuffer(4));
 
@@ -114,24 +101,8 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
   /** Output-rate samples of one reply frame, and of the look-ahead. */
   readonly #frameSamples: number;
   readonly #lookahead: number;
-  /** Ms of audio in a frame, and output samples in a ms. */
-  readonly #periodMs: number;
-  readonly #samplesPerMs: number;
-  /**
-   * The running replies' deadline (docs/architecture.md, "Who computes next"): a pass over a turn's
-   * prompt (a prefill chunk, or a reply's first step) runs only while every reply already
-   * playing is ahead of its player by more than that pass, a batched step and two frames. Running
-   * estimates of the two (ms), the least lead of the replies that step (ms; Infinity: none has
-   * sent a frame), how many step, and whether this poll ran a prompt pass already.
-   */
-  #passMs = 0;
-  #stepMs = 0;
-  #lead = Number.POSITIVE_INFINITY;
-  #running = 0;
-  #passed = false;
-  /** Prompt passes that waited for the running replies' lead, and those that stopped waiting at MAX_DEFER_MS. */
-  #deferred = 0;
-  #overdue = 0;
+  /** Who computes next: replies playing before a turn's prompt pass (deadline.ts). */
+  readonly #deadline: ReplyDeadline;
 
   constructor(env: Environment) {
     const c = env.init.config;
@@ -161,8 +132,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     this.#gate = env.init.gateReplies;
     this.#frameSamples = frameSamplesAt(c, o.outputRate);
     this.#lookahead = (o.lookaheadMs * o.outputRate) / 1000;
-    this.#samplesPerMs = o.outputRate / 1000;
-    this.#periodMs = this.#frameSamples / this.#samplesPerMs;
+    this.#deadline = new ReplyDeadline(this.#frameSamples, o.outputRate, c.audio.codebooks);
     this.#aheadFrames = Math.max(1, Math.min(AHEAD_FRAMES, Math.floor(this.#lookahead / this.#frameSamples)));
     // The text before the first frame and after an end of audio, the frames, the end.
     this.#holdSteps = 2 * c.interleave.text + this.#aheadFrames + 2;
@@ -178,8 +148,8 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       systemCopies: this.#systemCopies,
       speculations: this.#speculations,
       speculationsKept: this.#kept,
-      deferredPasses: this.#deferred,
-      overduePasses: this.#overdue,
+      deferredPasses: this.#deadline.deferred,
+      overduePasses: this.#deadline.overdue,
     };
   }
 
@@ -250,7 +220,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
 
   poll(): boolean {
     let progress = false;
-    this.#deadline();
+    this.#deadline.begin(this.conversations);
     // Indexed, not for-of: an iterator would allocate whenever this code runs unoptimised.
     for (let k = 0; k < this.conversations.length; k++) {
       const c = this.conversations[k];
@@ -271,12 +241,12 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       if (c.slot >= 0 || !c.dialogue.batchable) {
         // A first step that runs the turn's last prompt rows waits for the replies' lead.
         const pass = c.dialogue.prefilling;
-        if (pass && !this.#mayPass(c)) continue;
+        if (pass && !this.#deadline.mayPass(c)) continue;
         // A reply whose next step only ends it computes nothing: any slot serves.
         const slot = Math.max(c.slot, 0);
-        const t = pass ? this.#clock() : 0;
+        const t = pass ? this.#deadline.clock() : 0;
         this.#emit(c, c.dialogue.step(this.tickets.slots[slot]!));
-        if (pass) this.#passDone(t);
+        if (pass) this.#deadline.passDone(t);
         if ((c.phase === PHASE_REPLY || c.phase === PHASE_AHEAD) && c.slot >= 0) {
           this.tickets.release(c.slot);
           c.slot = -1;
@@ -303,7 +273,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     if (slotIndex < 0) return false;
     const slot = this.tickets.slots[slotIndex]!;
     const batch = this.#batch;
-    const t = this.#clock();
+    const t = this.#deadline.clock();
     if (m === 1) this.#emit(batch[0]!, batch[0]!.dialogue.step(slot));
     else {
       const ds = this.#dialogues;
@@ -317,77 +287,9 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       // stepRows reordered the dialogues: each emits through its own conversation.
       for (let r = 0; r < m; r++) this.#emit(this.#owner(ds[r]!, m), this.#emitted[r]!);
     }
-    const ms = this.#clock() - t;
-    this.#stepMs = this.#stepMs === 0 ? ms : this.#stepMs + COST_WEIGHT * (ms - this.#stepMs);
+    this.#deadline.stepDone(t);
     this.tickets.release(slotIndex);
     return true;
-  }
-
-  #clock(): number {
-    native.clockInto(this.#now, 0);
-    return this.#now[0] as number;
-  }
-
-  /**
-   * The replies that step in this poll, and the least lead of those playing: for a VAD
-   * conversation what its player has not played yet, otherwise what a player that began at its
-   * first frame would not have played by now.
-   */
-  #deadline(): void {
-    this.#passed = false;
-    this.#running = 0;
-    let lead = Number.POSITIVE_INFINITY;
-    let now = -1;
-    const cb = this.config.audio.codebooks;
-    for (let k = 0; k < this.conversations.length; k++) {
-      const c = this.conversations[k];
-      if (c === undefined || c.phase !== PHASE_REPLY || c.slot >= 0 || !c.dialogue.batchable) continue;
-      // A reply whose rings are full does not step: no pass delays it.
-      if (!c.codes.canWrite(cb + RECORD_OVERHEAD + 2) || !c.events.canWrite(cb + TURN_FIELDS + 2 * RECORD_OVERHEAD)) continue;
-      this.#running++;
-      if (c.sent === 0) continue;
-      let ms: number;
-      if (c.vad) {
-        const w = c.words;
-        const played = Atomics.load(w, kPlayedReply) === c.replies - 1 ? Atomics.load(w, kPlayed) : 0;
-        ms = (c.dialogue.frames * this.#frameSamples - played) / this.#samplesPerMs;
-      } else {
-        if (now < 0) now = this.#clock();
-        ms = c.sent * this.#periodMs - (now - c.firstAt);
-      }
-      if (ms < lead) lead = ms;
-    }
-    this.#lead = lead;
-  }
-
-  /**
-   * Whether `c` may run a pass over its turn's prompt now: always while no reply steps; else one
-   * a poll, when every reply playing stays ahead through it, or once it has waited MAX_DEFER_MS.
-   */
-  #mayPass(c: DepthConv): boolean {
-    if (this.#running === 0) return true;
-    if (this.#passed) return false;
-    if (this.#lead >= this.#passMs + this.#stepMs + 2 * this.#periodMs) {
-      c.deferredAt = -1;
-      return true;
-    }
-    const now = this.#clock();
-    if (c.deferredAt < 0) {
-      c.deferredAt = now;
-      this.#deferred++;
-      return false;
-    }
-    if (now - c.deferredAt < MAX_DEFER_MS) return false;
-    c.deferredAt = -1;
-    this.#overdue++;
-    return true;
-  }
-
-  /** A pass over a turn's prompt that began at `t` ended: its cost goes into the estimate. */
-  #passDone(t: number): void {
-    const ms = this.#clock() - t;
-    this.#passMs = this.#passMs === 0 ? ms : this.#passMs + COST_WEIGHT * (ms - this.#passMs);
-    this.#passed = this.#running > 0;
   }
 
   /** The batch's conversation whose dialogue is `d`. */
@@ -432,7 +334,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     // for one running it); otherwise it runs it before any turn, a chunk per poll (other
     // conversations step in between), on a slot held for that chunk only.
     if (!c.dialogue.systemDone && c.phase === PHASE_IDLE) {
-      const donor = this.#systemDonor(c);
+      const donor = systemDonor(this.conversations, c);
       if (donor === WAIT_FOR_DONOR) return false;
       if (donor !== null && c.dialogue.copySystem(donor.dialogue)) {
         this.#systemCopies++;
@@ -483,12 +385,12 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
         // A record that completes a prefill chunk waits for the replies' lead; after one, the
         // replies step before the next.
         const pass = c.dialogue.runsChunk(c.input.peekLength() / D);
-        if (pass && !this.#mayPass(c)) break;
-        const t = pass ? this.#clock() : 0;
+        if (pass && !this.#deadline.mayPass(c)) break;
+        const t = pass ? this.#deadline.clock() : 0;
         const n = c.input.read(s.rowsIn, 0);
         c.dialogue.pushRows(s, s.rowsIn, 0, n / D);
-        if (pass) this.#passDone(t);
-        if (pass && this.#running > 0) {
+        if (pass) this.#deadline.passDone(t);
+        if (pass && this.#deadline.running > 0) {
           this.records++;
           return true;
         }
@@ -521,18 +423,6 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
   /** A turn may take a slot to stage in if one stays free for the batched step of the replies that need it. */
   #roomToStage(): boolean {
     return this.tickets.slots.length - this.tickets.busy >= 2 || !this.#replying();
-  }
-
-  /** A conversation whose system prompt `c` may copy, WAIT_FOR_DONOR while one is running it, or null. */
-  #systemDonor(c: DepthConv): DepthConv | null | typeof WAIT_FOR_DONOR {
-    let wait = false;
-    for (let k = 0; k < this.conversations.length; k++) {
-      const d = this.conversations[k];
-      if (d === undefined || d === c) continue;
-      if (d.dialogue.systemSaved) return d;
-      if (d.dialogue.systemRunning) wait = true;
-    }
-    return wait ? WAIT_FOR_DONOR : null;
   }
 
   /** In its reply, with room in both output rings for what one position may emit, and (VAD) within the look-ahead. */
@@ -568,21 +458,11 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
   /** Sends a step's `e`: its `token`, or its frame from `codes` at `at`; at the turn's end, its summary, and its slot goes back. */
   #send(c: DepthConv, e: number, token: number, codes: Int32Array, at: number): void {
     const cb = this.config.audio.codebooks;
-    const d = c.dialogue;
     if (e === EMIT_TEXT) {
       c.events.write2(REC_TEXT, token, 0, true);
     } else if (e === EMIT_DONE) {
-      const sm = c.summary;
-      sm[TURN_TEXT_TOKENS] = d.textTokens;
-      sm[TURN_FRAMES] = d.frames;
-      sm[TURN_STOP] = d.stop === 'end-of-turn' ? 1 : d.stop === 'interrupted' ? 2 : 0;
-      sm[TURN_END_OF_AUDIO] = d.endOfAudio ? 1 : 0;
-      sm[TURN_POSITIONS] = d.position;
-      sm[TURN_COMPACTIONS] = d.compactions;
-      sm[TURN_DROPPED] = d.dropped;
-      sm[TURN_USER_FRAMES] = d.userFrames;
       // Events first: whoever sees the turn end through playback can then read its summary.
-      c.events.write(REC_TURN_END, sm, 0, TURN_FIELDS);
+      c.events.write(REC_TURN_END, summarize(c), 0, TURN_FIELDS);
       if (this.env.init.turnEndPauseMs > 0) Atomics.wait(PAUSE, 0, 0, this.env.init.turnEndPauseMs);
       c.codes.write(REC_TURN_END, null, 0, 0);
       if (c.slot >= 0) this.tickets.release(c.slot);
@@ -593,7 +473,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     } else {
       const kind = e === EMIT_END_OF_AUDIO ? REC_END_OF_AUDIO : REC_CODES;
       const first = kind === REC_CODES && c.sent++ === 0;
-      if (first) c.firstAt = this.#clock();
+      if (first) c.firstAt = this.#deadline.clock();
       c.codes.write(kind, codes, at, cb);
       c.events.write(kind, codes, at, cb, kind === REC_CODES);
       if (first && this.env.init.firstFramePauseMs > 0) {
