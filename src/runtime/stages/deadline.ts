@@ -19,12 +19,18 @@ const MAX_DEFER_MS = 500;
 /** Weight of the latest duration in the running estimates of a pass and a batched step. */
 const COST_WEIGHT = 0.25;
 
+/** Slots of `#ms`: running estimates of a prompt pass and a batched step, and the least lead of the replies that step (Infinity: none has sent a frame). */
+const PASS = 0;
+const STEP = 1;
+const LEAD = 2;
+/** Slots of `#ms`: when the pass or step under way began. */
+const PASS_AT = 3;
+const STEP_AT = 4;
+
 export class ReplyDeadline {
-  /** Running estimates of a prompt pass and a batched step (ms). */
-  passMs = 0;
-  stepMs = 0;
-  /** The least lead of the replies that step (ms; Infinity: none has sent a frame), and how many step. */
-  lead = Number.POSITIVE_INFINITY;
+  /** Milliseconds kept in a typed array: a double in an object field may change the field's representation, and a hot path that reads it deoptimizes. */
+  readonly #ms = new Float64Array(5);
+  /** Replies that step this poll. */
   running = 0;
   /** This poll ran a prompt pass while replies step. */
   passed = false;
@@ -39,16 +45,25 @@ export class ReplyDeadline {
 
   /** `frameSamples` output samples a frame at `outputRate` Hz; `codebooks` codes a frame. */
   constructor(frameSamples: number, outputRate: number, codebooks: number) {
+    this.#ms[LEAD] = Number.POSITIVE_INFINITY;
     this.#frameSamples = frameSamples;
     this.#samplesPerMs = outputRate / 1000;
     this.#periodMs = frameSamples / this.#samplesPerMs;
     this.#codebooks = codebooks;
   }
 
-  /** The stage's clock, ms. */
-  clock(): number {
+  /**
+   * The stage's clock, ms, into `#now[0]` (no double crosses a call: one that is not inlined
+   * boxes it, and the stage's poll allocates nothing).
+   */
+  #tick(): void {
     native.clockInto(this.#now, 0);
-    return this.#now[0] as number;
+  }
+
+  /** `c`'s reply sent its first frame now. */
+  first(c: DepthConv): void {
+    this.#tick();
+    c.firstAt = this.#now[0] as number;
   }
 
   /**
@@ -75,44 +90,66 @@ export class ReplyDeadline {
         const played = Atomics.load(w, kPlayedReply) === c.replies - 1 ? Atomics.load(w, kPlayed) : 0;
         ms = (c.dialogue.frames * this.#frameSamples - played) / this.#samplesPerMs;
       } else {
-        if (now < 0) now = this.clock();
+        if (now < 0) {
+          this.#tick();
+          now = this.#now[0] as number;
+        }
         ms = c.sent * this.#periodMs - (now - c.firstAt);
       }
       if (ms < lead) lead = ms;
     }
-    this.lead = lead;
+    this.#ms[LEAD] = lead;
   }
 
   /** Whether `c` may run a pass over its turn's prompt now. */
   mayPass(c: DepthConv): boolean {
     if (this.running === 0) return true;
     if (this.passed) return false;
-    if (this.lead >= this.passMs + this.stepMs + 2 * this.#periodMs) {
-      c.deferredAt = -1;
+    const ms = this.#ms;
+    if ((ms[LEAD] as number) >= (ms[PASS] as number) + (ms[STEP] as number) + 2 * this.#periodMs) {
+      c.deferredAt = -0.5;
       return true;
     }
-    const now = this.clock();
+    this.#tick();
+    const now = this.#now[0] as number;
     if (c.deferredAt < 0) {
       c.deferredAt = now;
       this.deferred++;
       return false;
     }
     if (now - c.deferredAt < MAX_DEFER_MS) return false;
-    c.deferredAt = -1;
+    c.deferredAt = -0.5;
     this.overdue++;
     return true;
   }
 
-  /** A prompt pass that began at `t` (clock()) ended. */
-  passDone(t: number): void {
-    const ms = this.clock() - t;
-    this.passMs = this.passMs === 0 ? ms : this.passMs + COST_WEIGHT * (ms - this.passMs);
+  /** A prompt pass begins, and ends. */
+  passStart(): void {
+    this.#tick();
+    this.#ms[PASS_AT] = this.#now[0] as number;
+  }
+
+  passDone(): void {
+    this.#estimate(PASS, PASS_AT);
     this.passed = this.running > 0;
   }
 
-  /** A batched step that began at `t` ended. */
-  stepDone(t: number): void {
-    const ms = this.clock() - t;
-    this.stepMs = this.stepMs === 0 ? ms : this.stepMs + COST_WEIGHT * (ms - this.stepMs);
+  /** A batched step begins, and ends. */
+  stepStart(): void {
+    this.#tick();
+    this.#ms[STEP_AT] = this.#now[0] as number;
+  }
+
+  stepDone(): void {
+    this.#estimate(STEP, STEP_AT);
+  }
+
+  /** The running estimate `k` takes the time since `#ms[at]`. */
+  #estimate(k: number, at: number): void {
+    this.#tick();
+    const m = this.#ms;
+    const ms = (this.#now[0] as number) - (m[at] as number);
+    const e = m[k] as number;
+    m[k] = e === 0 ? ms : e + COST_WEIGHT * (ms - e);
   }
 }

@@ -212,8 +212,10 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       heldCount: 0,
       aheadDone: false,
       sent: 0,
-      firstAt: -1,
-      deferredAt: -1,
+      // Doubles from the start: a field that turns from a small integer to a double changes
+      // representation, and the hot paths that read it deoptimize.
+      firstAt: -0.5,
+      deferredAt: -0.5,
       ...conv,
     };
   }
@@ -244,9 +246,9 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
         if (pass && !this.#deadline.mayPass(c)) continue;
         // A reply whose next step only ends it computes nothing: any slot serves.
         const slot = Math.max(c.slot, 0);
-        const t = pass ? this.#deadline.clock() : 0;
+        if (pass) this.#deadline.passStart();
         this.#emit(c, c.dialogue.step(this.tickets.slots[slot]!));
-        if (pass) this.#deadline.passDone(t);
+        if (pass) this.#deadline.passDone();
         if ((c.phase === PHASE_REPLY || c.phase === PHASE_AHEAD) && c.slot >= 0) {
           this.tickets.release(c.slot);
           c.slot = -1;
@@ -273,7 +275,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     if (slotIndex < 0) return false;
     const slot = this.tickets.slots[slotIndex]!;
     const batch = this.#batch;
-    const t = this.#deadline.clock();
+    this.#deadline.stepStart();
     if (m === 1) this.#emit(batch[0]!, batch[0]!.dialogue.step(slot));
     else {
       const ds = this.#dialogues;
@@ -287,7 +289,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       // stepRows reordered the dialogues: each emits through its own conversation.
       for (let r = 0; r < m; r++) this.#emit(this.#owner(ds[r]!, m), this.#emitted[r]!);
     }
-    this.#deadline.stepDone(t);
+    this.#deadline.stepDone();
     this.tickets.release(slotIndex);
     return true;
   }
@@ -386,10 +388,10 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
         // replies step before the next.
         const pass = c.dialogue.runsChunk(c.input.peekLength() / D);
         if (pass && !this.#deadline.mayPass(c)) break;
-        const t = pass ? this.#deadline.clock() : 0;
+        if (pass) this.#deadline.passStart();
         const n = c.input.read(s.rowsIn, 0);
         c.dialogue.pushRows(s, s.rowsIn, 0, n / D);
-        if (pass) this.#deadline.passDone(t);
+        if (pass) this.#deadline.passDone();
         if (pass && this.#deadline.running > 0) {
           this.records++;
           return true;
@@ -469,11 +471,11 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
       c.slot = -1;
       c.phase = PHASE_IDLE;
       c.sent = 0;
-      c.firstAt = -1;
+      c.firstAt = -0.5;
     } else {
       const kind = e === EMIT_END_OF_AUDIO ? REC_END_OF_AUDIO : REC_CODES;
       const first = kind === REC_CODES && c.sent++ === 0;
-      if (first) c.firstAt = this.#deadline.clock();
+      if (first) this.#deadline.first(c);
       c.codes.write(kind, codes, at, cb);
       c.events.write(kind, codes, at, cb, kind === REC_CODES);
       if (first && this.env.init.firstFramePauseMs > 0) {
