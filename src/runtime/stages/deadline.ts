@@ -7,9 +7,8 @@
  * thread; nothing here allocates.
  */
 import { native } from '../../native.js';
-import { RECORD_OVERHEAD } from '../ring.js';
-import { kPlayed, kPlayedReply, TURN_FIELDS } from '../protocol.js';
-import { type DepthConv, PHASE_REPLY } from './depth-conv.js';
+import { kPlayed, kPlayedReply } from '../protocol.js';
+import { type DepthConv, PHASE_REPLY, roomToStep } from './depth-conv.js';
 
 /**
  * Longest a pass waits for the running replies to get ahead (ms): past it, it runs whatever
@@ -81,7 +80,7 @@ export class ReplyDeadline {
       const c = conversations[k];
       if (c === undefined || c.phase !== PHASE_REPLY || c.slot >= 0 || !c.dialogue.batchable) continue;
       // A reply whose rings are full does not step: no pass delays it.
-      if (!c.codes.canWrite(cb + RECORD_OVERHEAD + 2) || !c.events.canWrite(cb + TURN_FIELDS + 2 * RECORD_OVERHEAD)) continue;
+      if (!roomToStep(c, cb)) continue;
       this.running++;
       if (c.sent === 0) continue;
       let ms: number;

@@ -19,6 +19,7 @@ import {
   kOnsetsSeen,
   REC_BARGE,
   TURN_COMPACTIONS,
+  TURN_FIELDS,
   TURN_DROPPED,
   TURN_END_OF_AUDIO,
   TURN_FRAMES,
@@ -71,6 +72,11 @@ export interface DepthConv {
   firstAt: number;
   /** Since when (ms) a turn's prefill or first step has waited for the running replies' lead (-1: not waiting). */
   deferredAt: number;
+}
+
+/** Room in both of `c`'s output rings for what one reply step may emit (a frame of `cb` codes, and the turn's summary). */
+export function roomToStep(c: DepthConv, cb: number): boolean {
+  return c.codes.canWrite(cb + RECORD_OVERHEAD + 2) && c.events.canWrite(cb + TURN_FIELDS + 2 * RECORD_OVERHEAD);
 }
 
 /** What `systemDonor` returns while another conversation is running its system prompt. */

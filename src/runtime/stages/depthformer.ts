@@ -46,6 +46,7 @@ import {
   SPEC_NONE,
   SPEC_SKIP,
   SPEC_STAGING,
+  roomToStep,
   summarize,
   systemDonor,
   WAIT_FOR_DONOR,
@@ -432,7 +433,7 @@ export class DepthformerStage extends PassStage<DepthConv, DepthSlot> {
     // Ahead of the endpoint: into `held`, a few frames, whatever the rings hold.
     if (c.phase === PHASE_AHEAD) return !c.aheadDone && c.heldCount < this.#holdSteps - 1 && c.dialogue.frames < this.#aheadFrames;
     const cb = this.config.audio.codebooks;
-    if (c.phase !== PHASE_REPLY || !c.codes.canWrite(cb + RECORD_OVERHEAD + 2) || !c.events.canWrite(cb + TURN_FIELDS + 2 * RECORD_OVERHEAD)) return false;
+    if (c.phase !== PHASE_REPLY || !roomToStep(c, cb)) return false;
     // A reply the main thread cancelled ends at its next step, wherever the look-ahead is.
     if (Atomics.load(c.words, kCancelReply) === c.replies) {
       c.dialogue.cancel();
