@@ -3,11 +3,12 @@
  * (workers/load-client.ts), this process watching the daemon from outside (/v1/memory, /metrics).
  *
  * 1. One client alone: its first-audio latency is the baseline.
- * 2. A ramp: a well-behaved client every `rampMs` up to two past `--max-conversations`, all
- *    speaking at device pace until the end: the capacity (conversations admitted), the refusals
- *    (503 with Retry-After), conversations lost after admission, first audio p50/p99 over the
- *    baseline, underruns, the daemon's RSS beside the ledger, its runtimes and the residual, and
- *    its event-loop delay.
+ * 2. A ramp: a well-behaved client every `rampMs` up to two past the daemon's compute capacity
+ *    (`--capacity`; its `--max-conversations` above it, so admission by compute refuses them),
+ *    all speaking at device pace until the end: the conversations admitted, the refusals (503
+ *    with Retry-After), conversations lost after admission, first audio p50/p99 over the
+ *    baseline, the admitted ones' underruns, the daemon's RSS beside the ledger, its runtimes and
+ *    the residual, and its event-loop delay.
  * 3. The abusive mix: on a daemon with room for three more, the same well-behaved clients beside a
  *    flood, a non-reader, slow-loris upgrades and garbage frames (a second client process): the
  *    well-behaved figures beside the ramp's, and the daemon's RSS growth over its idle RSS.
@@ -32,12 +33,14 @@ export interface Quantiles {
 }
 
 export interface LoadResult {
-  /** The daemon's `--max-conversations`, and the conversations it admitted in the ramp. */
-  maxConversations: number;
+  /** The daemon's compute capacity (`--capacity`), and the conversations it admitted in the ramp. */
+  capacityOption: number;
   capacity: number;
   /** Attempts past the capacity refused with 503, and how many of those said Retry-After. */
   refused: number;
   refusedWithRetryAfter: number;
+  /** The daemon's reasons for those refusals, each once. */
+  refusals: string[];
   /** Conversations closed or failed after admission. */
   lost: number;
   turns: number;
@@ -144,13 +147,26 @@ async function eventLoop(d: ServeChild): Promise<{ p50: number; p99: number; max
 
 const firsts = (cs: ClientReport[]): number[] => cs.flatMap((c) => c.firstAudioMs);
 
-export async function loadTest(model: string, o: { quick: boolean; maxConversations: number; outputRate: number }): Promise<LoadResult> {
+export async function loadTest(model: string, o: { quick: boolean; capacity: number; outputRate: number }): Promise<LoadResult> {
   const utterances = speech().map((x) => Buffer.from(x.buffer, x.byteOffset, x.byteLength).toString('base64'));
   const hold = o.quick ? 12_000 : 40_000;
   const rampMs = 2000;
-  const m = o.maxConversations;
+  const m = o.capacity;
   const base = { utterances, outputRate: o.outputRate, floods: 0, nonReaders: 0, slowLoris: 0, garbage: 0 };
-  const args = (max: number): string[] => ['--model', model, '--port', '0', '--reply', '4', '--stall-limit', '5', '--max-conversations', String(max)];
+  const args = (cap: number): string[] => [
+    '--model',
+    model,
+    '--port',
+    '0',
+    '--reply',
+    '4',
+    '--stall-limit',
+    '5',
+    '--capacity',
+    String(cap),
+    '--max-conversations',
+    String(cap + 4),
+  ];
 
   const d = await spawnServe(args(m));
   let solo: LoadReport;
@@ -202,10 +218,11 @@ export async function loadTest(model: string, o: { quick: boolean; maxConversati
   const capQ = quantiles(firsts(admitted));
   const abusedQ = quantiles(firsts(abused.clients.filter((c) => c.admitted)));
   return {
-    maxConversations: m,
+    capacityOption: m,
     capacity: admitted.length,
     refused: refused.length,
     refusedWithRetryAfter: refused.filter((c) => c.retryAfter !== null).length,
+    refusals: [...new Set(refused.map((c) => c.refusal ?? ''))],
     lost: admitted.filter((c) => c.lost !== null).length,
     turns: admitted.reduce((n, c) => n + c.turns, 0),
     firstAudioMs: { solo: soloQ, atCapacity: capQ, p99OverSolo: round(capQ.p99 / soloQ.p99, 2) },
@@ -241,7 +258,7 @@ export async function loadTest(model: string, o: { quick: boolean; maxConversati
 
 export function formatLoad(l: LoadResult): string[] {
   return [
-    `  load (clients in their own process, device pace): capacity ${l.capacity} of --max-conversations ${l.maxConversations}; ` +
+    `  load (clients in their own process, device pace): ${l.capacity} admitted of --capacity ${l.capacityOption}; ` +
       `${l.refused} refused with 503 (${l.refusedWithRetryAfter} with Retry-After); ${l.lost} lost after admission; ${l.turns} turns`,
     `    first audio p50 / p99: ${l.firstAudioMs.solo.p50} / ${l.firstAudioMs.solo.p99} ms alone, ${l.firstAudioMs.atCapacity.p50} / ` +
       `${l.firstAudioMs.atCapacity.p99} ms at capacity (p99 ×${l.firstAudioMs.p99OverSolo}); underruns ${l.underrunMs} ms`,

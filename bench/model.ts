@@ -28,9 +28,20 @@ import { EMIT_DONE } from '../src/core/dialogue.js';
 import { CLOCKS } from '../src/core/clock.js';
 import { AUDIO_SAMPLING, Sampler } from '../src/model/blocks/sampler.js';
 import { gemvScratchFloats, setComputeThreads } from '../src/model/blocks/kernels.js';
-import { fastestSeconds as best, readBandwidth, round, type Spread, spread } from './util.js';
+import { fastestSeconds as best, median, readBandwidth, round, type Spread, spread } from './util.js';
 import { native } from '../src/native.js';
-import { llamaBench, pagesOf, type Pages, peerChildSample, type PeerInfo, peerGguf, peerType } from './peer.js';
+import {
+  besideCpu,
+  llamaBench,
+  type LlamaBenchResult,
+  pagesOf,
+  type Pages,
+  peerChildSample,
+  type PeerInfo,
+  type PeerSpeed,
+  peerGguf,
+  peerType,
+} from './peer.js';
 import type { BackboneState } from '../src/model/blocks/backbone.js';
 
 export interface ModelBenchRow {
@@ -137,6 +148,19 @@ export interface PeerRow {
   voxslabDecode: Spread;
   peerDecode: Spread;
   decodeRatio: number;
+  /** What ran as the peer: `llama-bench` or `node-llama-cpp`, and the llama.cpp CPU build it loaded. */
+  peerEngine: 'llama-bench' | 'node-llama-cpp';
+  peerVariant: string;
+  /** Every sample behind the spreads, tokens/s in the order taken. */
+  samplesTokensPerSecond: { voxslabPrefill: number[]; peerPrefill: number[]; voxslabDecode: number[]; peerDecode: number[] };
+  /**
+   * The peer's order does not tilt it: one sample of each figure taken before any of voxslab's
+   * rounds on this checkpoint (first) and one after them all (last), each over the median of the
+   * samples taken between voxslab's rounds.
+   */
+  peerOrder: { firstPrefill: number; lastPrefill: number; firstDecode: number; lastDecode: number };
+  /** CPU time this process (voxslab) used while the peer ran, over the peer's wall time: 0 is alone. */
+  besideCpu: number;
 }
 
 /** The 1.5B shape at q4 or q8 (group 64), generated once into the checkpoint cache. */
@@ -369,8 +393,9 @@ function measure(label: string, dir: string, quick: boolean, threads: number): {
   const model = SpeechModel.load(dir, domain, { segmentSeconds: segment, replySeconds: quick ? 2 : 4, context: 4096, threads });
   const conv = model.conversation({ seed: 1, inputRate: 16000 });
   const c0 = model.config;
-  // Batch widths measured (the stage serves up to STEP_BATCH): fewer on the 1.5B shape, whose conversations' caches are large.
-  const widths = quick ? [2] : c0.backbone.hidden >= 1024 ? [2, 4, 8] : [2, 4, 8, 16];
+  // Batch widths measured (the stage serves up to STEP_BATCH): fewer on the 1.5B shape, whose
+  // conversations' caches are large, with every width to four (the batched step's budget).
+  const widths = quick ? [2] : c0.backbone.hidden >= 1024 ? [2, 3, 4, 8] : [2, 4, 8, 16];
   const others = Array.from({ length: widths[widths.length - 1]! - 1 }, (_, i) => model.conversation({ seed: 2 + i, inputRate: 16000 }));
   model.ready();
   conv.ready();
@@ -558,6 +583,9 @@ async function againstPeer(
   const ours = THREADS.map(() => ({ prefill: [] as number[], decode: [] as number[] }));
   const theirs = THREADS.map(() => ({ prefill: [] as number[], decode: [] as number[] }));
   let info: PeerInfo = { engine: '', variant: '', pages: null };
+  // The peer's order: one sample of each figure before voxslab's rounds, one after them all.
+  const order = THREADS.map(() => ({ first: [0, 0], last: [0, 0] }));
+  const beside = { cpuMs: 0, wallMs: 0 };
   const voxslabRound = (j: number, threads: number): void => {
     setComputeThreads(threads);
     ours[j]!.prefill.push(prefillTokens / prefillSeconds(model, conv.backbone, prefillTokens, 1));
@@ -565,25 +593,48 @@ async function againstPeer(
     // Helpers stopped: nothing of voxslab's runs beside the peer.
     setComputeThreads(1);
   };
+  // One peer run (llama-bench: every thread count, `reps` each; node-llama-cpp: one sample at `threads`), timed for what ran beside it.
+  const peerRun = <T>(f: () => T): T => {
+    const b = besideCpu(f);
+    beside.cpuMs += b.cpuMs;
+    beside.wallMs += b.wallMs;
+    return b.result;
+  };
+  const llama = (reps: number): LlamaBenchResult => peerRun(() => llamaBench(bench!, gguf, prefillTokens, steps, THREADS, reps));
+  const child = (threads: number): PeerSpeed & PeerInfo => peerRun(() => peerChildSample(gguf, threads, prefillTokens, steps));
   try {
     if (bench !== undefined) {
+      const first = llama(1);
       for (let r = 0; r < rounds; r++) for (const [j, t] of THREADS.entries()) voxslabRound(j, t);
-      const lb = llamaBench(bench, gguf, prefillTokens, steps, THREADS, rounds);
+      const lb = llama(rounds);
       THREADS.forEach((t, j) => {
         theirs[j]!.prefill.push(...(lb.prefill.get(t) ?? []));
         theirs[j]!.decode.push(...(lb.decode.get(t) ?? []));
       });
       info = lb.info;
       for (let r = 0; r < rounds; r++) for (const [j, t] of THREADS.entries()) voxslabRound(j, t);
+      const last = llama(1);
+      THREADS.forEach((t, j) => {
+        order[j]!.first = [first.prefill.get(t)?.[0] ?? 0, first.decode.get(t)?.[0] ?? 0];
+        order[j]!.last = [last.prefill.get(t)?.[0] ?? 0, last.decode.get(t)?.[0] ?? 0];
+      });
     } else {
+      for (const [j, threads] of THREADS.entries()) {
+        const p = child(threads);
+        order[j]!.first = [p.prefillTokensPerSecond, p.decodeTokensPerSecond];
+      }
       for (let r = 0; r < rounds; r++) {
         for (const [j, threads] of THREADS.entries()) {
           voxslabRound(j, threads);
-          const p = peerChildSample(gguf, threads, prefillTokens, steps);
+          const p = child(threads);
           theirs[j]!.prefill.push(p.prefillTokensPerSecond);
           theirs[j]!.decode.push(p.decodeTokensPerSecond);
           info = { engine: p.engine, variant: p.variant, pages: p.pages };
         }
+      }
+      for (const [j, threads] of THREADS.entries()) {
+        const p = child(threads);
+        order[j]!.last = [p.prefillTokensPerSecond, p.decodeTokensPerSecond];
       }
     }
   } finally {
@@ -609,6 +660,21 @@ async function againstPeer(
       voxslabDecode: vd,
       peerDecode: pd,
       decodeRatio: round(vd.median / pd.median, 2),
+      peerEngine: bench !== undefined ? 'llama-bench' : 'node-llama-cpp',
+      peerVariant: info.variant,
+      samplesTokensPerSecond: {
+        voxslabPrefill: ours[j]!.prefill.map((x) => round(x, 1)),
+        peerPrefill: theirs[j]!.prefill.map((x) => round(x, 1)),
+        voxslabDecode: ours[j]!.decode.map((x) => round(x, 1)),
+        peerDecode: theirs[j]!.decode.map((x) => round(x, 1)),
+      },
+      peerOrder: {
+        firstPrefill: round(order[j]!.first[0]! / median(theirs[j]!.prefill), 3),
+        lastPrefill: round(order[j]!.last[0]! / median(theirs[j]!.prefill), 3),
+        firstDecode: round(order[j]!.first[1]! / median(theirs[j]!.decode), 3),
+        lastDecode: round(order[j]!.last[1]! / median(theirs[j]!.decode), 3),
+      },
+      besideCpu: round(beside.cpuMs / beside.wallMs, 4),
     };
   });
   return { rows, info };
@@ -715,7 +781,9 @@ export function format(r: ModelBenchResult): string {
     lines.push(
       `  ${p.checkpoint} (${p.ggufType}), ${p.threads} thread${p.threads > 1 ? 's' : ''}, tok/s median (min–max) of ${p.samples[0]} / ${p.samples[1]} samples: ` +
         `prefill ${p.prefillTokens} ${sp(p.voxslabPrefill)} vs ${sp(p.peerPrefill)} (×${p.prefillRatio}); decode with the text head ` +
-        `${sp(p.voxslabDecode)} vs ${sp(p.peerDecode)} (×${p.decodeRatio})`,
+        `${sp(p.voxslabDecode)} vs ${sp(p.peerDecode)} (×${p.decodeRatio}); the peer first / last over its median: prefill ` +
+        `×${p.peerOrder.firstPrefill} / ×${p.peerOrder.lastPrefill}, decode ×${p.peerOrder.firstDecode} / ×${p.peerOrder.lastDecode}; ` +
+        `voxslab's CPU beside it ${p.besideCpu} of its wall time`,
     );
   }
   for (const n of r.notMeasured) lines.push(`  not measured: ${n}`);

@@ -52,6 +52,15 @@ export function peerChildSample(gguf: string, threads: number, prefill: number, 
   return JSON.parse(r.stdout) as PeerSpeed & PeerInfo;
 }
 
+/** CPU time this process spends while `f` runs, over its wall time: how much of voxslab ran beside a peer that `f` waits for. */
+export function besideCpu<T>(f: () => T): { result: T; cpuMs: number; wallMs: number } {
+  const c0 = process.cpuUsage();
+  const t0 = performance.now();
+  const result = f();
+  const c = process.cpuUsage(c0);
+  return { result, cpuMs: (c.user + c.system) / 1000, wallMs: performance.now() - t0 };
+}
+
 /** llama-bench's samples per thread count (tokens/s of each repetition), and what it ran. */
 export interface LlamaBenchResult {
   prefill: Map<number, number[]>;

@@ -205,14 +205,14 @@ export async function run(o: { quick: boolean }): Promise<{ rows: ServeBenchRow[
       await d.exited;
     }
   }
-  // The load test on tiny, with four conversations at most: a ramp past the limit and an abusive
-  // mix beside a full house stay a few minutes long.
+  // The load test on tiny with a compute capacity of four: a ramp past it and an abusive mix
+  // beside a full house stay a few minutes long.
   const tiny = resolveModel('tiny', (l) => process.stderr.write(`${l}\n`));
-  const load = await loadTest(tiny, { quick: o.quick, maxConversations: LOAD_CONVERSATIONS, outputRate: Number(defaultOf('outputRate')) });
+  const load = await loadTest(tiny, { quick: o.quick, capacity: LOAD_CONVERSATIONS, outputRate: Number(defaultOf('outputRate')) });
   return { rows, load };
 }
 
-/** The load test's `--max-conversations`. */
+/** The load test's `--capacity`. */
 const LOAD_CONVERSATIONS = 4;
 
 export function format(r: Awaited<ReturnType<typeof run>>): string {

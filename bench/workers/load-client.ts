@@ -36,6 +36,8 @@ export interface ClientReport {
   admitted: boolean;
   status: number;
   retryAfter: string | null;
+  /** A refusal's body (the daemon's reason), else null. */
+  refusal: string | null;
   /** Each turn's first reply sample after end_turn, ms. */
   firstAudioMs: number[];
   turns: number;
@@ -58,26 +60,31 @@ function toS16(x: Float32Array): Buffer {
   return b;
 }
 
-/** Opens a conversation socket; resolves with it, or with the refusal's status and Retry-After. */
-function open(url: string): Promise<{ ws: WebSocket | null; status: number; retryAfter: string | null }> {
+/** Opens a conversation socket; resolves with it, or with the refusal's status, Retry-After and body. */
+function open(url: string): Promise<{ ws: WebSocket | null; status: number; retryAfter: string | null; refusal: string | null }> {
   return new Promise((resolve) => {
     const ws = new WebSocket(`${url}/v1/ws?inputRate=16000&format=s16`);
-    ws.once('open', () => resolve({ ws, status: 101, retryAfter: null }));
+    ws.once('open', () => resolve({ ws, status: 101, retryAfter: null, refusal: null }));
     ws.once('unexpected-response', (_req, res) => {
-      resolve({ ws: null, status: res.statusCode ?? 0, retryAfter: (res.headers['retry-after'] as string | undefined) ?? null });
-      res.resume();
-      ws.terminate();
+      const parts: Buffer[] = [];
+      res.on('data', (b: Buffer) => parts.push(b));
+      res.once('end', () => {
+        const refusal = Buffer.concat(parts).toString('utf8').slice(0, 400);
+        resolve({ ws: null, status: res.statusCode ?? 0, retryAfter: (res.headers['retry-after'] as string | undefined) ?? null, refusal });
+        ws.terminate();
+      });
     });
-    ws.once('error', () => resolve({ ws: null, status: 0, retryAfter: null }));
+    ws.once('error', () => resolve({ ws: null, status: 0, retryAfter: null, refusal: null }));
   });
 }
 
 /** A well-behaved conversation: turns at device pace until `until` (performance.now()). */
 async function wellBehaved(plan: LoadPlan, speech: Buffer[], until: number, seed: number): Promise<ClientReport> {
-  const r: ClientReport = { admitted: false, status: 0, retryAfter: null, firstAudioMs: [], turns: 0, underrunMs: 0, lost: null };
+  const r: ClientReport = { admitted: false, status: 0, retryAfter: null, refusal: null, firstAudioMs: [], turns: 0, underrunMs: 0, lost: null };
   const o = await open(plan.url);
   r.status = o.status;
   r.retryAfter = o.retryAfter;
+  r.refusal = o.refusal;
   if (o.ws === null) return r;
   r.admitted = true;
   const ws = o.ws;
