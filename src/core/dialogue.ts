@@ -53,6 +53,9 @@ const ROW_SAMPLERS: Sampler[] = [];
 const ROW_OPTIONS: SamplingOptions[] = [];
 const ROW_CODES: Int32Array[] = [];
 
+/** How long the capacity calibration runs frames untimed before it times any. */
+const CALIBRATION_WARM_MS = 300;
+
 /** Inspection taps of a step (slower: set them only to dump stages). */
 export interface StepTaps {
   hidden?(row: Float32Array): void;
@@ -388,11 +391,11 @@ export class Dialogue extends ReplyState {
     const at = Math.max(0, Math.min(256, st.rows - most - 1, st.context - most - 1));
     const stack = slot.backbone.stack;
     const textShare = this.config.interleave.text / this.config.interleave.audio;
-    // The best of at least two runs, more while they are short (a small model's take microseconds).
+    // The best of at least three runs, more while they are short (a small model's take microseconds).
     const best = (run: () => void): number => {
       let ms = Infinity;
       const until = performance.now() + 10;
-      for (let k = 0; k < 2 || (k < 16 && performance.now() < until); k++) {
+      for (let k = 0; k < 3 || (k < 16 && performance.now() < until); k++) {
         st.position = at;
         const t = performance.now();
         run();
@@ -400,6 +403,13 @@ export class Dialogue extends ReplyState {
       }
       return ms;
     };
+    // Untimed frames first: right after start-up a frame runs up to twice as slow for a few
+    // hundred milliseconds, which the best of a few runs does not leave behind.
+    const warm = performance.now() + CALIBRATION_WARM_MS;
+    for (let k = 0; k < 64 && performance.now() < warm; k++) {
+      st.position = at;
+      slot.depthformer.frameRows(stack.forwardRows(states, 1), 1, samplers, options, codes);
+    }
     return rows.map((m) => {
       if (m < 1 || m > most) throw new InternalError(`calibration: cannot time ${m} rows on a slot of ${slot.rows}`);
       const audio = best(() => slot.depthformer.frameRows(stack.forwardRows(states, m), m, samplers, options, codes));
