@@ -68,7 +68,8 @@ function open(url: string): Promise<{ ws: WebSocket | null; status: number; retr
     ws.once('unexpected-response', (_req, res) => {
       const parts: Buffer[] = [];
       res.on('data', (b: Buffer) => parts.push(b));
-      res.once('end', () => {
+      // 'close' follows the body's end, and an aborted body too: the refusal is never waited on forever.
+      res.once('close', () => {
         const refusal = Buffer.concat(parts).toString('utf8').slice(0, 400);
         resolve({ ws: null, status: res.statusCode ?? 0, retryAfter: (res.headers['retry-after'] as string | undefined) ?? null, refusal });
         ws.terminate();
