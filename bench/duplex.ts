@@ -119,13 +119,15 @@ function bargeInFigures(latencies: number[], early: number, missed: number): Dup
   };
 }
 
-function endpointer(): Endpointer {
-  return new Endpointer({
+function endpointer(hangover: number): Endpointer {
+  const ep = new Endpointer({
     onset: framesOf(defaultOf('onsetMs') as number),
     silence: framesOf(defaultOf('silenceMs') as number),
     minSpeech: framesOf(defaultOf('minSpeechMs') as number),
     maxSegment: 3000,
   });
+  ep.hangover = hangover;
+  return ep;
 }
 
 /**
@@ -327,7 +329,7 @@ export async function run(
     const dec = new Uint8Array(s.labels.length + 8);
     v.push(s.signal, 0, s.signal.length, dec, 0);
     v.close();
-    const ep = endpointer();
+    const ep = endpointer(v.hangover);
     const ends: number[] = [];
     for (let f = 0; f < dec.length; f++) if (ep.push(dec[f] === 1) === VAD_SPEECH_END) ends.push(f);
     for (const [, end] of s.segments) {

@@ -168,7 +168,7 @@ export class DuplexSession {
         const mel = new MelFrontend({ sampleRate: f.sampleRate, nFft: f.nFft, winLength: f.winLength, hop: f.hop, nMels: f.nMels }, front);
         const rowsPer = Math.ceil(aec.maxOutput(m16) / f.hop) + 4;
         const turns = new TurnTaking(
-          { onsetMs: onset, silenceMs: silence, minSpeechMs: minSpeech, width: f.nMels, maxRows, rowsPerPush: rowsPer },
+          { onsetMs: onset, silenceMs: silence, minSpeechMs: minSpeech, hangover: vad.hangover, width: f.nMels, maxRows, rowsPerPush: rowsPer },
           capture,
           front,
         );

@@ -208,6 +208,11 @@ export class EchoCanceller {
 /** Voice likelihood thresholds of the WebRTC VAD, least to most eager to say "no voice". */
 export const VAD_LIKELIHOOD = { 'very-low': 1, low: 2, moderate: 3, high: 4 } as const;
 export type VadLikelihood = keyof typeof VAD_LIKELIHOOD;
+/**
+ * The frames WebRTC's VAD holds "voice" after a run of speech, by likelihood level (its
+ * aggressive modes hang over 90 ms at 10 ms frames, the others 140 ms: vad_core.c's overhang).
+ */
+const VAD_HANGOVER = [0, 9, 9, 14, 14];
 
 /** WebRTC's VAD (the GMM detector inside the audio processing module), one decision per 10 ms. */
 export class VoiceDetector {
@@ -216,6 +221,7 @@ export class VoiceDetector {
   readonly #frame: Float32Array; // [APM_FRAME]
   readonly #out: Float32Array; // [APM_FRAME]
   #fill = 0;
+  hangover: number;
 
   /** The engine for `likelihood`, to be held before the detector is built around it. */
   static engine(likelihood: VadLikelihood = defaultOf('vad') as VadLikelihood): ApmEngine {
@@ -233,6 +239,7 @@ export class VoiceDetector {
     this.heapBytes = made.heapBytes;
     this.#frame = ws('vad.frame', Float32Array, APM_FRAME);
     this.#out = ws('vad.out', Float32Array, APM_FRAME);
+    this.hangover = VAD_HANGOVER[VAD_LIKELIHOOD[likelihood]]!;
   }
 
   /** A new voice likelihood from the next frame on (the detector's state carries over). */
@@ -245,6 +252,7 @@ export class VoiceDetector {
   /** `setLikelihood` by its level (VAD_LIKELIHOOD's values, 1..4). */
   setLevel(level: number): void {
     native.apmSetVoice(this.#handle, level);
+    this.hangover = VAD_HANGOVER[level] ?? 0;
   }
 
   /**

@@ -108,6 +108,8 @@ const F32 = WEIGHT_TYPE.f32;
 
 export class SileroVad implements FrameDecider {
   readonly threshold: number;
+  /** Its decisions follow a probability, not a fixed hangover. */
+  readonly hangover = 0;
   readonly #m: SileroModel;
   readonly #input: Float32Array; // [PADDED]: context, window, reflection
   readonly #frames: Float32Array[]; // [STEPS] views of #input, one STFT frame each

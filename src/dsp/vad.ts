@@ -7,5 +7,7 @@
 export interface FrameDecider {
   /** Takes `pcm[at, at + n)`; writes the frames decided to `decisions` from `dAt`; returns their count. */
   push(pcm: Float32Array, at: number, n: number, decisions: Uint8Array, dAt: number): number;
+  /** Frames its decisions keep saying voice after speech stops (a fixed hangover; 0 if none is known). */
+  readonly hangover: number;
   close(): void;
 }

@@ -9,13 +9,17 @@
  *                         resumes where it paused: nothing is lost)
  *   idle     → speech     after `onset` voiced frames in a row (SPEECH_START; the speech began
  *                         at the first of them; barge-in is confirmed)
- *   speech   → idle       once the last `silence` frames hold at most a tenth voiced ones:
+ *   speech   → idle       at an unvoiced frame `silence` frames after the speech's end, once
+ *                         the last `silence` frames hold at most a tenth voiced ones:
  *                         SPEECH_END when the speech lasted at least `minSpeech` frames,
  *                         otherwise SPEECH_DROP (a cough, a click: not a turn)
  *   speech   → idle       after `maxSegment` frames of speech: SPEECH_END (the longest segment)
  *
  * Silence is judged over a window rather than as unvoiced frames in a row, because a frame-level
  * VAD in noise says "voice" now and then in the pauses; one such frame must not restart the wait.
+ * A detector that holds its decision for some frames after speech stops (WebRTC's hangover)
+ * declares them (`hangover`): when a voiced run ends, that many of its last frames count as
+ * silence, so the wait is measured from the end of the speech, not of the hangover.
  *
  * Thread contract: one instance per stream, one thread; nothing allocates after construction.
  */
@@ -65,9 +69,19 @@ export class Endpointer {
   start = -1;
   /** The last voiced frame. */
   lastVoiced = -1;
+  /**
+   * While speaking: where the speech so far ended, by the last voiced run at least `onset`
+   * frames long once the detector's hangover is taken off it (shorter runs, a stray frame or a
+   * click, neither move it nor restart the wait); the frame of the onset until such a run ends.
+   */
+  speechEnd = -1;
+  /** Frames a run of voiced decisions outlasts the speech (FrameDecider.hangover); set by the caller. */
+  hangover = 0;
   /** After SPEECH_END: whether the longest segment ended it (the speech went on). */
   cut = false;
   #run = 0;
+  /** While speaking: voiced frames in a row up to this one. */
+  #voicedRun = 0;
   readonly #window: Uint8Array; // [silence] the last decisions while speaking, a ring
   #voicedInWindow = 0;
 
@@ -125,17 +139,33 @@ export class Endpointer {
       this.#run = 0;
       this.#window.fill(0);
       this.#voicedInWindow = 0;
+      this.#voicedRun = this.o.onset;
+      this.speechEnd = f;
       return VAD_SPEECH_START;
     }
     // Frames since the onset, into the window ring.
-    const k = this.#run++ % this.o.silence;
+    const n = this.o.silence;
+    const k = this.#run++ % n;
     this.#voicedInWindow += (voiced ? 1 : 0) - this.#window[k]!;
     this.#window[k] = voiced ? 1 : 0;
+    if (voiced) this.#voicedRun++;
+    else if (this.#voicedRun > 0) {
+      // A voiced run ended: its last frames were the detector's hangover, not speech (one stays).
+      const h = Math.min(this.hangover, this.#voicedRun - 1, this.#run - 1, n - 1);
+      for (let j = 1; j <= h; j++) {
+        const at = (k - j + n) % n;
+        this.#voicedInWindow -= this.#window[at]!;
+        this.#window[at] = 0;
+      }
+      if (this.#voicedRun - h >= this.o.onset) this.speechEnd = this.lastVoiced - h;
+      this.#voicedRun = 0;
+    }
     if (f - this.start + 1 >= this.o.maxSegment) {
       this.cut = true;
       return this.#end(VAD_SPEECH_END);
     }
-    if (this.#run < this.o.silence || 10 * this.#voicedInWindow > this.o.silence) return VAD_NONE;
+    // Never on a voiced frame: speech that resumes as the wait runs out goes on.
+    if (voiced || this.#run < this.o.silence || f - this.speechEnd < this.o.silence || 10 * this.#voicedInWindow > this.o.silence) return VAD_NONE;
     this.cut = false;
     return this.#end(this.lastVoiced - this.start + 1 >= this.o.minSpeech ? VAD_SPEECH_END : VAD_SPEECH_DROP);
   }
@@ -151,7 +181,9 @@ export class Endpointer {
     this.frame = 0;
     this.start = -1;
     this.lastVoiced = -1;
+    this.speechEnd = -1;
     this.#run = 0;
+    this.#voicedRun = 0;
   }
 }
 

@@ -11,11 +11,11 @@ import { PRE_ROLL_ROWS, SegmentGate } from './gate.js';
 import { Endpointer, framesOf, holdsPlayback, VAD_SPEECH_END } from './turn.js';
 
 /**
- * Rows of a turn after its last voiced frame: 100 ms. A turn ended by silence is its speech
- * through the last voiced frame and this tail, however long the silence that ended it (at least
- * `silenceMs`, which is at least the tail), so its rows and its reply do not depend on when the
- * endpoint fired — unless a voiced frame inside the final window brings the tail past the
- * decision.
+ * Rows of a turn after its speech's end (the last voiced frame less the detector's hangover):
+ * 100 ms. A turn ended by silence is its speech and this tail, however long the silence that
+ * ended it, so its rows and its reply do not depend on when the endpoint fired — unless the
+ * decision comes before the tail is over (a `silenceMs` near the tail, or a voiced frame inside
+ * the final window), when it ends at the decision.
  */
 export const TURN_TAIL_ROWS = 10;
 
@@ -27,6 +27,8 @@ export interface TurnTakingOptions {
   speculateMs?: number;
   /** The longest silence `configure` may set later (default `silenceMs`). */
   maxSilenceMs?: number;
+  /** Frames the detector's voiced runs outlast the speech (FrameDecider.hangover; default 0). */
+  hangover?: number;
   /** Floats per mel row. */
   width: number;
   /** Rows of the longest segment (the encoder's); a segment's speech stops short of it by the pre-roll and its end's frame. */
@@ -40,7 +42,7 @@ export class TurnTaking {
   readonly gate: SegmentGate;
   /** Playback holds (the user may be speaking). */
   hold = false;
-  /** Frames of pause after the last voiced one that offer the turn ahead (0: never). */
+  /** Frames of pause after the speech's end that offer the turn ahead (0: never; at least the tail, whose rows are then in). */
   readonly speculate: number;
   /** A provisional turn is out and the speech has not gone on since. */
   #offered = false;
@@ -58,6 +60,7 @@ export class TurnTaking {
       },
       ws,
     );
+    this.endpointer.hangover = o.hangover ?? 0;
     this.speculate = (o.speculateMs ?? 0) > 0 ? Math.max(TURN_TAIL_ROWS, framesOf(o.speculateMs!)) : 0;
     // Rows run ahead of the decisions by a push's rows and the detector's delay.
     this.gate = new SegmentGate({ width: o.width, preRoll: PRE_ROLL_ROWS, onset, maxRows: o.maxRows, lag: o.rowsPerPush + 8 }, rows);
@@ -77,14 +80,14 @@ export class TurnTaking {
       if (this.#offered && voiced) {
         this.#offered = false;
         this.gate.resume();
-      } else if (!this.#offered && f - ep.lastVoiced === this.speculate && ep.lastVoiced - ep.start + 1 >= ep.o.minSpeech) {
+      } else if (!this.#offered && !voiced && f - ep.speechEnd >= this.speculate && ep.lastVoiced - ep.start + 1 >= ep.o.minSpeech) {
         this.#offered = true;
-        this.gate.provisional(ep.lastVoiced + 1 + TURN_TAIL_ROWS);
+        this.gate.provisional(ep.speechEnd + 1 + TURN_TAIL_ROWS);
       }
     } else if (e !== 0 && !ep.speaking) this.#offered = false;
-    // A turn ended by silence ends a tail after its last voiced frame (never after this frame: the
-    // stream may end here); one cut at the longest segment, after this frame.
-    this.gate.frame(e, ep.start, e === VAD_SPEECH_END && !ep.cut ? Math.min(ep.lastVoiced + 1 + TURN_TAIL_ROWS, ep.frame) : ep.frame);
+    // A turn ended by silence ends a tail after its speech (never after this frame: the stream
+    // may end here); one cut at the longest segment, after this frame.
+    this.gate.frame(e, ep.start, e === VAD_SPEECH_END && !ep.cut ? Math.min(ep.speechEnd + 1 + TURN_TAIL_ROWS, ep.frame) : ep.frame);
     this.hold = holdsPlayback(e, this.hold);
     return e;
   }

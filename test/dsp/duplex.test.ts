@@ -253,6 +253,7 @@ t.test('endpointing: the end of speech is decided within silence + 100 ms at 10 
     const d = new Uint8Array(s.labels.length);
     vad.push(s.signal, 0, s.signal.length, d, 0);
     const e = new Endpointer({ onset: framesOf(80), silence, minSpeech: framesOf(200), maxSegment: 3000 });
+    e.hangover = vad.hangover;
     const ends: number[] = [];
     for (let f = 0; f < d.length; f++) if (e.push(d[f] === 1) === VAD_SPEECH_END) ends.push(f);
     // Each utterance's turn ends at the first end of speech after its last labelled word.
@@ -268,5 +269,27 @@ t.test('endpointing: the end of speech is decided within silence + 100 ms at 10 
     }
     t.equal(matched, s.segments.length, `${noise}: every utterance ends a turn (${ends.length - matched} other ends)`);
     t.ok(worst <= silence * 10 + 100, `${noise}: end of speech decided at most ${worst} ms after the last word (silence ${silence * 10} ms)`);
+  }
+});
+
+t.test("VAD: a voiced run outlasts the voice by the detector's declared hangover, at every likelihood", { skip }, async (t) => {
+  // One second of a voiced harmonic tone (frames 100 to 199) between silences.
+  const x = new Float32Array(3 * 16000);
+  for (let i = 16000; i < 32000; i++) {
+    const s = i / 16000;
+    let v = 0;
+    for (let h = 1; h < 20; h++) v += Math.sin(2 * Math.PI * 140 * h * s) / h;
+    x[i] = 0.2 * v * (1 + 0.3 * Math.sin(2 * Math.PI * 4 * s));
+  }
+  for (const likelihood of ['very-low', 'low', 'moderate', 'high'] as const) {
+    const vad = new VoiceDetector(likelihood);
+    const d = new Uint8Array(x.length / APM_FRAME);
+    const n = vad.push(x, 0, x.length, d, 0);
+    vad.close();
+    let last = n - 1;
+    while (last > 0 && d[last] !== 1) last--;
+    // The detector's high-pass filter rings into the first silent frame.
+    const over = last - 199;
+    t.ok(over >= vad.hangover && over <= vad.hangover + 1, `${likelihood}: voiced ${over} frames past the tone, hangover ${vad.hangover}`);
   }
 });

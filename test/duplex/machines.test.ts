@@ -31,7 +31,11 @@ t.test('endpointing: onset, end after silence, short bursts dropped, longest seg
     return [...bits].map((b) => w.push(b === '1')).indexOf(VAD_SPEECH_END);
   };
   // Speech starts at frame 1; the window covers the frames after it.
-  t.equal(stray(`11${'0'.repeat(9)}1${'0'.repeat(9)}1${'0'.repeat(30)}`), 21, 'two stray voiced frames among twenty do not restart the wait');
+  t.equal(
+    stray(`11${'0'.repeat(9)}1${'0'.repeat(9)}1${'0'.repeat(30)}`),
+    22,
+    'two stray voiced frames among twenty do not restart the wait (it ends at the next unvoiced frame)',
+  );
   t.equal(stray(`11000100001000010${'0'.repeat(30)}`), 25, 'three hold it until one slides out');
   t.same(run('111').pop(), VAD_SPEECH_START);
   t.same(run('1'.repeat(17)).pop(), VAD_SPEECH_END, 'the longest segment closes it');
@@ -185,11 +189,10 @@ t.test('turn-taking: a turn ended by silence is its speech through the last voic
   }
 });
 
-t.test('turn-taking: a pause offers the turn so far, the rows a silence end would give it; speech that goes on takes it back', async (t) => {
-  // Speech from 80, a 30-frame pause (an offer at 20 frames, taken back), speech to 169, then silence (an offer, then the end).
-  const bits = `${'0'.repeat(80)}${'1'.repeat(40)}${'0'.repeat(30)}${'1'.repeat(20)}${'0'.repeat(150)}`;
+/** Turn-taking with a 200 ms speculation pause over `bits` (one decision per frame, rows 4 ahead): its offers, takebacks and ends. */
+function offers(bits: string, hangover: number): { seen: string[]; turns: TurnTaking } {
   const turns = new TurnTaking(
-    { onsetMs: 30, silenceMs: 600, speculateMs: 200, minSpeechMs: 100, width: 1, maxRows: 3000, rowsPerPush: 4 },
+    { onsetMs: 30, silenceMs: 600, speculateMs: 200, minSpeechMs: 100, hangover, width: 1, maxRows: 3000, rowsPerPush: 4 },
     heapWorkspace,
     heapWorkspace,
   );
@@ -203,15 +206,22 @@ t.test('turn-taking: a pause offers the turn so far, the rows a silence end woul
     for (let k = g.next(); k !== GATE_NONE; k = g.next()) {
       if (k === GATE_PROVISIONAL) seen.push(`offer ${g.turnRows} at ${f}`);
       else if (k === GATE_RESUME) seen.push(`resume at ${f}`);
-      else if (k === GATE_END) seen.push(`end ${g.turnRows}`);
+      else if (k === GATE_END) seen.push(`end ${g.turnRows} at ${f}`);
     }
   }
+  return { seen, turns };
+}
+
+t.test('turn-taking: a pause offers the turn so far, the rows a silence end would give it; speech that goes on takes it back', async (t) => {
+  // Speech from 80, a 30-frame pause (an offer at 20 frames, taken back), speech to 169, then silence (an offer, then the end).
+  const bits = `${'0'.repeat(80)}${'1'.repeat(40)}${'0'.repeat(30)}${'1'.repeat(20)}${'0'.repeat(150)}`;
+  const { seen } = offers(bits, 0);
   const first = 80 - 30;
   t.same(seen, [
     `offer ${119 + 1 + TURN_TAIL_ROWS - first} at 139`,
     'resume at 150',
     `offer ${169 + 1 + TURN_TAIL_ROWS - first} at 189`,
-    `end ${169 + 1 + TURN_TAIL_ROWS - first}`,
+    `end ${169 + 1 + TURN_TAIL_ROWS - first} at 229`,
   ]);
 });
 
@@ -258,4 +268,29 @@ t.test('fader: a hold fades out over fadeMs and back in; a cut silences at once'
   f.silence();
   t.equal(f.gain, 0);
   t.throws(() => new Fader(0, 16000), /fadeMs must be 1..1000/);
+});
+
+t.test("endpointing: a detector's hangover counts as silence once its voiced run ends, in the wait and in the offer", async (t) => {
+  // Speech from frame 80 to 119, then the detector's 9 frames of hangover (voiced to 128), then silence.
+  const bits = `${'0'.repeat(80)}${'1'.repeat(49)}${'0'.repeat(150)}`;
+  const run = (hangover: number): { events: string[]; speechEnd: number; lastVoiced: number } => {
+    const { seen, turns } = offers(bits, hangover);
+    return { events: seen.filter((e) => !e.startsWith('resume')), speechEnd: turns.endpointer.speechEnd, lastVoiced: turns.endpointer.lastVoiced };
+  };
+  const rowsThrough = (end: number): number => end + 1 + TURN_TAIL_ROWS - (80 - 30);
+  // Without it the hangover is speech: the turn ends a tail after it, the wait runs from its end.
+  t.same(run(0).events, [`offer ${rowsThrough(128)} at 148`, `end ${rowsThrough(128)} at 188`]);
+  const h = run(9);
+  t.equal(h.lastVoiced, 128, 'the last voiced frame is the detector’s');
+  t.equal(h.speechEnd, 119, 'the speech ended before its hangover');
+  // The turn ends a tail after the speech, and the wait (60 frames) runs from there: 9 frames sooner.
+  t.same(h.events, [`offer ${rowsThrough(119)} at 139`, `end ${rowsThrough(119)} at 179`]);
+  // A hangover longer than the speculation pause is one too: the offer comes at the pause.
+  t.same(run(15).events[0], `offer ${rowsThrough(113)} at ${113 + 20}`);
+  // A run shorter than the onset once its hangover is off (a click) neither moves the speech's
+  // end nor restarts the wait; the window still counts its one voiced frame.
+  const e = new Endpointer({ onset: 2, silence: 20, minSpeech: 1, maxSegment: 1000, warmup: 0 });
+  e.hangover = 3;
+  const events = [...`111111${'0'.repeat(5)}1111${'0'.repeat(30)}`].map((b) => e.push(b === '1'));
+  t.equal(events.indexOf(VAD_SPEECH_END), 2 + 20, 'the speech ended at frame 2 (six voiced, three of them hangover): the turn ends 20 frames on');
 });

@@ -84,6 +84,7 @@ export class FrontendStage extends StreamStage<FrontendConv> {
               silenceMs: so.silenceMs,
               speculateMs: so.speculateMs,
               minSpeechMs: so.minSpeechMs,
+              hangover: vad?.hangover ?? 0,
               // `update({ silenceMs })` may ask for up to the option's longest.
               maxSilenceMs: OPTIONS.silenceMs.max,
               width: f.nMels,
@@ -162,6 +163,7 @@ export class FrontendStage extends StreamStage<FrontendConv> {
     if (vad !== c.vadSet && c.vad instanceof VoiceDetector) {
       c.vadSet = vad;
       c.vad.setLevel(vad > 0 ? vad : VAD_LIKELIHOOD[this.env.init.options.vad as VadLikelihood]);
+      turns.endpointer.hangover = c.vad.hangover;
     }
   }
 
