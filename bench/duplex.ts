@@ -28,6 +28,7 @@ import { CLOCKS } from '../src/core/clock.js';
 import { resampleSignal } from '../src/dsp/resample.js';
 import { EchoPath } from '../src/dsp/echo.js';
 import { load, type Engine } from '../src/api/engine.js';
+import type { StageStats } from '../src/runtime/protocol.js';
 import { production } from './model.js';
 import { SileroModel, SileroVad } from '../src/dsp/silero.js';
 import type { FrameDecider } from '../src/dsp/voice.js';
@@ -65,6 +66,13 @@ export interface DuplexBenchResult {
     /** `replyOver`: scripted interruptions whose reply had already ended (not counted). */
     bargeIn: DuplexBenchResult['bargeIn'] & { userOverEchoDb: number; replyOver: number };
     reply: { questions: number; turns: number; endOfSpeechP50Ms: number; computeP50Ms: number; firstSampleP50Ms: number; firstSampleP95Ms: number };
+    /**
+     * What a turn's reply costs before its first audio, from the stage clocks: the Conformer's
+     * encoding and the Depthformer stage's prefill with the reply's first step, ms per turn
+     * encoded (turns encoded ahead included: each is staged once); one text step and one audio
+     * step, ms each.
+     */
+    turnCompute: { encoderMsPerTurn: number; prefillMsPerTurn: number; textStepMs: number; audioStepMs: number };
     /** Busy time of each stage worker per second of device audio, %. */
     cpuPercent: Record<string, number>;
     realtime: number;
@@ -623,7 +631,7 @@ async function scriptedTurn(
   delayMs: number,
   seed: number,
   atPace = false,
-): Promise<{ played: Float32Array; barges: number[]; decidedAt: number; computeMs: number | null; turns: number }> {
+): Promise<{ played: Float32Array; barges: number[]; decidedAt: number; computeMs: number | null; turns: number; clocks: Clocks }> {
   const loopback = new LoopbackDevice({ rate: RATE, echo: { delayMs, gain: 1, seed: 9 }, user });
   const device = atPace ? paced(loopback) : loopback;
   const played = new Float32Array(user.length + RATE);
@@ -649,7 +657,13 @@ async function scriptedTurn(
   });
   conv.on('barge_in', () => barges.push(device.clock));
   conv.on('turn_end', () => turns++);
+  // The conversation's clocks from its first speech on (its system prompt runs before).
+  let before: Promise<StageStats[]> | null = null;
+  conv.on('speech_start', () => {
+    before ??= engine.pipeline.stats();
+  });
   await conv.run(device, { seconds: user.length / RATE });
+  const clocks = clocksOf(conv.index, await engine.pipeline.stats(), before === null ? null : await before);
   await conv.close();
   if (atPace && decidedAt >= 0) {
     // At the device's pace the first reply sample is on the device clock: what played first after the decision.
@@ -657,7 +671,27 @@ async function scriptedTurn(
     while (first < played.length && played[first] === 0) first++;
     computeMs = first < played.length ? ((first - decidedAt) * 1000) / RATE : null;
   }
-  return { played, barges, decidedAt, computeMs, turns };
+  return { played, barges, decidedAt, computeMs, turns, clocks };
+}
+
+/** Wall ms and calls of each clock (CLOCKS' names) over the stages. */
+type Clocks = Record<string, { ms: number; count: number }>;
+
+/** Conversation `index`'s clocks in `after`, less those in `before`. */
+function clocksOf(index: number, after: StageStats[], before: StageStats[] | null): Clocks {
+  const out: Clocks = {};
+  for (const name of CLOCKS) out[name] = { ms: 0, count: 0 };
+  const add = (stats: StageStats[], sign: number): void => {
+    for (const s of stats) {
+      for (const [name, c] of Object.entries(s.clocks[index] ?? {})) {
+        out[name]!.ms += sign * c.ms;
+        out[name]!.count += sign * c.count;
+      }
+    }
+  };
+  add(after, 1);
+  if (before !== null) add(before, -1);
+  return out;
 }
 
 async function pipelineRuns(engine: Engine, want: number, atPace = false): Promise<Omit<DuplexBenchResult['pipeline'], 'falseOnsets'>> {
@@ -665,6 +699,8 @@ async function pipelineRuns(engine: Engine, want: number, atPace = false): Promi
   const latencies: number[] = [];
   const decisions: number[] = [];
   const compute: number[] = [];
+  const spent: Clocks = {};
+  for (const name of CLOCKS) spent[name] = { ms: 0, count: 0 };
   let early = 0;
   let missed = 0;
   let turns = 0;
@@ -714,6 +750,10 @@ async function pipelineRuns(engine: Engine, want: number, atPace = false): Promi
     const r = await scriptedTurn(engine, user, delayMs, 1 + k, atPace);
     seconds += user.length / RATE;
     turns += r.turns;
+    for (const name of CLOCKS) {
+      spent[name]!.ms += r.clocks[name]!.ms;
+      spent[name]!.count += r.clocks[name]!.count;
+    }
     if (r.decidedAt >= 0) decisions.push(((r.decidedAt - lastWord) * 1000) / RATE);
     if (r.computeMs !== null) compute.push(r.computeMs);
     if (r.barges.some((c) => c < onset)) {
@@ -756,6 +796,12 @@ async function pipelineRuns(engine: Engine, want: number, atPace = false): Promi
       firstSampleP50Ms: round(pct(total, 50), 0),
       firstSampleP95Ms: round(pct(total, 95), 0),
     },
+    turnCompute: {
+      encoderMsPerTurn: round(spent.encoder!.ms / Math.max(1, spent.encoder!.count), 1),
+      prefillMsPerTurn: round(spent.prefill!.ms / Math.max(1, spent.encoder!.count), 1),
+      textStepMs: round(spent.textStep!.ms / Math.max(1, spent.textStep!.count), 2),
+      audioStepMs: round(spent.audioStep!.ms / Math.max(1, spent.audioStep!.count), 2),
+    },
     cpuPercent: cpu,
     realtime: round(seconds / (wall / 1000), 1),
     speculation: {
@@ -780,7 +826,8 @@ export function format(r: DuplexBenchResult | DuplexProductionResult | { availab
       lines.push(
         `  ${p.checkpoint}, silenceMs ${p.silenceMs} (capacity ${p.capacity}): last word → first reply sample p50 ${p.reply.firstSampleP50Ms} ms, ` +
           `p95 ${p.reply.firstSampleP95Ms} ms (decision p50 ${p.reply.endOfSpeechP50Ms} ms + compute p50 ${p.reply.computeP50Ms} ms + 20 ms device queue; ` +
-          `${p.reply.turns} turns); barge-in p50 ${b.p50Ms} ms, p95 ${b.p95Ms} ms, max ${b.maxMs} ms (${b.detected}/${b.interruptions}; ` +
+          `${p.reply.turns} turns; per turn: encoder ${p.turnCompute.encoderMsPerTurn} ms, prefill and first step ${p.turnCompute.prefillMsPerTurn} ms, ` +
+          `then ${p.turnCompute.textStepMs} ms a text step, ${p.turnCompute.audioStepMs} ms an audio step); barge-in p50 ${b.p50Ms} ms, p95 ${b.p95Ms} ms, max ${b.maxMs} ms (${b.detected}/${b.interruptions}; ` +
           `${b.stoppedEarly} early, ${b.missed} missed, ${b.replyOver} after the reply ended); speculateMs ${p.speculateMs}: ` +
           `${p.speculation.keptAhead} of ${p.speculation.ahead} replies begun ahead kept (${p.speculation.encoded} turns encoded ahead); ` +
           `${p.realtime}× real time; stage busy % of a core: ` +
@@ -845,7 +892,8 @@ export function format(r: DuplexBenchResult | DuplexProductionResult | { availab
   );
   lines.push(
     `  five-stage pipeline, last word → first reply sample: p50 ${pp.reply.firstSampleP50Ms} ms, p95 ${pp.reply.firstSampleP95Ms} ms ` +
-      `(decision p50 ${pp.reply.endOfSpeechP50Ms} ms + compute p50 ${pp.reply.computeP50Ms} ms + 20 ms device queue)`,
+      `(decision p50 ${pp.reply.endOfSpeechP50Ms} ms + compute p50 ${pp.reply.computeP50Ms} ms + 20 ms device queue; per turn: encoder ` +
+      `${pp.turnCompute.encoderMsPerTurn} ms, prefill and first step ${pp.turnCompute.prefillMsPerTurn} ms)`,
   );
   lines.push(
     `  five-stage pipeline, false onsets: ${pp.falseOnsets.count} in ${pp.falseOnsets.seconds} s of the assistant's voice (real speech) ` +

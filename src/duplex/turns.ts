@@ -11,11 +11,10 @@ import { PRE_ROLL_ROWS, SegmentGate } from './gate.js';
 import { Endpointer, framesOf, holdsPlayback, VAD_SPEECH_END } from './turn.js';
 
 /**
- * Rows of a turn after its speech's end (the last voiced frame less the detector's hangover):
+ * Rows of a turn after its speech's end (Endpointer.speechEnd: the hangover is not speech):
  * 100 ms. A turn ended by silence is its speech and this tail, however long the silence that
- * ended it, so its rows and its reply do not depend on when the endpoint fired — unless the
- * decision comes before the tail is over (a `silenceMs` near the tail, or a voiced frame inside
- * the final window), when it ends at the decision.
+ * ended it (the endpoint waits at least `silenceMs`, at least the tail, after that end), so its
+ * rows and its reply do not depend on when the endpoint fired.
  */
 export const TURN_TAIL_ROWS = 10;
 
