@@ -275,7 +275,9 @@ t.test('voxslab talk: a missing device is a clear error, exit 4', async (t) => {
 
 t.test('voxslab serve --input-device --output-device: the daemon holds a live conversation on the devices', { skip }, async (t) => {
   const { env } = virtualDevices(speech48k());
-  const s = await spawnServe(['--port', '0', '--input-device', 'voxmic', '--output-device', 'voxspk', '--rate', String(RATE)], env);
+  // The tiny checkpoint's random weights choose how long a reply runs: two seconds at most, so
+  // the turn ends (and is logged) within the wait below.
+  const s = await spawnServe(['--port', '0', '--input-device', 'voxmic', '--output-device', 'voxspk', '--rate', String(RATE), '--reply', '2'], env);
   try {
     const health = (await (await fetch(`${s.url}/healthz`)).json()) as { headless: boolean; devices: string };
     t.equal(health.headless, false, 'not headless');
