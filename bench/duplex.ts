@@ -631,7 +631,8 @@ async function scriptedTurn(
   delayMs: number,
   seed: number,
   atPace = false,
-): Promise<{ played: Float32Array; barges: number[]; decidedAt: number; computeMs: number | null; turns: number; clocks: Clocks }> {
+  spent: Clocks = noClocks(),
+): Promise<{ played: Float32Array; barges: number[]; decidedAt: number; computeMs: number | null; turns: number }> {
   const loopback = new LoopbackDevice({ rate: RATE, echo: { delayMs, gain: 1, seed: 9 }, user });
   const device = atPace ? paced(loopback) : loopback;
   const played = new Float32Array(user.length + RATE);
@@ -663,7 +664,8 @@ async function scriptedTurn(
     before ??= engine.pipeline.stats();
   });
   await conv.run(device, { seconds: user.length / RATE });
-  const clocks = clocksOf(conv.index, await engine.pipeline.stats(), before === null ? null : await before);
+  addClocks(spent, conv.index, await engine.pipeline.stats(), 1);
+  if (before !== null) addClocks(spent, conv.index, await before, -1);
   await conv.close();
   if (atPace && decidedAt >= 0) {
     // At the device's pace the first reply sample is on the device clock: what played first after the decision.
@@ -671,27 +673,24 @@ async function scriptedTurn(
     while (first < played.length && played[first] === 0) first++;
     computeMs = first < played.length ? ((first - decidedAt) * 1000) / RATE : null;
   }
-  return { played, barges, decidedAt, computeMs, turns, clocks };
+  return { played, barges, decidedAt, computeMs, turns };
 }
 
 /** Wall ms and calls of each clock (CLOCKS' names) over the stages. */
 type Clocks = Record<string, { ms: number; count: number }>;
 
-/** Conversation `index`'s clocks in `after`, less those in `before`. */
-function clocksOf(index: number, after: StageStats[], before: StageStats[] | null): Clocks {
-  const out: Clocks = {};
-  for (const name of CLOCKS) out[name] = { ms: 0, count: 0 };
-  const add = (stats: StageStats[], sign: number): void => {
-    for (const s of stats) {
-      for (const [name, c] of Object.entries(s.clocks[index] ?? {})) {
-        out[name]!.ms += sign * c.ms;
-        out[name]!.count += sign * c.count;
-      }
+function noClocks(): Clocks {
+  return Object.fromEntries(CLOCKS.map((name) => [name, { ms: 0, count: 0 }]));
+}
+
+/** Adds conversation `index`'s clocks in `stats` to `into`, `sign` times. */
+function addClocks(into: Clocks, index: number, stats: StageStats[], sign: number): void {
+  for (const s of stats) {
+    for (const [name, c] of Object.entries(s.clocks[index] ?? {})) {
+      into[name]!.ms += sign * c.ms;
+      into[name]!.count += sign * c.count;
     }
-  };
-  add(after, 1);
-  if (before !== null) add(before, -1);
-  return out;
+  }
 }
 
 async function pipelineRuns(engine: Engine, want: number, atPace = false): Promise<Omit<DuplexBenchResult['pipeline'], 'falseOnsets'>> {
@@ -699,8 +698,7 @@ async function pipelineRuns(engine: Engine, want: number, atPace = false): Promi
   const latencies: number[] = [];
   const decisions: number[] = [];
   const compute: number[] = [];
-  const spent: Clocks = {};
-  for (const name of CLOCKS) spent[name] = { ms: 0, count: 0 };
+  const spent = noClocks();
   let early = 0;
   let missed = 0;
   let turns = 0;
@@ -747,13 +745,9 @@ async function pipelineRuns(engine: Engine, want: number, atPace = false): Promi
     // The user's level over their voiced frames, as the sessions' interruptions above measure it.
     const gain = (10 ** (USER_OVER_ECHO_DB / 20) * echoRms) / voicedRms(over, labels);
     for (let i = 0; i < over.length; i++) user[start + i] = gain * over[i]!;
-    const r = await scriptedTurn(engine, user, delayMs, 1 + k, atPace);
+    const r = await scriptedTurn(engine, user, delayMs, 1 + k, atPace, spent);
     seconds += user.length / RATE;
     turns += r.turns;
-    for (const name of CLOCKS) {
-      spent[name]!.ms += r.clocks[name]!.ms;
-      spent[name]!.count += r.clocks[name]!.count;
-    }
     if (r.decidedAt >= 0) decisions.push(((r.decidedAt - lastWord) * 1000) / RATE);
     if (r.computeMs !== null) compute.push(r.computeMs);
     if (r.barges.some((c) => c < onset)) {
