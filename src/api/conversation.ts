@@ -15,6 +15,7 @@ import type { PipelineConversation } from '../runtime/coordinator.js';
 import { readTurnFields } from '../runtime/protocol.js';
 import { type BargeVerdict, ConversationPort, OUT_REPLY_END } from '../runtime/port.js';
 import { EventIterators } from './iterators.js';
+import { FADE_MS } from '../duplex/fader.js';
 import { InputQueue } from './input.js';
 import { sampleStream } from './stream.js';
 import { checkFinite, fromBytes, fromSamples, toS16 } from './samples.js';
@@ -519,7 +520,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
   }
 
   /** @internal Checks that `device` suits this conversation and attaches a new link to it (`kDetach` ends it). */
-  [kAttach](device: DuplexDevice, fadeMs = 20): { host: DeviceHost; link: DeviceLink } {
+  [kAttach](device: DuplexDevice, fadeMs = FADE_MS): { host: DeviceHost; link: DeviceLink } {
     const pc = this.#pc;
     if (this.#closing !== null) throw new ClosedError(`conversation ${this.index} is closed`);
     if (this.#link !== null) throw new ArgumentError(`conversation ${this.index} already runs on a device`);

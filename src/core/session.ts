@@ -9,7 +9,7 @@
  *   generated a position at a time, at most `lookaheadMs` of audio ahead of playback → the
  *   playback queue → the device.
  *
- * Barge-in: the first sign of speech while the assistant talks pauses playback (a 20 ms fade;
+ * Barge-in: the first sign of speech while the assistant talks pauses playback (a FADE_MS fade;
  * the queue holds its place); if the endpointer takes it back, playback resumes where it
  * paused; once speech is confirmed, the reply is cut to the frames the listener heard
  * (Conversation.truncateReply) and its unplayed audio dropped. Until the echo canceller has
@@ -34,7 +34,7 @@ import { type Endpointer, VAD_SPEECH_END, VAD_SPEECH_MAYBE, VAD_SPEECH_START } f
 import { TurnTaking } from '../duplex/turns.js';
 import { GATE_DISCARD, GATE_END, GATE_NONE, GATE_ROWS } from '../duplex/gate.js';
 import { keptFrames } from '../duplex/bargein.js';
-import { Fader } from '../duplex/fader.js';
+import { FADE_MS, Fader } from '../duplex/fader.js';
 import { MelFrontend } from '../dsp/mel.js';
 import { melRows, segmentSamples } from '../model/plan/plans.js';
 import { EMIT_DONE } from './dialogue.js';
@@ -59,7 +59,7 @@ export interface DuplexOptions {
   minSpeechMs?: number;
   vad?: VadChoice;
   lookaheadMs?: number;
-  /** Fade length when playback pauses or stops, ms. Default 20. */
+  /** Fade length when playback pauses or stops, ms. Default FADE_MS (10). */
   fadeMs?: number;
 }
 
@@ -134,7 +134,7 @@ export class DuplexSession {
     const onset = optionValue<number>('onsetMs', o.onsetMs);
     const minSpeech = optionValue<number>('minSpeechMs', o.minSpeechMs);
     const lookaheadMs = optionValue<number>('lookaheadMs', o.lookaheadMs);
-    const fadeMs = o.fadeMs ?? 20;
+    const fadeMs = o.fadeMs ?? FADE_MS;
     if (!(fadeMs >= 1 && fadeMs <= 1000)) throw new ArgumentError(`fadeMs must be 1..1000, got ${fadeMs}`);
     this.conversation = conversation;
     this.device = device;

@@ -7,6 +7,9 @@
  */
 import { ArgumentError } from '../errors.js';
 
+/** The fade when playback holds or a reply is cut, ms: short enough not to delay a barge-in, long enough not to click. */
+export const FADE_MS = 10;
+
 export class Fader {
   /** The gain of the next sample, 0..1. */
   gain = 1;

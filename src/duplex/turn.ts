@@ -37,7 +37,7 @@ export const VAD_SPEECH_NOT = 5; // the sign was taken back: playback resumes
 export interface EndpointOptions {
   /** Voiced frames in a row that start speech. */
   onset: number;
-  /** Voiced frames in a row that may be speech (SPEECH_MAYBE); at most `onset`. Default 3. */
+  /** Voiced frames in a row that may be speech (SPEECH_MAYBE); at most `onset`. Default 2. */
   pause?: number;
   /** Frames of (nearly) no voice that end it. */
   silence: number;
@@ -89,7 +89,7 @@ export class Endpointer {
     for (const k of ['onset', 'silence', 'minSpeech', 'maxSegment'] as const) {
       if (!Number.isInteger(o[k]) || o[k] < 1) throw new ArgumentError(`endpointing ${k} must be a positive whole number of frames, got ${o[k]}`);
     }
-    const pause = Math.min(o.pause ?? 3, o.onset);
+    const pause = Math.min(o.pause ?? 2, o.onset);
     if (!Number.isInteger(pause) || pause < 1) throw new ArgumentError(`endpointing pause must be a positive whole number of frames, got ${pause}`);
     const warmup = o.warmup ?? 50;
     if (!Number.isInteger(warmup) || warmup < 0) throw new ArgumentError(`endpointing warmup must be a whole number of frames, got ${warmup}`);

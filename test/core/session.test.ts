@@ -3,6 +3,7 @@ import { MemoryDomain } from '../../src/memory/index.js';
 import { makeCheckpoint } from '../../src/io/checkpoint.js';
 import { SpeechModel, type Conversation } from '../../src/core/conversation.js';
 import { DuplexSession } from '../../src/core/session.js';
+import { FADE_MS } from '../../src/duplex/fader.js';
 import { LoopbackDevice } from '../../src/io/loopback.js';
 import { resampleSignal } from '../../src/dsp/resample.js';
 import { apmAvailable } from '../../src/dsp/aec.js';
@@ -105,13 +106,13 @@ t.test('duplex session on the loopback device: a turn, a reply, a barge-in cut t
   t.ok(heard >= 1, `the reply was cut to the ${heard} frames heard`);
   t.equal(s.conversation.dialogue.stop === 'interrupted' || s.turns >= 2, true, 'the reply ended as interrupted');
   const onset2 = Number(events.find((e) => e.startsWith('onset2'))!.split(' ')[1]);
-  // The first sign of speech pauses playback: silent within the next period, the 20 ms fade and
-  // the period that shows it.
+  // The first sign of speech pauses playback: silent within the next period, the fade and the
+  // period that shows it.
   const maybe = Number(events.find((e) => e.startsWith('vad 4') && Number(e.split(' ')[2]) >= onset2 - 0.1 * RATE)?.split(' ')[2]);
   const stop = a.silentFrom.find((c) => c >= maybe);
   const period = 480;
   t.ok(
-    stop !== undefined && stop - maybe <= 2 * period + 0.02 * RATE + period,
+    stop !== undefined && stop - maybe <= 2 * period + (FADE_MS / 1000) * RATE + period,
     `playback silent ${stop === undefined ? 'never' : `${Math.round(((stop - maybe) * 1000) / RATE)} ms`} after the first sign of speech`,
   );
   t.comment(

@@ -19,8 +19,15 @@ import { allocationProbe, prng } from '../helpers.js';
 import { heapWorkspace } from '../../src/dsp/workspace.js';
 
 t.test('endpointing: onset, end after silence, short bursts dropped, longest segment', async (t) => {
-  const e = new Endpointer({ onset: 3, silence: 5, minSpeech: 4, maxSegment: 20, warmup: 0 });
+  // `pause` at `onset`: no SPEECH_MAYBE before the start, so these sequences show the start alone.
+  const e = new Endpointer({ onset: 3, pause: 3, silence: 5, minSpeech: 4, maxSegment: 20, warmup: 0 });
   const run = (bits: string): number[] => [...bits].map((b) => e.push(b === '1'));
+  const held = new Endpointer({ onset: 3, silence: 5, minSpeech: 4, maxSegment: 20, warmup: 0 });
+  t.same(
+    [...'0110111'].map((b) => held.push(b === '1')),
+    [0, 0, VAD_SPEECH_MAYBE, VAD_SPEECH_NOT, 0, VAD_SPEECH_MAYBE, VAD_SPEECH_START],
+    'by default two voiced frames in a row hold playback (SPEECH_MAYBE), taken back when the run breaks',
+  );
   t.same(run('0110111'), [0, 0, 0, 0, 0, 0, VAD_SPEECH_START], 'three voiced frames in a row start speech');
   t.equal(e.start, 4, 'at the first of them');
   t.same(run('1100000'), [0, 0, 0, 0, 0, 0, VAD_SPEECH_END], 'five silent frames end it');
