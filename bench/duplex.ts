@@ -398,8 +398,9 @@ export async function run(
       loopSeconds += user.length / RATE;
       session.close();
       const onsetPeriod = (start + first * APM_FRAME) / PERIOD;
-      if (events.starts.some((t) => t >= settle && t < onsetPeriod * PERIOD)) {
-        // A barge-in confirmed before the user spoke: a false one, not a reaction.
+      if (events.starts.some((t) => t < onsetPeriod * PERIOD)) {
+        // A barge-in confirmed before the user spoke (in the canceller's first seconds too: the
+        // reply it cut cannot be interrupted again): a false one, not a reaction.
         early++;
         continue;
       }
