@@ -15,7 +15,7 @@ import type { PipelineConversation } from '../runtime/coordinator.js';
 import { readTurnFields } from '../runtime/protocol.js';
 import { type BargeVerdict, ConversationPort, OUT_REPLY_END } from '../runtime/port.js';
 import { EventIterators } from './iterators.js';
-import { FADE_MS } from '../duplex/fader.js';
+import { checkFadeMs, FADE_MS } from '../duplex/fader.js';
 import { InputQueue } from './input.js';
 import { sampleStream } from './stream.js';
 import { checkFinite, fromBytes, fromSamples, toS16 } from './samples.js';
@@ -529,7 +529,7 @@ export class Conversation extends EventEmitter<ConversationEvents> {
       throw new ArgumentError(
         `the device runs at ${device.rate} Hz; the conversation listens at ${this.inputRate} Hz and the engine speaks at ${this.outputRate} Hz`,
       );
-    if (!(fadeMs >= 1 && fadeMs <= 1000)) throw new ArgumentError(`fadeMs must be 1..1000, got ${fadeMs}`);
+    checkFadeMs(fadeMs);
     if (2 * device.period > pc.input.maxPayload) throw new ArgumentError(`a device period of ${device.period} samples is more than the capture ring takes`);
     const link = deviceLink(device, this.#port, fadeMs);
     this.#link = link;

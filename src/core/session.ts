@@ -34,7 +34,7 @@ import { type Endpointer, VAD_SPEECH_END, VAD_SPEECH_MAYBE, VAD_SPEECH_START } f
 import { TurnTaking } from '../duplex/turns.js';
 import { GATE_DISCARD, GATE_END, GATE_NONE, GATE_ROWS } from '../duplex/gate.js';
 import { keptFrames } from '../duplex/bargein.js';
-import { FADE_MS, Fader } from '../duplex/fader.js';
+import { checkFadeMs, FADE_MS, Fader } from '../duplex/fader.js';
 import { MelFrontend } from '../dsp/mel.js';
 import { melRows, segmentSamples } from '../model/plan/plans.js';
 import { EMIT_DONE } from './dialogue.js';
@@ -134,8 +134,7 @@ export class DuplexSession {
     const onset = optionValue<number>('onsetMs', o.onsetMs);
     const minSpeech = optionValue<number>('minSpeechMs', o.minSpeechMs);
     const lookaheadMs = optionValue<number>('lookaheadMs', o.lookaheadMs);
-    const fadeMs = o.fadeMs ?? FADE_MS;
-    if (!(fadeMs >= 1 && fadeMs <= 1000)) throw new ArgumentError(`fadeMs must be 1..1000, got ${fadeMs}`);
+    const fadeMs = checkFadeMs(o.fadeMs ?? FADE_MS);
     this.conversation = conversation;
     this.device = device;
     this.#events = events;

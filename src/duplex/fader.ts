@@ -10,13 +10,19 @@ import { ArgumentError } from '../errors.js';
 /** The fade when playback holds or a reply is cut, ms: short enough not to delay a barge-in, long enough not to click. */
 export const FADE_MS = 10;
 
+/** `fadeMs` if it is a fade length a Fader takes (1..1000 ms); an ArgumentError otherwise. */
+export function checkFadeMs(fadeMs: number): number {
+  if (!(fadeMs >= 1 && fadeMs <= 1000)) throw new ArgumentError(`fadeMs must be 1..1000, got ${fadeMs}`);
+  return fadeMs;
+}
+
 export class Fader {
   /** The gain of the next sample, 0..1. */
   gain = 1;
   readonly #step: number;
 
   constructor(fadeMs: number, rate: number) {
-    if (!(fadeMs >= 1 && fadeMs <= 1000)) throw new ArgumentError(`fadeMs must be 1..1000, got ${fadeMs}`);
+    checkFadeMs(fadeMs);
     this.#step = 1 / ((fadeMs * rate) / 1000);
   }
 
